@@ -1,0 +1,38 @@
+# The two commands a new user needs: `make plan` and `make test`. Each creates the
+# virtual environment and installs the project on first use (and again when
+# pyproject.toml changes).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STACK ?= dev
+STAMP := $(VENV)/.installed
+
+.PHONY: plan test lint typecheck check bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+plan: $(STAMP)
+	$(BIN)/parkbrake plan --stack $(STACK)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache

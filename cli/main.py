@@ -1,0 +1,89 @@
+"""Entry point of the ``parkbrake`` CLI: a click group that loads commands from the registry lazily."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from cli.registry import COMMANDS
+from guardrails.errors import ParkbrakeError
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are ``module:attribute`` strings imported on first use."""
+
+    def __init__(self, *args: Any, lazy_commands: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = lazy_commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.lazy_commands:
+            return super().get_command(ctx, cmd_name)
+        module_name, attribute = self.lazy_commands[cmd_name].split(":")
+        command = getattr(importlib.import_module(module_name), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{self.lazy_commands[cmd_name]} is not a click command")
+        return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ParkbrakeError as error:
+            _fail(str(error), error.exit_code)
+        except Exception as error:
+            message = describe_environment_error(error)
+            if message is None:
+                raise
+            _fail(message, 1)
+
+
+def _fail(message: str, exit_code: int) -> None:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def describe_environment_error(error: Exception) -> str | None:
+    """A one-line explanation for errors from AWS or the database that the user, not the code, must fix.
+
+    The libraries are looked up in ``sys.modules`` rather than imported: if a command never loaded
+    botocore, no botocore error can have happened.
+    """
+    botocore_exceptions = sys.modules.get("botocore.exceptions")
+    if botocore_exceptions is not None:
+        if isinstance(error, botocore_exceptions.NoCredentialsError):
+            return "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        if isinstance(error, botocore_exceptions.NoRegionError):
+            return "no AWS region configured; set AWS_REGION"
+        if isinstance(error, botocore_exceptions.EndpointConnectionError | botocore_exceptions.ConnectionError):
+            return f"cannot reach the AWS endpoint: {error}; check AWS_ENDPOINT_URL and the network"
+        if isinstance(error, botocore_exceptions.ClientError):
+            details = error.response.get("Error", {})
+            return f"AWS refused {error.operation_name}: {details.get('Code')}: {details.get('Message')}"
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(error, psycopg.OperationalError):
+        return f"cannot use the ledger database: {str(error).strip()}; check PARKBRAKE_DATABASE_URL"
+    return None
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.version_option(package_name="parkbrake")
+def parkbrake() -> None:
+    """parkbrake: GPU infrastructure with cost guardrails.
+
+    Declare GPU pools and services with one park switch, stop every GPU host at its deadline,
+    and keep an exact ledger of every accelerator-second.
+    """
+
+
+def main() -> None:
+    parkbrake(prog_name="parkbrake")

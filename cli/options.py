@@ -1,0 +1,35 @@
+"""Options shared by several commands, defined once."""
+
+from __future__ import annotations
+
+import click
+
+output_option = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text for people, json for scripts and CI.",
+)
+stack_option = click.option(
+    "--stack",
+    "-s",
+    default="dev",
+    show_default=True,
+    envvar="PARKBRAKE_STACK",
+    help="Pulumi stack name; its config is Pulumi.<stack>.yaml.",
+)
+dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Report what would change and change nothing."
+)
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+
+
+def confirm_or_abort(question: str, *, assume_yes: bool) -> None:
+    """Ask before a destructive change; with no terminal to ask, refuse rather than guess."""
+    if assume_yes:
+        return
+    if not click.get_text_stream("stdin").isatty():
+        raise click.UsageError(f"{question} Refusing without --yes when there is no terminal to ask.")
+    click.confirm(question, abort=True)

@@ -1,0 +1,477 @@
+"""The typed model of one stack's config, read from ``Pulumi.<stack>.yaml``.
+
+The Pulumi program, ``parkbrake plan`` and the policy pack all read the stack through this one
+model. Parsing checks the whole document and reports every problem by its YAML path at once,
+before any resource is declared.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zoneinfo
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from croniter import croniter
+
+from guardrails.durations import format_duration
+from guardrails.errors import InputError
+from guardrails.instance_types import is_accelerator, is_instance_type
+from guardrails.pricing import load_price_table
+from stacks.validation import Problems, Section
+
+NAMESPACE = "parkbrake"
+PoolRole = Literal["training", "inference"]
+CapacityType = Literal["on-demand", "spot"]
+
+# Fargate's allowed memory (MiB) for each CPU size (units of 1/1024 vCPU).
+FARGATE_MEMORY = {
+    256: range(512, 2048 + 1, 512),
+    512: range(1024, 4096 + 1, 1024),
+    1024: range(2048, 8192 + 1, 1024),
+    2048: range(4096, 16384 + 1, 1024),
+    4096: range(8192, 30720 + 1, 1024),
+}
+REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d")
+IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+HEALTH_PATH = re.compile(r"/[\w\-./]*")
+AURORA_ACU_STEP = 0.5
+
+
+@dataclass(frozen=True)
+class Capacity:
+    min: int
+    desired: int
+    max: int
+
+    def parked(self) -> Capacity:
+        """Parking keeps the ceiling, so unparking needs nothing but the config value."""
+        return Capacity(0, 0, self.max)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    monthly_budget_usd: float
+
+
+@dataclass(frozen=True)
+class GpuPoolConfig:
+    name: str
+    role: PoolRole
+    instance_type: str
+    tenant: str
+    capacity: Capacity
+    max_runtime: timedelta
+    capacity_type: CapacityType = "on-demand"
+
+
+@dataclass(frozen=True)
+class NightlyConfig:
+    pool: str
+    cron: str
+    timezone: str
+    capacity: int
+
+
+@dataclass(frozen=True)
+class ControlPlaneConfig:
+    image: str
+    cpu: int
+    memory: int
+    capacity: Capacity
+    health_path: str = "/healthz"
+    port: int = 8080
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    image: str
+    pool: str
+    desired_per_colour: int
+    gpus_per_task: int = 1
+    memory: int = 8192
+    health_path: str = "/health"
+    port: int = 8000
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    min_acu: float
+    max_acu: float
+    storage_gb: int = 20
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    node_type: str
+    nodes: int = 1
+
+
+@dataclass(frozen=True)
+class GuardrailsConfig:
+    sweep_every: timedelta = timedelta(minutes=5)
+    default_max_runtime: timedelta = timedelta(minutes=90)
+    max_exemption: timedelta = timedelta(hours=24)
+    reap_untagged: bool = False
+    alarm_email: str | None = None
+    alarm_topic_arn: str | None = None
+
+
+@dataclass(frozen=True)
+class NetworkConfig:
+    cidr: str = "10.40.0.0/16"
+    vpc_id: str | None = None
+    public_subnet_ids: tuple[str, ...] = ()
+    private_subnet_ids: tuple[str, ...] = ()
+
+    @property
+    def adopts_existing(self) -> bool:
+        return self.vpc_id is not None
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    max_pool_size: int = 8
+    allowed_instance_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    stack: str
+    region: str
+    parked: bool
+    tenants: dict[str, Tenant]
+    pools: dict[str, GpuPoolConfig]
+    nightly: NightlyConfig | None
+    control_plane: ControlPlaneConfig | None
+    inference: InferenceConfig | None
+    database: DatabaseConfig | None
+    cache: CacheConfig | None
+    guardrails: GuardrailsConfig = field(default_factory=GuardrailsConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    revision: str = "unversioned"
+
+    def with_parked(self, parked: bool) -> StackConfig:
+        return replace(self, parked=parked)
+
+    def pool_capacity(self, pool: GpuPoolConfig) -> Capacity:
+        return pool.capacity.parked() if self.parked else pool.capacity
+
+    def service_capacity(self, capacity: Capacity) -> Capacity:
+        return capacity.parked() if self.parked else capacity
+
+    @property
+    def total_budget_usd(self) -> float:
+        return sum(tenant.monthly_budget_usd for tenant in self.tenants.values())
+
+
+TOP_LEVEL_KEYS = {
+    "parked", "revision", "tenants", "pools", "nightly", "control_plane", "inference",
+    "database", "cache", "guardrails", "network", "policy",
+}  # fmt: skip
+
+
+def parse_stack_config(stack: str, config: dict[str, Any], source: str) -> StackConfig:
+    """Build the model from the ``config:`` mapping of a stack file; raise ConfigError listing every problem."""
+    problems = Problems()
+    own: dict[str, Any] = {}
+    for key, value in config.items():
+        namespace, _, name = str(key).partition(":")
+        if namespace == NAMESPACE:
+            own[name] = value
+        elif namespace != "aws" and not name:
+            problems.add(str(key), f"config keys need a namespace; use {NAMESPACE}:{key}")
+    root = Section(own, "", problems, TOP_LEVEL_KEYS)
+    region = config.get("aws:region")
+    if not isinstance(region, str) or REGION.fullmatch(region) is None:
+        problems.add("aws:region", f"{region!r} is not an AWS region; set aws:region, e.g. us-east-1")
+        region = ""
+
+    prices = load_price_table()
+    tenants = {
+        name: Tenant(name, section.number("monthly_budget_usd", minimum=0.01))
+        for name, section in root.named_sections("tenants", {"monthly_budget_usd"}, required=True)
+    }
+    guardrails = _guardrails(root.section("guardrails", {
+        "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
+    }))  # fmt: skip
+    pools = {
+        name: _pool(name, section, tenants, prices.instances)
+        for name, section in root.named_sections("pools", {
+            "role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type",
+        })  # fmt: skip
+    }
+    policy = _policy(root.section("policy", {"max_pool_size", "allowed_instance_types"}), prices.instances)
+    _check_pools_against_policy(pools, policy, problems)
+
+    parsed = StackConfig(
+        stack=stack,
+        region=region,
+        parked=root.boolean("parked", False),
+        revision=root.string("revision", os.environ.get("PARKBRAKE_REVISION", "unversioned")),
+        tenants=tenants,
+        pools=pools,
+        nightly=_nightly(root, pools),
+        control_plane=_control_plane(root),
+        inference=_inference(root, pools, prices.instances),
+        database=_database(root),
+        cache=_cache(root, prices.known_service_variants("elasticache_node_hour")),
+        guardrails=guardrails,
+        network=_network(root),
+        policy=policy,
+    )
+    problems.raise_if_any(source)
+    return parsed
+
+
+def _capacity(section: Section, *, minimum_max: int = 1) -> Capacity:
+    capacity = Capacity(
+        min=section.integer("min", 0),
+        desired=section.integer("desired"),
+        max=section.integer("max", minimum=minimum_max, maximum=1000),
+    )
+    if section.has("desired") and section.has("max") and not capacity.min <= capacity.desired <= capacity.max:
+        section.problems.add(
+            section.path,
+            f"capacities must satisfy min ≤ desired ≤ max; got min {capacity.min}, "
+            f"desired {capacity.desired}, max {capacity.max}",
+        )
+    return capacity
+
+
+def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[str, Any]) -> GpuPoolConfig:
+    instance_type = section.string("instance_type", hint="an EC2 instance type such as g5.xlarge")
+    if instance_type:
+        if not is_instance_type(instance_type) or not is_accelerator(instance_type):
+            section.problems.add(
+                section.at("instance_type"),
+                f'"{instance_type}" is not an accelerated-computing instance type (p*, g*, trn*, inf*, dl*, f*, vt*)',
+            )
+        elif instance_type not in priced:
+            section.problems.add(
+                section.at("instance_type"),
+                f'"{instance_type}" has no price in guardrails/prices.json; use one of '
+                f"{', '.join(sorted(priced))} or add its price",
+            )
+    tenant = section.string("tenant", hint="a tenant name")
+    if tenant and tenants and tenant not in tenants:
+        section.problems.add(
+            section.at("tenant"), f'"{tenant}" is not a tenant; define it under tenants ({", ".join(sorted(tenants))})'
+        )
+    return GpuPoolConfig(
+        name=name,
+        role=section.choice("role", ("training", "inference")),  # type: ignore[arg-type]
+        instance_type=instance_type,
+        tenant=tenant,
+        capacity=_capacity(section),
+        max_runtime=section.duration("max_runtime"),
+        capacity_type=section.choice("capacity_type", ("on-demand", "spot"), "on-demand"),  # type: ignore[arg-type]
+    )
+
+
+def _policy(section: Section, priced: dict[str, Any]) -> PolicyConfig:
+    allowed = section.string_list("allowed_instance_types", sorted(priced), hint="a list of instance types")
+    return PolicyConfig(
+        max_pool_size=section.integer("max_pool_size", 8, minimum=1, maximum=1000),
+        allowed_instance_types=tuple(allowed),
+    )
+
+
+def _check_pools_against_policy(pools: dict[str, GpuPoolConfig], policy: PolicyConfig, problems: Problems) -> None:
+    for pool in pools.values():
+        if pool.capacity.max > policy.max_pool_size:
+            problems.add(
+                f"pools.{pool.name}.max",
+                f"{pool.capacity.max} is above policy.max_pool_size ({policy.max_pool_size}); "
+                "lower it or raise the ceiling deliberately",
+            )
+
+
+def _nightly(root: Section, pools: dict[str, GpuPoolConfig]) -> NightlyConfig | None:
+    if not root.has("nightly"):
+        return None
+    section = root.section("nightly", {"pool", "cron", "timezone", "capacity"})
+    pool_name = section.string("pool", hint="the name of a training pool")
+    pool = pools.get(pool_name)
+    if pool_name and pool is None:
+        section.problems.add(section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}')
+    elif pool is not None and pool.role != "training":
+        section.problems.add(section.at("pool"), f'"{pool_name}" is an {pool.role} pool; the nightly schedule starts a training pool')
+    cron = section.string("cron", hint="a five-field cron expression such as '0 2 * * *'")
+    if cron and (len(cron.split()) != 5 or not croniter.is_valid(cron)):
+        section.problems.add(section.at("cron"), f'"{cron}" is not a five-field cron expression such as "0 2 * * *"')
+    timezone = section.string("timezone", "UTC", hint="an IANA time zone such as Europe/Berlin")
+    try:
+        zoneinfo.ZoneInfo(timezone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        section.problems.add(section.at("timezone"), f'"{timezone}" is not an IANA time zone such as Europe/Berlin or UTC')
+    capacity = section.integer("capacity", minimum=1)
+    if pool is not None and capacity > pool.capacity.max:
+        section.problems.add(section.at("capacity"), f"{capacity} is above pools.{pool_name}.max ({pool.capacity.max})")
+    return NightlyConfig(pool=pool_name, cron=cron, timezone=timezone, capacity=capacity)
+
+
+def _control_plane(root: Section) -> ControlPlaneConfig | None:
+    if not root.has("control_plane"):
+        return None
+    section = root.section("control_plane", {"image", "cpu", "memory", "min", "desired", "max", "health_path", "port"})
+    cpu = section.integer("cpu", 512, minimum=256)
+    memory = section.integer("memory", 1024, minimum=512)
+    if cpu not in FARGATE_MEMORY:
+        section.problems.add(section.at("cpu"), f"{cpu} is not a Fargate CPU size; use one of {', '.join(map(str, FARGATE_MEMORY))}")
+    elif memory not in FARGATE_MEMORY[cpu]:
+        allowed = FARGATE_MEMORY[cpu]
+        section.problems.add(
+            section.at("memory"),
+            f"{memory} MiB does not fit cpu {cpu}; use {allowed.start}–{allowed.stop - 1} in steps of {allowed.step}",
+        )
+    return ControlPlaneConfig(
+        image=section.string("image", pattern=IMAGE, hint="a container image reference"),
+        cpu=cpu,
+        memory=memory,
+        capacity=_capacity(section),
+        health_path=section.string("health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"),
+        port=section.integer("port", 8080, minimum=1, maximum=65535),
+    )
+
+
+def _inference(root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str, Any]) -> InferenceConfig | None:
+    if not root.has("inference"):
+        return None
+    section = root.section(
+        "inference", {"image", "pool", "desired_per_colour", "gpus_per_task", "memory", "health_path", "port"}
+    )
+    pool_name = section.string("pool", hint="the name of an inference pool")
+    pool = pools.get(pool_name)
+    gpus = section.integer("gpus_per_task", 1, minimum=1, maximum=16)
+    desired = section.integer("desired_per_colour", minimum=1)
+    if pool_name and pool is None:
+        section.problems.add(section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}')
+    elif pool is not None:
+        if pool.role != "inference":
+            section.problems.add(section.at("pool"), f'"{pool_name}" is a {pool.role} pool; use an inference pool')
+        accelerators = priced[pool.instance_type].accelerators if pool.instance_type in priced else None
+        if accelerators is not None and gpus > accelerators:
+            section.problems.add(
+                section.at("gpus_per_task"), f"{gpus} is more than the {accelerators} GPU(s) of {pool.instance_type}"
+            )
+        if desired > pool.capacity.max:
+            section.problems.add(
+                section.at("desired_per_colour"), f"{desired} is above pools.{pool_name}.max ({pool.capacity.max})"
+            )
+    return InferenceConfig(
+        image=section.string("image", pattern=IMAGE, hint="a container image reference"),
+        pool=pool_name,
+        desired_per_colour=desired,
+        gpus_per_task=gpus,
+        memory=section.integer("memory", 8192, minimum=512),
+        health_path=section.string("health_path", "/health", pattern=HEALTH_PATH, hint="a path such as /health"),
+        port=section.integer("port", 8000, minimum=1, maximum=65535),
+    )
+
+
+def _database(root: Section) -> DatabaseConfig | None:
+    if not root.has("database"):
+        return None
+    section = root.section("database", {"min_acu", "max_acu", "storage_gb"})
+    min_acu = section.number("min_acu", 0.5, minimum=0, maximum=256)
+    max_acu = section.number("max_acu", 4, minimum=1, maximum=256)
+    for key, value in (("min_acu", min_acu), ("max_acu", max_acu)):
+        if value % AURORA_ACU_STEP:
+            section.problems.add(section.at(key), f"{value:g} is not a multiple of {AURORA_ACU_STEP} ACU")
+    if min_acu > max_acu:
+        section.problems.add(section.path, f"min_acu ({min_acu:g}) must not exceed max_acu ({max_acu:g})")
+    return DatabaseConfig(min_acu=min_acu, max_acu=max_acu, storage_gb=section.integer("storage_gb", 20, minimum=1))
+
+
+def _cache(root: Section, node_types: list[str]) -> CacheConfig | None:
+    if not root.has("cache"):
+        return None
+    section = root.section("cache", {"node_type", "nodes"})
+    node_type = section.string("node_type", "cache.t4g.small", hint="an ElastiCache node type")
+    if node_type not in node_types:
+        section.problems.add(section.at("node_type"), f'"{node_type}" has no price; use one of {", ".join(node_types)}')
+    return CacheConfig(node_type=node_type, nodes=section.integer("nodes", 1, minimum=1, maximum=6))
+
+
+def _guardrails(section: Section) -> GuardrailsConfig:
+    defaults = GuardrailsConfig()
+    sweep_every = section.duration("sweep_every", defaults.sweep_every, ceiling=timedelta(hours=1))
+    if sweep_every < timedelta(minutes=1) or sweep_every.total_seconds() % 60:
+        section.problems.add(
+            section.at("sweep_every"),
+            f"{format_duration(sweep_every)} is not whole minutes ≥ 1m; EventBridge Scheduler rates are in minutes",
+        )
+    alarm_email = section.string("alarm_email", None, pattern=EMAIL, hint="an e-mail address")
+    return GuardrailsConfig(
+        sweep_every=sweep_every,
+        default_max_runtime=section.duration("default_max_runtime", defaults.default_max_runtime),
+        max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
+        reap_untagged=section.boolean("reap_untagged", False),
+        alarm_email=alarm_email or None,
+        alarm_topic_arn=section.string("alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"),
+                                       hint="an SNS topic ARN") or None,
+    )
+
+
+def _network(root: Section) -> NetworkConfig:
+    section = root.section("network", {"cidr", "vpc_id", "public_subnet_ids", "private_subnet_ids"})
+    if not section.has("vpc_id"):
+        cidr = section.string("cidr", "10.40.0.0/16", pattern=re.compile(r"\d+\.\d+\.\d+\.\d+/(1[6-9]|2[0-4])"),
+                              hint="an IPv4 CIDR between /16 and /24")
+        return NetworkConfig(cidr=cidr)
+    subnets = {}
+    for key in ("public_subnet_ids", "private_subnet_ids"):
+        subnets[key] = section.string_list(key, hint="a list of at least two subnet ids in different AZs")
+        if section.has(key) and len(subnets[key]) < 2:
+            section.problems.add(section.at(key), "needs at least two subnets, in different availability zones")
+    return NetworkConfig(
+        vpc_id=section.string("vpc_id", pattern=re.compile(r"vpc-[0-9a-f]+"), hint="a VPC id such as vpc-0abc"),
+        public_subnet_ids=tuple(subnets["public_subnet_ids"]),
+        private_subnet_ids=tuple(subnets["private_subnet_ids"]),
+    )
+
+
+def stack_file(stack: str, project_dir: Path) -> Path:
+    return project_dir / f"Pulumi.{stack}.yaml"
+
+
+def available_stacks(project_dir: Path) -> list[str]:
+    return sorted(path.name[len("Pulumi.") : -len(".yaml")] for path in project_dir.glob("Pulumi.*.yaml"))
+
+
+def load_stack_config(stack: str, project_dir: Path, *, config_file: Path | None = None) -> StackConfig:
+    """Read and validate ``Pulumi.<stack>.yaml`` (or ``config_file``)."""
+    from ruamel.yaml import YAML, YAMLError
+
+    path = config_file or stack_file(stack, project_dir)
+    if not path.is_file():
+        known = ", ".join(available_stacks(project_dir)) or "none"
+        raise InputError(f"no config for stack {stack!r}: {path} does not exist (stacks here: {known})")
+    try:
+        document = YAML(typ="safe").load(path.read_text())
+    except YAMLError as error:
+        raise InputError(f"{path.name} is not valid YAML: {error}") from None
+    config = (document or {}).get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise InputError(f"{path.name} has no 'config:' mapping; see Pulumi.dev.yaml for the layout")
+    return parse_stack_config(stack, config, path.name)
+
+
+__all__ = [
+    "Capacity",
+    "ControlPlaneConfig",
+    "DatabaseConfig",
+    "GpuPoolConfig",
+    "InferenceConfig",
+    "NightlyConfig",
+    "StackConfig",
+    "load_stack_config",
+    "parse_stack_config",
+]

@@ -1,0 +1,58 @@
+"""Fixtures for the real local parts every test folder shares: moto's server and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_REGION = "us-east-1"
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """moto in server mode on 127.0.0.1: AWS reached over HTTP, as the real one is."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh, empty emulated AWS account for one test; boto3 finds it through the environment."""
+    request = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
+    urllib.request.urlopen(request, timeout=10).close()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", TEST_REGION)
+    monkeypatch.setenv("AWS_REGION", TEST_REGION)
+    for variable in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        monkeypatch.delenv(variable, raising=False)
+    return moto_server
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    """A real PostgreSQL server: ``PARKBRAKE_DATABASE_URL`` when set, else a throwaway pgserver."""
+    configured = os.environ.get("PARKBRAKE_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    import pgserver
+
+    with tempfile.TemporaryDirectory(prefix="parkbrake-pg-") as data_dir:
+        server = pgserver.get_server(data_dir, cleanup_mode="delete")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
