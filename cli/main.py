@@ -60,7 +60,9 @@ def describe_environment_error(error: Exception) -> str | None:
             return "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         if isinstance(error, botocore_exceptions.NoRegionError):
             return "no AWS region configured; set AWS_REGION"
-        if isinstance(error, botocore_exceptions.EndpointConnectionError | botocore_exceptions.ConnectionError):
+        if isinstance(
+            error, botocore_exceptions.EndpointConnectionError | botocore_exceptions.ConnectionError
+        ):
             return f"cannot reach the AWS endpoint: {error}; check AWS_ENDPOINT_URL and the network"
         if isinstance(error, botocore_exceptions.ClientError):
             details = error.response.get("Error", {})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 output_option = click.option(
@@ -20,9 +22,7 @@ stack_option = click.option(
     envvar="PARKBRAKE_STACK",
     help="Pulumi stack name; its config is Pulumi.<stack>.yaml.",
 )
-dry_run_option = click.option(
-    "--dry-run", is_flag=True, help="Report what would change and change nothing."
-)
+dry_run_option = click.option("--dry-run", is_flag=True, help="Report what would change and change nothing.")
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 
@@ -30,6 +30,6 @@ def confirm_or_abort(question: str, *, assume_yes: bool) -> None:
     """Ask before a destructive change; with no terminal to ask, refuse rather than guess."""
     if assume_yes:
         return
-    if not click.get_text_stream("stdin").isatty():
+    if not sys.stdin.isatty():
         raise click.UsageError(f"{question} Refusing without --yes when there is no terminal to ask.")
     click.confirm(question, abort=True)

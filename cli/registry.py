@@ -8,4 +8,6 @@ from __future__ import annotations
 
 COMMANDS: dict[str, str] = {
     "plan": "cli.plan:plan",
+    "run": "cli.run:run",
+    "agent": "cli.agent:agent",
 }

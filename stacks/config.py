@@ -177,6 +177,12 @@ TOP_LEVEL_KEYS = {
 }  # fmt: skip
 
 
+POOL_KEYS = {"role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type"}
+GUARDRAILS_KEYS = {
+    "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
+}  # fmt: skip
+
+
 def parse_stack_config(stack: str, config: dict[str, Any], source: str) -> StackConfig:
     """Build the model from the ``config:`` mapping of a stack file; raise ConfigError listing every problem."""
     problems = Problems()
@@ -198,14 +204,10 @@ def parse_stack_config(stack: str, config: dict[str, Any], source: str) -> Stack
         name: Tenant(name, section.number("monthly_budget_usd", minimum=0.01))
         for name, section in root.named_sections("tenants", {"monthly_budget_usd"}, required=True)
     }
-    guardrails = _guardrails(root.section("guardrails", {
-        "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
-    }))  # fmt: skip
+    guardrails = _guardrails(root.section("guardrails", GUARDRAILS_KEYS))
     pools = {
         name: _pool(name, section, tenants, prices.instances)
-        for name, section in root.named_sections("pools", {
-            "role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type",
-        })  # fmt: skip
+        for name, section in root.named_sections("pools", POOL_KEYS)
     }
     policy = _policy(root.section("policy", {"max_pool_size", "allowed_instance_types"}), prices.instances)
     _check_pools_against_policy(pools, policy, problems)
@@ -262,7 +264,8 @@ def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[
     tenant = section.string("tenant", hint="a tenant name")
     if tenant and tenants and tenant not in tenants:
         section.problems.add(
-            section.at("tenant"), f'"{tenant}" is not a tenant; define it under tenants ({", ".join(sorted(tenants))})'
+            section.at("tenant"),
+            f'"{tenant}" is not a tenant; define it under tenants ({", ".join(sorted(tenants))})',
         )
     return GpuPoolConfig(
         name=name,
@@ -283,7 +286,9 @@ def _policy(section: Section, priced: dict[str, Any]) -> PolicyConfig:
     )
 
 
-def _check_pools_against_policy(pools: dict[str, GpuPoolConfig], policy: PolicyConfig, problems: Problems) -> None:
+def _check_pools_against_policy(
+    pools: dict[str, GpuPoolConfig], policy: PolicyConfig, problems: Problems
+) -> None:
     for pool in pools.values():
         if pool.capacity.max > policy.max_pool_size:
             problems.add(
@@ -300,31 +305,47 @@ def _nightly(root: Section, pools: dict[str, GpuPoolConfig]) -> NightlyConfig | 
     pool_name = section.string("pool", hint="the name of a training pool")
     pool = pools.get(pool_name)
     if pool_name and pool is None:
-        section.problems.add(section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}')
+        section.problems.add(
+            section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}'
+        )
     elif pool is not None and pool.role != "training":
-        section.problems.add(section.at("pool"), f'"{pool_name}" is an {pool.role} pool; the nightly schedule starts a training pool')
+        section.problems.add(
+            section.at("pool"),
+            f'"{pool_name}" is an {pool.role} pool; the nightly schedule starts a training pool',
+        )
     cron = section.string("cron", hint="a five-field cron expression such as '0 2 * * *'")
     if cron and (len(cron.split()) != 5 or not croniter.is_valid(cron)):
-        section.problems.add(section.at("cron"), f'"{cron}" is not a five-field cron expression such as "0 2 * * *"')
+        section.problems.add(
+            section.at("cron"), f'"{cron}" is not a five-field cron expression such as "0 2 * * *"'
+        )
     timezone = section.string("timezone", "UTC", hint="an IANA time zone such as Europe/Berlin")
     try:
         zoneinfo.ZoneInfo(timezone)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        section.problems.add(section.at("timezone"), f'"{timezone}" is not an IANA time zone such as Europe/Berlin or UTC')
+        section.problems.add(
+            section.at("timezone"), f'"{timezone}" is not an IANA time zone such as Europe/Berlin or UTC'
+        )
     capacity = section.integer("capacity", minimum=1)
     if pool is not None and capacity > pool.capacity.max:
-        section.problems.add(section.at("capacity"), f"{capacity} is above pools.{pool_name}.max ({pool.capacity.max})")
+        section.problems.add(
+            section.at("capacity"), f"{capacity} is above pools.{pool_name}.max ({pool.capacity.max})"
+        )
     return NightlyConfig(pool=pool_name, cron=cron, timezone=timezone, capacity=capacity)
 
 
 def _control_plane(root: Section) -> ControlPlaneConfig | None:
     if not root.has("control_plane"):
         return None
-    section = root.section("control_plane", {"image", "cpu", "memory", "min", "desired", "max", "health_path", "port"})
+    section = root.section(
+        "control_plane", {"image", "cpu", "memory", "min", "desired", "max", "health_path", "port"}
+    )
     cpu = section.integer("cpu", 512, minimum=256)
     memory = section.integer("memory", 1024, minimum=512)
     if cpu not in FARGATE_MEMORY:
-        section.problems.add(section.at("cpu"), f"{cpu} is not a Fargate CPU size; use one of {', '.join(map(str, FARGATE_MEMORY))}")
+        section.problems.add(
+            section.at("cpu"),
+            f"{cpu} is not a Fargate CPU size; use one of {', '.join(map(str, FARGATE_MEMORY))}",
+        )
     elif memory not in FARGATE_MEMORY[cpu]:
         allowed = FARGATE_MEMORY[cpu]
         section.problems.add(
@@ -336,12 +357,16 @@ def _control_plane(root: Section) -> ControlPlaneConfig | None:
         cpu=cpu,
         memory=memory,
         capacity=_capacity(section),
-        health_path=section.string("health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"),
+        health_path=section.string(
+            "health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"
+        ),
         port=section.integer("port", 8080, minimum=1, maximum=65535),
     )
 
 
-def _inference(root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str, Any]) -> InferenceConfig | None:
+def _inference(
+    root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str, Any]
+) -> InferenceConfig | None:
     if not root.has("inference"):
         return None
     section = root.section(
@@ -352,18 +377,24 @@ def _inference(root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str,
     gpus = section.integer("gpus_per_task", 1, minimum=1, maximum=16)
     desired = section.integer("desired_per_colour", minimum=1)
     if pool_name and pool is None:
-        section.problems.add(section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}')
+        section.problems.add(
+            section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}'
+        )
     elif pool is not None:
         if pool.role != "inference":
-            section.problems.add(section.at("pool"), f'"{pool_name}" is a {pool.role} pool; use an inference pool')
+            section.problems.add(
+                section.at("pool"), f'"{pool_name}" is a {pool.role} pool; use an inference pool'
+            )
         accelerators = priced[pool.instance_type].accelerators if pool.instance_type in priced else None
         if accelerators is not None and gpus > accelerators:
             section.problems.add(
-                section.at("gpus_per_task"), f"{gpus} is more than the {accelerators} GPU(s) of {pool.instance_type}"
+                section.at("gpus_per_task"),
+                f"{gpus} is more than the {accelerators} GPU(s) of {pool.instance_type}",
             )
         if desired > pool.capacity.max:
             section.problems.add(
-                section.at("desired_per_colour"), f"{desired} is above pools.{pool_name}.max ({pool.capacity.max})"
+                section.at("desired_per_colour"),
+                f"{desired} is above pools.{pool_name}.max ({pool.capacity.max})",
             )
     return InferenceConfig(
         image=section.string("image", pattern=IMAGE, hint="a container image reference"),
@@ -371,7 +402,9 @@ def _inference(root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str,
         desired_per_colour=desired,
         gpus_per_task=gpus,
         memory=section.integer("memory", 8192, minimum=512),
-        health_path=section.string("health_path", "/health", pattern=HEALTH_PATH, hint="a path such as /health"),
+        health_path=section.string(
+            "health_path", "/health", pattern=HEALTH_PATH, hint="a path such as /health"
+        ),
         port=section.integer("port", 8000, minimum=1, maximum=65535),
     )
 
@@ -387,7 +420,9 @@ def _database(root: Section) -> DatabaseConfig | None:
             section.problems.add(section.at(key), f"{value:g} is not a multiple of {AURORA_ACU_STEP} ACU")
     if min_acu > max_acu:
         section.problems.add(section.path, f"min_acu ({min_acu:g}) must not exceed max_acu ({max_acu:g})")
-    return DatabaseConfig(min_acu=min_acu, max_acu=max_acu, storage_gb=section.integer("storage_gb", 20, minimum=1))
+    return DatabaseConfig(
+        min_acu=min_acu, max_acu=max_acu, storage_gb=section.integer("storage_gb", 20, minimum=1)
+    )
 
 
 def _cache(root: Section, node_types: list[str]) -> CacheConfig | None:
@@ -396,14 +431,18 @@ def _cache(root: Section, node_types: list[str]) -> CacheConfig | None:
     section = root.section("cache", {"node_type", "nodes"})
     node_type = section.string("node_type", "cache.t4g.small", hint="an ElastiCache node type")
     if node_type not in node_types:
-        section.problems.add(section.at("node_type"), f'"{node_type}" has no price; use one of {", ".join(node_types)}')
+        section.problems.add(
+            section.at("node_type"), f'"{node_type}" has no price; use one of {", ".join(node_types)}'
+        )
     return CacheConfig(node_type=node_type, nodes=section.integer("nodes", 1, minimum=1, maximum=6))
 
 
 def _guardrails(section: Section) -> GuardrailsConfig:
     defaults = GuardrailsConfig()
     sweep_every = section.duration("sweep_every", defaults.sweep_every, ceiling=timedelta(hours=1))
-    if sweep_every < timedelta(minutes=1) or sweep_every.total_seconds() % 60:
+    if not section.problems.has(section.at("sweep_every")) and (
+        sweep_every < timedelta(minutes=1) or sweep_every.total_seconds() % 60
+    ):
         section.problems.add(
             section.at("sweep_every"),
             f"{format_duration(sweep_every)} is not whole minutes ≥ 1m; EventBridge Scheduler rates are in minutes",
@@ -415,24 +454,34 @@ def _guardrails(section: Section) -> GuardrailsConfig:
         max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
         reap_untagged=section.boolean("reap_untagged", False),
         alarm_email=alarm_email or None,
-        alarm_topic_arn=section.string("alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"),
-                                       hint="an SNS topic ARN") or None,
+        alarm_topic_arn=section.string(
+            "alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"), hint="an SNS topic ARN"
+        )
+        or None,
     )
 
 
 def _network(root: Section) -> NetworkConfig:
     section = root.section("network", {"cidr", "vpc_id", "public_subnet_ids", "private_subnet_ids"})
     if not section.has("vpc_id"):
-        cidr = section.string("cidr", "10.40.0.0/16", pattern=re.compile(r"\d+\.\d+\.\d+\.\d+/(1[6-9]|2[0-4])"),
-                              hint="an IPv4 CIDR between /16 and /24")
+        cidr = section.string(
+            "cidr",
+            "10.40.0.0/16",
+            pattern=re.compile(r"\d+\.\d+\.\d+\.\d+/(1[6-9]|2[0-4])"),
+            hint="an IPv4 CIDR between /16 and /24",
+        )
         return NetworkConfig(cidr=cidr)
     subnets = {}
     for key in ("public_subnet_ids", "private_subnet_ids"):
         subnets[key] = section.string_list(key, hint="a list of at least two subnet ids in different AZs")
         if section.has(key) and len(subnets[key]) < 2:
-            section.problems.add(section.at(key), "needs at least two subnets, in different availability zones")
+            section.problems.add(
+                section.at(key), "needs at least two subnets, in different availability zones"
+            )
     return NetworkConfig(
-        vpc_id=section.string("vpc_id", pattern=re.compile(r"vpc-[0-9a-f]+"), hint="a VPC id such as vpc-0abc"),
+        vpc_id=section.string(
+            "vpc_id", pattern=re.compile(r"vpc-[0-9a-f]+"), hint="a VPC id such as vpc-0abc"
+        ),
         public_subnet_ids=tuple(subnets["public_subnet_ids"]),
         private_subnet_ids=tuple(subnets["private_subnet_ids"]),
     )

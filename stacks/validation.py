@@ -47,6 +47,9 @@ class Problems:
     def add(self, path: str, message: str) -> None:
         self.items.append(ConfigProblem(path, message))
 
+    def has(self, path: str) -> bool:
+        return any(problem.path == path for problem in self.items)
+
     def raise_if_any(self, source: str) -> None:
         if self.items:
             raise ConfigError(source, self.items)
@@ -86,9 +89,7 @@ class Section:
             return _MISSING
         return self.raw[key]
 
-    def _checked(
-        self, key: str, default: Any, expected: str, fallback: T, convert: Callable[[Any], T]
-    ) -> T:
+    def _checked(self, key: str, default: Any, expected: str, fallback: T, convert: Callable[[Any], T]) -> T:
         value = self._get(key, default, expected)
         if value is _MISSING:
             return fallback if default is _MISSING else default
@@ -98,8 +99,14 @@ class Section:
             self.problems.add(self.at(key), f"{_show(value)} {error}" if str(error) else expected)
             return fallback
 
-    def string(self, key: str, default: Any = _MISSING, *, pattern: re.Pattern[str] | None = None,
-               hint: str = "a string") -> str:
+    def string(
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        pattern: re.Pattern[str] | None = None,
+        hint: str = "a string",
+    ) -> str:
         def convert(value: Any) -> str:
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"is not {hint}")
@@ -109,7 +116,9 @@ class Section:
 
         return self._checked(key, default, hint, "", convert)
 
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 0, maximum: int | None = None) -> int:
+    def integer(
+        self, key: str, default: Any = _MISSING, *, minimum: int = 0, maximum: int | None = None
+    ) -> int:
         bounds = f"an integer ≥ {minimum}" + (f" and ≤ {maximum}" if maximum is not None else "")
 
         def convert(value: Any) -> int:
@@ -121,8 +130,9 @@ class Section:
 
         return self._checked(key, default, bounds, minimum, convert)
 
-    def number(self, key: str, default: Any = _MISSING, *, minimum: float = 0.0,
-               maximum: float | None = None) -> float:
+    def number(
+        self, key: str, default: Any = _MISSING, *, minimum: float = 0.0, maximum: float | None = None
+    ) -> float:
         bounds = f"a number ≥ {minimum:g}" + (f" and ≤ {maximum:g}" if maximum is not None else "")
 
         def convert(value: Any) -> float:
@@ -152,7 +162,9 @@ class Section:
 
         return self._checked(key, default, allowed, choices[0], convert)
 
-    def duration(self, key: str, default: Any = _MISSING, *, ceiling: timedelta = DEFAULT_CEILING) -> timedelta:
+    def duration(
+        self, key: str, default: Any = _MISSING, *, ceiling: timedelta = DEFAULT_CEILING
+    ) -> timedelta:
         def convert(value: Any) -> timedelta:
             try:
                 return parse_duration(value, ceiling=ceiling)
@@ -175,7 +187,9 @@ class Section:
             self.problems.add(self.at(key), f"is required (a mapping with keys {', '.join(sorted(allowed))})")
         return Section(self.raw.get(key), self.at(key), self.problems, allowed)
 
-    def named_sections(self, key: str, allowed: set[str], *, required: bool = False) -> Iterator[tuple[str, Section]]:
+    def named_sections(
+        self, key: str, allowed: set[str], *, required: bool = False
+    ) -> Iterator[tuple[str, Section]]:
         """The entries of a mapping of names to sections, e.g. ``pools: {training: {...}}``."""
         value = self.raw.get(key)
         path = self.at(key)

@@ -1,0 +1,90 @@
+"""Names of the AWS resources a stack creates, shared by the components, the Lambdas and the CLI.
+
+The CLI finds what the Pulumi program made by these names (and by tags), so they are defined here once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+INFERENCE_SERVICE = "inference"
+CONTROL_PLANE_SERVICE = "control-plane"
+COLOURS = ("blue", "green")
+
+
+def prefix(stack: str) -> str:
+    return f"parkbrake-{stack}"
+
+
+def park_parameter(stack: str) -> str:
+    """SSM parameter holding ``true``/``false``: the runtime park state the launcher reads."""
+    return f"/parkbrake/{stack}/parked"
+
+
+def function_name(stack: str, guardrail: str) -> str:
+    """Lambda function of a guardrail: reaper, deadline, launcher, meter, budget."""
+    return f"{prefix(stack)}-{guardrail}"
+
+
+def schedule_group(stack: str) -> str:
+    """EventBridge Scheduler group for the stack's recurring schedules (nightly starts and the sweep)."""
+    return prefix(stack)
+
+
+def deadline_schedule_group(stack: str) -> str:
+    """Scheduler group for the one-time per-host deadline schedules."""
+    return f"{prefix(stack)}-deadlines"
+
+
+def nightly_schedule(stack: str, pool: str) -> str:
+    return f"{prefix(stack)}-nightly-{pool}"
+
+
+def reaper_schedule(stack: str) -> str:
+    return f"{prefix(stack)}-reaper"
+
+
+def deadline_schedule(instance_id: str) -> str:
+    return f"deadline-{instance_id}"
+
+
+def autoscaling_group(stack: str, pool: str) -> str:
+    return f"{prefix(stack)}-{pool}"
+
+
+def ecs_cluster(stack: str) -> str:
+    return prefix(stack)
+
+
+def ecs_service(service: str, colour: str | None = None) -> str:
+    return f"{service}-{colour}" if colour else service
+
+
+# Load balancer and target group names: at most 32 letters, digits and hyphens.
+ELB_NAME_LIMIT = 32
+
+
+def load_balancer(stack: str, service: str) -> str:
+    """The ALB in front of a service (``control-plane``, ``inference``)."""
+    return _elb_name(f"{prefix(stack)}-{service}")
+
+
+def target_group(stack: str, service: str, colour: str | None = None) -> str:
+    """A service's target group; the inference service has one per colour."""
+    return _elb_name(f"{prefix(stack)}-{ecs_service(service, colour)}")
+
+
+def _elb_name(name: str) -> str:
+    """``name`` if it fits, else its head and a short hash, so long stack names stay unique and stable."""
+    if len(name) <= ELB_NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{name[: ELB_NAME_LIMIT - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def heartbeat_namespace() -> str:
+    """CloudWatch namespace of the guardrails' heartbeat metric."""
+    return "Parkbrake/Guardrails"
+
+
+HEARTBEAT_METRIC = "GuardrailSuccess"

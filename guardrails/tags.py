@@ -1,0 +1,23 @@
+"""The tag keys of DESIGN.md, spelled once."""
+
+from __future__ import annotations
+
+MANAGED = "parkbrake:managed"
+STACK = "parkbrake:stack"
+POOL = "parkbrake:pool"
+TENANT = "parkbrake:tenant"
+MAX_RUNTIME = "parkbrake:max-runtime"
+EXEMPT_UNTIL = "parkbrake:exempt-until"
+REVISION = "parkbrake:revision"
+# Beyond DESIGN.md: which service (and colour) an ECS service or target group belongs to.
+SERVICE = "parkbrake:service"
+COLOUR = "parkbrake:colour"
+# Where `park --now` records the capacity it took away, so any engineer's `unpark --now` restores it.
+PARKED_CAPACITY = "parkbrake:parked-capacity"
+
+REQUIRED_ON_GPU_HOSTS = (MANAGED, STACK, POOL, TENANT, MAX_RUNTIME, REVISION)
+
+
+def as_dict(tags: list[dict[str, str]] | None) -> dict[str, str]:
+    """AWS's ``[{"Key": k, "Value": v}]`` as a plain mapping."""
+    return {tag["Key"]: tag["Value"] for tag in tags or []}

@@ -1,0 +1,152 @@
+"""Run a Pulumi program offline under the SDK's mock engine and collect what it registers.
+
+This is how ``parkbrake plan`` and the component tests see a stack without the Pulumi CLI or a
+cloud account: every resource the real program declares is registered with a mock monitor, which
+records its type, name, parent and inputs (Pulumi's own camelCase property names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi.runtime import mocks, rpc
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ACCOUNT_ID = "123456789012"
+MOCK_AMI = "ami-0mockgpuoptimized0"
+
+
+@dataclass(frozen=True)
+class RegisteredResource:
+    type: str
+    name: str
+    urn: str
+    parent: str | None
+    custom: bool
+    inputs: dict[str, Any]
+
+    @property
+    def is_component(self) -> bool:
+        return not self.custom
+
+
+@dataclass(frozen=True)
+class OfflineRun:
+    project: str
+    stack: str
+    resources: list[RegisteredResource]
+
+    def of_type(self, type_token: str) -> list[RegisteredResource]:
+        return [resource for resource in self.resources if resource.type == type_token]
+
+    def named(self, type_token: str, name: str) -> RegisteredResource:
+        matches = [resource for resource in self.of_type(type_token) if resource.name == name]
+        if len(matches) != 1:
+            known = sorted(resource.name for resource in self.of_type(type_token))
+            raise KeyError(f"{len(matches)} {type_token} named {name!r}; registered: {known}")
+        return matches[0]
+
+    def children_of(self, parent: RegisteredResource) -> Iterator[RegisteredResource]:
+        return (resource for resource in self.resources if resource.parent == parent.urn)
+
+
+def _mock_id(type_token: str, name: str) -> str:
+    return f"{name}-{hashlib.sha256(f'{type_token}/{name}'.encode()).hexdigest()[:12]}"
+
+
+class OfflineMocks(mocks.Mocks):
+    """Answers resource registrations and provider calls with deterministic, plausible values."""
+
+    def __init__(self, region: str) -> None:
+        self.region = region
+
+    def new_resource(self, args: mocks.MockResourceArgs) -> tuple[str | None, dict[str, Any]]:
+        resource_id = _mock_id(args.typ, args.name)
+        package, _, rest = args.typ.partition(":")
+        service = rest.partition(":")[0].split("/")[0]
+        arn = f"arn:aws:{service}:{self.region}:{ACCOUNT_ID}:{args.name}"
+        outputs: dict[str, Any] = {"id": resource_id, "arn": arn, "name": args.name, **args.inputs}
+        if package == "aws":
+            outputs.update(_service_outputs(args.typ, args.name, arn, self.region))
+        return resource_id, outputs
+
+    def call(self, args: mocks.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]
+        if args.token == "aws:ssm/getParameter:getParameter":
+            return {"name": args.args.get("name"), "value": MOCK_AMI, "type": "String"}
+        if args.token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            zones = [f"{self.region}{letter}" for letter in "abc"]
+            return {"names": zones, "zoneIds": [f"use1-az{i}" for i in range(1, 4)], "id": self.region}
+        if args.token == "aws:index/getCallerIdentity:getCallerIdentity":
+            return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/plan", "id": ACCOUNT_ID}
+        if args.token in ("aws:index/getRegion:getRegion", "aws:index/region:Region"):
+            return {"name": self.region, "region": self.region, "id": self.region}
+        if args.token == "aws:index/getPartition:getPartition":
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
+        return {}
+
+
+def _service_outputs(type_token: str, name: str, arn: str, region: str) -> dict[str, Any]:
+    """Outputs that real providers compute and that other resources consume."""
+    if type_token == "aws:lb/loadBalancer:LoadBalancer":
+        return {"dnsName": f"{name}.{region}.elb.amazonaws.com", "arnSuffix": f"app/{name}/0123456789abcdef"}
+    if type_token == "aws:lb/targetGroup:TargetGroup":
+        return {"arnSuffix": f"targetgroup/{name}/0123456789abcdef"}
+    if type_token == "aws:rds/cluster:Cluster":
+        return {"endpoint": f"{name}.cluster.{region}.rds.amazonaws.com", "port": 5432}
+    if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
+        return {"primaryEndpointAddress": f"{name}.cache.amazonaws.com", "port": 6379}
+    if type_token == "aws:lambda/function:Function":
+        return {"invokeArn": f"arn:aws:apigateway:{region}:lambda:path/functions/{arn}/invocations"}
+    return {}
+
+
+class RecordingMonitor(mocks.MockMonitor):
+    """The SDK's mock monitor, also remembering each resource's parent and whether it is custom."""
+
+    def __init__(self, offline_mocks: mocks.Mocks) -> None:
+        super().__init__(offline_mocks)
+        self.parents: dict[str, str | None] = {}
+        self.custom: dict[str, bool] = {}
+        self.inputs: dict[str, dict[str, Any]] = {}
+
+    def RegisterResource(self, request: Any) -> Any:
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.parents[response.urn] = request.parent or None
+            self.custom[response.urn] = bool(request.custom)
+            self.inputs[response.urn] = dict(rpc.deserialize_properties(request.object))
+        return response
+
+
+def _parent_below_stack(parent_urn: str | None) -> str | None:
+    """The parent's URN, or None when the parent is the stack itself."""
+    if not parent_urn or parent_urn.split("::")[2] == "pulumi:pulumi:Stack":
+        return None
+    return parent_urn
+
+
+def run_offline(
+    program: Callable[[], None], *, stack: str, region: str, project: str = "parkbrake"
+) -> OfflineRun:
+    """Run ``program`` under the mock engine and return every resource it registered, in order."""
+    monitor = RecordingMonitor(OfflineMocks(region))
+    mocks.set_mocks(monitor.mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    pulumi.runtime.settings.SETTINGS.rpc_manager.clear()
+    _sync_await(run_pulumi_func(program))
+    resources = [
+        RegisteredResource(
+            type=registration.urn.split("::")[2].split("$")[-1],
+            name=registration.urn.split("::")[-1],
+            urn=urn,
+            parent=_parent_below_stack(monitor.parents.get(urn)),
+            custom=monitor.custom.get(urn, True),
+            inputs=monitor.inputs.get(urn, {}),
+        )
+        for urn, registration in monitor.get_registered_resources().items()
+    ]
+    return OfflineRun(project=project, stack=stack, resources=resources)

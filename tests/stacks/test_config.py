@@ -1,0 +1,156 @@
+"""The stack config model: the example stacks parse, and every bad value is named by its YAML path."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from guardrails.errors import InputError
+from stacks.config import Capacity, load_stack_config, parse_stack_config
+from stacks.validation import ConfigError
+from tests.conftest import REPO_ROOT
+
+
+def example(stack: str = "dev") -> dict[str, Any]:
+    document = YAML(typ="safe").load((REPO_ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return copy.deepcopy(document["config"])
+
+
+def problems_of(config: dict[str, Any]) -> dict[str, str]:
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    return {problem.path: problem.message for problem in raised.value.problems}
+
+
+def test_example_stacks_parse() -> None:
+    dev = load_stack_config("dev", REPO_ROOT)
+    assert dev.region == "us-east-1"
+    assert dev.parked is False
+    assert dev.pools["training"].max_runtime == timedelta(hours=4)
+    assert dev.pools["inference"].capacity == Capacity(min=1, desired=1, max=3)
+    assert dev.nightly is not None and dev.nightly.timezone == "Europe/Berlin"
+    assert dev.total_budget_usd == 8500
+    prod = load_stack_config("prod", REPO_ROOT)
+    assert prod.policy.allowed_instance_types == ("p4d.24xlarge", "p5.48xlarge", "g6.xlarge", "g6.2xlarge")
+
+
+def test_parked_capacity_keeps_the_ceiling() -> None:
+    config = load_stack_config("dev", REPO_ROOT).with_parked(True)
+    assert config.pool_capacity(config.pools["inference"]) == Capacity(0, 0, 3)
+    assert config.with_parked(False).pool_capacity(config.pools["inference"]) == Capacity(1, 1, 3)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [
+        (lambda c: c["parkbrake:pools"]["training"].update(max_runtime="90 minutes"),
+         "pools.training.max_runtime", '"90 minutes" is not a duration; use 90m, 2h, 1h30m'),
+        (lambda c: c["parkbrake:pools"]["training"].update(max_runtime="0m"), "pools.training.max_runtime", "is zero"),
+        (lambda c: c["parkbrake:pools"]["training"].update(max_runtime="900h"),
+         "pools.training.max_runtime", "longer than the ceiling"),
+        (lambda c: c["parkbrake:pools"]["training"].update(instance_type="m5.large"),
+         "pools.training.instance_type", "not an accelerated-computing instance type"),
+        (lambda c: c["parkbrake:pools"]["training"].update(instance_type="g9.mega"),
+         "pools.training.instance_type", "has no price"),
+        (lambda c: c["parkbrake:pools"]["training"].update(min=2, desired=1),
+         "pools.training", "min ≤ desired ≤ max"),
+        (lambda c: c["parkbrake:pools"]["training"].update(desired=-1), "pools.training.desired", "out of range"),
+        (lambda c: c["parkbrake:pools"]["training"].update(max="two"), "pools.training.max", "is not an integer"),
+        (lambda c: c["parkbrake:pools"]["training"].update(role="batch"), "pools.training.role", "training or inference"),
+        (lambda c: c["parkbrake:pools"]["training"].update(capacity_type="reserved"),
+         "pools.training.capacity_type", "on-demand or spot"),
+        (lambda c: c["parkbrake:pools"]["training"].update(tenant="nobody"), "pools.training.tenant", "is not a tenant"),
+        (lambda c: c["parkbrake:pools"]["training"].update(desried=1), "pools.training.desried", "unknown key"),
+        (lambda c: c["parkbrake:pools"].update({"Bad Name": {}}), "pools.Bad Name", "not a valid name"),
+        (lambda c: c["parkbrake:pools"]["training"].update(max=9), "pools.training.max", "policy.max_pool_size"),
+        (lambda c: c.update({"aws:region": "mars-1"}), "aws:region", "not an AWS region"),
+        (lambda c: c.update({"parkbrake:parked": "yes"}), "parked", "not a boolean"),
+        (lambda c: c.update({"parkbrake:tenants": None}), "tenants", "is required"),
+        (lambda c: c["parkbrake:tenants"]["research"].update(monthly_budget_usd=0),
+         "tenants.research.monthly_budget_usd", "out of range"),
+        (lambda c: c["parkbrake:nightly"].update(cron="every night"), "nightly.cron", "five-field cron"),
+        (lambda c: c["parkbrake:nightly"].update(cron="0 25 * * *"), "nightly.cron", "five-field cron"),
+        (lambda c: c["parkbrake:nightly"].update(timezone="Mars/Olympus"), "nightly.timezone", "IANA time zone"),
+        (lambda c: c["parkbrake:nightly"].update(pool="inference"), "nightly.pool", "starts a training pool"),
+        (lambda c: c["parkbrake:nightly"].update(pool="gpu"), "nightly.pool", "is not a pool"),
+        (lambda c: c["parkbrake:nightly"].update(capacity=3), "nightly.capacity", "above pools.training.max"),
+        (lambda c: c["parkbrake:control_plane"].update(cpu=300), "control_plane.cpu", "not a Fargate CPU size"),
+        (lambda c: c["parkbrake:control_plane"].update(memory=8192), "control_plane.memory", "does not fit cpu 512"),
+        (lambda c: c["parkbrake:control_plane"].update(min=2, desired=1), "control_plane", "min ≤ desired ≤ max"),
+        (lambda c: c["parkbrake:control_plane"].update(health_path="healthz"),
+         "control_plane.health_path", "a path such as /healthz"),
+        (lambda c: c["parkbrake:control_plane"].update(image=""), "control_plane.image", "container image"),
+        (lambda c: c["parkbrake:inference"].update(pool="training"), "inference.pool", "use an inference pool"),
+        (lambda c: c["parkbrake:inference"].update(gpus_per_task=4), "inference.gpus_per_task", "more than the 1 GPU"),
+        (lambda c: c["parkbrake:inference"].update(desired_per_colour=4),
+         "inference.desired_per_colour", "above pools.inference.max"),
+        (lambda c: c["parkbrake:database"].update(min_acu=0.3), "database.min_acu", "multiple of 0.5"),
+        (lambda c: c["parkbrake:database"].update(min_acu=8, max_acu=4), "database", "must not exceed max_acu"),
+        (lambda c: c["parkbrake:cache"].update(node_type="cache.x1.huge"), "cache.node_type", "has no price"),
+        (lambda c: c["parkbrake:guardrails"].update(sweep_every="90s"), "guardrails.sweep_every", "whole minutes"),
+        (lambda c: c["parkbrake:guardrails"].update(sweep_every="2h"), "guardrails.sweep_every", "ceiling of 1h"),
+        (lambda c: c["parkbrake:guardrails"].update(max_exemption="30d"), "guardrails.max_exemption", "ceiling"),
+        (lambda c: c["parkbrake:guardrails"].update(alarm_email="oncall"), "guardrails.alarm_email", "e-mail"),
+        (lambda c: c["parkbrake:guardrails"].update(alarm_topic_arn="topic"), "guardrails.alarm_topic_arn", "SNS topic ARN"),
+        (lambda c: c.update({"parkbrake:network": {"vpc_id": "vpc-0abc", "public_subnet_ids": ["subnet-1"],
+                                                   "private_subnet_ids": ["subnet-2", "subnet-3"]}}),
+         "network.public_subnet_ids", "at least two subnets"),
+        (lambda c: c.update({"parkbrake:network": {"cidr": "10.0.0.0/8"}}), "network.cidr", "between /16 and /24"),
+        (lambda c: c.update({"parkbrake:policy": {"max_pool_size": 0}}), "policy.max_pool_size", "out of range"),
+        (lambda c: c.update({"parkbrake:colour": "blue"}), "colour", "unknown key"),
+        (lambda c: c.update({"parked": True}), "parked", "need a namespace"),
+    ],
+)  # fmt: skip
+def test_each_bad_value_is_reported_by_its_path(mutate: Any, path: str, message: str) -> None:
+    config = example()
+    mutate(config)
+    problems = problems_of(config)
+    assert path in problems, problems
+    assert message in problems[path]
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    config = example()
+    config["parkbrake:pools"]["training"].update(max_runtime="90 minutes", instance_type="m5.large")
+    config["parkbrake:nightly"]["cron"] = "nightly"
+    config["aws:region"] = "nowhere"
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    assert {problem.path for problem in raised.value.problems} == {
+        "pools.training.max_runtime",
+        "pools.training.instance_type",
+        "nightly.cron",
+        "aws:region",
+    }
+    text = str(raised.value)
+    assert text.startswith("Pulumi.dev.yaml has 4 problems:")
+    assert 'pools.training.max_runtime: "90 minutes" is not a duration; use 90m, 2h, 1h30m or 5400s' in text
+    assert raised.value.exit_code == 2
+
+
+def test_adopting_an_existing_vpc() -> None:
+    config = example()
+    config["parkbrake:network"] = {
+        "vpc_id": "vpc-0abc123",
+        "public_subnet_ids": ["subnet-a", "subnet-b"],
+        "private_subnet_ids": ["subnet-c", "subnet-d"],
+    }
+    parsed = parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    assert parsed.network.adopts_existing
+    assert parsed.network.private_subnet_ids == ("subnet-c", "subnet-d")
+
+
+def test_unknown_stack_and_broken_files_are_input_errors(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"no config for stack 'qa'.*stacks here: none"):
+        load_stack_config("qa", tmp_path)
+    (tmp_path / "Pulumi.qa.yaml").write_text("config: [unclosed\n")
+    with pytest.raises(InputError, match="not valid YAML"):
+        load_stack_config("qa", tmp_path)
+    (tmp_path / "Pulumi.qa.yaml").write_text("encryptionsalt: x\n")
+    with pytest.raises(InputError, match="has no 'config:' mapping"):
+        load_stack_config("qa", tmp_path)
