@@ -4,6 +4,7 @@ environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``), throttling handled by botoco
 
 from __future__ import annotations
 
+import os
 from functools import cache
 from typing import Any
 
@@ -18,7 +19,13 @@ RETRIES = Config(
 )
 
 
-@cache
 def client(service: str, region: str | None = None) -> Any:
-    """One client per service and region for the life of the process (a Lambda container reuses it)."""
+    """One client per service, region and endpoint for the life of the process (a Lambda container reuses it)."""
+    return _client(service, region, os.environ.get("AWS_ENDPOINT_URL"))
+
+
+@cache
+def _client(service: str, region: str | None, endpoint_url: str | None) -> Any:
+    # botocore reads AWS_ENDPOINT_URL itself; the endpoint is part of the key so a changed
+    # environment (a test's own server) never gets a client bound to the old one.
     return boto3.session.Session().client(service, region_name=region, config=RETRIES)
