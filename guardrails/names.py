@@ -52,6 +52,11 @@ def autoscaling_group(stack: str, pool: str) -> str:
     return f"{prefix(stack)}-{pool}"
 
 
+def capacity_provider(stack: str, pool: str) -> str:
+    """ECS capacity provider of a pool that backs an ECS service (names may not start with aws/ecs)."""
+    return f"{prefix(stack)}-{pool}"
+
+
 def ecs_cluster(stack: str) -> str:
     return prefix(stack)
 

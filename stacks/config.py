@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from croniter import croniter
 
+from guardrails.capacity import Capacity
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator, is_instance_type
@@ -40,17 +41,6 @@ IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
 AURORA_ACU_STEP = 0.5
-
-
-@dataclass(frozen=True)
-class Capacity:
-    min: int
-    desired: int
-    max: int
-
-    def parked(self) -> Capacity:
-        """Parking keeps the ceiling, so unparking needs nothing but the config value."""
-        return Capacity(0, 0, self.max)
 
 
 @dataclass(frozen=True)

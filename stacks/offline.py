@@ -29,6 +29,7 @@ class RegisteredResource:
     parent: str | None
     custom: bool
     inputs: dict[str, Any]
+    ignore_changes: tuple[str, ...] = ()
 
     @property
     def is_component(self) -> bool:
@@ -97,7 +98,17 @@ def _service_outputs(type_token: str, name: str, arn: str, region: str) -> dict[
     if type_token == "aws:lb/targetGroup:TargetGroup":
         return {"arnSuffix": f"targetgroup/{name}/0123456789abcdef"}
     if type_token == "aws:rds/cluster:Cluster":
-        return {"endpoint": f"{name}.cluster.{region}.rds.amazonaws.com", "port": 5432}
+        return {
+            "endpoint": f"{name}.cluster.{region}.rds.amazonaws.com",
+            "port": 5432,
+            # RDS creates the managed master-user secret itself; consumers read its ARN from here.
+            "masterUserSecrets": [
+                {
+                    "secretArn": f"arn:aws:secretsmanager:{region}:{ACCOUNT_ID}:secret:rds!cluster-{name}",
+                    "secretStatus": "active",
+                }
+            ],
+        }
     if type_token == "aws:elasticache/replicationGroup:ReplicationGroup":
         return {"primaryEndpointAddress": f"{name}.cache.amazonaws.com", "port": 6379}
     if type_token == "aws:lambda/function:Function":
@@ -113,6 +124,7 @@ class RecordingMonitor(mocks.MockMonitor):
         self.parents: dict[str, str | None] = {}
         self.custom: dict[str, bool] = {}
         self.inputs: dict[str, dict[str, Any]] = {}
+        self.ignore_changes: dict[str, tuple[str, ...]] = {}
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -120,6 +132,7 @@ class RecordingMonitor(mocks.MockMonitor):
             self.parents[response.urn] = request.parent or None
             self.custom[response.urn] = bool(request.custom)
             self.inputs[response.urn] = dict(rpc.deserialize_properties(request.object))
+            self.ignore_changes[response.urn] = tuple(request.ignoreChanges)
         return response
 
 
@@ -146,6 +159,7 @@ def run_offline(
             parent=_parent_below_stack(monitor.parents.get(urn)),
             custom=monitor.custom.get(urn, True),
             inputs=monitor.inputs.get(urn, {}),
+            ignore_changes=monitor.ignore_changes.get(urn, ()),
         )
         for urn, registration in monitor.get_registered_resources().items()
     ]

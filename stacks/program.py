@@ -53,6 +53,7 @@ def build_platform(config: StackConfig) -> None:
                 capacity=config.pool_capacity(pool),
                 max_runtime=pool.max_runtime,
                 capacity_type=pool.capacity_type,
+                parked=config.parked,
                 revision=config.revision,
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,

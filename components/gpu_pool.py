@@ -1,0 +1,327 @@
+"""``GpuPool``: GPU hosts of one pool — a launch template and the Auto Scaling group that runs it.
+
+Every pool is an Auto Scaling group, so its hosts shut down into ``terminate``: a stopped instance
+in a group is marked unhealthy and replaced anyway (so ``stop`` would only leave an idle volume
+behind until the health check), and the group's spot requests are one-time requests, for which
+AWS allows no ``stop`` at all. The host's own ``shutdown -h now`` therefore ends its billing for
+good, with no IAM permission needed.
+
+Capacity arrives already parked-adjusted from the program: parked, min and desired are 0 and max
+is kept, so unparking restores the configured values and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+import pulumi
+import pulumi_aws as aws
+
+from components.common import child_of, type_token
+from guardrails import names, tags
+from guardrails.capacity import Capacity
+from guardrails.durations import format_duration
+
+# The ECS GPU-optimized Amazon Linux 2023 AMI: NVIDIA driver, container toolkit and ECS agent.
+GPU_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+SHUTDOWN_BEHAVIOR = "terminate"
+ROOT_DEVICE = "/dev/xvda"
+AGENT_VENV = "/opt/parkbrake"
+AGENT_UNIT = "parkbrake-agent.service"
+# ECS adds this tag to a group it manages; declaring it keeps `pulumi up` from removing it again.
+ECS_MANAGED_TAG = "AmazonECSManaged"
+ECS_INSTANCE_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
+SSM_INSTANCE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+
+
+@dataclass
+class GpuPoolArgs:
+    stack: str
+    pool: str
+    role: Literal["training", "inference"]
+    instance_type: str
+    tenant: str
+    capacity: Capacity  # already parked-adjusted by the program
+    max_runtime: timedelta
+    vpc_id: pulumi.Input[str]
+    subnet_ids: pulumi.Input[Sequence[str]]
+    capacity_type: Literal["on-demand", "spot"] = "on-demand"
+    # Parked, Pulumi holds desired capacity at 0; unparked, the nightly launcher, ECS managed
+    # scaling and the reaper own it, so `pulumi up` never resets a running night's hosts.
+    parked: bool = False
+    revision: str = "unversioned"
+    # Set when the pool backs an ECS service: hosts join this cluster and a capacity provider is made.
+    ecs_cluster_name: pulumi.Input[str] | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    root_volume_gb: int = 100  # GPU images are large; the AMI's 30 GB fills with one model image
+    agent_package: str = "parkbrake"  # pip requirement the host installs the agent from
+    agent_idle_after: timedelta | None = None  # None: the agent's own default
+
+
+def host_tags(args: GpuPoolArgs) -> dict[str, str]:
+    """Every parkbrake tag of DESIGN.md, as each host and volume of the pool carries them."""
+    return {
+        **args.tags,
+        "Name": names.autoscaling_group(args.stack, args.pool),
+        tags.MANAGED: "true",
+        tags.STACK: args.stack,
+        tags.POOL: args.pool,
+        tags.TENANT: args.tenant,
+        tags.MAX_RUNTIME: format_duration(args.max_runtime),
+        tags.REVISION: args.revision,
+    }
+
+
+def agent_user_data(
+    *, ecs_cluster_name: str | None, agent_package: str, agent_idle_after: timedelta | None
+) -> str:
+    """The boot script: join the ECS cluster (or keep the ECS agent off), then run ``parkbrake agent``.
+
+    The cluster is joined first so a failed agent install never keeps a host out of service; the
+    deadline schedule and the sweep still cap a host whose agent did not start.
+    """
+    if ecs_cluster_name is None:
+        # The AMI's ECS agent would otherwise keep trying to join a cluster called "default".
+        ecs = "systemctl disable --now --no-block ecs.service\n"
+    else:
+        ecs = f"cat >> /etc/ecs/ecs.config <<'ECS'\nECS_CLUSTER={ecs_cluster_name}\nECS_ENABLE_GPU_SUPPORT=true\nECS\n"
+    agent_command = f"{AGENT_VENV}/bin/parkbrake agent"
+    if agent_idle_after is not None:
+        agent_command += f" --idle-after {format_duration(agent_idle_after)}"
+    return (
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        f"{ecs}"
+        "dnf install -y python3.11 python3.11-pip\n"
+        f"python3.11 -m venv {AGENT_VENV}\n"
+        f"{AGENT_VENV}/bin/pip install --quiet {shlex.quote(agent_package)}\n"
+        f"cat > /etc/systemd/system/{AGENT_UNIT} <<'UNIT'\n"
+        "[Unit]\n"
+        "Description=parkbrake agent: GPU metrics and idle self-stop\n"
+        "Wants=network-online.target\n"
+        "After=network-online.target\n"
+        "[Service]\n"
+        f"ExecStart={agent_command}\n"
+        "Restart=always\n"
+        "RestartSec=5\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+        "UNIT\n"
+        "systemctl daemon-reload\n"
+        f"systemctl enable --now {AGENT_UNIT}\n"
+    )
+
+
+def _base64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+class GpuPool(pulumi.ComponentResource):
+    launch_template_id: pulumi.Output[str]
+    autoscaling_group_name: pulumi.Output[str]
+    autoscaling_group_arn: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+    # A plain None when the pool backs no ECS service, so the program can filter on it.
+    capacity_provider_name: pulumi.Output[str] | None
+
+    def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(type_token("GpuPool"), name, None, opts)
+        joins_ecs = args.ecs_cluster_name is not None
+        resource_tags = {**args.tags, tags.POOL: args.pool, tags.TENANT: args.tenant}
+
+        security_group = aws.ec2.SecurityGroup(
+            f"{name}-hosts",
+            description=f"parkbrake {args.stack} {args.pool} GPU hosts: outbound only",
+            vpc_id=args.vpc_id,
+            egress=[
+                aws.ec2.SecurityGroupEgressArgs(
+                    protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"]
+                )
+            ],
+            tags=resource_tags,
+            opts=child_of(self),
+        )
+        instance_profile = self._instance_profile(name, joins_ecs, resource_tags)
+        ami = aws.ssm.get_parameter_output(
+            name=GPU_AMI_PARAMETER, opts=pulumi.InvokeOutputOptions(parent=self)
+        )
+        user_data = pulumi.Output.from_input(args.ecs_cluster_name).apply(
+            lambda cluster: _base64(
+                agent_user_data(
+                    ecs_cluster_name=cluster,
+                    agent_package=args.agent_package,
+                    agent_idle_after=args.agent_idle_after,
+                )
+            )
+        )
+        launch_tags = host_tags(args)
+        launch_template = aws.ec2.LaunchTemplate(
+            f"{name}-launch-template",
+            description=f"parkbrake {args.stack} {args.pool} ({args.role}): {args.instance_type}",
+            image_id=ami.value,
+            instance_type=args.instance_type,
+            instance_initiated_shutdown_behavior=SHUTDOWN_BEHAVIOR,
+            iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile.arn),
+            vpc_security_group_ids=[security_group.id],
+            metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+                http_endpoint="enabled",
+                http_tokens="required",
+                # Containers sit one hop behind the host; with 1 they could not reach IMDSv2.
+                http_put_response_hop_limit=2,
+                # The host reads its own cap (parkbrake:max-runtime) from IMDS, without IAM.
+                instance_metadata_tags="enabled",
+            ),
+            block_device_mappings=[
+                aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                        encrypted="true",
+                        volume_size=args.root_volume_gb,
+                        volume_type="gp3",
+                        delete_on_termination="true",
+                    ),
+                )
+            ],
+            user_data=user_data,
+            tag_specifications=[
+                aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=resource_type, tags=launch_tags)
+                for resource_type in ("instance", "volume")
+            ],
+            update_default_version=True,
+            tags=launch_tags,
+            opts=child_of(self),
+        )
+        group = self._autoscaling_group(name, args, launch_template, joins_ecs, launch_tags)
+
+        self.launch_template_id = launch_template.id
+        self.autoscaling_group_name = group.name
+        self.autoscaling_group_arn = group.arn
+        self.security_group_id = security_group.id
+        self.capacity_provider_name = (
+            self._capacity_provider(name, args, group, resource_tags) if joins_ecs else None
+        )
+        self.register_outputs(
+            {
+                "launchTemplateId": self.launch_template_id,
+                "autoscalingGroupName": self.autoscaling_group_name,
+                "autoscalingGroupArn": self.autoscaling_group_arn,
+                "securityGroupId": self.security_group_id,
+                "capacityProviderName": self.capacity_provider_name,
+            }
+        )
+
+    def _instance_profile(
+        self, name: str, joins_ecs: bool, resource_tags: Mapping[str, str]
+    ) -> aws.iam.InstanceProfile:
+        """The host's role: Session Manager access always, the ECS agent's permissions when it joins."""
+        role = aws.iam.Role(
+            f"{name}-host-role",
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "ec2.amazonaws.com"},
+                            "Action": "sts:AssumeRole",
+                        }
+                    ],
+                }
+            ),
+            tags=dict(resource_tags),
+            opts=child_of(self),
+        )
+        policies = {"ssm": SSM_INSTANCE_POLICY, **({"ecs": ECS_INSTANCE_POLICY} if joins_ecs else {})}
+        for suffix, policy_arn in policies.items():
+            aws.iam.RolePolicyAttachment(
+                f"{name}-host-role-{suffix}", role=role.name, policy_arn=policy_arn, opts=child_of(self)
+            )
+        return aws.iam.InstanceProfile(
+            f"{name}-host-profile", role=role.name, tags=dict(resource_tags), opts=child_of(self)
+        )
+
+    def _autoscaling_group(
+        self,
+        name: str,
+        args: GpuPoolArgs,
+        launch_template: aws.ec2.LaunchTemplate,
+        joins_ecs: bool,
+        launch_tags: Mapping[str, str],
+    ) -> aws.autoscaling.Group:
+        # New hosts take the template's newest version; running hosts keep theirs until replaced.
+        version = "$Latest"
+        if args.capacity_type == "spot":
+            placement: dict[str, object] = {
+                "mixed_instances_policy": aws.autoscaling.GroupMixedInstancesPolicyArgs(
+                    launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                        launch_template_specification=(
+                            aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                                launch_template_id=launch_template.id, version=version
+                            )
+                        )
+                    ),
+                    instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                        on_demand_base_capacity=0,
+                        on_demand_percentage_above_base_capacity=0,
+                        spot_allocation_strategy="price-capacity-optimized",
+                    ),
+                ),
+                # Replace a spot host AWS has warned about before it is reclaimed.
+                "capacity_rebalance": True,
+            }
+        else:
+            placement = {
+                "launch_template": aws.autoscaling.GroupLaunchTemplateArgs(
+                    id=launch_template.id, version=version
+                )
+            }
+        group_tags = {**launch_tags, **({ECS_MANAGED_TAG: "true"} if joins_ecs else {})}
+        return aws.autoscaling.Group(
+            f"{name}-group",
+            name=names.autoscaling_group(args.stack, args.pool),
+            min_size=args.capacity.min,
+            desired_capacity=args.capacity.desired,
+            max_size=args.capacity.max,
+            vpc_zone_identifiers=args.subnet_ids,
+            # No scale-in protection: parking must be able to take every host away (see docs).
+            protect_from_scale_in=False,
+            # GPU capacity can be scarce; a deploy records the group and does not wait for hosts.
+            wait_for_capacity_timeout="0",
+            tags=[
+                aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=True)
+                for key, value in group_tags.items()
+            ],
+            opts=child_of(self, ignore_changes=[] if args.parked else ["desiredCapacity"]),
+            **placement,
+        )
+
+    def _capacity_provider(
+        self, name: str, args: GpuPoolArgs, group: aws.autoscaling.Group, resource_tags: Mapping[str, str]
+    ) -> pulumi.Output[str]:
+        provider = aws.ecs.CapacityProvider(
+            f"{name}-capacity-provider",
+            name=names.capacity_provider(args.stack, args.pool),
+            auto_scaling_group_provider=aws.ecs.CapacityProviderAutoScalingGroupProviderArgs(
+                auto_scaling_group_arn=group.arn,
+                managed_scaling=aws.ecs.CapacityProviderAutoScalingGroupProviderManagedScalingArgs(
+                    status="ENABLED",
+                    target_capacity=100,
+                    minimum_scaling_step_size=1,
+                    maximum_scaling_step_size=max(args.capacity.max, 1),
+                    instance_warmup_period=300,
+                ),
+                # Off: a protected host survives scale-in, and parking must reach zero GPU hosts.
+                managed_termination_protection="DISABLED",
+                # ECS drains tasks off a host the group is about to terminate.
+                managed_draining="ENABLED",
+            ),
+            tags=dict(resource_tags),
+            opts=child_of(self),
+        )
+        return provider.name
