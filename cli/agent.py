@@ -1,0 +1,125 @@
+"""``parkbrake agent``: export every GPU's metrics and shut the host down once all have been idle long enough."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from cli.jobs import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE, ShutdownCommand, flag_duration
+from cli.options import output_option
+
+
+@click.command()
+@click.option(
+    "--idle-after",
+    default="15m",
+    show_default=True,
+    help="Shut down once every GPU has been idle this long (90s, 15m, 1h).",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 100),
+    default=5.0,
+    show_default=True,
+    help="A GPU at or under this utilisation (percent) with no compute process is idle.",
+)
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="Port of /metrics."
+)
+@click.option("--address", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
+@click.option("--interval", default="10s", show_default=True, help="Time between two samples.")
+@click.option(
+    "--shutdown-command",
+    envvar=SHUTDOWN_COMMAND_VARIABLE,
+    default=DEFAULT_SHUTDOWN_COMMAND,
+    show_default=True,
+    help=f"Command that shuts the host down (also ${SHUTDOWN_COMMAND_VARIABLE}).",
+)
+@click.option(
+    "--replay",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="For tests and demos: play a recorded sample sequence (JSON Lines) instead of reading NVML, "
+    "in the recording's own time.",
+)
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="Append every sample to this file, in the format --replay reads.",
+)
+@output_option
+def agent(
+    *,
+    idle_after: str,
+    threshold: float,
+    port: int,
+    address: str,
+    interval: str,
+    shutdown_command: str,
+    replay: Path | None,
+    record: Path | None,
+    output: str,
+) -> None:
+    """Export GPU metrics on /metrics and shut the host down when every GPU is idle.
+
+    A GPU is idle at or under --threshold percent utilisation with no compute process; the host
+    shuts down once every GPU has been idle for the whole --idle-after window. Needs an NVIDIA
+    driver (NVML), except with --replay.
+    """
+    from cli.gpu import (
+        Clock,
+        GpuMetrics,
+        GpuSampler,
+        NvmlSampler,
+        ReplaySampler,
+        SystemClock,
+        load_recording,
+        run_agent,
+        serve_metrics,
+    )
+    from guardrails.idle import IdlePolicy
+
+    sample_interval = flag_duration("--interval", interval)
+    policy = IdlePolicy(
+        idle_after=flag_duration("--idle-after", idle_after),
+        threshold_percent=threshold,
+        # Three missed samples in a row: the agent was not running, so the window starts again.
+        max_gap=sample_interval * 3,
+    )
+    command = ShutdownCommand.parse(shutdown_command)
+
+    def say(event_json: dict[str, object], text: str) -> None:
+        click.echo(json.dumps(event_json) if output == "json" else text)
+
+    with ExitStack() as resources:
+        sampler: GpuSampler
+        clock: Clock
+        if replay is not None:
+            replayed = ReplaySampler(load_recording(replay), start=datetime.now(UTC))
+            sampler, clock = replayed, replayed
+        else:
+            nvml = NvmlSampler()
+            resources.callback(nvml.close)
+            sampler, clock = nvml, SystemClock()
+        recording = resources.enter_context(record.open("a")) if record is not None else None
+        metrics = GpuMetrics()
+        bound_port = resources.enter_context(serve_metrics(metrics, address, port))
+        say(
+            {"event": "started", "port": bound_port, "source": "replay" if replay else "nvml"},
+            f"parkbrake agent: /metrics on {address}:{bound_port}; shutdown after {idle_after} with every "
+            f"GPU at or under {threshold:g}% and no compute process",
+        )
+        result = run_agent(
+            sampler,
+            clock,
+            policy,
+            interval=sample_interval,
+            metrics=metrics,
+            shutdown_command=command,
+            emit=lambda event: say(event.as_json(), f"{event.at:%H:%M:%S} {event.kind}: {event.message}"),
+            recording=recording,
+        )
+    click.get_current_context().exit(result.exit_status)

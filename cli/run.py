@@ -1,0 +1,82 @@
+"""``parkbrake run``: a job with a cap, and the host shut down when it ends."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from cli.jobs import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
+from cli.options import output_option
+from guardrails.job_policy import OnExit
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option(
+    "--max-runtime", help="Cap on the job's runtime (90m, 2h, 1h30m): SIGTERM at the cap. Default: no cap."
+)
+@click.option(
+    "--on-exit",
+    type=click.Choice([choice.value for choice in OnExit]),
+    default=OnExit.STOP.value,
+    show_default=True,
+    help="What the host should do after the job; stop and terminate run the shutdown command "
+    "(the launch template's shutdown behaviour decides which happens), none keeps the host.",
+)
+@click.option(
+    "--grace",
+    default="60s",
+    show_default=True,
+    help="Time between SIGTERM and SIGKILL for a job asked to stop.",
+)
+@click.option(
+    "--shutdown-command",
+    envvar=SHUTDOWN_COMMAND_VARIABLE,
+    default=DEFAULT_SHUTDOWN_COMMAND,
+    show_default=True,
+    help=f"Command that shuts the host down (also ${SHUTDOWN_COMMAND_VARIABLE}).",
+)
+@output_option
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(
+    *,
+    max_runtime: str | None,
+    on_exit: str,
+    grace: str,
+    shutdown_command: str,
+    output: str,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND, stop it at its cap, exit with its status, then shut the host down.
+
+    \b
+    Write the command after --, for example:
+      parkbrake run --max-runtime 2h -- python train.py
+
+    SIGINT, SIGTERM and SIGHUP are passed on to the job. The summary goes to stderr, so the job
+    keeps stdout to itself.
+    """
+    from cli.jobs import ShutdownCommand, flag_duration, run_and_shut_down
+    from guardrails.job_policy import CapPolicy
+
+    policy = CapPolicy(
+        max_runtime=None if max_runtime is None else flag_duration("--max-runtime", max_runtime),
+        grace=flag_duration("--grace", grace),
+    )
+    parsed_shutdown = ShutdownCommand.parse(shutdown_command)
+
+    def log(message: str) -> None:
+        if output == "text":
+            click.echo(f"parkbrake run: {message}", err=True)
+
+    report = run_and_shut_down(
+        command, policy, on_exit=OnExit(on_exit), shutdown_command=parsed_shutdown, log=log
+    )
+    if output == "json":
+        click.echo(json.dumps(report.as_json()), err=True)
+    else:
+        log(
+            f"{report.job.describe()} after {report.job.runtime.total_seconds():.1f}s; "
+            f"exit status {report.exit_status}"
+        )
+    click.get_current_context().exit(report.exit_status)
