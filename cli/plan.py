@@ -106,7 +106,11 @@ def print_plan(report: PlanReport) -> None:
     for line in report.cost_lines:
         costs.add_row(line.name, line.kind, f"{line.unparked:,.2f}", f"{line.parked:,.2f}", line.detail)
     costs.add_row(
-        "[bold]total[/]", "", f"[bold]{report.unparked.total_usd:,.2f}[/]", f"[bold]{report.parked.total_usd:,.2f}[/]", ""
+        "[bold]total[/]",
+        "",
+        f"[bold]{report.unparked.total_usd:,.2f}[/]",
+        f"[bold]{report.parked.total_usd:,.2f}[/]",
+        "",
     )
     console.print(costs)
     console.print(
@@ -119,7 +123,9 @@ def print_plan(report: PlanReport) -> None:
         verdicts.add_column(column)
     for verdict in report.verdicts:
         mark = "[green]pass[/]" if verdict.passed else "[red]FAIL[/]"
-        details = "\n".join(f"{violation.resource}: {violation.message}" for violation in verdict.violations)
+        details = "\n".join(
+            f"{violation.resource.split('::')[-1]}: {violation.message}" for violation in verdict.violations
+        )
         verdicts.add_row(verdict.policy, verdict.enforcement, mark, details)
     console.print(verdicts)
     if report.mandatory_failures:

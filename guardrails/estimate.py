@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
@@ -36,7 +36,7 @@ class ResourceLike(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def inputs(self) -> dict[str, Any]: ...
+    def inputs(self) -> Mapping[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def _tag_map(value: Any) -> dict[str, str]:
     """Tags as a mapping, whether Pulumi recorded a map or an ASG's list of {key, value}."""
     if isinstance(value, Mapping):
         return {str(key): str(item) for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, Sequence) and not isinstance(value, str):
         return {
             str(entry.get("key")): str(entry.get("value")) for entry in value if isinstance(entry, Mapping)
         }

@@ -1,0 +1,26 @@
+"""Every rule of the pack, in the order verdicts are reported. Adding a rule is adding a module and a line here."""
+
+from __future__ import annotations
+
+from policies.rule import PolicyRule
+from policies.rules import (
+    cost_within_budgets,
+    data_stores_encrypted_and_private,
+    gpu_hosts_have_a_cap,
+    gpu_pool_size_ceiling,
+    instance_types_allowed,
+    no_unconditional_stop,
+    reaper_is_deployed,
+    required_tags,
+)
+
+RULES: tuple[PolicyRule, ...] = (
+    gpu_hosts_have_a_cap.RULE,
+    reaper_is_deployed.RULE,
+    gpu_pool_size_ceiling.RULE,
+    instance_types_allowed.RULE,
+    required_tags.RULE,
+    data_stores_encrypted_and_private.RULE,
+    no_unconditional_stop.RULE,
+    cost_within_budgets.RULE,
+)

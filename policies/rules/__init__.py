@@ -1,0 +1,1 @@
+"""One module per policy rule, each exposing ``RULE``; ``policies.registry`` lists them."""
