@@ -28,4 +28,5 @@ def client(service: str, region: str | None = None) -> Any:
 def _client(service: str, region: str | None, endpoint_url: str | None) -> Any:
     # botocore reads AWS_ENDPOINT_URL itself; the endpoint is part of the key so a changed
     # environment (a test's own server) never gets a client bound to the old one.
-    return boto3.session.Session().client(service, region_name=region, config=RETRIES)
+    session: Any = boto3.session.Session()  # typed Any: the service name is a runtime value, not a literal
+    return session.client(service, region_name=region, config=RETRIES)
