@@ -13,7 +13,6 @@ runs are the cron's occurrences in 730 hours.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 from guardrails import tags
 from guardrails.durations import DurationError, parse_duration
 from guardrails.pricing import HOURS_PER_MONTH, PriceTable, load_price_table
+from guardrails.schedules import eventbridge_cron_to_five_fields
 
 # A fixed 730-hour window, so the same cron always gives the same number of runs.
 _WINDOW_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -84,14 +84,6 @@ def _instance_tags(launch_template: ResourceLike) -> dict[str, str]:
         if isinstance(spec, Mapping) and spec.get("resourceType") == "instance":
             merged.update(_tag_map(spec.get("tags")))
     return merged
-
-
-def eventbridge_cron_to_five_fields(expression: str) -> str:
-    """``cron(0 1 ? * 2-6 *)`` → ``0 1 * * 1-5``: EventBridge numbers weekdays 1–7 from Sunday."""
-    fields = expression.removeprefix("cron(").removesuffix(")").split()
-    minute, hour, day_of_month, month, day_of_week = (field.replace("?", "*") for field in fields[:5])
-    day_of_week = re.sub(r"\d+", lambda number: str(int(number.group()) - 1), day_of_week)
-    return f"{minute} {hour} {day_of_month} {month} {day_of_week}"
 
 
 def runs_per_month(expression: str, timezone_name: str | None) -> int:

@@ -21,7 +21,9 @@ from guardrails.capacity import Capacity
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator, is_instance_type
+from guardrails.names import COLOURS
 from guardrails.pricing import load_price_table
+from guardrails.schedules import eventbridge_cron
 from stacks.validation import Problems, Section
 
 NAMESPACE = "parkbrake"
@@ -40,6 +42,7 @@ REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d")
 IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
+LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
 AURORA_ACU_STEP = 0.5
 
 
@@ -87,6 +90,8 @@ class InferenceConfig:
     memory: int = 8192
     health_path: str = "/health"
     port: int = 8000
+    # Which colour serves; `parkbrake deploy` flips it after a successful blue-green deploy.
+    live_colour: str = "blue"
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,8 @@ class GuardrailsConfig:
     reap_untagged: bool = False
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
+    # Lambda layers providing psycopg to the functions that use the ledger (meter, budget, launcher).
+    database_layer_arns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,7 @@ TOP_LEVEL_KEYS = {
 POOL_KEYS = {"role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type"}
 GUARDRAILS_KEYS = {
     "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
+    "database_layer_arns",
 }  # fmt: skip
 
 
@@ -308,6 +316,11 @@ def _nightly(root: Section, pools: dict[str, GpuPoolConfig]) -> NightlyConfig | 
         section.problems.add(
             section.at("cron"), f'"{cron}" is not a five-field cron expression such as "0 2 * * *"'
         )
+    elif cron:
+        try:
+            eventbridge_cron(cron)
+        except InputError as error:
+            section.problems.add(section.at("cron"), str(error).removeprefix("nightly.cron: "))
     timezone = section.string("timezone", "UTC", hint="an IANA time zone such as Europe/Berlin")
     try:
         zoneinfo.ZoneInfo(timezone)
@@ -360,7 +373,17 @@ def _inference(
     if not root.has("inference"):
         return None
     section = root.section(
-        "inference", {"image", "pool", "desired_per_colour", "gpus_per_task", "memory", "health_path", "port"}
+        "inference",
+        {
+            "image",
+            "pool",
+            "desired_per_colour",
+            "gpus_per_task",
+            "memory",
+            "health_path",
+            "port",
+            "live_colour",
+        },
     )
     pool_name = section.string("pool", hint="the name of an inference pool")
     pool = pools.get(pool_name)
@@ -396,6 +419,7 @@ def _inference(
             "health_path", "/health", pattern=HEALTH_PATH, hint="a path such as /health"
         ),
         port=section.integer("port", 8000, minimum=1, maximum=65535),
+        live_colour=section.choice("live_colour", COLOURS, "blue"),
     )
 
 
@@ -443,12 +467,23 @@ def _guardrails(section: Section) -> GuardrailsConfig:
         default_max_runtime=section.duration("default_max_runtime", defaults.default_max_runtime),
         max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
         reap_untagged=section.boolean("reap_untagged", False),
+        database_layer_arns=tuple(_layer_arns(section)),
         alarm_email=alarm_email or None,
         alarm_topic_arn=section.string(
             "alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"), hint="an SNS topic ARN"
         )
         or None,
     )
+
+
+def _layer_arns(section: Section) -> list[str]:
+    layers = section.string_list("database_layer_arns", [], hint="a list of Lambda layer version ARNs")
+    for index, arn in enumerate(layers):
+        if LAYER_ARN.fullmatch(arn) is None:
+            section.problems.add(
+                f"{section.at('database_layer_arns')}[{index}]", f'"{arn}" is not a Lambda layer version ARN'
+            )
+    return layers
 
 
 def _network(root: Section) -> NetworkConfig:

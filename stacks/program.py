@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pulumi
 import pulumi_aws as aws
+
 from components.cache import Cache, CacheArgs
+from components.common import base_tags, child_of
 from components.control_plane_service import ControlPlaneService, ControlPlaneServiceArgs
 from components.database import Database, DatabaseArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.guardrails import Guardrails, GuardrailsArgs, NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
-
-from components.common import base_tags, child_of
 from guardrails import names
 from stacks.config import StackConfig
 
@@ -144,6 +144,8 @@ def build_platform(config: StackConfig) -> None:
                 revision=config.revision,
                 cluster_arn=cluster.arn,
                 capacity_provider_name=serving.capacity_provider_name,
+                host_security_group_id=serving.security_group_id,
+                live_colour=config.inference.live_colour,
                 vpc_id=network.vpc_id,
                 public_subnet_ids=network.public_subnet_ids,
                 tags=tags,
@@ -177,6 +179,7 @@ def build_platform(config: StackConfig) -> None:
             ),
             autoscaling_group_arns=[pool.autoscaling_group_arn for pool in pools.values()],
             database_secret_arn=database.secret_arn if database else None,
+            database_layer_arns=config.guardrails.database_layer_arns,
             vpc_id=network.vpc_id,
             subnet_ids=network.private_subnet_ids,
             tags=tags,

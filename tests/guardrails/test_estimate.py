@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from guardrails.estimate import estimate_monthly_cost, eventbridge_cron_to_five_fields, runs_per_month
+from guardrails.estimate import estimate_monthly_cost, runs_per_month
 from guardrails.pricing import PriceNotFound
+from guardrails.schedules import eventbridge_cron_to_five_fields
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def platform(*, parked: bool = False) -> list[Resource]:
                 "requiresCompatibilities": ["FARGATE"],
                 "tags": {"parkbrake:service": "control-plane"},
             },
-        ),  # fmt: skip
+        ),
         Resource(
             "aws:ecs/service:Service",
             "control-plane",
@@ -137,7 +138,7 @@ def test_an_unparsable_cap_is_priced_as_a_host_that_runs_all_month() -> None:
 
 
 def test_an_unpriced_instance_type_is_an_error_not_zero() -> None:
-    with pytest.raises(PriceNotFound, match="g9.mega"):
+    with pytest.raises(PriceNotFound, match=r"g9\.mega"):
         estimate_monthly_cost(pool("training", "g9.mega", desired=1, maximum=1, cap="1h"))
 
 

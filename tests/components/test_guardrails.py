@@ -1,0 +1,584 @@
+"""Guardrails under the mock engine: the park switch, triggers, least-privilege IAM, alarms, the environment."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from datetime import timedelta
+from typing import Any
+
+import pulumi
+import pytest
+
+from components.guardrails import Guardrails, GuardrailsArgs, NightlyStart
+from guardrails import names
+from guardrails.errors import InputError
+from guardrails.schedules import eventbridge_cron, rate_expression
+from guardrails.settings import settings_from_environment
+from stacks.offline import OfflineRun, run_offline
+
+SCHEDULE = "aws:scheduler/schedule:Schedule"
+SCHEDULE_GROUP = "aws:scheduler/scheduleGroup:ScheduleGroup"
+FUNCTION = "aws:lambda/function:Function"
+ROLE = "aws:iam/role:Role"
+ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+RULE = "aws:cloudwatch/eventRule:EventRule"
+EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
+PERMISSION = "aws:lambda/permission:Permission"
+PARAMETER = "aws:ssm/parameter:Parameter"
+TOPIC = "aws:sns/topic:Topic"
+SUBSCRIPTION = "aws:sns/topicSubscription:TopicSubscription"
+
+ACCOUNT = "123456789012"
+TRAINING_GROUP = f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:1a2b:autoScalingGroupName/parkbrake-dev-training"
+SERVING_GROUP = f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:3c4d:autoScalingGroupName/parkbrake-dev-inference"
+SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:parkbrake-dev-db-AbCdEf"
+REAPER_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-reaper"
+LAUNCHER_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-launcher"
+STOP_ACTIONS = {
+    "ec2:StopInstances",
+    "ec2:TerminateInstances",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+    "autoscaling:SetDesiredCapacity",
+}
+MANAGED_CONDITION = {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}}
+
+
+def arguments(**overrides: Any) -> GuardrailsArgs:
+    fields: dict[str, Any] = {
+        "stack": "dev",
+        "region": "us-east-1",
+        "parked": False,
+        "sweep_every": timedelta(minutes=5),
+        "default_max_runtime": timedelta(minutes=90),
+        "max_exemption": timedelta(hours=24),
+        "reap_untagged": False,
+        "alarm_email": "oncall@example.com",
+        "alarm_topic_arn": None,
+        "pool_caps": {"training": timedelta(hours=4), "inference": timedelta(hours=24)},
+        "nightly": NightlyStart(
+            pool="training",
+            cron="0 2 * * 1-5",
+            timezone="Europe/Berlin",
+            capacity=3,
+            autoscaling_group_arn=TRAINING_GROUP,
+        ),
+        "autoscaling_group_arns": [TRAINING_GROUP, SERVING_GROUP],
+        "database_secret_arn": SECRET_ARN,
+        "vpc_id": "vpc-0abc",
+        "subnet_ids": ["subnet-private-a", "subnet-private-b"],
+        "tags": {"parkbrake:managed": "true", "parkbrake:stack": "dev", "parkbrake:revision": "3f9c2ab"},
+        **overrides,
+    }
+    return GuardrailsArgs(**fields)
+
+
+def build(**overrides: Any) -> OfflineRun:
+    args = arguments(**overrides)
+
+    def program() -> None:
+        Guardrails("guardrails", args)
+
+    return run_offline(program, stack="dev", region="us-east-1")
+
+
+@functools.cache
+def configured(parked: bool = False) -> OfflineRun:
+    """The default arguments' run, built once per module: tests read it and never change it."""
+    return build(parked=parked)
+
+
+def statements_of(run: OfflineRun, role: str) -> list[dict[str, Any]]:
+    policy = json.loads(run.named(ROLE_POLICY, role).inputs["policy"])
+    assert policy["Version"] == "2012-10-17"
+    return policy["Statement"]
+
+
+def all_statements(run: OfflineRun) -> list[dict[str, Any]]:
+    return [
+        statement
+        for policy in run.of_type(ROLE_POLICY)
+        for statement in json.loads(policy.inputs["policy"])["Statement"]
+    ]
+
+
+def by_sid(statements: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {statement["Sid"]: statement for statement in statements}
+
+
+def actions(statement: dict[str, Any]) -> set[str]:
+    action = statement["Action"]
+    return {action} if isinstance(action, str) else set(action)
+
+
+def input_differences(first: OfflineRun, second: OfflineRun) -> set[tuple[str, str, str]]:
+    """(type, name, input) of every input that differs between two runs of the same program."""
+    before = {(resource.type, resource.name): resource.inputs for resource in first.resources}
+    after = {(resource.type, resource.name): resource.inputs for resource in second.resources}
+    assert before.keys() == after.keys()
+    return {
+        (*resource, key)
+        for resource, inputs in before.items()
+        for key in inputs.keys() | after[resource].keys()
+        if comparable(inputs.get(key)) != comparable(after[resource].get(key))
+    }
+
+
+def comparable(value: object) -> object:
+    """Archives compare by identity; compare the files they hold."""
+    if isinstance(value, pulumi.AssetArchive):
+        return {name: getattr(asset, "path", asset) for name, asset in value.assets.items()}
+    return value
+
+
+def environment_of(run: OfflineRun, guardrail: str) -> dict[str, str]:
+    return run.named(FUNCTION, guardrail).inputs["environment"]["variables"]
+
+
+# --- the park switch -------------------------------------------------------------------------------------
+
+
+def test_parking_changes_only_the_nightly_schedule_state_and_the_park_parameter() -> None:
+    assert input_differences(configured(parked=False), configured(parked=True)) == {
+        (SCHEDULE, "nightly-training", "state"),
+        (PARAMETER, "park-state", "insecureValue"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("parked", "nightly_state", "parameter"), [(False, "ENABLED", "false"), (True, "DISABLED", "true")]
+)
+def test_park_switch_values(parked: bool, nightly_state: str, parameter: str) -> None:
+    run = configured(parked=parked)
+
+    assert run.named(SCHEDULE, "nightly-training").inputs["state"] == nightly_state
+    assert run.named(SCHEDULE, "reaper").inputs["state"] == "ENABLED"
+    park = run.named(PARAMETER, "park-state").inputs
+    assert (park["name"], park["type"], park["insecureValue"]) == (
+        "/parkbrake/dev/parked",
+        "String",
+        parameter,
+    )
+    alarms = {alarm.inputs["name"] for alarm in run.of_type(ALARM)}
+    assert {"parkbrake-dev-reaper-errors", "parkbrake-dev-reaper-heartbeat"} <= alarms
+    assert len(run.of_type(RULE)) == 2  # the state-change rule and the budget clock
+
+
+# --- triggers -----------------------------------------------------------------------------------------------
+
+
+def test_reaper_sweeps_on_a_rate_schedule_in_the_stack_group_as_the_scheduler_role() -> None:
+    run = build(sweep_every=timedelta(minutes=15))
+
+    schedule = run.named(SCHEDULE, "reaper").inputs
+    assert schedule["name"] == names.reaper_schedule("dev")
+    assert schedule["groupName"] == names.schedule_group("dev")
+    assert schedule["scheduleExpression"] == "rate(15 minutes)"
+    assert schedule["flexibleTimeWindow"] == {"mode": "OFF"}
+    target = schedule["target"]
+    assert json.loads(target["input"]) == {"dry_run": False}
+    assert target["arn"] == "arn:aws:lambda:us-east-1:123456789012:reaper"  # the function's (mock) ARN
+    assert target["roleArn"].endswith(":scheduler")
+    assert target["retryPolicy"]["maximumEventAgeInSeconds"] == 900
+
+
+def test_nightly_start_payload_timezone_and_eventbridge_cron() -> None:
+    schedule = configured().named(SCHEDULE, "nightly-training").inputs
+
+    assert schedule["name"] == names.nightly_schedule("dev", "training")
+    assert schedule["groupName"] == names.schedule_group("dev")
+    assert schedule["scheduleExpression"] == "cron(0 2 ? * MON-FRI *)"
+    assert schedule["scheduleExpressionTimezone"] == "Europe/Berlin"
+    assert json.loads(schedule["target"]["input"]) == {"pool": "training", "capacity": 3}
+    assert schedule["target"]["arn"].endswith(":launcher")
+
+
+def test_without_a_nightly_schedule_there_is_no_launcher() -> None:
+    run = build(nightly=None)
+
+    assert [schedule.name for schedule in run.of_type(SCHEDULE)] == ["reaper"]
+    assert "launcher" not in {function.name for function in run.of_type(FUNCTION)}
+    assert statements_of(run, "scheduler")[0]["Resource"] == [REAPER_ARN]
+
+
+def test_schedule_groups_for_recurring_and_deadline_schedules() -> None:
+    groups = {group.inputs["name"] for group in configured().of_type(SCHEDULE_GROUP)}
+
+    assert groups == {names.schedule_group("dev"), names.deadline_schedule_group("dev")}
+
+
+def test_state_change_rule_feeds_the_deadline_and_the_meter_with_permission() -> None:
+    run = configured()
+
+    rule = run.named(RULE, "ec2-state-change").inputs
+    assert json.loads(rule["eventPattern"]) == {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance State-change Notification"],
+    }
+    targets = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}
+    assert targets["deadline-from-state-change"]["arn"].endswith(":deadline")
+    assert targets["meter-from-state-change"]["arn"].endswith(":meter")
+    assert targets["budget-from-clock"]["arn"].endswith(":budget")
+    assert run.named(RULE, "budget-every-minute").inputs["scheduleExpression"] == "rate(1 minute)"
+    rule_arn = {  # the mock engine's ARNs
+        "state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
+        "clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:budget-every-minute",
+    }
+    permissions = {permission.name: permission.inputs for permission in run.of_type(PERMISSION)}
+    assert set(permissions) == {"deadline-from-state-change", "meter-from-state-change", "budget-from-clock"}
+    for name, permission in permissions.items():
+        assert permission["principal"] == "events.amazonaws.com"
+        assert permission["action"] == "lambda:InvokeFunction"
+        assert permission["sourceArn"] == rule_arn[name.split("-from-")[1]]
+
+
+def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_vpc() -> None:
+    run = build(database_secret_arn=None)
+
+    functions = {function.name: function.inputs for function in run.of_type(FUNCTION)}
+    assert set(functions) == {"reaper", "deadline", "launcher"}
+    assert all("vpcConfig" not in inputs for inputs in functions.values())
+    assert [target.name for target in run.of_type(EVENT_TARGET)] == ["deadline-from-state-change"]
+    assert {alarm.name for alarm in run.of_type(ALARM)} == {
+        "reaper-errors",
+        "deadline-errors",
+        "launcher-errors",
+        "reaper-heartbeat",
+    }
+    assert not any("secretsmanager:GetSecretValue" in actions(statement) for statement in all_statements(run))
+
+
+# --- functions and their environment --------------------------------------------------------------------------
+
+
+def test_functions_are_named_and_handled_by_their_lambdas_module() -> None:
+    functions = {function.name: function.inputs for function in configured().of_type(FUNCTION)}
+
+    assert set(functions) == {"reaper", "deadline", "launcher", "meter", "budget"}
+    for guardrail, inputs in functions.items():
+        assert inputs["name"] == names.function_name("dev", guardrail)
+        assert inputs["handler"] == f"lambdas.{guardrail}.handler"
+        assert inputs["runtime"].startswith("python3.")
+
+
+def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_back() -> None:
+    run = build(reap_untagged=True, default_max_runtime=timedelta(hours=2))
+    environment = environment_of(run, "reaper")
+
+    assert environment == {
+        "PARKBRAKE_STACK": "dev",
+        "PARKBRAKE_REGIONS": "us-east-1",
+        "PARKBRAKE_DEFAULT_MAX_RUNTIME": "2h",
+        "PARKBRAKE_MAX_EXEMPTION": "1d",
+        "PARKBRAKE_REAP_UNTAGGED": "true",
+        "PARKBRAKE_POOL_MAX_RUNTIMES": "training=4h,inference=1d",
+        "PARKBRAKE_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alarms",
+        "PARKBRAKE_DEADLINE_TARGET_ARN": REAPER_ARN,
+        "PARKBRAKE_SCHEDULER_ROLE_ARN": "arn:aws:iam:us-east-1:123456789012:scheduler",
+    }
+    settings = settings_from_environment(environment)
+    assert settings.stack == "dev"
+    assert settings.regions == ("us-east-1",)
+    assert settings.default_max_runtime == timedelta(hours=2)
+    assert settings.max_exemption == timedelta(hours=24)
+    assert settings.reap_untagged is True
+    assert dict(settings.pool_max_runtimes) == {
+        "training": timedelta(hours=4),
+        "inference": timedelta(hours=24),
+    }
+    assert settings.deadline_target_arn == REAPER_ARN
+
+
+def test_only_the_database_functions_get_the_secret_and_run_in_the_private_subnets() -> None:
+    run = configured()
+
+    for guardrail in ("launcher", "meter", "budget"):
+        inputs = run.named(FUNCTION, guardrail).inputs
+        assert environment_of(run, guardrail)["PARKBRAKE_DATABASE_SECRET_ARN"] == SECRET_ARN
+        assert inputs["vpcConfig"]["subnetIds"] == ["subnet-private-a", "subnet-private-b"]
+    for guardrail in ("reaper", "deadline"):
+        assert "PARKBRAKE_DATABASE_SECRET_ARN" not in environment_of(run, guardrail)
+        assert "vpcConfig" not in run.named(FUNCTION, guardrail).inputs
+
+
+def test_database_layers_reach_only_the_database_functions() -> None:
+    layer = f"arn:aws:lambda:us-east-1:{ACCOUNT}:layer:parkbrake-psycopg:3"
+    run = build(database_layer_arns=[layer])
+
+    assert {function.name for function in run.of_type(FUNCTION) if function.inputs.get("layers")} == {
+        "launcher",
+        "meter",
+        "budget",
+    }
+
+
+# --- IAM --------------------------------------------------------------------------------------------------
+
+
+def test_every_stop_or_terminate_grant_requires_the_managed_tag() -> None:
+    statements = [
+        statement for statement in all_statements(configured()) if actions(statement) & STOP_ACTIONS
+    ]
+
+    assert statements  # the reaper, the budget and the launcher can act
+    for statement in statements:
+        assert statement["Condition"] == MANAGED_CONDITION
+        assert statement["Resource"] != "*"
+    for statement in all_statements(configured()):
+        assert not any(action.endswith(":*") or action == "*" for action in actions(statement))
+
+
+def test_reaper_may_stop_instances_and_shrink_only_the_stack_pools() -> None:
+    grants = by_sid(statements_of(configured(), "reaper"))
+
+    assert grants["StopManagedInstancesOnly"]["Resource"] == f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/*"
+    assert grants["ShrinkManagedGroupsOnly"]["Resource"] == [TRAINING_GROUP, SERVING_GROUP]
+    assert actions(grants["Describe"]) == {
+        "ec2:DescribeInstances",
+        "autoscaling:DescribeAutoScalingInstances",
+        "autoscaling:DescribeAutoScalingGroups",
+    }
+    assert grants["Notify"]["Resource"] == "arn:aws:sns:us-east-1:123456789012:alarms"
+    assert grants["Heartbeat"]["Condition"] == {
+        "StringEquals": {"cloudwatch:namespace": "Parkbrake/Guardrails"}
+    }
+    assert grants["OwnLogs"]["Resource"] == (
+        f"arn:aws:logs:us-east-1:{ACCOUNT}:log-group:/aws/lambda/parkbrake-dev-reaper:*"
+    )
+    assert "ReadDatabaseSecret" not in grants
+
+
+@pytest.mark.parametrize("guardrail", ["deadline", "reaper"])
+def test_deadline_schedules_only_in_their_group_passing_only_the_scheduler_role(guardrail: str) -> None:
+    grants = by_sid(statements_of(configured(), guardrail))
+
+    schedules = grants["DeadlineSchedulesOnly"]
+    assert actions(schedules) == {
+        "scheduler:CreateSchedule",
+        "scheduler:UpdateSchedule",
+        "scheduler:DeleteSchedule",
+        "scheduler:GetSchedule",
+    }
+    deadline_group = f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule/parkbrake-dev-deadlines/*"
+    assert schedules["Resource"] == deadline_group
+    assert grants["PassSchedulerRole"]["Resource"] == "arn:aws:iam:us-east-1:123456789012:scheduler"
+    assert grants["PassSchedulerRole"]["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
+    }
+
+
+def test_only_the_functions_that_act_through_the_stop_path_may_stop_hosts() -> None:
+    run = configured()
+    stop_path = STOP_ACTIONS - {"autoscaling:SetDesiredCapacity"}
+
+    may_stop = {
+        function.name
+        for function in run.of_type(FUNCTION)
+        if any(actions(statement) & stop_path for statement in statements_of(run, function.name))
+    }
+    # The deadline stops a host already past its cap when its event arrives; the meter enforces budgets.
+    assert may_stop == {"reaper", "deadline", "meter", "budget"}
+    assert "ShrinkManagedGroupsOnly" not in by_sid(statements_of(run, "launcher"))
+
+
+def test_launcher_reads_only_the_park_parameter_and_starts_only_the_nightly_pool() -> None:
+    grants = by_sid(statements_of(configured(), "launcher"))
+
+    assert (
+        grants["ReadParkState"]["Resource"]
+        == f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/parkbrake/dev/parked"
+    )
+    assert actions(grants["ReadParkState"]) == {"ssm:GetParameter"}
+    assert actions(grants["DescribePool"]) == {
+        "autoscaling:DescribeAutoScalingGroups",
+        "ec2:DescribeLaunchTemplateVersions",
+    }
+    start = grants["StartNightlyPool"]
+    assert (actions(start), start["Resource"], start["Condition"]) == (
+        {"autoscaling:SetDesiredCapacity"},
+        TRAINING_GROUP,
+        MANAGED_CONDITION,
+    )
+    assert grants["ReadDatabaseSecret"]["Resource"] == SECRET_ARN
+
+
+def test_scheduler_role_may_invoke_only_the_reaper_and_the_launcher() -> None:
+    run = configured()
+
+    (invoke,) = statements_of(run, "scheduler")
+    assert actions(invoke) == {"lambda:InvokeFunction"}
+    assert invoke["Resource"] == [REAPER_ARN, LAUNCHER_ARN]
+    trust = json.loads(run.named(ROLE, "scheduler").inputs["assumeRolePolicy"])["Statement"]
+    assert trust == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "scheduler.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}},
+        }
+    ]
+
+
+# --- alarms and the topic -----------------------------------------------------------------------------------
+
+
+def test_every_function_has_an_errors_alarm_that_pages_the_topic() -> None:
+    run = configured()
+    topic = "arn:aws:sns:us-east-1:123456789012:alarms"
+
+    for function in run.of_type(FUNCTION):
+        alarm = run.named(ALARM, f"{function.name}-errors").inputs
+        assert (alarm["namespace"], alarm["metricName"], alarm["statistic"]) == (
+            "AWS/Lambda",
+            "Errors",
+            "Sum",
+        )
+        assert alarm["dimensions"] == {"FunctionName": function.inputs["name"]}
+        assert (alarm["comparisonOperator"], alarm["threshold"]) == ("GreaterThanThreshold", 0)
+        assert (alarm["period"], alarm["evaluationPeriods"]) == (60, 1)
+        assert alarm["alarmActions"] == [topic]
+
+
+@pytest.mark.parametrize(("sweep_minutes", "periods"), [(1, 2), (5, 6), (15, 16), (60, 61)])
+def test_heartbeat_alarm_treats_silence_as_breaching_within_one_sweep(
+    sweep_minutes: int, periods: int
+) -> None:
+    run = build(sweep_every=timedelta(minutes=sweep_minutes))
+
+    alarm = run.named(ALARM, "reaper-heartbeat").inputs
+    assert alarm["namespace"] == names.heartbeat_namespace()
+    assert alarm["metricName"] == names.HEARTBEAT_METRIC
+    assert alarm["dimensions"] == {"Guardrail": "reaper"}
+    assert alarm["treatMissingData"] == "breaching"
+    assert (alarm["comparisonOperator"], alarm["threshold"], alarm["statistic"]) == (
+        "LessThanThreshold",
+        1,
+        "SampleCount",
+    )
+    # Every minute of one sweep interval and one more must be empty before it pages.
+    assert alarm["period"] == 60
+    assert alarm["evaluationPeriods"] == alarm["datapointsToAlarm"] == periods
+    assert alarm["period"] * alarm["evaluationPeriods"] == (sweep_minutes + 1) * 60
+    assert alarm["alarmActions"] == ["arn:aws:sns:us-east-1:123456789012:alarms"]
+
+
+def test_budget_heartbeat_pages_after_two_silent_minutes() -> None:
+    alarm = configured().named(ALARM, "budget-heartbeat").inputs
+
+    assert alarm["dimensions"] == {"Guardrail": "budget"}
+    assert (alarm["evaluationPeriods"], alarm["treatMissingData"]) == (2, "breaching")
+
+
+def test_an_adopted_topic_is_used_everywhere_and_none_is_created() -> None:
+    adopted = f"arn:aws:sns:us-east-1:{ACCOUNT}:platform-oncall"
+    run = build(alarm_topic_arn=adopted)
+
+    assert run.of_type(TOPIC) == []
+    assert all(alarm.inputs["alarmActions"] == [adopted] for alarm in run.of_type(ALARM))
+    assert environment_of(run, "reaper")["PARKBRAKE_SNS_TOPIC_ARN"] == adopted
+    assert by_sid(statements_of(run, "reaper"))["Notify"]["Resource"] == adopted
+    (subscription,) = run.of_type(SUBSCRIPTION)
+    assert subscription.inputs["topic"] == adopted
+
+
+def test_email_subscription_only_when_an_address_is_configured() -> None:
+    (subscription,) = configured().of_type(SUBSCRIPTION)
+    assert (subscription.inputs["protocol"], subscription.inputs["endpoint"]) == (
+        "email",
+        "oncall@example.com",
+    )
+    assert build(alarm_email=None).of_type(SUBSCRIPTION) == []
+
+
+def test_outputs_name_the_topic_the_reaper_and_every_function() -> None:
+    outputs: dict[str, Any] = {}
+
+    def program() -> None:
+        guardrails = Guardrails("guardrails", arguments())
+        pulumi.Output.all(
+            topic=guardrails.topic_arn,
+            reaper=guardrails.reaper_function_arn,
+            functions=pulumi.Output.all(**guardrails.function_names),
+        ).apply(outputs.update)
+
+    run_offline(program, stack="dev", region="us-east-1")
+
+    assert outputs["topic"] == "arn:aws:sns:us-east-1:123456789012:alarms"
+    assert outputs["reaper"] == "arn:aws:lambda:us-east-1:123456789012:reaper"
+    assert outputs["functions"] == {
+        guardrail: names.function_name("dev", guardrail)
+        for guardrail in ("reaper", "deadline", "launcher", "meter", "budget")
+    }
+
+
+def test_every_resource_is_a_child_of_the_component() -> None:
+    run = configured()
+
+    (component,) = run.of_type("parkbrake:aws:Guardrails")
+    assert len(list(run.children_of(component))) == len(run.resources) - 1
+
+
+# --- schedule expressions ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cron", "eventbridge"),
+    [
+        ("0 2 * * *", "cron(0 2 * * ? *)"),
+        ("30 1 * * 1-5", "cron(30 1 ? * MON-FRI *)"),
+        ("0 3 1 * *", "cron(0 3 1 * ? *)"),
+        ("0 0 1-7 * *", "cron(0 0 1-7 * ? *)"),
+        ("*/15 * * * *", "cron(0/15 * * * ? *)"),
+        ("0 */6 * * *", "cron(0 0/6 * * ? *)"),
+        ("0 0 */2 * *", "cron(0 0 1/2 * ? *)"),
+        ("0 4 * 1,7 *", "cron(0 4 * 1,7 ? *)"),
+        ("0 22 * * 0", "cron(0 22 ? * SUN *)"),
+        ("0 22 * * 7", "cron(0 22 ? * SUN *)"),
+        ("0 22 * * 5-7", "cron(0 22 ? * SUN,FRI-SAT *)"),
+        ("0 8 * * sat,sun", "cron(0 8 ? * SUN,SAT *)"),
+        ("0 8 * * MON-FRI", "cron(0 8 ? * MON-FRI *)"),
+        ("0 0 * * */2", "cron(0 0 ? * SUN,TUE,THU,SAT *)"),
+        ("0 0 * * 1-5/2", "cron(0 0 ? * MON,WED,FRI *)"),
+        ("0 0 * * 0-6", "cron(0 0 ? * SUN-SAT *)"),
+        ("0 9 * * 5#3", "cron(0 9 ? * 6#3 *)"),
+        ("0 9 * * 5L", "cron(0 9 ? * 6L *)"),
+    ],
+)
+def test_five_field_cron_becomes_eventbridge_six_field(cron: str, eventbridge: str) -> None:
+    assert eventbridge_cron(cron) == eventbridge
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("0 2 1 * 1", "restricts both day of month and day of week"),
+        ("0 2 * * 8", '"8" in "0 2 * * 8" is not a day of the week'),
+        ("0 2 * * funday", "is not a day of the week"),
+        ("0 2 * * 5-1", "runs backwards"),
+        ("0 2 * *", "is not a five-field cron expression"),
+    ],
+)
+def test_cron_that_eventbridge_cannot_express_is_refused_with_the_field_named(
+    cron: str, message: str
+) -> None:
+    with pytest.raises(InputError, match=f"nightly.cron: .*{re.escape(message)}"):
+        eventbridge_cron(cron)
+
+
+@pytest.mark.parametrize(
+    ("every", "expression"),
+    [
+        (timedelta(minutes=1), "rate(1 minute)"),
+        (timedelta(minutes=5), "rate(5 minutes)"),
+        (timedelta(hours=1), "rate(60 minutes)"),
+    ],
+)
+def test_rate_expression(every: timedelta, expression: str) -> None:
+    assert rate_expression(every) == expression
+
+
+def test_rate_expression_refuses_part_minutes() -> None:
+    with pytest.raises(InputError, match="not whole minutes"):
+        rate_expression(timedelta(seconds=90))
