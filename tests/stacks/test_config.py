@@ -154,3 +154,18 @@ def test_unknown_stack_and_broken_files_are_input_errors(tmp_path: Path) -> None
     (tmp_path / "Pulumi.qa.yaml").write_text("encryptionsalt: x\n")
     with pytest.raises(InputError, match="has no 'config:' mapping"):
         load_stack_config("qa", tmp_path)
+
+
+def test_a_cron_eventbridge_cannot_express_is_rejected() -> None:
+    config = example()
+    config["parkbrake:nightly"]["cron"] = "0 1 1 * 1"  # cron reads "the 1st OR a Monday"
+    assert "EventBridge cannot express" in problems_of(config)["nightly.cron"]
+
+
+def test_live_colour_and_layers_are_validated() -> None:
+    config = example()
+    config["parkbrake:inference"]["live_colour"] = "red"
+    config["parkbrake:guardrails"]["database_layer_arns"] = ["psycopg"]
+    problems = problems_of(config)
+    assert "blue or green" in problems["inference.live_colour"]
+    assert "not a Lambda layer version ARN" in problems["guardrails.database_layer_arns[0]"]
