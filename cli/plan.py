@@ -104,7 +104,7 @@ def print_plan(report: PlanReport) -> None:
     for column in ("item", "kind", "unparked", "parked", "how"):
         costs.add_column(column, justify="right" if column in ("unparked", "parked") else "left")
     for line in report.cost_lines:
-        costs.add_row(line.name, line.kind, f"{line.unparked:,.2f}", f"{line.parked:,.2f}", line.detail)
+        costs.add_row(line.name, line.kind, f"{line.before:,.2f}", f"{line.after:,.2f}", line.detail)
     costs.add_row(
         "[bold]total[/]",
         "",

@@ -10,20 +10,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from guardrails.estimate import CostEstimate, estimate_monthly_cost
+from guardrails.estimate import CostChange, CostEstimate, compare_estimates, estimate_monthly_cost
 from policies.engine import PolicyVerdict, evaluate
 from policies.rule import PolicyContext
 from stacks.config import StackConfig
 from stacks.offline import OfflineRun, RegisteredResource, run_offline
-
-
-@dataclass(frozen=True)
-class CostLine:
-    name: str
-    kind: str
-    unparked: Decimal
-    parked: Decimal
-    detail: str
 
 
 @dataclass(frozen=True)
@@ -36,24 +27,14 @@ class PlanReport:
 
     @property
     def mandatory_failures(self) -> list[PolicyVerdict]:
-        return [verdict for verdict in self.verdicts if verdict.enforcement == "mandatory" and not verdict.passed]
+        return [
+            verdict for verdict in self.verdicts if verdict.enforcement == "mandatory" and not verdict.passed
+        ]
 
     @property
-    def cost_lines(self) -> list[CostLine]:
-        """Every priced item, with its monthly figure in both states (0 where a state lacks it)."""
-        parked = {(item.kind, item.name): item for item in self.parked.items}
-        unparked = {(item.kind, item.name): item for item in self.unparked.items}
-        keys = list(unparked) + [key for key in parked if key not in unparked]
-        return [
-            CostLine(
-                name=name,
-                kind=kind,
-                unparked=unparked[(kind, name)].monthly_usd if (kind, name) in unparked else Decimal(0),
-                parked=parked[(kind, name)].monthly_usd if (kind, name) in parked else Decimal(0),
-                detail=(unparked.get((kind, name)) or parked[(kind, name)]).detail,
-            )
-            for kind, name in keys
-        ]
+    def cost_lines(self) -> list[CostChange]:
+        """Every priced item: ``before`` unparked, ``after`` parked."""
+        return compare_estimates(self.unparked, self.parked)
 
 
 def offline_run(config: StackConfig) -> OfflineRun:
@@ -130,8 +111,8 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
                 {
                     "name": line.name,
                     "kind": line.kind,
-                    "unparked": _usd(line.unparked),
-                    "parked": _usd(line.parked),
+                    "unparked": _usd(line.before),
+                    "parked": _usd(line.after),
                     "detail": line.detail,
                 }
                 for line in report.cost_lines

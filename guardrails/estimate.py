@@ -256,3 +256,29 @@ def estimate_monthly_cost(
             *_fixed_hourly_items(declared, table),
         ]
     )
+
+
+@dataclass(frozen=True)
+class CostChange:
+    """One priced item's monthly figure before and after a change (zero where a state lacks it)."""
+
+    name: str
+    kind: str
+    before: Decimal
+    after: Decimal
+    detail: str
+
+
+def compare_estimates(before: CostEstimate, after: CostEstimate) -> list[CostChange]:
+    old = {(item.kind, item.name): item for item in before.items}
+    new = {(item.kind, item.name): item for item in after.items}
+    return [
+        CostChange(
+            name=name,
+            kind=kind,
+            before=old[(kind, name)].monthly_usd if (kind, name) in old else Decimal(0),
+            after=new[(kind, name)].monthly_usd if (kind, name) in new else Decimal(0),
+            detail=(old.get((kind, name)) or new[(kind, name)]).detail,
+        )
+        for kind, name in dict.fromkeys([*old, *new])
+    ]

@@ -1,0 +1,270 @@
+"""``parkbrake park`` and ``parkbrake unpark``: flip the stack's park switch, or (``--now``) act at once."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
+
+if TYPE_CHECKING:
+    from cli.park_now import EmergencyResult
+    from cli.parking import ParkPlan
+
+
+def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        [
+            stack_option,
+            click.option(
+                "--project-dir",
+                type=click.Path(file_okay=False, path_type=Path),
+                default=Path("."),
+                show_default=True,
+                help="Folder holding Pulumi.yaml and the stack files.",
+            ),
+            click.option(
+                "--apply",
+                is_flag=True,
+                help="Then run `pulumi up` on the stack (Automation API; needs the Pulumi CLI).",
+            ),
+            click.option(
+                "--now",
+                is_flag=True,
+                help="Emergency: act on AWS directly and at once (pools, services, nightly schedules, SSM) "
+                "instead of editing the config.",
+            ),
+            click.option(
+                "--region",
+                help="With --now: the stack's region [default: aws:region of the stack file, else AWS_REGION].",
+            ),
+            dry_run_option,
+            yes_option,
+            output_option,
+        ]
+    ):
+        command = option(command)
+    return command
+
+
+@click.command()
+@_park_options
+def park(**options: Any) -> None:
+    """Park a stack: GPU pools and services to zero, nightly starts off, guardrails left running.
+
+    \b
+    By default this edits Pulumi.<stack>.yaml — only the value of parkbrake:parked changes — and
+    shows what that does: the inputs Pulumi will change, the monthly cost before and after, what
+    goes to zero and what stays on. Commit the file; --apply also runs `pulumi up`.
+
+    \b
+    --now is for emergencies: it scales every managed Auto Scaling group and ECS service of the
+    stack to zero through the AWS API, disables the nightly start schedules (never the reaper's),
+    sets the SSM park parameter, and records the capacities it took away in AWS (tags), so that
+    anyone's `parkbrake unpark --now` restores them exactly.
+    """
+    _run(parked=True, **options)
+
+
+@click.command()
+@_park_options
+def unpark(**options: Any) -> None:
+    """Unpark a stack: the reverse of `parkbrake park`, with the same options.
+
+    \b
+    By default this sets parkbrake:parked: false in Pulumi.<stack>.yaml (and, with --apply, runs
+    `pulumi up`). --now restores exactly what `park --now` recorded in AWS: each group's
+    min/desired/max, each service's desired count, the nightly schedules it disabled.
+    """
+    _run(parked=False, **options)
+
+
+def _run(
+    *,
+    parked: bool,
+    stack: str,
+    project_dir: Path,
+    apply: bool,
+    now: bool,
+    region: str | None,
+    dry_run: bool,
+    yes: bool,
+    output: str,
+) -> None:
+    if now and apply:
+        raise click.UsageError(
+            "--now acts on AWS directly; change the config with a separate run without --now"
+        )
+    if region and not now:
+        raise click.UsageError("--region goes with --now; the config path uses the stack file's aws:region")
+    if now:
+        _run_now(
+            parked=parked,
+            stack=stack,
+            project_dir=project_dir,
+            region=region,
+            dry_run=dry_run,
+            yes=yes,
+            output=output,
+        )
+    else:
+        _run_config(
+            parked=parked,
+            stack=stack,
+            project_dir=project_dir,
+            apply=apply,
+            dry_run=dry_run,
+            yes=yes,
+            output=output,
+        )
+
+
+def _run_config(
+    *, parked: bool, stack: str, project_dir: Path, apply: bool, dry_run: bool, yes: bool, output: str
+) -> None:
+    from cli.parking import apply_stack, plan_park, require_pulumi_cli, write_parked
+
+    if apply and not dry_run:
+        require_pulumi_cli()  # before anything changes
+    plan = plan_park(stack, project_dir, parked=parked)
+    if output == "text":
+        _print_plan(plan)
+    file_changed, applied = False, None
+    if dry_run:
+        _say(output, "Dry run: nothing written, nothing applied.")
+    elif plan.changes_anything or apply:
+        if not plan.changes_anything:
+            _say(output, f"{plan.file.name} already says parked: {_word(parked)}; applying it to make sure.")
+        question = (
+            f"Set parkbrake:parked: {_word(parked)} in {plan.file.name}{' and run pulumi up' if apply else ''}?"
+            if plan.changes_anything
+            else f"Run pulumi up on stack {stack}?"
+        )
+        confirm_or_abort(question, assume_yes=yes)
+        file_changed = write_parked(plan, dry_run=False).changed
+        if file_changed:
+            _say(output, f"Wrote parkbrake:parked: {_word(parked)} to {plan.file}; commit it.")
+        if apply:
+            applied = apply_stack(stack, project_dir, on_output=_pulumi_echo(output))
+            _say(
+                output,
+                f"pulumi up done: {', '.join(f'{k} {v}' for k, v in sorted(applied.items())) or 'no changes'}",
+            )
+    else:
+        _say(output, f"Stack {stack} is already {'parked' if parked else 'unparked'}; nothing to change.")
+    if output == "json":
+        document = {**plan.as_dict(), "dry_run": dry_run, "file_changed": file_changed, "applied": applied}
+        click.echo(json.dumps(document, indent=2))
+
+
+def _run_now(
+    *, parked: bool, stack: str, project_dir: Path, region: str | None, dry_run: bool, yes: bool, output: str
+) -> None:
+    from cli.park_now import park_now, unpark_now
+    from cli.parking import config_parked, stack_region
+    from lambdas.aws_clients import client
+
+    region = stack_region(stack, project_dir, region)
+    act = partial(
+        park_now if parked else unpark_now,
+        stack,
+        region=region,
+        clients=client,
+        config_parked=config_parked(stack, project_dir),
+    )
+    if not (dry_run or yes):
+        preview = act(dry_run=True)
+        if output == "text":
+            _print_emergency(preview)
+        verb = "Park" if parked else "Unpark"
+        confirm_or_abort(f"{verb} stack {stack} in {region} now, as listed?", assume_yes=False)
+    result = act(dry_run=dry_run)
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        _print_emergency(result)
+    if result.failed:
+        sys.exit(1)
+
+
+def _word(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _say(output: str, message: str) -> None:
+    """Progress for people; in JSON mode it goes to stderr so stdout stays one document."""
+    click.echo(message, err=output == "json")
+
+
+def _pulumi_echo(output: str) -> Callable[[str], None]:
+    return lambda line: click.echo(line.rstrip("\n"), err=output == "json")
+
+
+def _print_plan(plan: ParkPlan) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]Stack {plan.stack}[/]: parked {_word(plan.parked_before)} → {_word(plan.parked_after)}  ({plan.file})"
+    )
+    if not plan.changes_anything:
+        return
+    saving = plan.monthly_before - plan.monthly_after
+    console.print(
+        f"Monthly cost: ${plan.monthly_before:,.2f} → ${plan.monthly_after:,.2f} "
+        f"({'saves' if saving >= 0 else 'adds'} ${abs(saving):,.2f})"
+    )
+    changes = Table(title="What Pulumi will change", title_justify="left")
+    for column in ("resource", "input", "now", "after"):
+        changes.add_column(column)
+    for change in plan.changes:
+        changes.add_row(
+            f"{change.name} [dim]{change.type}[/]", change.input, str(change.before), str(change.after)
+        )
+    console.print(changes)
+    costs = Table(title="Monthly cost by item", title_justify="left")
+    for column, justify in (("item", "left"), ("kind", "left"), ("now", "right"), ("after", "right")):
+        costs.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for cost in plan.costs:
+        costs.add_row(cost.name, cost.kind, f"${cost.before:,.2f}", f"${cost.after:,.2f}")
+    console.print(costs)
+    console.print("[bold]Goes to zero:[/] " + (", ".join(plan.goes_to_zero) or "nothing"))
+    console.print("[bold]Stays on:[/] " + (", ".join(plan.stays_on) or "nothing"))
+
+
+def _print_emergency(result: EmergencyResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    verb = "park --now" if result.parking else "unpark --now"
+    title = f"{verb} stack {result.stack} in {result.region}" + (
+        " (dry run: nothing changed)" if result.dry_run else ""
+    )
+    table = Table(title=title, title_justify="left")
+    for column in ("kind", "name", "change", "status"):
+        table.add_column(column)
+    colours = {
+        "done": "green",
+        "planned": "cyan",
+        "unchanged": "dim",
+        "skipped": "yellow",
+        "failed": "bold red",
+    }
+    for action in result.actions:
+        status = f"[{colours[action.status]}]{action.status}[/]" + (
+            f": {action.error}" if action.error else ""
+        )
+        table.add_row(action.kind, action.name, action.change, status)
+    console.print(table)
+    for note in result.reconcile:
+        console.print(f"[bold]Next pulumi up:[/] {note}")
+    if result.failed:
+        console.print(f"[bold red]{len(result.failed)} action(s) failed[/]; the others went ahead.")

@@ -1,0 +1,179 @@
+"""``parkbrake schedule``: the stack's EventBridge Scheduler schedules — list, pause, resume, run now."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+
+from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
+
+region_option = click.option(
+    "--region", help="The stack's region [default: aws:region of Pulumi.<stack>.yaml here, else AWS_REGION]."
+)
+
+
+def _scheduler(stack: str, region: str | None) -> tuple[Any, str]:
+    from cli.parking import stack_region
+    from lambdas.aws_clients import client
+
+    chosen = stack_region(stack, Path("."), region)
+    return client("scheduler", chosen), chosen
+
+
+@click.group()
+def schedule() -> None:
+    """The stack's nightly schedules (EventBridge Scheduler group parkbrake-<stack>).
+
+    The group also holds the reaper's sweep, which is a guardrail: it is listed, never paused.
+    """
+
+
+@schedule.command("list")
+@stack_option
+@region_option
+@output_option
+def list_command(stack: str, region: str | None, output: str) -> None:
+    """Every schedule of the stack: kind, state, expression, next run, payload."""
+    from cli.schedules import list_schedules
+    from guardrails import names
+
+    scheduler, chosen = _scheduler(stack, region)
+    schedules = list_schedules(scheduler, stack)
+    now = datetime.now(UTC)
+    if output == "json":
+        document = {
+            "stack": stack,
+            "region": chosen,
+            "group": names.schedule_group(stack),
+            "schedules": [item.as_dict(now) for item in schedules],
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"Schedules of stack {stack} ({names.schedule_group(stack)}, {chosen})", title_justify="left"
+    )
+    for column in ("name", "kind", "state", "expression", "timezone", "next run (UTC)", "payload"):
+        table.add_column(column)
+    for item in schedules:
+        upcoming = item.next_run(now)
+        table.add_row(
+            item.name,
+            item.kind,
+            item.state,
+            item.expression,
+            item.timezone,
+            f"{upcoming:%Y-%m-%d %H:%M}" if upcoming else "-",
+            json.dumps(item.payload),
+        )
+    Console().print(table)
+    if not schedules:
+        click.echo(f"No schedules in group {names.schedule_group(stack)} in {chosen}.")
+
+
+@schedule.command()
+@click.argument("name")
+@stack_option
+@region_option
+@dry_run_option
+@yes_option
+@output_option
+def pause(**options: Any) -> None:
+    """Disable schedule NAME, keeping every other field of it (the reaper's sweep is refused)."""
+    _change_state("DISABLED", **options)
+
+
+@schedule.command()
+@click.argument("name")
+@stack_option
+@region_option
+@dry_run_option
+@yes_option
+@output_option
+def resume(**options: Any) -> None:
+    """Enable schedule NAME again, keeping every other field of it."""
+    _change_state("ENABLED", **options)
+
+
+def _change_state(
+    state: Literal["ENABLED", "DISABLED"],
+    *,
+    name: str,
+    stack: str,
+    region: str | None,
+    dry_run: bool,
+    yes: bool,
+    output: str,
+) -> None:
+    from cli.schedules import change_state
+
+    scheduler, chosen = _scheduler(stack, region)
+    if not dry_run:
+        verb = "pause" if state == "DISABLED" else "resume"
+        confirm_or_abort(f"{verb.capitalize()} schedule {name} of stack {stack} in {chosen}?", assume_yes=yes)
+    change = change_state(scheduler, stack, name, state, dry_run=dry_run)
+    if output == "json":
+        click.echo(json.dumps(change.as_dict(), indent=2))
+    elif not change.changed:
+        click.echo(f"{name} is already {change.after}; nothing to change.")
+    else:
+        prefix = "Would change" if dry_run else "Changed"
+        click.echo(f"{prefix} {name}: {change.before} → {change.after} (every other field kept).")
+
+
+@schedule.command("run-now")
+@click.argument("name")
+@stack_option
+@region_option
+@dry_run_option
+@yes_option
+@output_option
+def run_now_command(
+    *, name: str, stack: str, region: str | None, dry_run: bool, yes: bool, output: str
+) -> None:
+    """Run nightly start NAME now: the launcher, in-process, with the schedule's own payload.
+
+    It obeys the launcher's refusals — the stack is parked, the pool is already at that capacity,
+    the tenant's runway cannot pay for the hosts' caps — and exits 1 when it refuses.
+    """
+    from cli.schedules import run_now
+    from lambdas.aws_clients import client
+    from lambdas.launcher import budget_gate
+
+    scheduler, chosen = _scheduler(stack, region)
+    if not dry_run:
+        confirm_or_abort(f"Start the pool of {name} (stack {stack}, {chosen}) now?", assume_yes=yes)
+    result = run_now(
+        scheduler,
+        stack,
+        name,
+        region=chosen,
+        clients=client,
+        environ=os.environ,
+        gate=budget_gate(),
+        now=datetime.now(UTC),
+        dry_run=dry_run,
+    )
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    elif result.decision is None:
+        click.echo(f"Would run the launcher with {json.dumps(dict(result.payload))} in {chosen}.")
+    elif result.decision.refusal is not None:
+        refusal = result.decision.refusal
+        click.echo(f"Refused ({refusal.kind}): {refusal.reason}", err=True)
+    else:
+        decision = result.decision
+        budget = "budget checked" if decision.budget_checked else "budget not checked (no ledger gate)"
+        click.echo(
+            f"Started {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
+        )
+    if result.refused:
+        sys.exit(1)

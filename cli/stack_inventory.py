@@ -1,0 +1,89 @@
+"""Reading what a stack has in AWS, by the names in ``guardrails.names`` and the tags in ``guardrails.tags``.
+
+Shared by ``park --now``/``unpark --now`` and ``status``; every listing is paginated or batched to
+the API's own limit, so the number of calls grows with pages, not with resources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from guardrails import names, tags
+
+ECS_DESIRED_COUNT = "ecs:service:DesiredCount"
+DESCRIBE_SERVICES_LIMIT = 10
+DESCRIBE_SCALABLE_TARGETS_LIMIT = 50
+PARK_PARAMETER_ROOT = "/parkbrake/"
+
+
+def managed_groups(autoscaling: Any, stack: str) -> Iterator[dict[str, Any]]:
+    """The stack's Auto Scaling groups under guardrails (``parkbrake:stack`` = stack, ``managed`` = true)."""
+    filters = [
+        {"Name": f"tag:{tags.STACK}", "Values": [stack]},
+        {"Name": f"tag:{tags.MANAGED}", "Values": ["true"]},
+    ]
+    for page in autoscaling.get_paginator("describe_auto_scaling_groups").paginate(Filters=filters):
+        yield from page["AutoScalingGroups"]
+
+
+def cluster_services(ecs: Any, cluster: str) -> list[dict[str, Any]]:
+    """The ACTIVE services of ``cluster`` with their tags; none when the cluster does not exist."""
+    try:
+        arns = [
+            arn
+            for page in ecs.get_paginator("list_services").paginate(cluster=cluster)
+            for arn in page["serviceArns"]
+        ]
+    except ecs.exceptions.ClusterNotFoundException:
+        return []
+    services: list[dict[str, Any]] = []
+    for start in range(0, len(arns), DESCRIBE_SERVICES_LIMIT):
+        batch = arns[start : start + DESCRIBE_SERVICES_LIMIT]
+        described = ecs.describe_services(cluster=cluster, services=batch, include=["TAGS"])["services"]
+        services.extend(service for service in described if service.get("status") == "ACTIVE")
+    return sorted(services, key=lambda service: service["serviceName"])
+
+
+def service_resource_id(cluster: str, service_name: str) -> str:
+    """Application Auto Scaling's id for an ECS service."""
+    return f"service/{cluster}/{service_name}"
+
+
+def service_scalable_targets(scaling: Any, resource_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Registered desired-count targets of these ECS services, by resource id."""
+    targets: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(resource_ids), DESCRIBE_SCALABLE_TARGETS_LIMIT):
+        for target in scaling.describe_scalable_targets(
+            ServiceNamespace="ecs",
+            ResourceIds=resource_ids[start : start + DESCRIBE_SCALABLE_TARGETS_LIMIT],
+            ScalableDimension=ECS_DESIRED_COUNT,
+        )["ScalableTargets"]:
+            targets[target["ResourceId"]] = target
+    return targets
+
+
+def ecs_tags(resource: dict[str, Any]) -> dict[str, str]:
+    """ECS spells tags ``[{"key", "value"}]``."""
+    return {tag["key"]: tag["value"] for tag in resource.get("tags") or []}
+
+
+def park_parameter_value(ssm: Any, stack: str) -> str | None:
+    """The SSM park parameter's text, or None when the stack has none in this region."""
+    try:
+        return str(ssm.get_parameter(Name=names.park_parameter(stack))["Parameter"]["Value"])
+    except ssm.exceptions.ParameterNotFound:
+        return None
+
+
+def stacks_in_region(ssm: Any) -> list[str]:
+    """Every stack deployed in the region, known by its park parameter ``/parkbrake/<stack>/parked``."""
+    found = set()
+    for page in ssm.get_paginator("get_parameters_by_path").paginate(
+        Path=PARK_PARAMETER_ROOT, Recursive=True
+    ):
+        for parameter in page["Parameters"]:
+            stack = parameter["Name"].removeprefix(PARK_PARAMETER_ROOT).split("/")[0]
+            if parameter["Name"] == names.park_parameter(stack):
+                found.add(stack)
+    return sorted(found)

@@ -1,0 +1,255 @@
+"""Seed a local moto server with one stack's fleet, so `parkbrake status` and `park --now` have something to act on.
+
+    moto_server -p 5000 &
+    export AWS_ENDPOINT_URL=http://127.0.0.1:5000 AWS_REGION=us-east-1 \\
+           AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+    python scripts/demo_fleet.py --stack dev
+    parkbrake status --stack dev
+    parkbrake park --now --dry-run --stack dev
+
+What it creates, named and tagged as the Pulumi program names and tags them: the SSM park parameter;
+two GPU pools (launch template + Auto Scaling group, whose instances moto starts); a stand-alone GPU
+host with an exemption; a CPU instance (which `status` must not list); the ECS cluster with the
+control-plane service (with an Application Auto Scaling target) and the inference service's blue and
+green colours; the schedule group with the nightly start and the reaper's sweep. It refuses to run
+against anything but a server on this machine: it is a demo, never a way to touch a real account.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+
+from guardrails import names, tags
+
+ACCOUNT = "123456789012"
+AMI = "ami-12c6146b"  # one of moto's built-in images
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+Clients = Callable[[str], Any]
+
+
+@dataclass(frozen=True)
+class Pool:
+    name: str
+    instance_type: str
+    tenant: str
+    max_runtime: str
+    min: int
+    desired: int
+    max: int
+
+
+POOLS = (
+    Pool("training", "g5.12xlarge", "research", "4h", min=0, desired=1, max=2),
+    Pool("inference", "g5.xlarge", "product", "24h", min=1, desired=2, max=3),
+)
+
+
+@dataclass(frozen=True)
+class Fleet:
+    stack: str
+    region: str
+    groups: dict[str, str]  # pool -> Auto Scaling group name
+    standalone_host: str  # the exempt GPU host outside any group
+    cpu_host: str  # a non-accelerator instance
+    services: dict[str, int]  # ECS service -> desired count
+    schedules: dict[str, str]  # "nightly"/"reaper" -> schedule name
+
+
+def host_tags(stack: str, pool: str, tenant: str, max_runtime: str, **extra: str) -> dict[str, str]:
+    return {
+        tags.MANAGED: "true",
+        tags.STACK: stack,
+        tags.POOL: pool,
+        tags.TENANT: tenant,
+        tags.MAX_RUNTIME: max_runtime,
+        tags.REVISION: "0123abcd",
+        **extra,
+    }
+
+
+def _tag_list(values: Mapping[str, str]) -> list[dict[str, str]]:
+    return [{"Key": key, "Value": value} for key, value in values.items()]
+
+
+def seed_fleet(clients: Clients, *, stack: str, region: str, now: datetime) -> Fleet:
+    """Create the fleet through ``clients(service)``; ``now`` dates the exemption."""
+    ec2, autoscaling = clients("ec2"), clients("autoscaling")
+    clients("ssm").put_parameter(
+        Name=names.park_parameter(stack), Value="false", Type="String", Overwrite=True
+    )
+    groups = {pool.name: _create_pool(ec2, autoscaling, stack, region, pool) for pool in POOLS}
+    exempt_until = (now + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    standalone = _run_instance(
+        ec2,
+        "g6.xlarge",
+        host_tags(stack, "research-adhoc", "research", "2h", **{tags.EXEMPT_UNTIL: exempt_until}),
+    )
+    cpu_host = _run_instance(ec2, "m5.large", {tags.STACK: stack, tags.MANAGED: "true"})
+    services = _create_services(clients("ecs"), clients("application-autoscaling"), stack, region)
+    schedules = _create_schedules(clients("scheduler"), stack, region)
+    return Fleet(stack, region, groups, standalone, cpu_host, services, schedules)
+
+
+def _create_pool(ec2: Any, autoscaling: Any, stack: str, region: str, pool: Pool) -> str:
+    name = names.autoscaling_group(stack, pool.name)
+    pool_tags = host_tags(stack, pool.name, pool.tenant, pool.max_runtime)
+    ec2.create_launch_template(
+        LaunchTemplateName=name,
+        LaunchTemplateData={
+            "ImageId": AMI,
+            "InstanceType": pool.instance_type,
+            "TagSpecifications": [{"ResourceType": "instance", "Tags": _tag_list(pool_tags)}],
+        },
+    )
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=name,
+        LaunchTemplate={"LaunchTemplateName": name, "Version": "$Latest"},
+        MinSize=pool.min,
+        MaxSize=pool.max,
+        DesiredCapacity=pool.desired,
+        AvailabilityZones=[f"{region}a"],
+        Tags=[
+            {
+                "Key": key,
+                "Value": value,
+                "PropagateAtLaunch": True,
+                "ResourceId": name,
+                "ResourceType": "auto-scaling-group",
+            }
+            for key, value in pool_tags.items()
+        ],
+    )
+    return name
+
+
+def _run_instance(ec2: Any, instance_type: str, instance_tags: Mapping[str, str]) -> str:
+    reservation = ec2.run_instances(
+        ImageId=AMI,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType=instance_type,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": _tag_list(instance_tags)}],
+    )
+    return str(reservation["Instances"][0]["InstanceId"])
+
+
+def _create_services(ecs: Any, scaling: Any, stack: str, region: str) -> dict[str, int]:
+    cluster = names.ecs_cluster(stack)
+    ecs.create_cluster(clusterName=cluster)
+    desired = {
+        names.CONTROL_PLANE_SERVICE: 2,
+        names.ecs_service(names.INFERENCE_SERVICE, "blue"): 1,
+        names.ecs_service(names.INFERENCE_SERVICE, "green"): 0,
+    }
+    for service, count in desired.items():
+        family = f"{names.prefix(stack)}-{service}"
+        revision_tags = [{"key": tags.REVISION, "value": "0123abcd"}, {"key": tags.STACK, "value": stack}]
+        definition = ecs.register_task_definition(
+            family=family,
+            containerDefinitions=[
+                {
+                    "name": service,
+                    "image": f"public.ecr.aws/parkbrake/{service}:0.1.0",
+                    "memory": 1024,
+                    "dockerLabels": {"parkbrake.revision": "0123abcd"},
+                }
+            ],
+            tags=revision_tags,
+        )["taskDefinition"]
+        ecs.create_service(
+            cluster=cluster,
+            serviceName=service,
+            taskDefinition=definition["taskDefinitionArn"],
+            desiredCount=count,
+            tags=[*revision_tags, {"key": tags.SERVICE, "value": service.split("-")[0]}],
+        )
+    scaling.register_scalable_target(
+        ServiceNamespace="ecs",
+        ResourceId=f"service/{cluster}/{names.CONTROL_PLANE_SERVICE}",
+        ScalableDimension="ecs:service:DesiredCount",
+        MinCapacity=1,
+        MaxCapacity=3,
+    )
+    return desired
+
+
+def _create_schedules(scheduler: Any, stack: str, region: str) -> dict[str, str]:
+    group = names.schedule_group(stack)
+    scheduler.create_schedule_group(Name=group)
+    role = f"arn:aws:iam::{ACCOUNT}:role/{names.prefix(stack)}-scheduler"
+    nightly, reaper = names.nightly_schedule(stack, "training"), names.reaper_schedule(stack)
+    definitions = {
+        nightly: ("cron(0 1 * * ? *)", "Europe/Berlin", "launcher", {"pool": "training", "capacity": 1}),
+        reaper: ("rate(5 minutes)", "UTC", "reaper", {"dry_run": False}),
+    }
+    for name, (expression, timezone, function, payload) in definitions.items():
+        scheduler.create_schedule(
+            GroupName=group,
+            Name=name,
+            ScheduleExpression=expression,
+            ScheduleExpressionTimezone=timezone,
+            FlexibleTimeWindow={"Mode": "OFF"},
+            Description=f"parkbrake {function} for stack {stack}",
+            Target={
+                "Arn": f"arn:aws:lambda:{region}:{ACCOUNT}:function:{names.function_name(stack, function)}",
+                "RoleArn": role,
+                "Input": json.dumps(payload),
+                "RetryPolicy": {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2},
+            },
+            State="ENABLED",
+        )
+    return {"nightly": nightly, "reaper": reaper}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", default="dev", help="stack name to seed (default: dev)")
+    parser.add_argument("--region", default=os.environ.get("AWS_REGION", "us-east-1"))
+    parser.add_argument(
+        "--endpoint-url",
+        default=os.environ.get("AWS_ENDPOINT_URL"),
+        help="the moto server (default: AWS_ENDPOINT_URL)",
+    )
+    arguments = parser.parse_args(argv)
+    endpoint = arguments.endpoint_url
+    if not endpoint or urllib.parse.urlsplit(endpoint).hostname not in LOCAL_HOSTS:
+        print(
+            f"refusing to seed {endpoint or 'real AWS'}: point --endpoint-url or AWS_ENDPOINT_URL at a "
+            "local moto server, e.g. http://127.0.0.1:5000",
+            file=sys.stderr,
+        )
+        return 2
+    session: Any = boto3.session.Session(  # Any: the service name is a runtime value, not a literal
+        aws_access_key_id=os.environ.get("AWS_ACCESS_KEY_ID", "testing"),
+        aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
+        region_name=arguments.region,
+    )
+    fleet = seed_fleet(
+        lambda service: session.client(service, endpoint_url=endpoint),
+        stack=arguments.stack,
+        region=arguments.region,
+        now=datetime.now(UTC),
+    )
+    print(f"seeded stack {fleet.stack} in {fleet.region} at {endpoint}:")
+    print(f"  Auto Scaling groups: {', '.join(fleet.groups.values())}")
+    print(f"  stand-alone exempt GPU host: {fleet.standalone_host}; CPU host: {fleet.cpu_host}")
+    print(f"  ECS services in {names.ecs_cluster(fleet.stack)}: {', '.join(fleet.services)}")
+    print(f"  schedules in {names.schedule_group(fleet.stack)}: {', '.join(fleet.schedules.values())}")
+    print(
+        f"try: parkbrake status --stack {fleet.stack}; parkbrake park --now --dry-run --stack {fleet.stack}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
