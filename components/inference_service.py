@@ -155,7 +155,7 @@ class InferenceService(pulumi.ComponentResource):
                             {"name": "PARKBRAKE_STACK", "value": args.stack},
                             {"name": "PARKBRAKE_REVISION", "value": args.revision},
                         ],
-                        "dockerLabels": {tags.REVISION: args.revision},
+                        "dockerLabels": {names.CONTAINER_REVISION_LABEL: args.revision},
                         "logConfiguration": awslogs(log_group, region, service),
                     }
                 ]

@@ -14,6 +14,8 @@ SERVICE = "parkbrake:service"
 COLOUR = "parkbrake:colour"
 # Where `park --now` records the capacity it took away, so any engineer's `unpark --now` restores it.
 PARKED_CAPACITY = "parkbrake:parked-capacity"
+# On a GPU pool's group while `deploy` holds an extra host there, so a later deploy can remove it.
+DEPLOY_SURGE = "parkbrake:deploy-surge"
 
 REQUIRED_ON_GPU_HOSTS = (MANAGED, STACK, POOL, TENANT, MAX_RUNTIME, REVISION)
 

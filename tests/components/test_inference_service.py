@@ -150,7 +150,7 @@ def test_task_definition_asks_for_gpus_and_carries_the_revision() -> None:
     assert inputs["tags"]["parkbrake:revision"] == "9d1e0aa"
     (container,) = json.loads(inputs["containerDefinitions"])
     assert container["resourceRequirements"] == [{"type": "GPU", "value": "4"}]
-    assert container["dockerLabels"] == {"parkbrake:revision": "9d1e0aa"}
+    assert container["dockerLabels"] == {"parkbrake.revision": "9d1e0aa"}
     assert container["portMappings"] == [{"containerPort": 8000, "hostPort": 0, "protocol": "tcp"}]
 
 

@@ -1,0 +1,78 @@
+"""``parkbrake verify``: prove which revision a service runs, or exit non-zero saying why not."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from cli.options import output_option, stack_option
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from cli.revision_check import RevisionReport
+
+
+@click.command()
+@click.argument("service")
+@click.option("--revision", required=True, help="The git commit the service must be running.")
+@stack_option
+@click.option("--url", help="The service's base URL; URL/version must answer the revision.")
+@click.option(
+    "--image",
+    help="The image built for the revision (an ECR tag or REPO@sha256:…); what runs must be its digest.",
+)
+@output_option
+def verify(
+    *, service: str, revision: str, stack: str, url: str | None, image: str | None, output: str
+) -> None:
+    """Prove that SERVICE (e.g. inference) runs REVISION.
+
+    For every ECS service taking SERVICE's traffic (the colours the listener weights, for a
+    blue-green service): the PRIMARY deployment is COMPLETED on a task definition labelled REVISION
+    and pinned to an image digest, no other deployment runs tasks, and every running task runs that
+    task definition. A circuit-breaker rollback, which ECS reports as a COMPLETED deployment of the
+    old task definition, fails with a message that says so. Exit 0 only when every check holds.
+    """
+    from cli.blue_green import Runtime
+    from cli.revision_check import resolve_image, revision_text, verify_revision
+    from guardrails import names
+
+    runtime = Runtime.of(click.get_current_context().obj)
+    clients = runtime.clients
+    expected_digest = resolve_image(image, allow_tag=False, ecr_in=clients.ecr_in).digest if image else None
+    report = verify_revision(
+        clients.ecs,
+        clients.elbv2,
+        runtime.source,
+        cluster=names.ecs_cluster(stack),
+        service=service,
+        revision=revision_text(revision),
+        expected_digest=expected_digest,
+        url=url,
+    )
+    if output == "json":
+        click.echo(json.dumps(report.as_json(), indent=2))
+    else:
+        from rich.console import Console
+
+        console = Console()
+        print_checks(console, report)
+        verdict = "runs" if report.passed else "does NOT run"
+        console.print(f"{service} {verdict} {revision}", style="bold green" if report.passed else "bold red")
+    sys.exit(0 if report.passed else 1)
+
+
+def print_checks(console: Console, report: RevisionReport) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{report.service} @ {report.revision}", title_justify="left")
+    for column in ("check", "subject", "result", "detail"):
+        table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
+    for check in report.checks:
+        result = "[green]pass[/green]" if check.passed else "[red]FAIL[/red]"
+        table.add_row(check.name, check.subject, result, check.detail)
+    console.print(table)
