@@ -26,9 +26,9 @@ def leaf_commands() -> list[tuple[str, click.Command]]:
     return found
 
 
-@pytest.mark.parametrize(("name", "command"), leaf_commands(), ids=lambda value: str(value))
+@pytest.mark.parametrize(("name", "command"), leaf_commands(), ids=str)
 def test_every_command_has_help_and_an_output_option(name: str, command: click.Command) -> None:
-    assert command.help and len(command.help.strip()) > 20, f"{name} needs a real --help text"
+    assert len((command.help or "").strip()) > 20, f"{name} needs a real --help text"
     option_names = {opt for param in command.params for opt in getattr(param, "opts", [])}
     assert "--output" in option_names, f"{name} lacks the shared --output option"
     result = CliRunner().invoke(parkbrake, [*name.split(), "--help"])

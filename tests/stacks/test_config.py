@@ -33,7 +33,8 @@ def test_example_stacks_parse() -> None:
     assert dev.parked is False
     assert dev.pools["training"].max_runtime == timedelta(hours=4)
     assert dev.pools["inference"].capacity == Capacity(min=1, desired=1, max=3)
-    assert dev.nightly is not None and dev.nightly.timezone == "Europe/Berlin"
+    assert dev.nightly is not None
+    assert dev.nightly.timezone == "Europe/Berlin"
     assert dev.total_budget_usd == 8500
     prod = load_stack_config("prod", REPO_ROOT)
     assert prod.policy.allowed_instance_types == ("p4d.24xlarge", "p5.48xlarge", "g6.xlarge", "g6.2xlarge")

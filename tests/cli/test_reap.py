@@ -1,0 +1,108 @@
+"""``parkbrake reap`` against moto: the table, --dry-run, confirmation, JSON, and errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from guardrail_fleet import (
+    REGION,
+    STACK,
+    client_factory,
+    latest_launch,
+    launch,
+    managed_tags,
+    minutes,
+    states,
+)
+
+from cli.main import parkbrake
+from cli.reap import run_reap
+
+
+@pytest.fixture
+def env(aws: str) -> dict[str, str]:
+    return {"PARKBRAKE_STACK": STACK, "PARKBRAKE_REGIONS": REGION}
+
+
+def invoke(args: list[str], env: dict[str, str], stdin: str | None = None) -> Any:
+    return CliRunner().invoke(parkbrake, ["reap", *args], env=env, input=stdin, catch_exceptions=False)
+
+
+def test_dry_run_prints_what_it_would_stop_and_why(
+    aws: str, env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    clients = client_factory(aws)
+    ec2 = clients("ec2", REGION)
+    due = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0]
+    within = launch(ec2, "g5.xlarge", managed_tags(max_runtime="3h"))[0]
+    untagged = launch(ec2, "p3.2xlarge", {"Name": "notebook"})[0]
+    now = latest_launch(ec2, [due, within, untagged]) + minutes(100)
+
+    report = run_reap(
+        environ={**env, "AWS_REGION": REGION},
+        clients=clients,
+        now=now,
+        dry_run=True,
+        assume_yes=False,
+        output="text",
+    )
+
+    assert [v.host.instance_id for v in report.plan.to_stop] == [due]
+    assert set(states(ec2, [due, within, untagged]).values()) == {"running"}
+    printed = capsys.readouterr().out
+    assert "would stop" in printed
+    assert "past its 1h30m cap (tag) by 10m" in printed
+    assert "within its 3h cap (tag)" in printed
+    assert "reported only" in printed
+
+
+def test_dry_run_table_through_the_cli(aws: str, env: dict[str, str]) -> None:
+    ec2 = client_factory(aws)("ec2", REGION)
+    untagged = launch(ec2, "g4dn.xlarge", {"Name": "forgotten"})[0]
+    result = invoke(["--dry-run"], {**env, "PARKBRAKE_REAP_UNTAGGED": "true"})
+    assert result.exit_code == 0, result.output
+    assert untagged in result.output
+    assert "would stop" in result.output
+    assert "untagged accelerator host" in result.output
+    assert "Dry run: would stop 1 of 1 host(s); nothing changed." in result.output
+    assert states(ec2, [untagged]) == {untagged: "running"}
+
+
+def test_stops_with_yes_and_reports_json(aws: str, env: dict[str, str]) -> None:
+    ec2 = client_factory(aws)("ec2", REGION)
+    untagged = launch(ec2, "g4dn.xlarge", {"Name": "forgotten"})[0]
+    result = invoke(["--yes", "--output", "json"], {**env, "PARKBRAKE_REAP_UNTAGGED": "true"})
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert document["stopped"] == [untagged]
+    assert document["hosts"][0]["rule"] == "untagged-accelerator"
+    assert states(ec2, [untagged]) == {untagged: "stopped"}
+
+
+def test_asks_before_stopping_and_a_no_changes_nothing(aws: str, env: dict[str, str]) -> None:
+    ec2 = client_factory(aws)("ec2", REGION)
+    untagged = launch(ec2, "g4dn.xlarge", {"Name": "forgotten"})[0]
+    # CliRunner's stdin is not a terminal: without --yes the command refuses rather than guess.
+    result = CliRunner().invoke(parkbrake, ["reap"], env={**env, "PARKBRAKE_REAP_UNTAGGED": "true"})
+    assert result.exit_code == 2
+    assert "Refusing without --yes" in result.output
+    assert states(ec2, [untagged]) == {untagged: "running"}
+
+
+def test_nothing_to_stop(aws: str, env: dict[str, str]) -> None:
+    result = invoke([], env)
+    assert result.exit_code == 0, result.output
+    assert "No running GPU hosts." in result.output
+    assert "Nothing to stop." in result.output
+
+
+def test_bad_settings_exit_2_naming_the_variable(aws: str, env: dict[str, str]) -> None:
+    result = CliRunner().invoke(
+        parkbrake, ["reap", "--dry-run"], env={**env, "PARKBRAKE_DEFAULT_MAX_RUNTIME": "90 minutes"}
+    )
+    assert result.exit_code == 2
+    assert "PARKBRAKE_DEFAULT_MAX_RUNTIME" in result.output
+    assert "Traceback" not in result.output
