@@ -21,26 +21,11 @@ from cli.stack_file import ConfigEdit, read_config_value, set_config_value
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.estimate import CostChange, compare_estimates, estimate_monthly_cost
 from stacks.config import StackConfig, load_stack_config, stack_file
-from stacks.offline import OfflineRun
+from stacks.offline import InputChange, OfflineRun, input_changes
 
 PARKED_KEY = "parkbrake:parked"
 SCHEDULE_TYPE = "aws:scheduler/schedule:Schedule"
 CENTS = Decimal("0.01")
-
-
-@dataclass(frozen=True)
-class InputChange:
-    """One input of one resource that differs between the two states, as Pulumi will change it."""
-
-    type: str
-    name: str
-    input: str  # dotted path into the inputs, e.g. ``desiredCapacity`` or ``target.input``
-    before: Any
-    after: Any
-
-    @property
-    def to_zero(self) -> bool:
-        return self.after in (0, "DISABLED") and self.before not in (0, "DISABLED")
 
 
 @dataclass(frozen=True)
@@ -179,44 +164,6 @@ def _offline(config: StackConfig) -> OfflineRun:
     from cli.planning import offline_run
 
     return offline_run(config)
-
-
-def input_changes(before: OfflineRun, after: OfflineRun) -> list[InputChange]:
-    """Every input, of every resource declared in both runs, whose value differs (leaf by leaf)."""
-    from cli.planning import jsonable
-
-    declared = {(resource.type, resource.name): resource for resource in before.resources}
-    changes = []
-    for resource in after.resources:
-        previous = declared.get((resource.type, resource.name))
-        if previous is None:
-            continue
-        old, new = _leaves(jsonable(previous.inputs)), _leaves(jsonable(resource.inputs))
-        changes += [
-            InputChange(resource.type, resource.name, path, old.get(path), new.get(path))
-            for path in sorted(old.keys() | new.keys())
-            if old.get(path) != new.get(path)
-        ]
-    return changes
-
-
-def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": 1}, "c": [2]}`` → ``{"a.b": 1, "c[0]": 2}``."""
-    if isinstance(value, dict):
-        return {
-            path: leaf
-            for key, item in value.items()
-            for path, leaf in _leaves(item, f"{prefix}.{key}" if prefix else str(key)).items()
-        }
-    if isinstance(value, list):
-        return {
-            path: leaf
-            for index, item in enumerate(value)
-            for path, leaf in _leaves(item, f"{prefix}[{index}]").items()
-        }
-    if isinstance(value, float) and value.is_integer():
-        return {prefix: int(value)}  # the engine hands every number over as a float: 1.0 is 1
-    return {prefix: value}
 
 
 def write_parked(plan: ParkPlan, *, dry_run: bool) -> ConfigEdit:

@@ -14,7 +14,7 @@ from guardrails.estimate import CostChange, CostEstimate, compare_estimates, est
 from policies.engine import PolicyVerdict, evaluate
 from policies.rule import PolicyContext
 from stacks.config import StackConfig
-from stacks.offline import OfflineRun, RegisteredResource, run_offline
+from stacks.offline import OfflineRun, RegisteredResource, jsonable, run_offline
 
 
 @dataclass(frozen=True)
@@ -69,18 +69,6 @@ def plan_stack(config: StackConfig) -> PlanReport:
 
 def _usd(value: Decimal) -> float:
     return float(value.quantize(Decimal("0.01")))
-
-
-def jsonable(value: Any) -> Any:
-    """Inputs as JSON: assets and archives (the Lambda code) by their kind and path, anything else by str."""
-    if isinstance(value, dict):
-        return {str(key): jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(item) for item in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    path = getattr(value, "path", None)
-    return {"kind": type(value).__name__, "path": path} if path else type(value).__name__
 
 
 def resource_json(resource: RegisteredResource) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.common import child_of, type_token
+from components.common import child_of, type_token, vpc_only_security_group
 from guardrails import names
 
 ENGINE = "valkey"
@@ -69,21 +69,15 @@ class Cache(pulumi.ComponentResource):
             tags=dict(args.tags),
             opts=child_of(self),
         )
-        security_group = aws.ec2.SecurityGroup(
+        security_group = vpc_only_security_group(
+            self,
             f"{name}-access",
             description=f"parkbrake {args.stack} cache: Valkey from inside the VPC only",
             vpc_id=args.vpc_id,
-            ingress=[
-                aws.ec2.SecurityGroupIngressArgs(
-                    protocol="tcp",
-                    from_port=CACHE_PORT,
-                    to_port=CACHE_PORT,
-                    cidr_blocks=[args.ingress_cidr],
-                    description="Valkey",
-                )
-            ],
-            tags=dict(args.tags),
-            opts=child_of(self),
+            port=CACHE_PORT,
+            cidr=args.ingress_cidr,
+            protocol_label="Valkey",
+            tags=args.tags,
         )
         group = aws.elasticache.ReplicationGroup(
             f"{name}-replication-group",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pulumi
+import pulumi_aws as aws
 
 from guardrails import tags
 
@@ -24,3 +25,29 @@ def base_tags(stack: str, revision: str, extra: Mapping[str, str] | None = None)
 def child_of(parent: pulumi.Resource, **options: object) -> pulumi.ResourceOptions:
     """Options for a child resource: parented to its component (and anything else passed)."""
     return pulumi.ResourceOptions(parent=parent, **options)  # type: ignore[arg-type]
+
+
+def vpc_only_security_group(
+    parent: pulumi.Resource,
+    name: str,
+    *,
+    description: str,
+    vpc_id: pulumi.Input[str],
+    port: int,
+    cidr: pulumi.Input[str],
+    protocol_label: str,
+    tags: Mapping[str, str],
+) -> aws.ec2.SecurityGroup:
+    """A security group admitting one TCP port from the VPC's own range, and nothing else."""
+    return aws.ec2.SecurityGroup(
+        name,
+        description=description,
+        vpc_id=vpc_id,
+        ingress=[
+            aws.ec2.SecurityGroupIngressArgs(
+                protocol="tcp", from_port=port, to_port=port, cidr_blocks=[cidr], description=protocol_label
+            )
+        ],
+        tags=dict(tags),
+        opts=child_of(parent),
+    )

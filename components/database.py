@@ -20,7 +20,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from components.common import child_of, type_token
+from components.common import child_of, type_token, vpc_only_security_group
 from guardrails import names
 
 ENGINE = "aurora-postgresql"
@@ -95,21 +95,15 @@ class Database(pulumi.ComponentResource):
             tags=dict(args.tags),
             opts=child_of(self),
         )
-        security_group = aws.ec2.SecurityGroup(
+        security_group = vpc_only_security_group(
+            self,
             f"{name}-access",
             description=f"parkbrake {args.stack} database: PostgreSQL from inside the VPC only",
             vpc_id=args.vpc_id,
-            ingress=[
-                aws.ec2.SecurityGroupIngressArgs(
-                    protocol="tcp",
-                    from_port=POSTGRES_PORT,
-                    to_port=POSTGRES_PORT,
-                    cidr_blocks=[args.ingress_cidr],
-                    description="PostgreSQL",
-                )
-            ],
-            tags=dict(args.tags),
-            opts=child_of(self),
+            port=POSTGRES_PORT,
+            cidr=args.ingress_cidr,
+            protocol_label="PostgreSQL",
+            tags=args.tags,
         )
         cluster = aws.rds.Cluster(
             f"{name}-cluster",

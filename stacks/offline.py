@@ -164,3 +164,66 @@ def run_offline(
         for urn, registration in monitor.get_registered_resources().items()
     ]
     return OfflineRun(project=project, stack=stack, resources=resources)
+
+
+def jsonable(value: Any) -> Any:
+    """Inputs as JSON: assets and archives (the Lambda code) by their kind and path, anything else by str."""
+    if isinstance(value, dict):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    path = getattr(value, "path", None)
+    return {"kind": type(value).__name__, "path": path} if path else type(value).__name__
+
+
+@dataclass(frozen=True)
+class InputChange:
+    """One input of one resource that differs between the two states, as Pulumi will change it."""
+
+    type: str
+    name: str
+    input: str  # dotted path into the inputs, e.g. ``desiredCapacity`` or ``target.input``
+    before: Any
+    after: Any
+
+    @property
+    def to_zero(self) -> bool:
+        return self.after in (0, "DISABLED") and self.before not in (0, "DISABLED")
+
+
+def input_changes(before: OfflineRun, after: OfflineRun) -> list[InputChange]:
+    """Every input, of every resource declared in both runs, whose value differs (leaf by leaf)."""
+    declared = {(resource.type, resource.name): resource for resource in before.resources}
+    changes = []
+    for resource in after.resources:
+        previous = declared.get((resource.type, resource.name))
+        if previous is None:
+            continue
+        old, new = _leaves(jsonable(previous.inputs)), _leaves(jsonable(resource.inputs))
+        changes += [
+            InputChange(resource.type, resource.name, path, old.get(path), new.get(path))
+            for path in sorted(old.keys() | new.keys())
+            if old.get(path) != new.get(path)
+        ]
+    return changes
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": [2]}`` → ``{"a.b": 1, "c[0]": 2}``."""
+    if isinstance(value, dict):
+        return {
+            path: leaf
+            for key, item in value.items()
+            for path, leaf in _leaves(item, f"{prefix}.{key}" if prefix else str(key)).items()
+        }
+    if isinstance(value, list):
+        return {
+            path: leaf
+            for index, item in enumerate(value)
+            for path, leaf in _leaves(item, f"{prefix}[{index}]").items()
+        }
+    if isinstance(value, float) and value.is_integer():
+        return {prefix: int(value)}  # the engine hands every number over as a float: 1.0 is 1
+    return {prefix: value}

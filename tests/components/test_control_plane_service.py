@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from components.control_plane_service import ControlPlaneService, ControlPlaneServiceArgs
-from stacks.config import Capacity
+from guardrails.capacity import Capacity
 from stacks.offline import OfflineRun, RegisteredResource, run_offline
+from tests.components.offline_outputs import changed_inputs
 
 SERVICE = "aws:ecs/service:Service"
 TASK_DEFINITION = "aws:ecs/taskDefinition:TaskDefinition"
@@ -195,21 +196,8 @@ def test_every_resource_is_a_child_of_the_component() -> None:
     assert {child.type for child in children} >= {SERVICE, TASK_DEFINITION, SCALING_TARGET, LOAD_BALANCER}
 
 
-def input_differences(first: OfflineRun, second: OfflineRun) -> set[tuple[str, str, str]]:
-    """(type, name, input) of every input that differs between two runs of the same program."""
-    before = {(resource.type, resource.name): resource.inputs for resource in first.resources}
-    after = {(resource.type, resource.name): resource.inputs for resource in second.resources}
-    assert before.keys() == after.keys()
-    return {
-        (*resource, key)
-        for resource, inputs in before.items()
-        for key in inputs.keys() | after[resource].keys()
-        if inputs.get(key) != after[resource].get(key)
-    }
-
-
 def test_parking_changes_only_the_desired_count_and_the_autoscaling_minimum() -> None:
-    assert input_differences(configured(), configured(parked=True)) == {
+    assert changed_inputs(configured(), configured(parked=True)) == {
         (SERVICE, "control-plane", "desiredCount"),
         (SCALING_TARGET, "control-plane", "minCapacity"),
     }

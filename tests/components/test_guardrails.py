@@ -17,6 +17,7 @@ from guardrails.errors import InputError
 from guardrails.schedules import eventbridge_cron, rate_expression
 from guardrails.settings import settings_from_environment
 from stacks.offline import OfflineRun, run_offline
+from tests.components.offline_outputs import changed_inputs
 
 SCHEDULE = "aws:scheduler/schedule:Schedule"
 SCHEDULE_GROUP = "aws:scheduler/scheduleGroup:ScheduleGroup"
@@ -113,26 +114,6 @@ def actions(statement: dict[str, Any]) -> set[str]:
     return {action} if isinstance(action, str) else set(action)
 
 
-def input_differences(first: OfflineRun, second: OfflineRun) -> set[tuple[str, str, str]]:
-    """(type, name, input) of every input that differs between two runs of the same program."""
-    before = {(resource.type, resource.name): resource.inputs for resource in first.resources}
-    after = {(resource.type, resource.name): resource.inputs for resource in second.resources}
-    assert before.keys() == after.keys()
-    return {
-        (*resource, key)
-        for resource, inputs in before.items()
-        for key in inputs.keys() | after[resource].keys()
-        if comparable(inputs.get(key)) != comparable(after[resource].get(key))
-    }
-
-
-def comparable(value: object) -> object:
-    """Archives compare by identity; compare the files they hold."""
-    if isinstance(value, pulumi.AssetArchive):
-        return {name: getattr(asset, "path", asset) for name, asset in value.assets.items()}
-    return value
-
-
 def environment_of(run: OfflineRun, guardrail: str) -> dict[str, str]:
     return run.named(FUNCTION, guardrail).inputs["environment"]["variables"]
 
@@ -141,7 +122,7 @@ def environment_of(run: OfflineRun, guardrail: str) -> dict[str, str]:
 
 
 def test_parking_changes_only_the_nightly_schedule_state_and_the_park_parameter() -> None:
-    assert input_differences(configured(parked=False), configured(parked=True)) == {
+    assert changed_inputs(configured(parked=False), configured(parked=True)) == {
         (SCHEDULE, "nightly-training", "state"),
         (PARAMETER, "park-state", "insecureValue"),
     }
