@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from cli.jobs import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE, ShutdownCommand, flag_duration
-from cli.options import output_option
+from cli.jobs import ShutdownCommand, flag_duration
+from cli.options import output_option, shutdown_command_option
 
 
 @click.command()
@@ -32,13 +32,7 @@ from cli.options import output_option
 )
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
 @click.option("--interval", default="10s", show_default=True, help="Time between two samples.")
-@click.option(
-    "--shutdown-command",
-    envvar=SHUTDOWN_COMMAND_VARIABLE,
-    default=DEFAULT_SHUTDOWN_COMMAND,
-    show_default=True,
-    help=f"Command that shuts the host down (also ${SHUTDOWN_COMMAND_VARIABLE}).",
-)
+@shutdown_command_option
 @click.option(
     "--replay",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),

@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from cli.jobs import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
+
 output_option = click.option(
     "--output",
     "-o",
@@ -23,6 +25,14 @@ stack_option = click.option(
     help="Pulumi stack name; its config is Pulumi.<stack>.yaml.",
 )
 dry_run_option = click.option("--dry-run", is_flag=True, help="Report what would change and change nothing.")
+# The host-side commands (run, agent) end by shutting the host down; tests point this at a recorder.
+shutdown_command_option = click.option(
+    "--shutdown-command",
+    envvar=SHUTDOWN_COMMAND_VARIABLE,
+    default=DEFAULT_SHUTDOWN_COMMAND,
+    show_default=True,
+    help=f"Command that shuts the host down (also ${SHUTDOWN_COMMAND_VARIABLE}).",
+)
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 

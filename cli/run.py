@@ -6,8 +6,7 @@ import json
 
 import click
 
-from cli.jobs import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
-from cli.options import output_option
+from cli.options import output_option, shutdown_command_option
 from guardrails.job_policy import OnExit
 
 
@@ -29,13 +28,7 @@ from guardrails.job_policy import OnExit
     show_default=True,
     help="Time between SIGTERM and SIGKILL for a job asked to stop.",
 )
-@click.option(
-    "--shutdown-command",
-    envvar=SHUTDOWN_COMMAND_VARIABLE,
-    default=DEFAULT_SHUTDOWN_COMMAND,
-    show_default=True,
-    help=f"Command that shuts the host down (also ${SHUTDOWN_COMMAND_VARIABLE}).",
-)
+@shutdown_command_option
 @output_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
