@@ -93,3 +93,8 @@ def heartbeat_namespace() -> str:
 
 
 HEARTBEAT_METRIC = "GuardrailSuccess"
+
+# Docker label on a task definition's serving container naming the git commit it runs (reverse-DNS,
+# as Docker recommends for label keys). `parkbrake deploy` writes it and `parkbrake verify` reads it,
+# beside the task definition's `parkbrake:revision` tag.
+CONTAINER_REVISION_LABEL = "parkbrake.revision"

@@ -1,0 +1,303 @@
+"""Ledger benchmark: ingest throughput, and one tenant's runway query on a large ledger.
+
+    python -m benchmarks.ledger                   # 10 million events across 1,000 tenants
+    python -m benchmarks.ledger --events 200000   # a quick run
+
+Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver):
+- ingest through ``LedgerStore.append``: one event per transaction (as the meter Lambda appends),
+  and in batches (as ``parkbrake ledger ingest`` does), in events per second;
+- pgbench on the same server as the ceiling: one single-row INSERT per transaction, and one
+  ``--batch-size``-row INSERT per transaction, in rows per second;
+- the latency of one tenant's runway query (``LedgerStore.runways``) and month report
+  (``LedgerStore.usage_rows``) with ``--events`` events generated in SQL (``generate_series``)
+  across ``--tenants`` tenants, and of a full exporter read (every tenant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from guardrails.ledger import Attribution, Transition, to_ms
+from guardrails.pricing import load_price_table
+from lambdas.ledger_store import LedgerStore
+
+BENCH_DATABASE = "parkbrake_bench"
+TYPES = ("g5.xlarge", "g5.12xlarge", "p4d.24xlarge", "p5.48xlarge")
+HOSTS_PER_TENANT = 20
+EVENT_SPACING = timedelta(hours=17)  # ~500 events per host cover a year
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
+CAP = timedelta(minutes=90)
+
+
+@contextmanager
+def server() -> Iterator[str]:
+    configured = os.environ.get("PARKBRAKE_DATABASE_URL")
+    if configured:
+        yield configured
+        return
+    import pgserver
+
+    with tempfile.TemporaryDirectory(prefix="parkbrake-bench-pg-") as data_dir:
+        instance = pgserver.get_server(data_dir, cleanup_mode="delete")
+        try:
+            yield instance.get_uri()
+        finally:
+            instance.cleanup()
+
+
+def fresh_database(url: str) -> str:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {BENCH_DATABASE}")
+    return make_conninfo(url, dbname=BENCH_DATABASE)
+
+
+def synthetic_transitions(count: int, prefix: str, hosts: int = 500) -> list[Transition]:
+    """Alternating running/stopped events of ``hosts`` hosts, one minute apart."""
+    prices = load_price_table()
+    start = to_ms(NOW - timedelta(days=30))
+    transitions = []
+    for n in range(count):
+        host, step = n % hosts, n // hosts
+        instance_type = TYPES[host % len(TYPES)]
+        who = Attribution(f"tenant-{host % 50}", "training", instance_type,
+                          prices.instance(instance_type).accelerators, int(CAP.total_seconds() * 1000))  # fmt: skip
+        state = "running" if step % 2 == 0 else "stopped"
+        transitions.append(
+            Transition(f"{prefix}-{n}", f"{prefix}-i-{host}", state, start + step * 60_000, who, "us-east-1")
+        )
+    return transitions
+
+
+def ingest_rate(store: LedgerStore, transitions: list[Transition], batch_size: int) -> float:
+    started = time.perf_counter()
+    for start in range(0, len(transitions), batch_size):
+        store.append(transitions[start : start + batch_size], source="bench", received_at=NOW)
+    return len(transitions) / (time.perf_counter() - started)
+
+
+def pgbench_binary() -> str:
+    import pgserver
+
+    bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+    found = str(bundled) if bundled.exists() else shutil.which("pgbench")
+    if found is None:
+        raise SystemExit("pgbench not found: install postgresql-contrib or the pgserver package")
+    return found
+
+
+def pgbench_rows_per_second(url: str, rows_per_transaction: int, seconds: int) -> float:
+    """pgbench, one client, ``rows_per_transaction`` rows inserted per transaction: rows per second."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS pgbench_ceiling "
+            "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, instance_id text, state text, at timestamptz)"
+        )
+    if rows_per_transaction == 1:
+        script = "INSERT INTO pgbench_ceiling (instance_id, state, at) VALUES ('i-1', 'running', now());\n"
+    else:
+        script = (
+            "INSERT INTO pgbench_ceiling (instance_id, state, at) "
+            f"SELECT 'i-' || n, 'running', now() FROM generate_series(1, {rows_per_transaction}) AS n;\n"
+        )
+    parts = conninfo_to_dict(url)
+    environment = os.environ | {
+        name: str(parts[key])
+        for name, key in (("PGHOST", "host"), ("PGPORT", "port"), ("PGUSER", "user"),
+                          ("PGPASSWORD", "password"), ("PGDATABASE", "dbname"))  # fmt: skip
+        if parts.get(key) is not None
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as script_file:
+        script_file.write(script)
+        script_file.flush()
+        output = subprocess.run(
+            [pgbench_binary(), "-n", "-c", "1", "-j", "1", "-T", str(seconds), "-f", script_file.name],
+            env=environment, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    match = re.search(r"tps = ([0-9.]+)", output)
+    if match is None:
+        raise SystemExit(f"cannot read pgbench's output:\n{output}")
+    return float(match[1]) * rows_per_transaction
+
+
+def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, float]:
+    """``events`` transitions across ``tenants`` tenants' hosts, written by SQL, then the rollup."""
+    hosts = tenants * HOSTS_PER_TENANT
+    per_host = max(2, events // hosts)
+    prices = load_price_table()
+    start = NOW - EVENT_SPACING * per_host
+    timings = {}
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("SET work_mem = '256MB'")
+        connection.execute("SET maintenance_work_mem = '512MB'")
+        connection.execute(
+            "INSERT INTO prices (instance_type, valid_from, usd_per_hour, source) "
+            "SELECT t, '-infinity', p, 'bench' FROM unnest(%s::text[], %s::numeric[]) AS seed (t, p)",
+            (list(TYPES), [prices.instance(name).usd_per_hour for name in TYPES]),
+        )
+        connection.execute(  # a price change three months back: queries split intervals on it
+            "INSERT INTO prices (instance_type, valid_from, usd_per_hour, source) VALUES (%s, %s, %s, 'bench')",
+            ("p4d.24xlarge", NOW - timedelta(days=90), prices.instance("p4d.24xlarge").usd_per_hour * Decimal("0.9")),
+        )
+        connection.execute(
+            "INSERT INTO tenants (tenant, actions) SELECT 'tenant-' || n, '{notify,deny,stop}' "
+            "FROM generate_series(0, %s - 1) AS n",
+            (tenants,),
+        )
+        connection.execute(
+            "INSERT INTO budgets (tenant, period, limit_usd) SELECT tenant, 'month', 50000 FROM tenants"
+        )
+        started = time.perf_counter()
+        # Host h alternates running/stopped every EVENT_SPACING; one host in ten never reports its
+        # last stop, so it is running now.
+        connection.execute(
+            """
+            INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type,
+                                accelerators, cap_ms, region, source, received_at)
+            SELECT 'bench-' || n,
+                   'i-' || lpad(to_hex(n %% %(hosts)s), 8, '0'),
+                   CASE WHEN (n / %(hosts)s) %% 2 = 0 THEN 'running' ELSE 'stopped' END,
+                   %(start)s::timestamptz + (n / %(hosts)s) * %(spacing)s::interval
+                       + (n %% %(hosts)s) * interval '1 second',
+                   'tenant-' || ((n %% %(hosts)s) %% %(tenants)s),
+                   CASE WHEN (n %% %(hosts)s) %% 2 = 0 THEN 'training' ELSE 'inference' END,
+                   (%(types)s::text[])[1 + (n %% %(hosts)s) %% 4],
+                   (%(accelerators)s::int[])[1 + (n %% %(hosts)s) %% 4],
+                   5400000, 'us-east-1', 'bench', %(start)s::timestamptz
+            FROM generate_series(0, %(hosts)s::bigint * %(per_host)s - 1) AS n
+            WHERE NOT (n / %(hosts)s = %(per_host)s - 1 AND (n %% %(hosts)s) %% 10 = 0)
+            """,
+            {
+                "hosts": hosts,
+                "per_host": per_host,
+                "tenants": tenants,
+                "start": start,
+                "spacing": EVENT_SPACING,
+                "types": list(TYPES),
+                "accelerators": [prices.instance(name).accelerators for name in TYPES],
+            },
+        )
+        timings["generate_events_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        connection.execute(
+            "INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms, "
+            "started_ms, ended_ms, closed_by) SELECT opened_by, instance_id, tenant, pool, instance_type, "
+            "accelerators, cap_ms, started_ms, ended_ms, closed_by FROM derived_intervals"
+        )
+        connection.execute("SELECT ledger_recount_rollups(NULL)")
+        timings["build_intervals_s"] = time.perf_counter() - started
+        connection.execute("VACUUM ANALYZE")
+        counts = connection.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM intervals)")
+        events_total, intervals_total = counts.fetchone() or (0, 0)
+        size = connection.execute("SELECT pg_database_size(current_database())").fetchone()
+    timings |= {"events": events_total, "intervals": intervals_total, "database_mb": (size or (0,))[0] / 2**20}
+    return timings
+
+
+def latencies_ms(call: Callable[[], object], repeats: int) -> dict[str, float]:
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - started) * 1000)
+    samples.sort()
+    return {
+        "p50_ms": statistics.median(samples),
+        "p95_ms": samples[min(len(samples) - 1, int(len(samples) * 0.95))],
+        "max_ms": samples[-1],
+    }
+
+
+def query_latencies(url: str, tenants: int, repeats: int) -> dict[str, Any]:
+    store = LedgerStore.connect(url)
+    rng = random.Random(7)
+    month = NOW.replace(day=1, hour=0, minute=0)
+    picks = iter([f"tenant-{rng.randrange(tenants)}" for _ in range(repeats * 2)])
+    one_tenant = latencies_ms(lambda: store.runways(now=NOW, default_cap=CAP, tenants=[next(picks)]), repeats)
+    report = latencies_ms(lambda: store.usage_rows(now=NOW, since=month, tenants=[next(picks)]), repeats)
+    scrape = latencies_ms(
+        lambda: (store.usage_totals(now=NOW), store.runways(now=NOW, default_cap=CAP)), max(1, repeats // 20)
+    )
+    store.close()
+    return {"runway_one_tenant": one_tenant, "month_report_one_tenant": report, "exporter_all_tenants": scrape}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"events_requested": args.events, "tenants": args.tenants}
+    with server() as base_url:
+        url = fresh_database(base_url)
+        store = LedgerStore.connect(url)
+        store.migrate()
+        single = synthetic_transitions(args.single, "single")
+        batched = synthetic_transitions(args.batched, "batched")
+        results["ingest_single_events_per_s"] = ingest_rate(store, single, 1)
+        results["ingest_batched_events_per_s"] = ingest_rate(store, batched, args.batch_size)
+        store.close()
+        results["pgbench_single_rows_per_s"] = pgbench_rows_per_second(url, 1, args.pgbench_seconds)
+        results["pgbench_batched_rows_per_s"] = pgbench_rows_per_second(url, args.batch_size, args.pgbench_seconds)
+        large_url = fresh_database(base_url)
+        LedgerStore.connect(large_url).migrate()
+        results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
+        results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
+        results["pgbench"] = pgbench_binary()
+    results["single_vs_ceiling"] = results["ingest_single_events_per_s"] / results["pgbench_single_rows_per_s"]
+    results["batched_vs_ceiling"] = results["ingest_batched_events_per_s"] / results["pgbench_batched_rows_per_s"]
+    return results
+
+
+def print_text(results: dict[str, Any], batch_size: int) -> None:
+    large = results["large"]
+    print(f"ingest, one event per transaction: {results['ingest_single_events_per_s']:>10,.0f} events/s")
+    print(f"  pgbench single-row INSERT:        {results['pgbench_single_rows_per_s']:>10,.0f} rows/s"
+          f"   ratio {results['single_vs_ceiling']:.2f}")  # fmt: skip
+    print(f"ingest, batches of {batch_size}:          {results['ingest_batched_events_per_s']:>10,.0f} events/s")
+    print(f"  pgbench {batch_size}-row INSERT:         {results['pgbench_batched_rows_per_s']:>10,.0f} rows/s"
+          f"   ratio {results['batched_vs_ceiling']:.2f}")  # fmt: skip
+    print(f"large ledger: {large['events']:,} events, {large['intervals']:,} intervals, {results['tenants']:,} "
+          f"tenants, {large['database_mb']:,.0f} MiB (generated in {large['generate_events_s']:.0f} s, "
+          f"rollup built in {large['build_intervals_s']:.0f} s)")  # fmt: skip
+    for name in ("runway_one_tenant", "month_report_one_tenant", "exporter_all_tenants"):
+        figures = large[name]
+        print(f"  {name:<26} p50 {figures['p50_ms']:8.2f} ms   p95 {figures['p95_ms']:8.2f} ms"
+              f"   max {figures['max_ms']:8.2f} ms")  # fmt: skip
+    print(f"(pgbench: {results['pgbench']})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.ledger", description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="events in the large ledger")
+    parser.add_argument("--tenants", type=int, default=1_000)
+    parser.add_argument("--single", type=int, default=3_000, help="events appended one per transaction")
+    parser.add_argument("--batched", type=int, default=100_000, help="events appended in batches")
+    parser.add_argument("--batch-size", type=int, default=1_000)
+    parser.add_argument("--pgbench-seconds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=200, help="runway queries to time")
+    parser.add_argument("--output", choices=["text", "json"], default="text")
+    args = parser.parse_args(argv)
+    results = run(args)
+    if args.output == "json":
+        print(json.dumps(results, indent=2))
+    else:
+        print_text(results, args.batch_size)
+
+
+if __name__ == "__main__":
+    main()

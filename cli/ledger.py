@@ -1,0 +1,423 @@
+"""``parkbrake ledger``: migrate the ledger database, backfill events, report usage, set budgets.
+
+The database is ``PARKBRAKE_DATABASE_URL`` (or ``PARKBRAKE_DATABASE_SECRET_ARN``), as for the Lambdas.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import IO, TYPE_CHECKING, Any, cast
+
+import click
+
+from cli.options import output_option
+from guardrails.errors import InputError, ParkbrakeError
+
+if TYPE_CHECKING:
+    from guardrails.ledger import StateChange, Usage
+    from guardrails.runway import Budget, Period, TenantRunway
+    from guardrails.settings import Settings
+    from lambdas.environment import ClientFactory
+    from lambdas.ledger_store import LedgerStore, UsageRow
+    from lambdas.meter import MeterResult
+
+MAX_PROBLEMS_SHOWN = 20
+
+
+def parse_instant(text: str, option: str) -> datetime:
+    """ISO-8601; a date means its UTC midnight and a time without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            f"{option}: {text!r} is not an ISO-8601 date or time (2025-05-01, 2025-05-01T12:00Z)"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def metering_settings(environ: Mapping[str, str]) -> Settings:
+    """The caps the meter resolves (``PARKBRAKE_DEFAULT_MAX_RUNTIME``, ``PARKBRAKE_POOL_MAX_RUNTIMES``).
+
+    The events name their own regions, so the guarded-region list is not needed here.
+    """
+    from guardrails.settings import REGIONS, settings_from_environment
+
+    return settings_from_environment({REGIONS: "any", **environ})
+
+
+@click.group()
+def ledger() -> None:
+    """The usage ledger: exact accelerator-seconds and cost per tenant, budgets and runway."""
+
+
+@ledger.command()
+@output_option
+def migrate(output: str) -> None:
+    """Create or upgrade the ledger's tables (safe to run again, and from two places at once)."""
+    from lambdas.ledger_store import store_from_environment
+
+    store = store_from_environment()
+    try:
+        applied = store.migrate()
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps({"applied": applied}))
+    else:
+        click.echo(f"applied {', '.join(applied)}" if applied else "the ledger is up to date")
+
+
+@ledger.command()
+@click.argument("events_file", type=click.File("r"))
+@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 10_000))
+@output_option
+def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
+    """Append EC2 state-change events from EVENTS_FILE (JSON Lines of native EventBridge events; - for stdin).
+
+    Each host is looked up in EC2 for its tags and type, as the meter does; events already in the
+    ledger are ignored, so a file can be ingested again safely.
+    """
+    from lambdas.environment import default_clients
+    from lambdas.ledger_store import store_from_environment
+
+    changes = read_events(events_file)
+    store = store_from_environment()
+    try:
+        result = ingest_changes(
+            changes,
+            store=store,
+            clients=default_clients,
+            settings=metering_settings(os.environ),
+            batch_size=batch_size,
+            progress=output == "text",
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps({"read": len(changes)} | result.as_dict(), indent=2))
+    else:
+        click.echo(
+            f"read {len(changes)} events: {result.inserted} appended, {result.duplicates} already in "
+            f"the ledger, {len(result.skipped)} not accelerator hosts, {len(result.unattributed)} unknown hosts"
+        )
+    if result.unattributed:
+        listed = ", ".join(sorted({note["instance_id"] for note in result.unattributed})[:MAX_PROBLEMS_SHOWN])
+        raise ParkbrakeError(
+            f"{len(result.unattributed)} events are about hosts neither EC2 nor the ledger knows ({listed}); "
+            "they were not appended"
+        )
+
+
+def read_events(lines: Iterable[str]) -> list[StateChange]:
+    """Parse JSON Lines of events; every malformed line is reported, by number, before anything is written."""
+    from guardrails.ledger import MalformedEvent, state_change_from_event
+
+    changes, problems = [], []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            document = json.loads(line)
+            if not isinstance(document, dict):
+                raise MalformedEvent("not a JSON object")
+            changes.append(state_change_from_event(document))
+        except (json.JSONDecodeError, MalformedEvent) as error:
+            problems.append(f"line {number}: {error}")
+    if problems:
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        more = len(problems) - len(shown)
+        raise InputError(
+            "malformed events, nothing was appended:\n  "
+            + "\n  ".join(shown)
+            + (f"\n  ... and {more} more" if more else "")
+        )
+    return changes
+
+
+def ingest_changes(
+    changes: Sequence[StateChange],
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    batch_size: int,
+    progress: bool = False,
+) -> MeterResult:
+    """Meter ``changes`` in batches: one EC2 lookup and one database transaction per batch."""
+    from rich.console import Console
+    from rich.progress import track
+
+    from lambdas.meter import MeterResult, meter
+
+    total = MeterResult()
+    batches = [changes[start : start + batch_size] for start in range(0, len(changes), batch_size)]
+    console = Console(stderr=True)
+    for batch in track(batches, description="ingesting", console=console, disable=not progress):
+        now = datetime.now(UTC)
+        total.add(
+            meter(batch, store=store, clients=clients, settings=settings, received_at=now, source="ingest")
+        )
+    return total
+
+
+@dataclass(frozen=True)
+class TenantReport:
+    tenant: str
+    rows: list[UsageRow]
+
+    def total(self, key: str | None = None) -> dict[str | None, Usage]:
+        """Usage summed exactly by pool, by instance type (``key``) or in all (None)."""
+        from guardrails.ledger import Usage
+
+        sums: dict[str | None, Usage] = defaultdict(Usage)
+        for row in self.rows:
+            sums[getattr(row, key) if key else None] += row.usage
+        return dict(sums)
+
+    def as_dict(self) -> dict[str, Any]:
+        from guardrails.ledger import Usage
+
+        total = self.total().get(None, Usage())
+        return {
+            "tenant": self.tenant,
+            **_amounts(total),
+            "by_pool": [
+                {"pool": pool, **_amounts(usage)} for pool, usage in sorted(self.total("pool").items())
+            ],
+            "by_instance_type": [
+                {"instance_type": name, **_amounts(usage)}
+                for name, usage in sorted(self.total("instance_type").items())
+            ],
+            "breakdown": [
+                {"pool": row.pool, "instance_type": row.instance_type, **_amounts(row.usage)}
+                for row in self.rows
+            ],
+        }
+
+
+def _amounts(usage: Usage) -> dict[str, Any]:
+    # JSON numbers: three decimals of seconds and six of dollars print back exactly as floats.
+    return {
+        "accelerator_seconds": float(usage.accelerator_seconds),
+        "cost_usd": float(usage.cost_usd),
+    }
+
+
+def usage_report(
+    store: LedgerStore,
+    *,
+    now: datetime,
+    since: datetime | None,
+    until: datetime | None,
+    tenants: Sequence[str],
+) -> list[TenantReport]:
+    """Per tenant (every tenant with usage, or exactly ``tenants``), usage by pool and instance type."""
+    rows = store.usage_rows(now=now, since=since, until=until, tenants=list(tenants) or None)
+    by_tenant: dict[str, list[UsageRow]] = {tenant: [] for tenant in tenants}
+    for row in rows:
+        by_tenant.setdefault(row.tenant, []).append(row)
+    return [TenantReport(tenant, by_tenant[tenant]) for tenant in sorted(by_tenant)]
+
+
+def report_csv(reports: Sequence[TenantReport]) -> str:
+    """One row per tenant, pool and instance type, amounts as exact decimals."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["tenant", "pool", "instance_type", "accelerator_seconds", "cost_usd"])
+    for report in reports:
+        for row in report.rows:
+            writer.writerow(
+                [row.tenant, row.pool, row.instance_type, row.usage.accelerator_seconds, row.usage.cost_usd]
+            )
+    return buffer.getvalue()
+
+
+@ledger.command()
+@click.option("--tenant", "tenants", multiple=True, help="Tenant to report (repeatable); default: all.")
+@click.option("--since", help="Start (ISO-8601, UTC); default: the start of this month.")
+@click.option("--until", help="End, exclusive (ISO-8601, UTC); default: now.")
+@click.option(
+    "--output", "-o", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True,
+    help="text for people, csv for invoicing, json for scripts.",
+)  # fmt: skip
+def report(tenants: tuple[str, ...], since: str | None, until: str | None, output: str) -> None:
+    """Accelerator-seconds and cost per tenant, by pool and instance type, for a time window."""
+    from guardrails.runway import period_start
+    from lambdas.ledger_store import store_from_environment
+
+    now = datetime.now(UTC)
+    start = parse_instant(since, "--since") if since else period_start("month", now)
+    end = parse_instant(until, "--until") if until else None
+    if end is not None and end <= start:
+        raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
+    store = store_from_environment()
+    try:
+        reports = usage_report(store, now=now, since=start, until=end, tenants=tenants)
+    finally:
+        store.close()
+    if output == "csv":
+        click.echo(report_csv(reports), nl=False)
+    elif output == "json":
+        window = {"since": start.isoformat(), "until": (end or now).isoformat()}
+        click.echo(json.dumps(window | {"tenants": [r.as_dict() for r in reports]}, indent=2))
+    else:
+        print_report(reports, start, end or now)
+
+
+def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC")
+    for column in ("tenant", "pool", "instance type", "accelerator-hours", "cost (USD)"):
+        table.add_column(column, justify="right" if "(" in column or "hours" in column else "left")
+    for tenant_report in reports:
+        for row in tenant_report.rows:
+            table.add_row(row.tenant, row.pool, row.instance_type, *_cells(row.usage))
+        total = tenant_report.total().get(None)
+        if total is not None:
+            table.add_row(tenant_report.tenant, "[b]total[/b]", "", *_cells(total), end_section=True)
+    Console().print(table)
+
+
+def _cells(usage: Usage) -> tuple[str, str]:
+    hours = usage.accelerator_seconds / 3600
+    return f"{hours:,.3f}", f"{usage.cost_usd:,.2f}"
+
+
+def tenant_runways(
+    *, now: datetime, environ: Mapping[str, str] | None = None, tenants: Sequence[str] | None = None
+) -> list[TenantRunway]:
+    """Per tenant: spent this period, committed, remaining, burn rate and runway (for ``parkbrake status``)."""
+    from lambdas.ledger_store import store_from_environment
+
+    environ = os.environ if environ is None else environ
+    store = store_from_environment(environ)
+    try:
+        default_cap = metering_settings(environ).default_max_runtime
+        return store.runways(now=now, default_cap=default_cap, tenants=tenants)
+    finally:
+        store.close()
+
+
+@ledger.command()
+@click.option("--tenant", "tenants", multiple=True, help="Tenant to show (repeatable); default: all.")
+@output_option
+def runway(tenants: tuple[str, ...], output: str) -> None:
+    """Each tenant's budget: spent, committed to running hosts' caps, remaining, burn rate, runway."""
+    statuses = tenant_runways(now=datetime.now(UTC), tenants=list(tenants) or None)
+    if output == "json":
+        click.echo(json.dumps([status.as_dict() for status in statuses], indent=2))
+        return
+    print_runways(statuses)
+
+
+def print_runways(statuses: Sequence[TenantRunway]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from guardrails.durations import format_duration
+
+    table = Table(title="Budgets and runway")
+    columns = ("tenant", "budget", "spent", "committed", "remaining", "burn /h", "runway", "GPUs")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    for status in statuses:
+        limit, remaining, runway_left = status.budget.limit_usd, status.remaining_usd, status.runway
+        table.add_row(
+            status.tenant,
+            "-" if limit is None else f"{limit:,.2f} /{status.budget.period}",
+            f"{status.spent_usd:,.2f}",
+            f"{status.committed_usd:,.2f}",
+            "-" if remaining is None else f"{remaining:,.2f}",
+            f"{status.totals.burn_usd_per_hour:,.2f}",
+            "∞" if runway_left is None else format_duration(runway_left),
+            str(status.totals.running_accelerators),
+        )
+    Console().print(table)
+
+
+@ledger.command("budget")
+@click.argument("tenant")
+@click.option("--limit-usd", required=True, help="The hard limit for each period, in USD.")
+@click.option("--period", type=click.Choice(["day", "week", "month"]), default="month", show_default=True)
+@click.option(
+    "--soft", default="50,80,90", show_default=True, help="Percentages of the limit at which to notify."
+)
+@click.option(
+    "--actions", default="notify,deny", show_default=True,
+    help="What the budget does: notify (SNS at thresholds), deny (refuse new work), stop (stop hosts at the limit).",
+)  # fmt: skip
+@output_option
+def set_budget(tenant: str, output: str, **flags: str) -> None:
+    """Set TENANT's budget per period and the actions it takes (replacing any earlier budget)."""
+    from lambdas.ledger_store import store_from_environment
+
+    new_budget = parse_budget(tenant, **flags)
+    store = store_from_environment()
+    try:
+        store.set_budget(new_budget)
+    finally:
+        store.close()
+    actions = sorted(new_budget.actions)
+    if output == "json":
+        summary = {
+            "tenant": tenant,
+            "period": new_budget.period,
+            "limit_usd": float(new_budget.limit_usd or 0),
+            "soft_thresholds": [float(threshold) for threshold in new_budget.soft_thresholds],
+            "actions": actions,
+        }
+        click.echo(json.dumps(summary))
+    else:
+        percentages = ", ".join(f"{threshold:.0%}" for threshold in new_budget.soft_thresholds)
+        click.echo(
+            f"{tenant}: {new_budget.limit_usd:,.2f} USD per {new_budget.period}, "
+            f"notify at {percentages or 'the limit only'}, actions: {', '.join(actions) or 'none'}"
+        )
+
+
+def parse_budget(tenant: str, *, limit_usd: str, period: str, soft: str, actions: str) -> Budget:
+    """A Budget from the flags; every problem is reported at once."""
+    from guardrails.runway import ACTIONS, PERIODS, Budget
+
+    problems = []
+    limit = Decimal(0)
+    try:
+        limit = Decimal(limit_usd)
+        if not limit.is_finite() or limit <= 0:
+            problems.append(f"--limit-usd: {limit_usd!r} must be a positive amount")
+    except InvalidOperation:
+        problems.append(f"--limit-usd: {limit_usd!r} is not a number")
+    thresholds = []
+    for part in filter(None, (piece.strip().rstrip("%") for piece in soft.split(","))):
+        try:
+            value = Decimal(part)
+        except InvalidOperation:
+            value = Decimal(-1)
+        if not 0 < value < 100:
+            problems.append(f"--soft: {part!r} is not a percentage between 0 and 100")
+        else:
+            thresholds.append(value / 100)
+    chosen = {piece.strip() for piece in actions.split(",") if piece.strip()}
+    for unknown in sorted(chosen - set(ACTIONS)):
+        problems.append(f"--actions: {unknown!r} is not one of {', '.join(ACTIONS)}")
+    if period not in PERIODS:
+        problems.append(f"--period: {period!r} is not one of {', '.join(PERIODS)}")
+    if problems:
+        raise InputError("invalid budget:\n  " + "\n  ".join(problems))
+    return Budget(
+        tenant,
+        limit,
+        cast("Period", period),
+        tuple(sorted(set(thresholds))),
+        frozenset(action for action in ACTIONS if action in chosen),
+    )

@@ -1,0 +1,111 @@
+"""When a host must stop: its last start plus its cap, postponed only by a bounded exemption.
+
+The cap comes from the ``parkbrake:max-runtime`` tag, else the pool's default, else the stack's.
+A tag that cannot be used never lets a host run longer: it falls back to the next default and is
+reported, and so does an exemption that is malformed or reaches further ahead than policy allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from guardrails import tags
+from guardrails.durations import DurationError, format_duration, parse_duration
+from guardrails.hosts import Host
+
+
+@dataclass(frozen=True)
+class Deadline:
+    instance_id: str
+    cap: timedelta
+    cap_source: str  # "tag", "pool" or "stack"
+    deadline: datetime  # launch_time + cap
+    exempt_until: datetime | None  # a valid exemption (possibly already over)
+    enforce_at: datetime  # max(deadline, exempt_until)
+    problems: tuple[str, ...]  # tags that were ignored, and why
+
+    def due(self, now: datetime) -> bool:
+        """A host is due at its deadline exactly: running ``cap`` is allowed, a second more is not."""
+        return now >= self.enforce_at
+
+    def overrun(self, now: datetime) -> timedelta:
+        """How long the host has run past its cap (zero before the deadline)."""
+        return max(now - self.deadline, timedelta(0))
+
+
+def deadline_for(
+    host: Host,
+    *,
+    pool_caps: Mapping[str, timedelta],
+    default_cap: timedelta,
+    max_exemption: timedelta,
+    now: datetime,
+) -> Deadline:
+    problems: list[str] = []
+    cap, cap_source = cap_for(host.tags, host.pool, pool_caps, default_cap, problems)
+    deadline = host.launch_time + cap
+    exempt_until = _exemption(host, max_exemption, now, problems)
+    enforce_at = max(deadline, exempt_until) if exempt_until is not None else deadline
+    return Deadline(
+        instance_id=host.instance_id,
+        cap=cap,
+        cap_source=cap_source,
+        deadline=deadline,
+        exempt_until=exempt_until,
+        enforce_at=enforce_at,
+        problems=tuple(problems),
+    )
+
+
+def cap_for(
+    resource_tags: Mapping[str, str],
+    pool: str | None,
+    pool_caps: Mapping[str, timedelta],
+    default_cap: timedelta,
+    problems: list[str],
+) -> tuple[timedelta, str]:
+    """The cap and where it came from ("tag", "pool" or "stack"); an unusable tag is added to ``problems``."""
+    text = resource_tags.get(tags.MAX_RUNTIME)
+    if text is not None:
+        try:
+            return parse_duration(text), "tag"
+        except DurationError as error:
+            problems.append(f"{tags.MAX_RUNTIME}: {error}; using the default cap")
+    if pool is not None and pool in pool_caps:
+        return pool_caps[pool], "pool"
+    return default_cap, "stack"
+
+
+def _exemption(host: Host, max_exemption: timedelta, now: datetime, problems: list[str]) -> datetime | None:
+    text = host.tags.get(tags.EXEMPT_UNTIL)
+    if text is None:
+        return None
+    try:
+        exempt_until = parse_instant(text)
+    except ValueError as error:
+        problems.append(f"{tags.EXEMPT_UNTIL}: {error}; ignored")
+        return None
+    if exempt_until - now > max_exemption:
+        problems.append(
+            f"{tags.EXEMPT_UNTIL}: {text!r} is more than {format_duration(max_exemption)} ahead, "
+            "beyond the policy's limit; ignored"
+        )
+        return None
+    return exempt_until
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO-8601 instant with an explicit zone (``2025-01-31T22:00:00Z``), as UTC.
+
+    A time without a zone is refused rather than guessed: read in the wrong zone it would exempt a
+    host for hours nobody meant.
+    """
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO-8601 instant such as 2025-01-31T22:00:00Z") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no timezone; write it in UTC with a trailing Z")
+    return moment.astimezone(UTC)

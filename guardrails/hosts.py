@@ -1,0 +1,72 @@
+"""A running (or stopped) EC2 instance as the guardrails see it, built from ``DescribeInstances`` output.
+
+Pure: callers pass in the ``Instance`` dict that boto3 returned, so the same value is built by the
+Lambdas, the CLI and the tests without any AWS call here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from guardrails import tags
+from guardrails.instance_types import is_accelerator
+
+AUTOSCALING_GROUP_TAG = "aws:autoscaling:groupName"
+
+
+@dataclass(frozen=True)
+class Host:
+    instance_id: str
+    instance_type: str
+    state: str  # EC2 state name: pending, running, stopping, stopped, shutting-down, terminated
+    launch_time: datetime  # tz-aware UTC; EC2's LaunchTime is the instance's *last* start
+    tags: Mapping[str, str] = field(hash=False)
+    region: str
+    lifecycle: str | None = None  # "spot" or None (on-demand)
+    autoscaling_group: str | None = None  # from the aws:autoscaling:groupName tag
+
+    @classmethod
+    def from_instance(cls, instance: Mapping[str, Any], region: str) -> Host:
+        """Build from one ``Reservations[].Instances[]`` entry of ``DescribeInstances``."""
+        instance_tags = tags.as_dict(instance.get("Tags"))
+        return cls(
+            instance_id=instance["InstanceId"],
+            instance_type=instance["InstanceType"],
+            state=instance["State"]["Name"],
+            launch_time=as_utc(instance["LaunchTime"]),
+            tags=instance_tags,
+            region=region,
+            lifecycle=instance.get("InstanceLifecycle"),
+            autoscaling_group=instance_tags.get(AUTOSCALING_GROUP_TAG),
+        )
+
+    @property
+    def managed(self) -> bool:
+        return self.tags.get(tags.MANAGED, "").strip().lower() == "true"
+
+    @property
+    def accelerator(self) -> bool:
+        return is_accelerator(self.instance_type)
+
+    @property
+    def spot(self) -> bool:
+        return self.lifecycle == "spot"
+
+    @property
+    def pool(self) -> str | None:
+        return self.tags.get(tags.POOL)
+
+    @property
+    def tenant(self) -> str | None:
+        return self.tags.get(tags.TENANT)
+
+
+def as_utc(value: datetime | str) -> datetime:
+    """boto3 gives tz-aware datetimes; JSON payloads and fixtures give ISO-8601 text."""
+    moment = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else value
+    if moment.tzinfo is None:
+        raise ValueError(f"{value!r} has no timezone; AWS times are always UTC")
+    return moment.astimezone(UTC)

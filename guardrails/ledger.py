@@ -1,0 +1,336 @@
+"""The ledger's rules: from EC2 state transitions to intervals, accelerator-milliseconds and cost.
+
+- An interval opens at ``running`` and closes at the first later ``stopping``, ``stopped``,
+  ``shutting-down`` or ``terminated``, as AWS bills. A ``running`` with no later stop is open and
+  runs to ``now``.
+- Events arrive at least once and in any order: a duplicate event id is ignored (the first copy
+  wins) and every event is placed by its own time. Events at the same millisecond are ordered by
+  state (``running`` before the stops), then by event id.
+- Usage is integer milliseconds: accelerators × elapsed. Cost applies AWS's per-second billing with
+  its 60-second minimum per start, at the price in effect over each part of the billed time; money
+  is summed exactly as USD-per-hour × milliseconds and rounded once, at the end.
+
+The database computes the same (``lambdas/migrations``, ``lambdas/ledger_store.py``); the tests
+prove both agree on random event streams.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from guardrails import tags
+from guardrails.deadlines import cap_for
+from guardrails.errors import InputError
+from guardrails.instance_types import is_accelerator
+from guardrails.pricing import PriceNotFound, PriceTable
+
+STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
+STOP_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+STATE_CHANGE = "EC2 Instance State-change Notification"
+MINIMUM_BILLED_MS = 60_000
+MS_PER_HOUR = 3_600_000
+USD_PLACES = 6  # money is reported to the micro-dollar
+# Attribution for an accelerator host without the tag: it is still metered, never dropped.
+UNATTRIBUTED = "unattributed"
+
+_STATE_RANK = {state: rank for rank, state in enumerate(STATES)}
+
+
+class MalformedEvent(InputError):
+    """An event that is not a well-formed EC2 state-change notification."""
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """What an ``EC2 Instance State-change Notification`` says, and nothing else."""
+
+    event_id: str
+    instance_id: str
+    state: str
+    at_ms: int
+    region: str
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """Who pays for a host and at what size, from its tags and instance type."""
+
+    tenant: str
+    pool: str
+    instance_type: str
+    accelerators: int
+    cap_ms: int | None  # the host's cap as the deadlines resolve it; None: the ledger's default applies
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A state change with its attribution: one row of the ledger."""
+
+    event_id: str
+    instance_id: str
+    state: str
+    at_ms: int
+    attribution: Attribution
+    region: str = ""
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One start of one host: from its ``running`` to its first stop, or open (``ended_ms`` None)."""
+
+    opened_by: str
+    instance_id: str
+    attribution: Attribution
+    started_ms: int
+    ended_ms: int | None
+    closed_by: str | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.ended_ms is None
+
+    def used_until_ms(self, now_ms: int) -> int:
+        """Where usage ends: the stop, or ``now`` for a host still running."""
+        return self.ended_ms if self.ended_ms is not None else max(self.started_ms, now_ms)
+
+    def billed_until_ms(self, now_ms: int) -> int:
+        """Where AWS's bill for this start ends so far (per second, at least 60 s)."""
+        return self.started_ms + billable_ms(self.used_until_ms(now_ms) - self.started_ms)
+
+    def projected_until_ms(self, now_ms: int, default_cap_ms: int) -> int:
+        """Where the bill ends if the host runs to its cap (or has passed it: to now)."""
+        cap_ms = self.attribution.cap_ms or default_cap_ms
+        return self.started_ms + billable_ms(max(self.used_until_ms(now_ms) - self.started_ms, cap_ms))
+
+
+def billable_ms(elapsed_ms: int) -> int:
+    """AWS's per-second billing with its 60-second minimum per start."""
+    return max(MINIMUM_BILLED_MS, -(-elapsed_ms // 1000) * 1000)
+
+
+def to_ms(moment: datetime) -> int:
+    """Epoch milliseconds of an aware datetime, truncated (the ledger's resolution)."""
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment!r} has no timezone")
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return delta // timedelta(milliseconds=1)
+
+
+def from_ms(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
+    """Read a native EventBridge event; every problem with it is reported at once."""
+    problems: list[str] = []
+    if event.get("detail-type") != STATE_CHANGE:
+        problems.append(f"detail-type: expected {STATE_CHANGE!r}, got {event.get('detail-type')!r}")
+    detail = event.get("detail")
+    if not isinstance(detail, Mapping):
+        problems.append("detail: missing")
+        detail = {}
+    fields = {
+        "id": event.get("id"),
+        "region": event.get("region"),
+        "detail.instance-id": detail.get("instance-id"),
+    }
+    for name, value in fields.items():
+        if not isinstance(value, str) or not value:
+            problems.append(f"{name}: missing")
+    state = detail.get("state")
+    if state not in _STATE_RANK:
+        problems.append(f"detail.state: {state!r} is not an EC2 instance state")
+    at_ms = 0
+    try:
+        at_ms = to_ms(datetime.fromisoformat(str(event.get("time")).replace("Z", "+00:00")))
+    except ValueError:
+        problems.append(f"time: {event.get('time')!r} is not an ISO-8601 UTC time")
+    if problems:
+        raise MalformedEvent(f"event {event.get('id')!r}: " + "; ".join(problems))
+    return StateChange(
+        event_id=str(fields["id"]),
+        instance_id=str(fields["detail.instance-id"]),
+        state=str(state),
+        at_ms=at_ms,
+        region=str(fields["region"]),
+    )
+
+
+def attribution_for(
+    instance_type: str,
+    host_tags: Mapping[str, str],
+    prices: PriceTable,
+    *,
+    pool_caps: Mapping[str, timedelta],
+    default_cap: timedelta,
+) -> Attribution | None:
+    """Attribution of a host, or None when it carries no accelerator (the ledger does not meter it).
+
+    The cap is the one the deadlines enforce (tag, else pool default, else stack default). Raises
+    PriceNotFound for an accelerator type without a price: a host is never metered as free.
+    """
+    if not is_accelerator(instance_type):
+        return None
+    pool = host_tags.get(tags.POOL, "").strip() or None
+    cap, _source = cap_for(host_tags, pool, pool_caps, default_cap, [])
+    return Attribution(
+        tenant=host_tags.get(tags.TENANT, "").strip() or UNATTRIBUTED,
+        pool=pool or UNATTRIBUTED,
+        instance_type=instance_type,
+        accelerators=prices.instance(instance_type).accelerators,
+        cap_ms=cap // timedelta(milliseconds=1),
+    )
+
+
+def _order(transition: Transition) -> tuple[int, int, str]:
+    return transition.at_ms, _STATE_RANK[transition.state], transition.event_id
+
+
+def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
+    """Every interval of every host in ``transitions`` (any order, duplicates allowed)."""
+    unique: dict[str, Transition] = {}
+    for transition in transitions:
+        unique.setdefault(transition.event_id, transition)
+    by_instance: dict[str, list[Transition]] = defaultdict(list)
+    for transition in unique.values():
+        if transition.state != "pending":
+            by_instance[transition.instance_id].append(transition)
+    intervals: list[Interval] = []
+    for instance_id, history in by_instance.items():
+        opened: Transition | None = None
+        for transition in sorted(history, key=_order):
+            if transition.state == "running":
+                opened = opened or transition
+            elif opened is not None:
+                intervals.append(
+                    Interval(
+                        opened.event_id,
+                        instance_id,
+                        opened.attribution,
+                        opened.at_ms,
+                        transition.at_ms,
+                        transition.event_id,
+                    )
+                )
+                opened = None
+        if opened is not None:
+            intervals.append(Interval(opened.event_id, instance_id, opened.attribution, opened.at_ms, None))
+    return intervals
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """Prices in effect over time: for each instance type, ``(from_ms, usd_per_hour)`` ascending.
+
+    A price is in effect from its ``from_ms`` (None: since always) until the next one's.
+    """
+
+    ranges: Mapping[str, tuple[tuple[int | None, Decimal], ...]]
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, int | None, Decimal]]) -> PriceBook:
+        by_type: dict[str, list[tuple[int | None, Decimal]]] = defaultdict(list)
+        for instance_type, from_ms, usd_per_hour in rows:
+            by_type[instance_type].append((from_ms, usd_per_hour))
+        return cls({name: tuple(sorted(rows, key=_from_key)) for name, rows in by_type.items()})
+
+    def parts(self, instance_type: str, start_ms: int, end_ms: int) -> Iterator[tuple[int, Decimal]]:
+        """``(milliseconds, usd_per_hour)`` for each price's share of ``[start_ms, end_ms)``."""
+        if end_ms <= start_ms:
+            return
+        ranges = self.ranges.get(instance_type, ())
+        if not ranges or start_ms < _from_key(ranges[0]):
+            raise PriceNotFound(f"no price in effect for {instance_type} at {from_ms(start_ms).isoformat()}")
+        first = bisect.bisect_right([_from_key(entry) for entry in ranges], start_ms) - 1
+        for index in range(first, len(ranges)):
+            part_start = max(start_ms, _from_key(ranges[index]))
+            if part_start >= end_ms:
+                break
+            part_end = end_ms if index + 1 == len(ranges) else min(end_ms, _from_key(ranges[index + 1]))
+            yield part_end - part_start, ranges[index][1]
+
+    def usd_hour_ms(self, instance_type: str, start_ms: int, end_ms: int) -> Decimal:
+        """Σ price × milliseconds over ``[start_ms, end_ms)``: exact, divide by an hour to get USD."""
+        return sum(
+            (usd_per_hour * ms for ms, usd_per_hour in self.parts(instance_type, start_ms, end_ms)),
+            Decimal(0),
+        )
+
+    def usd_per_hour_at(self, instance_type: str, at_ms: int) -> Decimal:
+        for _, usd_per_hour in self.parts(instance_type, at_ms, at_ms + 1):
+            return usd_per_hour
+        raise PriceNotFound(f"no price in effect for {instance_type}")
+
+
+def _from_key(entry: tuple[int | None, Decimal]) -> int:
+    return entry[0] if entry[0] is not None else -(2**62)
+
+
+def usd(usd_hour_ms: Decimal | Fraction) -> Decimal:
+    """USD from Σ price × milliseconds, rounded half away from zero to the micro-dollar, exactly."""
+    exact = Fraction(usd_hour_ms) / MS_PER_HOUR * 10**USD_PLACES
+    units = int(abs(exact) + Fraction(1, 2))
+    return Decimal(units if exact >= 0 else -units).scaleb(-USD_PLACES)
+
+
+def seconds(ms: int) -> Decimal:
+    """Milliseconds as exact decimal seconds."""
+    return Decimal(ms).scaleb(-3)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Accelerator-milliseconds and Σ price × billed milliseconds of some set of intervals."""
+
+    accelerator_ms: int = 0
+    usd_hour_ms: Decimal = Decimal(0)
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(self.accelerator_ms + other.accelerator_ms, self.usd_hour_ms + other.usd_hour_ms)
+
+    @property
+    def accelerator_seconds(self) -> Decimal:
+        return seconds(self.accelerator_ms)
+
+    @property
+    def cost_usd(self) -> Decimal:
+        return usd(self.usd_hour_ms)
+
+
+UsageKey = tuple[str, str, str]  # tenant, pool, instance type
+
+
+def usage_by_key(
+    intervals: Iterable[Interval],
+    prices: PriceBook,
+    *,
+    now_ms: int,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+) -> dict[UsageKey, Usage]:
+    """Usage within ``[since_ms, until_ms)`` (None: unbounded) per tenant, pool and instance type.
+
+    Accelerator time counts what was used; cost counts what AWS bills (the 60 s minimum included),
+    both clipped to the window, so adjacent windows add up to the whole.
+    """
+    low = since_ms if since_ms is not None else -(2**62)
+    high = until_ms if until_ms is not None else 2**62
+    totals: dict[UsageKey, Usage] = defaultdict(Usage)
+    for interval in intervals:
+        billed_until_ms = interval.billed_until_ms(now_ms)
+        if not (interval.started_ms < high and billed_until_ms > low):
+            continue
+        who = interval.attribution
+        used_ms = max(0, min(interval.used_until_ms(now_ms), high) - max(interval.started_ms, low))
+        cost = prices.usd_hour_ms(
+            who.instance_type, max(interval.started_ms, low), min(billed_until_ms, high)
+        )
+        totals[(who.tenant, who.pool, who.instance_type)] += Usage(who.accelerators * used_ms, cost)
+    return dict(totals)

@@ -1,0 +1,70 @@
+"""What a sweep rule is: a name, a filter that says why a host matches, and an action.
+
+Shaped after Cloud Custodian's policies (resource, filters, actions) so that each rule reads on its
+own and the set in force is one explicit tuple.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Literal
+
+from guardrails.deadlines import Deadline
+from guardrails.hosts import Host
+
+Action = Literal["stop", "report"]
+
+
+@dataclass(frozen=True)
+class SweepPolicy:
+    """What the sweep enforces; built from :class:`guardrails.settings.Settings`."""
+
+    stack: str | None
+    default_cap: timedelta
+    max_exemption: timedelta
+    reap_untagged: bool = False
+    pool_caps: Mapping[str, timedelta] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """One host as the rules see it; ``deadline`` is None for hosts parkbrake does not manage."""
+
+    host: Host
+    deadline: Deadline | None
+    now: datetime
+    policy: SweepPolicy
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    action: Action
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    description: str
+    # Why the rule applies to the subject, or None when it does not.
+    filter: Callable[[Subject], str | None]
+    action: Callable[[SweepPolicy], Action]
+
+    def evaluate(self, subject: Subject) -> Finding | None:
+        reason = self.filter(subject)
+        return None if reason is None else Finding(self.name, self.action(subject.policy), reason)
+
+
+def always(action: Action) -> Callable[[SweepPolicy], Action]:
+    def fixed(_policy: SweepPolicy) -> Action:
+        return action
+
+    return fixed
+
+
+def instant(moment: datetime) -> str:
+    """UTC instants in reasons and tables: ``2025-01-31T22:00:00Z``."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,12 @@
+"""The rules in force, in the order their findings are reported. Adding a rule is one line here."""
+
+from __future__ import annotations
+
+from guardrails.rules import malformed_tags, past_deadline, untagged_accelerator
+from guardrails.rules.base import Rule
+
+RULES: tuple[Rule, ...] = (
+    past_deadline.RULE,
+    untagged_accelerator.RULE,
+    malformed_tags.RULE,
+)

@@ -1,0 +1,256 @@
+"""Budgets and runway per tenant, and what the budget guardrail does about them.
+
+For each tenant and budget period:
+- *spent*: what AWS bills for the tenant's hosts from the period's start (60 s minimums included);
+- *committed*: what its running hosts will still cost if each runs to its cap;
+- *remaining* = limit − spent − committed;
+- *burn rate*: USD per hour of the hosts running now, at today's prices;
+- *runway* = remaining ÷ burn rate: how long until the limit at the current burn.
+
+Soft thresholds and the limit are measured on spent + committed, so warnings and refusals come
+before the money is gone. Stopping hosts is destructive, so it waits until *spent* reaches the limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any, Literal, Protocol, get_args
+
+from guardrails.ledger import MS_PER_HOUR, Interval, PriceBook, to_ms, usd
+
+Period = Literal["day", "week", "month"]
+Action = Literal["notify", "deny", "stop"]
+PERIODS: tuple[Period, ...] = get_args(Period)
+ACTIONS: tuple[Action, ...] = get_args(Action)
+DEFAULT_ACTIONS: frozenset[Action] = frozenset({"notify", "deny"})
+DEFAULT_SOFT_THRESHOLDS = (Decimal("0.5"), Decimal("0.8"), Decimal("0.9"))
+ADJECTIVE: dict[Period, str] = {"day": "daily", "week": "weekly", "month": "monthly"}
+
+
+def period_start(period: Period, now: datetime) -> datetime:
+    """Start of the budget period containing ``now``: UTC midnight, ISO week (Monday) or month."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        return day
+    if period == "week":
+        return day - timedelta(days=day.weekday())
+    return day.replace(day=1)
+
+
+@dataclass(frozen=True)
+class Budget:
+    tenant: str
+    limit_usd: Decimal | None  # None: no budget (usage is still reported, nothing is enforced)
+    period: Period = "month"
+    soft_thresholds: tuple[Decimal, ...] = DEFAULT_SOFT_THRESHOLDS
+    actions: frozenset[Action] = DEFAULT_ACTIONS
+
+
+@dataclass(frozen=True)
+class RunwayTotals:
+    """The sums a runway is made of; computed by the database, or by :func:`runway_totals`."""
+
+    spent_usd_hour_ms: Decimal = Decimal(0)
+    committed_usd_hour_ms: Decimal = Decimal(0)
+    burn_usd_per_hour: Decimal = Decimal(0)
+    running_hosts: int = 0
+    running_accelerators: int = 0
+
+
+def runway_totals(
+    intervals: Iterable[Interval],
+    prices: PriceBook,
+    *,
+    period_start_ms: int,
+    now_ms: int,
+    default_cap_ms: int,
+) -> RunwayTotals:
+    """The totals of one tenant's intervals (the pure twin of the ledger store's runway query)."""
+    spent = committed = burn = Decimal(0)
+    hosts = accelerators = 0
+    for interval in intervals:
+        kind = interval.attribution.instance_type
+        billed_until_ms = interval.billed_until_ms(now_ms)
+        spent += prices.usd_hour_ms(kind, max(interval.started_ms, period_start_ms), billed_until_ms)
+        if interval.is_open:
+            committed += prices.usd_hour_ms(
+                kind, billed_until_ms, interval.projected_until_ms(now_ms, default_cap_ms)
+            )
+            burn += prices.usd_per_hour_at(kind, now_ms)
+            hosts += 1
+            accelerators += interval.attribution.accelerators
+    return RunwayTotals(spent, committed, burn, hosts, accelerators)
+
+
+@dataclass(frozen=True)
+class TenantRunway:
+    budget: Budget
+    now: datetime
+    totals: RunwayTotals = field(default_factory=RunwayTotals)
+
+    @property
+    def tenant(self) -> str:
+        return self.budget.tenant
+
+    @property
+    def period_start(self) -> datetime:
+        return period_start(self.budget.period, self.now)
+
+    @property
+    def spent_usd(self) -> Decimal:
+        return usd(self.totals.spent_usd_hour_ms)
+
+    @property
+    def committed_usd(self) -> Decimal:
+        return usd(self.totals.committed_usd_hour_ms)
+
+    @property
+    def used_usd(self) -> Decimal:
+        """Spent plus committed: what the budget's thresholds are measured against."""
+        return self.spent_usd + self.committed_usd
+
+    @property
+    def remaining_usd(self) -> Decimal | None:
+        limit = self.budget.limit_usd
+        return None if limit is None else limit - self.used_usd
+
+    @property
+    def runway(self) -> timedelta | None:
+        """Time to the limit at the current burn; None when unbounded (no budget, or nothing burning)."""
+        remaining = self.remaining_usd
+        if remaining is None:
+            return None
+        if remaining <= 0:
+            return timedelta(0)
+        if self.totals.burn_usd_per_hour <= 0:
+            return None
+        ms = Fraction(remaining) * MS_PER_HOUR / Fraction(self.totals.burn_usd_per_hour)
+        return timedelta(milliseconds=int(ms))
+
+    def as_dict(self) -> dict[str, Any]:
+        runway = self.runway
+        return {
+            "tenant": self.tenant,
+            "period": self.budget.period,
+            "period_start": self.period_start.isoformat(),
+            "limit_usd": _number(self.budget.limit_usd),
+            "spent_usd": _number(self.spent_usd),
+            "committed_usd": _number(self.committed_usd),
+            "remaining_usd": _number(self.remaining_usd),
+            "burn_usd_per_hour": _number(self.totals.burn_usd_per_hour),
+            "runway_seconds": None if runway is None else runway.total_seconds(),
+            "running_hosts": self.totals.running_hosts,
+            "running_accelerators": self.totals.running_accelerators,
+            "actions": sorted(self.budget.actions),
+        }
+
+
+def _number(value: Decimal | None) -> float | None:
+    """JSON number; every amount here has few enough digits that the float prints back exactly."""
+    return None if value is None else float(value)
+
+
+def money(value: Decimal) -> str:
+    return f"${value.quantize(Decimal('0.01')):,}"
+
+
+def refusal(status: TenantRunway, required_usd: Decimal) -> str | None:
+    """Why new work costing up to ``required_usd`` must not start, or None when it may."""
+    remaining = status.remaining_usd
+    if remaining is None or "deny" not in status.budget.actions or required_usd <= remaining:
+        return None
+    budget = status.budget
+    assert budget.limit_usd is not None  # remaining is None without a limit
+    return (
+        f"the {ADJECTIVE[budget.period]} budget of tenant {status.tenant} is {money(budget.limit_usd)}: "
+        f"{money(status.spent_usd)} spent and {money(status.committed_usd)} committed to running hosts' caps "
+        f"leave {money(max(remaining, Decimal(0)))}, less than the {money(required_usd)} needed"
+    )
+
+
+@dataclass(frozen=True)
+class BudgetDecision:
+    """One thing the budget guardrail should do for a tenant now."""
+
+    action: Action
+    tenant: str
+    reason: str
+    threshold: Decimal | None = None  # the fraction of the limit crossed (notify)
+    once_key: str | None = None  # claimed in the ledger so the action happens once per period
+
+
+def budget_decisions(status: TenantRunway) -> list[BudgetDecision]:
+    """What a tenant's budget calls for now; ``once_key`` deduplicates across runs and processes."""
+    budget = status.budget
+    limit = budget.limit_usd
+    if limit is None:
+        return []
+    period_key = f"budget:{status.tenant}:{budget.period}:{status.period_start.isoformat()}"
+    summary = (
+        f"{money(status.used_usd)} of {money(limit)} ({money(status.spent_usd)} spent, "
+        f"{money(status.committed_usd)} committed) in the {budget.period} from {status.period_start:%Y-%m-%d}"
+    )
+    decisions: list[BudgetDecision] = []
+    if "notify" in budget.actions:
+        for threshold in sorted({*budget.soft_thresholds, Decimal(1)}):
+            if status.used_usd >= limit * threshold:
+                decisions.append(
+                    BudgetDecision(
+                        "notify",
+                        status.tenant,
+                        f"tenant {status.tenant!r} reached {threshold:.0%} of its budget: {summary}",
+                        threshold,
+                        f"{period_key}:notify:{threshold.normalize()}",
+                    )
+                )
+    if "deny" in budget.actions and status.used_usd >= limit:
+        decisions.append(
+            BudgetDecision(
+                "deny",
+                status.tenant,
+                f"tenant {status.tenant!r} has no budget left; new work is refused: {summary}",
+                once_key=f"{period_key}:deny",
+            )
+        )
+    if "stop" in budget.actions and status.spent_usd >= limit and status.totals.running_hosts:
+        decisions.append(
+            BudgetDecision(
+                "stop",
+                status.tenant,
+                f"tenant {status.tenant!r} spent its budget; stopping its running hosts: {summary}",
+            )
+        )
+    return decisions
+
+
+@dataclass
+class StopReport:
+    acted: list[str] = field(default_factory=list)  # hosts taken off the bill (or that would be)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+class Enforcer(Protocol):
+    """How a budget's actions reach the platform: AWS today, a Kueue ClusterQueue's stopPolicy later
+    (deny: ``Hold``, stop: ``HoldAndDrain``)."""
+
+    def notify(self, tenant: str, subject: str, message: str) -> None: ...
+
+    def deny(self, tenant: str, reason: str) -> None: ...
+
+    def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport: ...
+
+
+def budget_notice(decisions: Sequence[BudgetDecision]) -> tuple[str, str]:
+    """Subject and message for newly crossed thresholds: one notice, for the highest of them."""
+    top = max(decisions, key=lambda decision: decision.threshold or Decimal(0))
+    subject = f"parkbrake: {top.tenant} at {top.threshold or 0:.0%} of budget"
+    return subject[:100], top.reason
+
+
+def period_bounds_ms(now: datetime) -> dict[Period, int]:
+    """The start of each kind of period containing ``now``, in epoch milliseconds."""
+    return {period: to_ms(period_start(period, now)) for period in PERIODS}

@@ -1,0 +1,140 @@
+"""The guardrails' settings, read from the ``PARKBRAKE_*`` environment of DESIGN.md.
+
+The Lambdas read them once per container and ``parkbrake reap`` reads the same variables, so the
+CLI and the Lambda decide alike. Every problem is collected and reported with the variable's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from guardrails.durations import DurationError, parse_duration
+from guardrails.errors import InputError
+
+STACK = "PARKBRAKE_STACK"
+REGIONS = "PARKBRAKE_REGIONS"
+DEFAULT_MAX_RUNTIME = "PARKBRAKE_DEFAULT_MAX_RUNTIME"
+MAX_EXEMPTION = "PARKBRAKE_MAX_EXEMPTION"
+REAP_UNTAGGED = "PARKBRAKE_REAP_UNTAGGED"
+SNS_TOPIC_ARN = "PARKBRAKE_SNS_TOPIC_ARN"
+DEADLINE_TARGET_ARN = "PARKBRAKE_DEADLINE_TARGET_ARN"
+SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
+# Beyond DESIGN.md: per-pool default caps (``training=90m,inference=12h``), used when a host's
+# max-runtime tag is missing or unusable, and what to do with a spot host that is due.
+POOL_MAX_RUNTIMES = "PARKBRAKE_POOL_MAX_RUNTIMES"
+SPOT_ACTION = "PARKBRAKE_SPOT_ACTION"
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+class SettingsError(InputError):
+    """The environment holds values the guardrails cannot run with; ``problems`` lists each one."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid guardrail settings:\n  " + "\n  ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Settings:
+    stack: str | None
+    regions: tuple[str, ...]
+    default_max_runtime: timedelta = timedelta(minutes=90)
+    max_exemption: timedelta = timedelta(hours=24)
+    reap_untagged: bool = False
+    pool_max_runtimes: Mapping[str, timedelta] = field(default_factory=dict)
+    spot_action: str = "terminate"
+    sns_topic_arn: str | None = None
+    deadline_target_arn: str | None = None
+    scheduler_role_arn: str | None = None
+
+    def require_stack(self) -> str:
+        if not self.stack:
+            raise SettingsError([f"{STACK}: not set; name the Pulumi stack whose guardrails these are"])
+        return self.stack
+
+
+def settings_from_environment(environ: Mapping[str, str]) -> Settings:
+    """Parse ``environ`` (``os.environ`` or a test's dict); raise :class:`SettingsError` listing every problem."""
+    problems: list[str] = []
+
+    def text(name: str) -> str | None:
+        value = environ.get(name, "").strip()
+        return value or None
+
+    def duration(name: str, default: timedelta) -> timedelta:
+        value = text(name)
+        if value is None:
+            return default
+        try:
+            return parse_duration(value)
+        except DurationError as error:
+            problems.append(f"{name}: {error}")
+            return default
+
+    def arn(name: str) -> str | None:
+        value = text(name)
+        if value is not None and not value.startswith("arn:"):
+            problems.append(f"{name}: {value!r} is not an ARN (arn:aws:...)")
+        return value
+
+    regions = _regions(environ, problems)
+    reap_untagged = _boolean(REAP_UNTAGGED, environ.get(REAP_UNTAGGED, ""), problems)
+    spot_action = (text(SPOT_ACTION) or "terminate").lower()
+    if spot_action not in ("terminate", "stop"):
+        problems.append(f"{SPOT_ACTION}: {spot_action!r} is neither 'terminate' nor 'stop'")
+    settings = Settings(
+        stack=text(STACK),
+        regions=regions,
+        default_max_runtime=duration(DEFAULT_MAX_RUNTIME, timedelta(minutes=90)),
+        max_exemption=duration(MAX_EXEMPTION, timedelta(hours=24)),
+        reap_untagged=reap_untagged,
+        pool_max_runtimes=_pool_caps(text(POOL_MAX_RUNTIMES), problems),
+        spot_action=spot_action,
+        sns_topic_arn=arn(SNS_TOPIC_ARN),
+        deadline_target_arn=arn(DEADLINE_TARGET_ARN),
+        scheduler_role_arn=arn(SCHEDULER_ROLE_ARN),
+    )
+    if problems:
+        raise SettingsError(problems)
+    return settings
+
+
+def _regions(environ: Mapping[str, str], problems: list[str]) -> tuple[str, ...]:
+    configured = [part.strip() for part in environ.get(REGIONS, "").split(",") if part.strip()]
+    if configured:
+        return tuple(dict.fromkeys(configured))
+    # A Lambda's own region is in AWS_REGION; the CLI reads the same standard variables.
+    own = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    if not own:
+        problems.append(f"{REGIONS}: not set, and neither is AWS_REGION; name the regions to guard")
+        return ()
+    return (own,)
+
+
+def _boolean(name: str, value: str, problems: list[str]) -> bool:
+    normalized = value.strip().lower()
+    if normalized in _TRUE:
+        return True
+    if normalized not in _FALSE:
+        problems.append(f"{name}: {value!r} is not true or false")
+    return False
+
+
+def _pool_caps(value: str | None, problems: list[str]) -> dict[str, timedelta]:
+    caps: dict[str, timedelta] = {}
+    for entry in (value or "").split(","):
+        if not entry.strip():
+            continue
+        pool, separator, cap = entry.partition("=")
+        if not separator or not pool.strip():
+            problems.append(f"{POOL_MAX_RUNTIMES}: {entry.strip()!r} is not pool=duration (training=90m)")
+            continue
+        try:
+            caps[pool.strip()] = parse_duration(cap.strip())
+        except DurationError as error:
+            problems.append(f"{POOL_MAX_RUNTIMES}[{pool.strip()}]: {error}")
+    return caps

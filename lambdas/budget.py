@@ -1,0 +1,254 @@
+"""The budget guardrail: every minute (and after each metered event), act on each tenant's runway.
+
+Per tenant, as its budget's ``actions`` say (guardrails.runway.budget_decisions):
+- notify: one SNS message when spent + committed first crosses a soft threshold (or the limit) in a
+  period, never again that period, whatever runs or processes check it;
+- deny: once the limit is reached the launcher and ``parkbrake run`` refuse (:class:`LedgerBudgetGate`);
+- stop: once *spent* reaches the limit, the tenant's running managed GPU hosts are stopped through
+  lambdas.stop_path, the sweep's one Auto Scaling-aware stop path.
+
+Every action is written to the ledger's ``guardrail_actions`` with its reason. The actions go through
+an :class:`~guardrails.runway.Enforcer`; :class:`AwsEnforcer` is the AWS one.
+
+Events: ``{}`` (or a Scheduler/EventBridge payload) checks every tenant; ``{"tenants": [...]}`` just
+those; ``{"dry_run": true}`` reports what would be done and does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from guardrails import tags
+from guardrails.errors import ParkbrakeError
+from guardrails.hosts import Host
+from guardrails.runway import (
+    BudgetDecision,
+    Enforcer,
+    StopReport,
+    TenantRunway,
+    budget_decisions,
+    budget_notice,
+    refusal,
+)
+from guardrails.settings import Settings
+from lambdas import heartbeat
+from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.ledger_store import DATABASE_SECRET_ARN, DATABASE_URL, LedgerStore, container_store
+from lambdas.stop_path import SpotAction, describe_error, stop_hosts
+
+log = logging.getLogger(__name__)
+GUARDRAIL = "budget"
+
+
+class AwsEnforcer:
+    """Budget actions on AWS: SNS for notices, the shared stop path for hosts."""
+
+    def __init__(
+        self,
+        *,
+        clients: ClientFactory,
+        regions: Sequence[str],
+        topic_arn: str | None,
+        spot_action: SpotAction,
+    ) -> None:
+        self._clients = clients
+        self._regions = tuple(regions)
+        self._topic_arn = topic_arn
+        self._spot_action = spot_action
+
+    @classmethod
+    def from_settings(cls, settings: Settings, clients: ClientFactory) -> AwsEnforcer:
+        spot_action: SpotAction = "stop" if settings.spot_action == "stop" else "terminate"
+        return cls(
+            clients=clients,
+            regions=settings.regions,
+            topic_arn=settings.sns_topic_arn,
+            spot_action=spot_action,
+        )
+
+    def notify(self, tenant: str, subject: str, message: str) -> None:
+        if self._topic_arn is None:
+            raise ParkbrakeError(f"cannot notify about tenant {tenant!r}: PARKBRAKE_SNS_TOPIC_ARN is not set")
+        self._clients("sns", None).publish(
+            TopicArn=self._topic_arn,
+            Subject=subject,
+            Message=message,
+            MessageAttributes={"tenant": {"DataType": "String", "StringValue": tenant}},
+        )
+
+    def deny(self, tenant: str, reason: str) -> None:
+        # Nothing to change on AWS: the launcher and `parkbrake run` ask LedgerBudgetGate first.
+        log.warning("denying new work: %s", reason)
+
+    def running_hosts(self, tenant: str) -> list[Host]:
+        """The tenant's running managed accelerator hosts, in every guarded region."""
+        hosts = []
+        for region in self._regions:
+            pages = (
+                self._clients("ec2", region)
+                .get_paginator("describe_instances")
+                .paginate(
+                    Filters=[
+                        {"Name": f"tag:{tags.TENANT}", "Values": [tenant]},
+                        {"Name": "instance-state-name", "Values": ["running"]},
+                    ]  # one tenant's hosts are few: accelerators are picked out below
+                )
+            )
+            for page in pages:
+                for reservation in page["Reservations"]:
+                    for instance in reservation["Instances"]:
+                        host = Host.from_instance(instance, region)
+                        if host.managed and host.accelerator:
+                            hosts.append(host)
+        return hosts
+
+    def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport:
+        report = StopReport()
+        by_region: dict[str, list[Host]] = {}
+        for host in self.running_hosts(tenant):
+            by_region.setdefault(host.region, []).append(host)
+        for region, hosts in sorted(by_region.items()):
+            outcome = stop_hosts(
+                hosts,
+                reason=reason,
+                ec2=self._clients("ec2", region),
+                autoscaling=self._clients("autoscaling", region),
+                dry_run=dry_run,
+                spot_action=self._spot_action,
+            )
+            report.acted += outcome.acted
+            report.errors += outcome.errors
+        return report
+
+
+@dataclass
+class BudgetRun:
+    checked: list[str] = field(default_factory=list)
+    notified: list[dict[str, str]] = field(default_factory=list)  # {"tenant", "threshold"}
+    denied: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    would: list[dict[str, Any]] = field(default_factory=list)  # dry run: {"tenant", "action", "reason", ...}
+    errors: list[dict[str, str]] = field(default_factory=list)
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def enforce_budgets(
+    store: LedgerStore,
+    enforcer: Enforcer,
+    *,
+    now: datetime,
+    default_cap: timedelta,
+    tenants: Sequence[str] | None = None,
+    dry_run: bool = False,
+) -> BudgetRun:
+    """Act on every tenant's (or ``tenants``') budget; one tenant's failure never stops the others."""
+    run = BudgetRun(dry_run=dry_run)
+    for status in store.runways(now=now, default_cap=default_cap, tenants=tenants):
+        run.checked.append(status.tenant)
+        decisions = budget_decisions(status)
+        if dry_run:
+            for decision in decisions:
+                would: dict[str, Any] = {"tenant": decision.tenant, "action": decision.action}
+                if decision.action == "stop":
+                    would["instance_ids"] = enforcer.stop(
+                        decision.tenant, decision.reason, dry_run=True
+                    ).acted
+                run.would.append(would | {"reason": decision.reason})
+            continue
+        for action in ("notify", "deny", "stop"):
+            chosen = [decision for decision in decisions if decision.action == action]
+            if not chosen:
+                continue
+            try:
+                _act(store, enforcer, status, chosen, run, now=now)
+            except Exception as error:  # one tenant's or action's failure must not spare the others
+                log.exception("budget action %s for tenant %s failed", action, status.tenant)
+                run.errors.append({"tenant": status.tenant, "action": action, "error": describe_error(error)})
+    return run
+
+
+def _act(
+    store: LedgerStore,
+    enforcer: Enforcer,
+    status: TenantRunway,
+    decisions: list[BudgetDecision],
+    run: BudgetRun,
+    *,
+    now: datetime,
+) -> None:
+    action = decisions[0].action
+    if action == "stop":
+        decision = decisions[0]
+        report = enforcer.stop(status.tenant, decision.reason, dry_run=False)
+        if report.acted or report.errors:
+            store.record_action(
+                decision,
+                now=now,
+                period_start=status.period_start,
+                instance_ids=report.acted,
+                errors=report.errors,
+            )
+            heartbeat.count_action(GUARDRAIL, "stop", "limit", len(report.acted))
+        run.stopped += report.acted
+        run.errors += [{"tenant": status.tenant, "action": "stop", **error} for error in report.errors]
+        return
+    with store.claim_once(decisions, now=now, period_start=status.period_start) as claimed:
+        if not claimed:
+            return
+        if action == "notify":
+            subject, message = budget_notice(claimed)
+            enforcer.notify(status.tenant, subject, message)
+            top = max(decision.threshold or Decimal(0) for decision in claimed)
+            run.notified.append({"tenant": status.tenant, "threshold": str(top.normalize())})
+            heartbeat.count_action(GUARDRAIL, "notify", "threshold")
+        else:
+            enforcer.deny(status.tenant, claimed[0].reason)
+            run.denied.append(status.tenant)
+            heartbeat.count_action(GUARDRAIL, "deny", "limit")
+
+
+class LedgerBudgetGate:
+    """guardrails.launch.BudgetGate from the ledger: may ``tenant`` commit ``required_usd`` now?"""
+
+    def __init__(self, store: LedgerStore, *, default_cap: timedelta) -> None:
+        self._store = store
+        self._default_cap = default_cap
+
+    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
+        statuses = self._store.runways(now=now, default_cap=self._default_cap, tenants=[tenant])
+        # A tenant the ledger has never seen has no budget, so nothing to refuse on.
+        return refusal(statuses[0], required_usd) if statuses else None
+
+
+def gate_from_environment(environ: Mapping[str, str], settings: Settings) -> LedgerBudgetGate | None:
+    """The gate when a ledger database is configured, else None (the launcher says "not checked")."""
+    if not (environ.get(DATABASE_URL) or environ.get(DATABASE_SECRET_ARN)):
+        return None
+    return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime)
+
+
+def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    now = utc_now()
+    settings = container_settings()
+    requested = event.get("tenants")
+    run = enforce_budgets(
+        container_store(),
+        AwsEnforcer.from_settings(settings, default_clients),
+        now=now,
+        default_cap=settings.default_max_runtime,
+        tenants=[str(tenant) for tenant in requested] if isinstance(requested, list) else None,
+        dry_run=event.get("dry_run") is True,
+    )
+    if run.errors:
+        log.error("budget run finished with errors: %s", run.errors)
+    else:
+        heartbeat.record_success(GUARDRAIL, cloudwatch=default_clients("cloudwatch", None), now=now)
+    return run.as_dict()

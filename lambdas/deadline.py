@@ -1,0 +1,176 @@
+"""Per-host deadlines: on EC2's native state-change events, arm or disarm a one-time schedule.
+
+``running`` arms ``at(launch time + cap)`` (or the end of a valid exemption) in UTC; ``stopping``,
+``stopped``, ``shutting-down`` and ``terminated`` disarm it. EventBridge delivers at least once and
+out of order, so every event is checked against the instance as it is now: a ``running`` from an
+earlier start, or one that arrives after the host stopped, changes nothing; a stop event older than
+the host's current start does not disarm the new deadline. A host already past its deadline when
+its event arrives is judged at once, through the reaper.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from guardrails import settings as variables
+from guardrails.deadlines import deadline_for
+from guardrails.durations import format_duration
+from guardrails.hosts import Host, as_utc
+from guardrails.rules.base import instant
+from guardrails.settings import Settings, SettingsError
+from guardrails.sweep import owner_stack, policy_from_settings
+from lambdas import heartbeat, reaper
+from lambdas.deadline_schedules import arm_deadline, disarm_deadline
+from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
+
+log = logging.getLogger(__name__)
+STATE_CHANGE = "EC2 Instance State-change Notification"
+STOPPED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
+
+
+@dataclass(frozen=True)
+class StateChange:
+    instance_id: str
+    state: str
+    time: datetime
+    region: str
+
+
+@dataclass(frozen=True)
+class DeadlineResult:
+    instance_id: str
+    state: str
+    action: str  # armed, moved, disarmed, judged, ignored
+    reason: str
+    deadline: datetime | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "instance_id": self.instance_id,
+            "state": self.state,
+            "action": self.action,
+            "reason": self.reason,
+            "deadline": instant(self.deadline) if self.deadline else None,
+        }
+
+
+def parse_state_change(event: Mapping[str, Any]) -> StateChange:
+    if event.get("detail-type") != STATE_CHANGE or event.get("source") != "aws.ec2":
+        raise ValueError(f"not an {STATE_CHANGE!r} event from aws.ec2: {dict(event)!r}")
+    detail = event.get("detail") or {}
+    try:
+        return StateChange(
+            instance_id=str(detail["instance-id"]),
+            state=str(detail["state"]),
+            time=as_utc(str(event["time"])),
+            region=str(event["region"]),
+        )
+    except (KeyError, ValueError) as error:
+        raise ValueError(f"malformed {STATE_CHANGE} event ({error}): {dict(event)!r}") from None
+
+
+def require_targets(settings: Settings) -> tuple[str, str, str]:
+    """The stack, target and role every deadline schedule needs; all missing ones are named at once."""
+    stack, target_arn, role_arn = settings.stack, settings.deadline_target_arn, settings.scheduler_role_arn
+    if stack and target_arn and role_arn:
+        return stack, target_arn, role_arn
+    raise SettingsError(
+        [
+            f"{name}: not set; the deadline guardrail needs it"
+            for name, value in (
+                (variables.STACK, stack),
+                (variables.DEADLINE_TARGET_ARN, target_arn),
+                (variables.SCHEDULER_ROLE_ARN, role_arn),
+            )
+            if not value
+        ]
+    )
+
+
+def on_state_change(
+    change: StateChange, settings: Settings, *, clients: ClientFactory, now: datetime
+) -> DeadlineResult:
+    stack, target_arn, role_arn = require_targets(settings)
+    found = reaper.list_hosts(clients("ec2", change.region), change.region, instance_ids=[change.instance_id])
+    host = found[0] if found else None
+
+    def result(action: str, reason: str, deadline: datetime | None = None) -> DeadlineResult:
+        log.info("%s %s (%s): %s", action, change.instance_id, change.state, reason)
+        return DeadlineResult(change.instance_id, change.state, action, reason, deadline)
+
+    if change.state in STOPPED_STATES:
+        if host is not None and host.state in ("pending", "running") and host.launch_time > change.time:
+            return result("ignored", f"stale event: the host started again at {instant(host.launch_time)}")
+        scheduler = clients("scheduler", change.region)
+        if disarm_deadline(scheduler, stack=stack, instance_id=change.instance_id):
+            return result("disarmed", "the host stopped; its deadline schedule is deleted")
+        return result("ignored", "no deadline schedule to delete (a duplicate event, or it already fired)")
+    if change.state != "running":
+        return result("ignored", f"nothing to do on {change.state!r}")
+    if host is None:
+        return result("ignored", "the instance no longer exists")
+    ignored = _not_ours(host, change, settings)
+    if ignored is not None:
+        return result("ignored", ignored)
+    deadline = deadline_for(
+        host,
+        pool_caps=settings.pool_max_runtimes,
+        default_cap=settings.default_max_runtime,
+        max_exemption=settings.max_exemption,
+        now=now,
+    )
+    for problem in deadline.problems:
+        log.warning("%s: %s", host.instance_id, problem)
+    if deadline.due(now):
+        report = reaper.sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
+        if report.errors:
+            raise RuntimeError(
+                f"could not stop {host.instance_id}, already past its deadline: {report.errors}"
+            )
+        return result("judged", "already past its deadline when the event arrived", deadline.enforce_at)
+    armed = arm_deadline(
+        clients("scheduler", change.region),
+        stack=stack,
+        instance_id=host.instance_id,
+        at=deadline.enforce_at,
+        target_arn=target_arn,
+        role_arn=role_arn,
+    )
+    return result(
+        "armed" if armed == "created" else "moved",
+        f"judged at {instant(deadline.enforce_at)} (cap {format_duration(deadline.cap)}, {deadline.cap_source})",
+        deadline.enforce_at,
+    )
+
+
+def _not_ours(host: Host, change: StateChange, settings: Settings) -> str | None:
+    """Why a ``running`` event arms nothing, or None when it should."""
+    if host.state != "running":
+        return f"late event: the host is {host.state} now"
+    if change.time < host.launch_time:
+        return f"late event from an earlier start (the host last started at {instant(host.launch_time)})"
+    if not host.accelerator:
+        return f"{host.instance_type} is not an accelerator instance type"
+    if not host.managed:
+        return "not managed by parkbrake (the sweep reports untagged GPU hosts)"
+    other = owner_stack(host, policy_from_settings(settings))
+    if other is not None:
+        return f"belongs to stack {other!r}"
+    return None
+
+
+def handle(
+    event: Mapping[str, Any], *, settings: Settings, clients: ClientFactory, now: datetime
+) -> dict[str, Any]:
+    outcome = on_state_change(parse_state_change(event), settings, clients=clients, now=now)
+    heartbeat.count_action(heartbeat.DEADLINE, outcome.action, outcome.state)
+    heartbeat.record_success(heartbeat.DEADLINE, cloudwatch=clients("cloudwatch", None), now=now)
+    return outcome.as_dict()
+
+
+def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    return handle(event, settings=container_settings(), clients=default_clients, now=utc_now())

@@ -1,0 +1,176 @@
+"""The nightly launcher: ``{"pool": "training"}`` (optionally ``"capacity": N``) starts a GPU pool.
+
+It refuses, logs the reason and counts it when the stack is parked (SSM ``/parkbrake/<stack>/parked``),
+when the pool's Auto Scaling group already wants that many hosts, or when a budget gate is configured
+and the tenant's runway cannot pay for the hosts to be started running their full cap. Otherwise it
+sets the group's desired capacity. Without a gate the result says ``"budget": "not checked"``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from guardrails import names, tags
+from guardrails.deadlines import cap_for
+from guardrails.errors import ParkbrakeError
+from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_launch
+from guardrails.pricing import load_price_table
+from guardrails.settings import Settings
+from lambdas import heartbeat
+from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
+
+log = logging.getLogger(__name__)
+CENTS = Decimal("0.01")
+
+
+def is_parked(ssm: Any, stack: str) -> bool:
+    """The runtime park state. A missing or unreadable value is an error, never "unparked"."""
+    name = names.park_parameter(stack)
+    try:
+        value = ssm.get_parameter(Name=name)["Parameter"]["Value"]
+    except ssm.exceptions.ParameterNotFound:
+        raise ParkbrakeError(
+            f"SSM parameter {name} does not exist; deploy the stack before launching"
+        ) from None
+    normalized = value.strip().lower()
+    if normalized not in ("true", "false"):
+        raise ParkbrakeError(f"SSM parameter {name} is {value!r}, neither 'true' nor 'false'")
+    return normalized == "true"
+
+
+def read_pool(autoscaling: Any, ec2: Any, *, stack: str, pool: str, settings: Settings) -> PoolState:
+    group_name = names.autoscaling_group(stack, pool)
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
+    if not groups:
+        raise ParkbrakeError(f"no Auto Scaling group {group_name} for pool {pool!r} of stack {stack!r}")
+    group = groups[0]
+    group_tags = {tag["Key"]: tag["Value"] for tag in group.get("Tags", [])}
+    problems: list[str] = []
+    cap, _source = cap_for(
+        group_tags, pool, settings.pool_max_runtimes, settings.default_max_runtime, problems
+    )
+    for problem in problems:
+        log.warning("group %s: %s", group_name, problem)
+    return PoolState(
+        pool=pool,
+        group_name=group_name,
+        desired=int(group["DesiredCapacity"]),
+        max_size=int(group["MaxSize"]),
+        instance_type=_instance_type(group, ec2),
+        tenant=group_tags.get(tags.TENANT),
+        cap=cap,
+    )
+
+
+def _instance_type(group: Mapping[str, Any], ec2: Any) -> str:
+    """What the group launches: its launch template (plain or in a mixed-instances policy)."""
+    mixed = group.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {})
+    overrides = [item["InstanceType"] for item in mixed.get("Overrides", []) if item.get("InstanceType")]
+    if overrides:
+        return str(overrides[0])
+    template = group.get("LaunchTemplate") or mixed.get("LaunchTemplateSpecification")
+    if template:
+        selector = (
+            {"LaunchTemplateId": template["LaunchTemplateId"]}
+            if template.get("LaunchTemplateId")
+            else {"LaunchTemplateName": template["LaunchTemplateName"]}
+        )
+        versions = ec2.describe_launch_template_versions(
+            **selector, Versions=[str(template.get("Version") or "$Default")]
+        )["LaunchTemplateVersions"]
+        instance_type = versions[0]["LaunchTemplateData"].get("InstanceType") if versions else None
+        if instance_type:
+            return str(instance_type)
+    raise ParkbrakeError(f"cannot tell which instance type group {group['AutoScalingGroupName']} launches")
+
+
+def launch(
+    pool: str,
+    *,
+    capacity: int | None,
+    settings: Settings,
+    clients: ClientFactory,
+    gate: BudgetGate | None,
+    now: datetime,
+) -> LaunchDecision:
+    stack = settings.require_stack()
+    region = settings.regions[0]
+    parked = is_parked(clients("ssm", region), stack)
+    autoscaling = clients("autoscaling", region)
+    state = read_pool(autoscaling, clients("ec2", region), stack=stack, pool=pool, settings=settings)
+    # The nightly capacity never exceeds what the group allows: MaxSize is the IaC's ceiling.
+    target = state.max_size if capacity is None else min(capacity, state.max_size)
+    usd_per_hour = load_price_table().instance(state.instance_type).usd_per_hour
+    decision = decide_launch(
+        state, parked=parked, target=target, usd_per_hour=usd_per_hour, gate=gate, now=now
+    )
+    if decision.refusal is not None:
+        log.warning("refused to start pool %s: %s: %s", pool, decision.refusal.kind, decision.refusal.reason)
+        heartbeat.count_action(heartbeat.LAUNCHER, "refuse", decision.refusal.kind)
+        return decision
+    autoscaling.set_desired_capacity(
+        AutoScalingGroupName=state.group_name, DesiredCapacity=target, HonorCooldown=False
+    )
+    log.info(
+        "started pool %s: %s desired %d -> %d (%s)",
+        pool,
+        state.group_name,
+        state.desired,
+        target,
+        "budget checked" if decision.budget_checked else "budget not checked",
+    )
+    heartbeat.count_action(heartbeat.LAUNCHER, "start", "nightly", decision.start)
+    return decision
+
+
+def result_of(decision: LaunchDecision) -> dict[str, Any]:
+    return {
+        "pool": decision.pool,
+        "target": decision.target,
+        "started": decision.start,
+        "refused": (
+            {"kind": decision.refusal.kind, "reason": decision.refusal.reason} if decision.refusal else None
+        ),
+        "budget": "checked" if decision.budget_checked else "not checked",
+        "required_usd": str(decision.required_usd.quantize(CENTS)),
+    }
+
+
+def parse_event(event: Mapping[str, Any]) -> tuple[str, int | None]:
+    pool = event.get("pool")
+    capacity = event.get("capacity")
+    if not isinstance(pool, str) or not pool:
+        raise ValueError(f'the launcher needs {{"pool": "<name>"}}, got {json.dumps(dict(event))}')
+    if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+        raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
+    return pool, capacity
+
+
+def handle(
+    event: Mapping[str, Any],
+    *,
+    settings: Settings,
+    clients: ClientFactory,
+    gate: BudgetGate | None,
+    now: datetime,
+) -> dict[str, Any]:
+    pool, capacity = parse_event(event)
+    decision = launch(pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now)
+    heartbeat.record_success(heartbeat.LAUNCHER, cloudwatch=clients("cloudwatch", None), now=now)
+    return result_of(decision)
+
+
+def budget_gate() -> BudgetGate | None:
+    """The ledger's gate when one is configured; None means the result says "budget not checked"."""
+    return None
+
+
+def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    return handle(
+        event, settings=container_settings(), clients=default_clients, gate=budget_gate(), now=utc_now()
+    )

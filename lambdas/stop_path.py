@@ -1,0 +1,144 @@
+"""The one way parkbrake stops a GPU host, used by the reaper, the deadlines and the ledger's hard limits.
+
+- a stand-alone on-demand host is stopped (``StopInstances``, in batches);
+- a stand-alone spot host is terminated, or stopped when the policy says so (a one-time spot
+  request cannot be stopped);
+- a host in an Auto Scaling group is removed with ``TerminateInstanceInAutoScalingGroup`` and the
+  group's desired capacity decremented: stopping it alone would make the group replace it.
+
+One host's error (throttling that outlasted botocore's retries, a missing permission, an instance
+that vanished) is recorded against that host and never stops the others: a failed batch is retried
+host by host so that the error lands on the host it belongs to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.parsers import ResponseParserError
+
+from guardrails.hosts import Host
+
+log = logging.getLogger(__name__)
+# What one AWS call can raise: AWS's errors, botocore's own, and a response botocore cannot parse.
+AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
+
+SpotAction = Literal["terminate", "stop"]
+# EC2 documents no limit for StopInstances; 100 ids keeps the request small and a failure local.
+BATCH_SIZE = 100
+
+
+@dataclass
+class StopOutcome:
+    stopped: list[str] = field(default_factory=list)  # StopInstances
+    terminated: list[str] = field(default_factory=list)  # TerminateInstances (spot)
+    removed_from_group: list[str] = field(default_factory=list)  # TerminateInstanceInAutoScalingGroup
+    errors: list[dict[str, str]] = field(default_factory=list)  # {"instance_id", "error"}
+    dry_run: bool = False
+
+    @property
+    def acted(self) -> list[str]:
+        """Every host that was (or, in a dry run, would have been) taken off the bill."""
+        return [*self.stopped, *self.terminated, *self.removed_from_group]
+
+    def action_of(self, instance_id: str) -> str | None:
+        for action, ids in (
+            ("stop", self.stopped),
+            ("terminate", self.terminated),
+            ("remove-from-group", self.removed_from_group),
+        ):
+            if instance_id in ids:
+                return action
+        return None
+
+
+def stop_hosts(
+    hosts: Sequence[Host],
+    *,
+    reason: str,
+    ec2: Any,
+    autoscaling: Any,
+    dry_run: bool = False,
+    spot_action: SpotAction = "terminate",
+) -> StopOutcome:
+    """Take ``hosts`` off the bill; ``reason`` is logged with every action."""
+    if spot_action not in ("terminate", "stop"):
+        raise ValueError(f"spot_action must be 'terminate' or 'stop', not {spot_action!r}")
+    outcome = StopOutcome(dry_run=dry_run)
+    in_group = [host for host in hosts if host.autoscaling_group]
+    alone = [host for host in hosts if not host.autoscaling_group]
+    to_terminate = [host.instance_id for host in alone if host.spot and spot_action == "terminate"]
+    to_stop = [host.instance_id for host in alone if not (host.spot and spot_action == "terminate")]
+    if dry_run:
+        outcome.stopped, outcome.terminated = to_stop, to_terminate
+        outcome.removed_from_group = [host.instance_id for host in in_group]
+        return outcome
+
+    def stop(ids: list[str]) -> None:
+        ec2.stop_instances(InstanceIds=ids)
+
+    def terminate(ids: list[str]) -> None:
+        ec2.terminate_instances(InstanceIds=ids)
+
+    _in_batches(to_stop, stop, outcome.stopped, outcome, action="stop", reason=reason)
+    _in_batches(to_terminate, terminate, outcome.terminated, outcome, action="terminate", reason=reason)
+    for host in in_group:
+        try:
+            autoscaling.terminate_instance_in_auto_scaling_group(
+                InstanceId=host.instance_id, ShouldDecrementDesiredCapacity=True
+            )
+        except AWS_ERRORS as error:
+            _record_error(outcome, host.instance_id, error, action="remove-from-group")
+        else:
+            log.info(
+                "removed %s from group %s (desired capacity decremented): %s",
+                host.instance_id,
+                host.autoscaling_group,
+                reason,
+            )
+            outcome.removed_from_group.append(host.instance_id)
+    return outcome
+
+
+def _in_batches(
+    ids: list[str],
+    call: Callable[[list[str]], None],
+    done: list[str],
+    outcome: StopOutcome,
+    *,
+    action: str,
+    reason: str,
+    batch_size: int = BATCH_SIZE,
+) -> None:
+    for start in range(0, len(ids), batch_size):
+        batch = ids[start : start + batch_size]
+        try:
+            call(batch)
+        except AWS_ERRORS as error:
+            if len(batch) == 1:
+                _record_error(outcome, batch[0], error, action=action)
+                continue
+            # One bad id (or one denied resource) fails the whole call; find out which host it was.
+            log.warning("%s of %d hosts failed (%s); retrying host by host", action, len(batch), error)
+            _in_batches(batch, call, done, outcome, action=action, reason=reason, batch_size=1)
+        else:
+            log.info("%s %s: %s", action, ", ".join(batch), reason)
+            done.extend(batch)
+
+
+def describe_error(error: Exception) -> str:
+    """``Code: message`` for AWS's errors, the text otherwise."""
+    if isinstance(error, ClientError):
+        details = error.response.get("Error", {})
+        return f"{details.get('Code', 'Unknown')}: {details.get('Message', '')}".strip()
+    return str(error)
+
+
+def _record_error(outcome: StopOutcome, instance_id: str, error: Exception, *, action: str) -> None:
+    message = describe_error(error)
+    log.error("could not %s %s: %s", action, instance_id, message)
+    outcome.errors.append({"instance_id": instance_id, "action": action, "error": message})

@@ -1,0 +1,74 @@
+"""The PARKBRAKE_* environment: defaults, and every problem reported with its variable's name."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from guardrails.settings import SettingsError, settings_from_environment
+
+
+def test_defaults_follow_design() -> None:
+    settings = settings_from_environment({"AWS_REGION": "eu-west-1"})
+    assert settings.regions == ("eu-west-1",)
+    assert settings.default_max_runtime == timedelta(minutes=90)
+    assert settings.max_exemption == timedelta(hours=24)
+    assert settings.reap_untagged is False
+    assert settings.spot_action == "terminate"
+    assert settings.stack is None
+
+
+def test_everything_set() -> None:
+    settings = settings_from_environment(
+        {
+            "PARKBRAKE_STACK": "prod",
+            "PARKBRAKE_REGIONS": "us-east-1, us-west-2,us-east-1",
+            "PARKBRAKE_DEFAULT_MAX_RUNTIME": "2h",
+            "PARKBRAKE_MAX_EXEMPTION": "12h",
+            "PARKBRAKE_REAP_UNTAGGED": "TRUE",
+            "PARKBRAKE_POOL_MAX_RUNTIMES": "training=90m, inference=12h",
+            "PARKBRAKE_SPOT_ACTION": "stop",
+            "PARKBRAKE_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:1:t",
+            "PARKBRAKE_DEADLINE_TARGET_ARN": "arn:aws:lambda:us-east-1:1:function:f",
+            "PARKBRAKE_SCHEDULER_ROLE_ARN": "arn:aws:iam::1:role/r",
+        }
+    )
+    assert settings.regions == ("us-east-1", "us-west-2")
+    assert settings.default_max_runtime == timedelta(hours=2)
+    assert settings.reap_untagged is True
+    assert settings.pool_max_runtimes == {"training": timedelta(minutes=90), "inference": timedelta(hours=12)}
+    assert settings.spot_action == "stop"
+    assert settings.require_stack() == "prod"
+
+
+def test_every_problem_is_reported_at_once_by_variable() -> None:
+    with pytest.raises(SettingsError) as raised:
+        settings_from_environment(
+            {
+                "PARKBRAKE_DEFAULT_MAX_RUNTIME": "90 minutes",
+                "PARKBRAKE_MAX_EXEMPTION": "0",
+                "PARKBRAKE_REAP_UNTAGGED": "maybe",
+                "PARKBRAKE_POOL_MAX_RUNTIMES": "training=forever,inference",
+                "PARKBRAKE_SPOT_ACTION": "hibernate",
+                "PARKBRAKE_SNS_TOPIC_ARN": "my-topic",
+            }
+        )
+    problems = raised.value.problems
+    prefixes = [problem.split(":")[0] for problem in problems]
+    assert prefixes == [
+        "PARKBRAKE_REGIONS",
+        "PARKBRAKE_REAP_UNTAGGED",
+        "PARKBRAKE_SPOT_ACTION",
+        "PARKBRAKE_DEFAULT_MAX_RUNTIME",
+        "PARKBRAKE_MAX_EXEMPTION",
+        "PARKBRAKE_POOL_MAX_RUNTIMES[training]",
+        "PARKBRAKE_POOL_MAX_RUNTIMES",
+        "PARKBRAKE_SNS_TOPIC_ARN",
+    ]
+    assert raised.value.exit_code == 2
+
+
+def test_missing_stack_is_named_when_needed() -> None:
+    with pytest.raises(SettingsError, match="PARKBRAKE_STACK: not set"):
+        settings_from_environment({"AWS_REGION": "us-east-1"}).require_stack()

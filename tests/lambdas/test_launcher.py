@@ -1,0 +1,167 @@
+"""The nightly launcher against moto: SSM park state, the pool's Auto Scaling group, the budget gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from guardrail_fleet import (
+    REGION,
+    STACK,
+    client_factory,
+    create_pool,
+    group_of,
+    guardrail_settings,
+    heartbeats,
+    managed_tags,
+)
+from prometheus_client import REGISTRY
+
+from guardrails import names
+from guardrails.errors import ParkbrakeError
+from guardrails.pricing import load_price_table
+from lambdas import launcher
+from lambdas.environment import ClientFactory
+
+NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
+
+
+@dataclass
+class Gate:
+    refusal: str | None = None
+    asked: list[tuple[str, Decimal]] = field(default_factory=list)
+
+    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
+        self.asked.append((tenant, required_usd))
+        return self.refusal
+
+
+@pytest.fixture
+def clients(aws: str) -> ClientFactory:
+    made = client_factory(aws)
+    create_pool(
+        made("autoscaling", REGION),
+        made("ec2", REGION),
+        pool="training",
+        instance_type="g5.12xlarge",
+        desired=0,
+        max_size=3,
+        group_tags=managed_tags(max_runtime="2h", tenant="research"),
+    )
+    return made
+
+
+def park(clients: ClientFactory, value: str) -> None:
+    clients("ssm", REGION).put_parameter(
+        Name=names.park_parameter(STACK), Value=value, Type="String", Overwrite=True
+    )
+
+
+def refusals(kind: str) -> float:
+    sample = REGISTRY.get_sample_value(
+        "parkbrake_guardrail_actions_total", {"guardrail": "launcher", "action": "refuse", "reason": kind}
+    )
+    return sample or 0.0
+
+
+def start(clients: ClientFactory, event: dict[str, Any], gate: Gate | None = None) -> dict[str, Any]:
+    return launcher.handle(event, settings=guardrail_settings(), clients=clients, gate=gate, now=NOW)
+
+
+def desired(clients: ClientFactory) -> int:
+    return int(
+        group_of(clients("autoscaling", REGION), names.autoscaling_group(STACK, "training"))[
+            "DesiredCapacity"
+        ]
+    )
+
+
+def test_starts_the_pool_when_unparked(clients: ClientFactory) -> None:
+    park(clients, "false")
+    result = start(clients, {"pool": "training"})
+    price = load_price_table().instance("g5.12xlarge").usd_per_hour
+    assert result == {
+        "pool": "training",
+        "target": 3,
+        "started": 3,
+        "refused": None,
+        "budget": "not checked",
+        "required_usd": str((3 * price * 2).quantize(Decimal("0.01"))),
+    }
+    assert desired(clients) == 3
+    assert (
+        len(group_of(clients("autoscaling", REGION), names.autoscaling_group(STACK, "training"))["Instances"])
+        == 3
+    )
+    assert heartbeats(clients)[0]["Dimensions"] == [{"Name": "Guardrail", "Value": "launcher"}]
+
+
+def test_refuses_when_parked_and_counts_it(clients: ClientFactory) -> None:
+    park(clients, "true")
+    before = refusals("parked")
+    result = start(clients, {"pool": "training"}, Gate())
+    assert result["refused"]["kind"] == "parked"
+    assert result["started"] == 0
+    assert desired(clients) == 0
+    assert refusals("parked") == before + 1
+
+
+def test_refuses_when_at_capacity(clients: ClientFactory) -> None:
+    park(clients, "false")
+    start(clients, {"pool": "training", "capacity": 2})
+    result = start(clients, {"pool": "training", "capacity": 2})
+    assert result["refused"]["kind"] == "at-capacity"
+    assert desired(clients) == 2
+
+
+def test_refuses_when_the_budget_gate_refuses(clients: ClientFactory) -> None:
+    park(clients, "false")
+    gate = Gate(refusal="runway 20m at the current burn rate")
+    before = refusals("budget")
+    result = start(clients, {"pool": "training", "capacity": 2}, gate)
+    price = load_price_table().instance("g5.12xlarge").usd_per_hour
+    assert gate.asked == [("research", 2 * price * 2)]
+    assert result["refused"]["kind"] == "budget"
+    assert "runway 20m" in result["refused"]["reason"]
+    assert result["budget"] == "checked"
+    assert desired(clients) == 0
+    assert refusals("budget") == before + 1
+
+
+def test_gate_allowing_starts_and_says_so(clients: ClientFactory) -> None:
+    park(clients, "false")
+    result = start(clients, {"pool": "training", "capacity": 1}, Gate())
+    assert (result["started"], result["budget"]) == (1, "checked")
+    assert desired(clients) == 1
+
+
+def test_capacity_beyond_the_group_maximum_is_clamped(clients: ClientFactory) -> None:
+    park(clients, "false")
+    assert start(clients, {"pool": "training", "capacity": 10})["target"] == 3
+
+
+def test_missing_or_unreadable_park_state_is_an_error_not_unparked(clients: ClientFactory) -> None:
+    with pytest.raises(ParkbrakeError, match="does not exist"):
+        start(clients, {"pool": "training"})
+    park(clients, "maybe")
+    with pytest.raises(ParkbrakeError, match="neither 'true' nor 'false'"):
+        start(clients, {"pool": "training"})
+    assert desired(clients) == 0
+    assert heartbeats(clients) == []
+
+
+def test_unknown_pool_is_an_error(clients: ClientFactory) -> None:
+    park(clients, "false")
+    with pytest.raises(ParkbrakeError, match="no Auto Scaling group parkbrake-test-inference"):
+        start(clients, {"pool": "inference"})
+
+
+@pytest.mark.parametrize(
+    "event", [{}, {"pool": ""}, {"pool": "training", "capacity": 0}, {"pool": "training", "capacity": True}]
+)
+def test_malformed_events_are_refused(event: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=r"pool|capacity"):
+        launcher.parse_event(event)

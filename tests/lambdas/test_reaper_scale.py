@@ -1,0 +1,81 @@
+"""2,500 GPU hosts behind moto: the sweep pages through them with server-side filters and stops them
+in batches, so its API calls grow with pages of hosts and batches of stops, never with hosts."""
+
+from __future__ import annotations
+
+import math
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from aws_fault_proxy import FaultProxy
+from guardrail_fleet import ACCOUNT, AMI, REGION, client_factory, guardrail_settings, managed_tags, minutes
+
+from lambdas import reaper
+from lambdas.stop_path import BATCH_SIZE
+
+RESERVATIONS = 25
+PER_RESERVATION = 100
+PAGE_SIZE = 10  # moto counts MaxResults in reservations (AWS counts instances): 25 -> 3 pages
+
+
+@pytest.fixture
+def proxy(aws: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    # moto scans its ~1,300 default AMIs for every instance it creates; this account needs none.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    urllib.request.urlopen(urllib.request.Request(f"{aws}/moto-api/reset", method="POST"), timeout=30).close()
+    with FaultProxy(aws) as running:
+        yield running
+
+
+def seed(instance_type: str, max_runtime: str) -> list[str]:
+    """Create hosts in moto's in-process EC2 backend directly.
+
+    Over HTTP, moto renders ~15 ms of XML per instance in each RunInstances answer (over a minute
+    for 2,500); the sweep under test still reaches moto only over HTTP, through the proxy.
+    """
+    from moto.backends import get_backend
+
+    backend = get_backend("ec2")[ACCOUNT][REGION]
+    created: list[str] = []
+    for _ in range(RESERVATIONS):
+        reservation = backend.run_instances(
+            AMI,
+            PER_RESERVATION,
+            None,
+            [],
+            instance_type=instance_type,
+            is_instance_type_default=False,
+            tags={"instance": managed_tags(max_runtime=max_runtime)},
+        )
+        created += [instance.id for instance in reservation.instances]
+    return created
+
+
+@pytest.mark.slow
+def test_a_sweep_over_2500_hosts_costs_pages_not_hosts(proxy: FaultProxy) -> None:
+    clients = client_factory(proxy.url)
+    gpu = seed("g5.xlarge", "90m")
+    launched = [
+        i["LaunchTime"]
+        for r in clients("ec2", REGION).describe_instances(InstanceIds=[gpu[0], gpu[-1]])["Reservations"]
+        for i in r["Instances"]
+    ]
+    now = max(launched) + minutes(91)
+    proxy.clear()
+
+    settings = guardrail_settings()
+    plan = reaper.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
+    report = reaper.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
+
+    assert report.errors == []
+    assert len(plan.verdicts) == 2500
+    assert sorted(report.outcome.stopped) == sorted(gpu)
+    assert proxy.calls["DescribeInstances"] == math.ceil(RESERVATIONS / PAGE_SIZE)
+    assert proxy.calls["StopInstances"] == 2500 // BATCH_SIZE
+    assert sum(proxy.calls.values()) == 3 + 25
+
+    proxy.clear()
+    again = reaper.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
+    assert again.verdicts == []  # stopped hosts fall out of the server-side filter
+    assert dict(proxy.calls) == {"DescribeInstances": 1}

@@ -1,0 +1,186 @@
+"""``parkbrake ledger`` end to end: migrate, ingest a file of native events, report csv/json/text,
+budgets and runway, and clear errors for bad input and a database that is down."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+from guardrail_fleet import client_factory, launch, managed_tags, state_change
+from ledger_streams import at
+
+from cli.main import parkbrake
+
+WINDOW = ["--since", "2025-05-05", "--until", "2025-05-06T00:00:00Z"]
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(parkbrake, list(args))
+
+
+@pytest.fixture
+def ledger_env(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    return ledger_url
+
+
+def write_events(path: Path, events: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(event) + "\n" for event in events))
+    return path
+
+
+@pytest.fixture
+def seeded(aws: str, ledger_env: str, tmp_path: Path) -> dict[str, str]:
+    """Two tenants' GPU hosts and a CPU host in moto, their events ingested from a file."""
+    ec2 = client_factory(aws)("ec2", None)
+    (research,) = launch(ec2, "p4d.24xlarge", managed_tags(tenant="research", pool="training"))
+    (product,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product", pool="inference"))
+    (cpu,) = launch(ec2, "m5.large", managed_tags())
+    events = [
+        state_change(research, "running", at(0)),
+        state_change(research, "stopping", at(90)),  # 90 min × 8 GPUs
+        state_change(product, "running", at(10)),
+        state_change(product, "stopped", at(10, seconds=30)),  # 30 s, billed 60 s
+        state_change(cpu, "running", at(0)),
+    ]
+    path = write_events(tmp_path / "events.jsonl", [*events, events[1]])  # one delivered twice
+    result = invoke("ledger", "ingest", str(path), "--output", "json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    counts = (summary["read"], summary["inserted"], summary["duplicates"], len(summary["skipped"]))
+    assert counts == (6, 4, 1, 1)
+    return {"research": research, "product": product, "file": str(path)}
+
+
+def test_migrate_applies_then_reports_up_to_date(
+    empty_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", empty_database_url)
+    first = invoke("ledger", "migrate")
+    assert (first.exit_code, first.stdout.strip()) == (0, "applied 0001_ledger")
+    again = invoke("ledger", "migrate", "--output", "json")
+    assert json.loads(again.stdout) == {"applied": []}
+
+
+def test_ingesting_a_file_again_appends_nothing(seeded: dict[str, str]) -> None:
+    again = invoke("ledger", "ingest", seeded["file"], "--output", "json")
+    assert (json.loads(again.stdout)["inserted"], json.loads(again.stdout)["duplicates"]) == (0, 5)
+
+
+def test_report_json_per_tenant_with_pool_and_instance_type(seeded: dict[str, str]) -> None:
+    result = invoke("ledger", "report", *WINDOW, "--output", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    tenants = {entry["tenant"]: entry for entry in report["tenants"]}
+    assert sorted(tenants) == ["product", "research"]
+    research = tenants["research"]
+    assert research["accelerator_seconds"] == 8 * 90 * 60
+    assert research["cost_usd"] == 49.1589  # p4d.24xlarge at $32.7726/h for 90 minutes
+    assert research["by_pool"] == [{"pool": "training", "accelerator_seconds": 43200.0, "cost_usd": 49.1589}]
+    assert research["by_instance_type"][0]["instance_type"] == "p4d.24xlarge"
+    product = tenants["product"]
+    assert (product["accelerator_seconds"], product["cost_usd"]) == (30.0, 0.016767)  # 60 s of $1.006/h
+    assert product["breakdown"] == [
+        {"pool": "inference", "instance_type": "g5.xlarge", "accelerator_seconds": 30.0, "cost_usd": 0.016767}
+    ]
+
+
+def test_report_csv_for_invoicing_and_one_tenant(seeded: dict[str, str]) -> None:
+    result = invoke(
+        "ledger", "report", "--tenant", "product", "--tenant", "nobody", *WINDOW, "--output", "csv"
+    )
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert rows == [{"tenant": "product", "pool": "inference", "instance_type": "g5.xlarge",
+                     "accelerator_seconds": "30.000", "cost_usd": "0.016767"}]  # fmt: skip
+    as_json = json.loads(invoke("ledger", "report", "--tenant", "nobody", *WINDOW, "-o", "json").stdout)
+    assert as_json["tenants"] == [{"tenant": "nobody", "accelerator_seconds": 0.0, "cost_usd": 0.0,
+                                   "by_pool": [], "by_instance_type": [], "breakdown": []}]  # fmt: skip
+
+
+def test_report_text_is_a_table(seeded: dict[str, str]) -> None:
+    result = invoke("ledger", "report", *WINDOW)
+    assert result.exit_code == 0, result.output
+    for text in ("research", "p4d.24xlarge", "12.000", "49.16", "product"):
+        assert text in result.stdout
+
+
+def test_a_malformed_file_is_refused_line_by_line_and_nothing_is_appended(
+    aws: str, ledger_env: str, tmp_path: Path
+) -> None:
+    good = state_change("i-0123456789abcdef0", "running", at(0))
+    path = tmp_path / "bad.jsonl"
+    path.write_text(
+        json.dumps(good) + "\n{not json\n" + json.dumps({**good, "detail": {"state": "running"}}) + "\n"
+    )
+    result = invoke("ledger", "ingest", str(path))
+    assert result.exit_code == 2
+    assert "line 2:" in result.output
+    assert "line 3:" in result.output
+    assert "detail.instance-id: missing" in result.output
+    assert "Traceback" not in result.output
+    with psycopg.connect(ledger_env) as connection:
+        assert connection.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+def test_events_about_unknown_hosts_fail_the_ingest_after_the_rest_is_appended(
+    aws: str, ledger_env: str, tmp_path: Path
+) -> None:
+    (known,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
+    path = write_events(tmp_path / "events.jsonl", [state_change(known, "running", at(0)),
+                                                     state_change("i-0fffffffffffffff0", "running", at(0))])  # fmt: skip
+    result = invoke("ledger", "ingest", str(path))
+    assert result.exit_code == 1
+    assert "1 appended" in result.stdout
+    assert "neither EC2 nor the ledger knows (i-0fffffffffffffff0)" in result.output
+
+
+def test_budget_set_and_runway(seeded: dict[str, str]) -> None:
+    result = invoke("ledger", "budget", "research", "--limit-usd", "5000", "--soft", "50,75%",
+                    "--actions", "notify,deny,stop", "-o", "json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "limit_usd": 5000.0,
+                                         "soft_thresholds": [0.5, 0.75], "actions": ["deny", "notify", "stop"]}  # fmt: skip
+    runway = {entry["tenant"]: entry for entry in json.loads(invoke("ledger", "runway", "-o", "json").stdout)}
+    assert runway["research"]["limit_usd"] == 5000.0
+    assert runway["research"]["runway_seconds"] is None  # nothing running: nothing burns
+    assert runway["product"]["limit_usd"] is None
+    assert "research" in invoke("ledger", "runway").stdout
+
+
+def test_invalid_budget_flags_are_all_reported(ledger_env: str) -> None:
+    result = invoke("ledger", "budget", "research", "--limit-usd", "-3", "--soft", "50,120,x",
+                    "--actions", "notify,explode")  # fmt: skip
+    assert result.exit_code == 2
+    for problem in ("--limit-usd: '-3'", "--soft: '120'", "--soft: 'x'", "--actions: 'explode'"):
+        assert problem in result.output
+
+
+def test_a_window_that_ends_before_it_starts_is_bad_input(ledger_env: str) -> None:
+    result = invoke("ledger", "report", "--since", "2025-05-06", "--until", "2025-05-05")
+    assert result.exit_code == 2
+    assert "--until" in result.output
+    assert invoke("ledger", "report", "--since", "last tuesday").exit_code == 2
+
+
+def test_a_database_that_is_down_is_one_clear_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", "postgresql://parkbrake@127.0.0.1:9/ledger")
+    for command in (["ledger", "report"], ["ledger", "migrate"], ["ledger", "runway", "-o", "json"]):
+        result = invoke(*command)
+        assert result.exit_code == 1, command
+        assert result.stderr.startswith("Error: cannot use the ledger database parkbrake@127.0.0.1:9/ledger")
+        assert "Traceback" not in result.output
+
+
+def test_no_database_configured_says_what_to_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PARKBRAKE_DATABASE_URL", raising=False)
+    monkeypatch.delenv("PARKBRAKE_DATABASE_SECRET_ARN", raising=False)
+    result = invoke("ledger", "report")
+    assert result.exit_code == 1
+    assert "set PARKBRAKE_DATABASE_URL" in result.stderr
