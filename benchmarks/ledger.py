@@ -197,12 +197,7 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
         )
         timings["generate_events_s"] = time.perf_counter() - started
         started = time.perf_counter()
-        connection.execute(
-            "INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms, "
-            "started_ms, ended_ms, closed_by) SELECT opened_by, instance_id, tenant, pool, instance_type, "
-            "accelerators, cap_ms, started_ms, ended_ms, closed_by FROM derived_intervals"
-        )
-        connection.execute("SELECT ledger_recount_rollups(NULL)")
+        connection.execute("SELECT ledger_rebuild()")
         timings["build_intervals_s"] = time.perf_counter() - started
         connection.execute("VACUUM ANALYZE")
         counts = connection.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM intervals)")

@@ -50,7 +50,12 @@ FROM unnest(%(event_ids)b::text[], %(instance_ids)b::text[], %(states)b::text[],
             %(instance_types)b::text[], %(accelerators)b::integer[], %(caps)b::bigint[],
             %(regions)b::text[]) AS e
 ON CONFLICT (event_id) DO NOTHING
-RETURNING instance_id
+RETURNING instance_id, at_ms
+"""
+
+# Per host that got new events, the earliest of them: where its intervals may have changed.
+REFRESH_INTERVALS = """
+SELECT ledger_refresh_intervals(%(instance_ids)b::text[], %(earliest_ms)b::bigint[])
 """
 
 LAST_ATTRIBUTIONS = """

@@ -210,6 +210,8 @@ class UsageRow:
 class LedgerStore:
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
+        self._known_tenants: set[str] = set()
+        self._seeded_types: set[str] = set()
 
     @classmethod
     def connect(cls, url: str, *, pooled: bool = False) -> LedgerStore:
@@ -265,25 +267,38 @@ class LedgerStore:
             return AppendResult(0, 0, frozenset())
         table = prices or load_price_table()
         columns = _columns(unique)
-        instance_types = sorted({transition.attribution.instance_type for transition in unique})
+        # Tenant rows and seed prices are made once; a long-lived store (a Lambda container's)
+        # remembers which it has made and skips those statements from then on.
+        new_tenants = sorted(set(columns["tenants"]) - self._known_tenants)
+        new_types = sorted({t.attribution.instance_type for t in unique} - self._seeded_types)
         with self._transaction() as connection:
             connection.execute(sql.LOCK_INSTANCES, (columns["instance_ids"],))
-            connection.execute(sql.ADD_TENANTS, (columns["tenants"],))
-            connection.execute(
-                sql.SEED_PRICES,
-                (
-                    f"prices.json, taken {table.taken}",
-                    instance_types,
-                    [table.instance(name).usd_per_hour for name in instance_types],
-                ),
-            )
+            if new_tenants:
+                connection.execute(sql.ADD_TENANTS, (new_tenants,))
+            if new_types:
+                connection.execute(
+                    sql.SEED_PRICES,
+                    (
+                        f"prices.json, taken {table.taken}",
+                        new_types,
+                        [table.instance(name).usd_per_hour for name in new_types],
+                    ),
+                )
             inserted = connection.execute(
                 sql.INSERT_EVENTS, columns | {"source": source, "received_at": received_at}
             ).fetchall()
-            changed = {instance_id for (instance_id,) in inserted}
+            earliest: dict[str, int] = {}
+            for instance_id, at_ms in inserted:
+                earliest[instance_id] = min(at_ms, earliest.get(instance_id, at_ms))
+            changed = sorted(earliest)
             if changed:
-                connection.execute("SELECT ledger_refresh_intervals(%s::text[])", (sorted(changed),))
-        tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in changed)
+                connection.execute(
+                    sql.REFRESH_INTERVALS,
+                    {"instance_ids": changed, "earliest_ms": [earliest[host] for host in changed]},
+                )
+        self._known_tenants.update(new_tenants)
+        self._seeded_types.update(new_types)
+        tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in earliest)
         return AppendResult(len(inserted), len(transitions) - len(inserted), tenants)
 
     def last_attributions(self, instance_ids: Sequence[str]) -> dict[str, Attribution]:

@@ -64,33 +64,47 @@ CREATE TRIGGER events_append_only BEFORE UPDATE OR DELETE ON events
 CREATE TRIGGER events_no_truncate BEFORE TRUNCATE ON events
     FOR EACH STATEMENT EXECUTE FUNCTION ledger_reject_change();
 
--- Intervals as derived from the events: one row per start, open (ended_ms NULL) while running.
--- Must match guardrails.ledger.intervals_from. Ties are broken by state rank, then by event id in
--- byte order, as Python compares strings.
-CREATE VIEW derived_intervals AS
-WITH transitions AS (
-    SELECT e.event_id, e.instance_id, e.at_ms, e.state_rank, e.tenant, e.pool, e.instance_type,
-           e.accelerators, e.cap_ms,
-           e.state = 'running' AS is_running,
-           lag(e.state = 'running') OVER by_time AS after_running
-    FROM events e
-    WHERE e.state <> 'pending'
-    WINDOW by_time AS (PARTITION BY e.instance_id ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C")
-), boundaries AS (
-    -- A start is a running after anything but running; an end is the first stop after a running.
-    SELECT t.*,
-           lead(t.at_ms) OVER by_time AS next_ms,
-           lead(t.event_id) OVER by_time AS next_event_id
-    FROM transitions t
-    WHERE t.is_running <> coalesce(t.after_running, false)
-    WINDOW by_time AS (PARTITION BY t.instance_id ORDER BY t.at_ms, t.state_rank, t.event_id COLLATE "C")
-)
-SELECT event_id AS opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       at_ms AS started_ms, next_ms AS ended_ms, next_event_id AS closed_by
-FROM boundaries
-WHERE is_running;
+-- An interval: one start of one host, open (ended_ms NULL) while it runs.
+CREATE TYPE ledger_interval AS (
+    opened_by text, instance_id text, tenant text, pool text, instance_type text, accelerators integer,
+    cap_ms bigint, started_ms bigint, ended_ms bigint, closed_by text
+);
+-- Where a host's history is read from: after this event (in derivation order). A cut is always at
+-- an interval's closing event (or before all events), where nothing is open.
+CREATE TYPE ledger_cut AS (instance_id text, at_ms bigint, state_rank smallint, event_id text);
 
--- derived_intervals materialised, host by host, whenever a host gets a new event
+-- Intervals derived from the events of some hosts after their cuts. Must match
+-- guardrails.ledger.intervals_from. Ties are broken by state rank, then by event id in byte order,
+-- as Python compares strings.
+CREATE FUNCTION ledger_derive_intervals(cuts ledger_cut[]) RETURNS SETOF ledger_interval
+LANGUAGE sql STABLE AS $$
+    WITH transitions AS (
+        SELECT e.event_id, e.instance_id, e.at_ms, e.state_rank, e.tenant, e.pool, e.instance_type,
+               e.accelerators, e.cap_ms,
+               e.state = 'running' AS is_running,
+               lag(e.state = 'running') OVER by_time AS after_running
+        FROM unnest(cuts) AS cut
+        JOIN events e ON e.instance_id = cut.instance_id
+                     AND (e.at_ms, e.state_rank, e.event_id COLLATE "C")
+                         > (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
+        WHERE e.state <> 'pending'
+        WINDOW by_time AS (PARTITION BY e.instance_id ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C")
+    ), boundaries AS (
+        -- A start is a running after anything but running; an end is the first stop after a running.
+        SELECT t.*,
+               lead(t.at_ms) OVER by_time AS next_ms,
+               lead(t.event_id) OVER by_time AS next_event_id
+        FROM transitions t
+        WHERE t.is_running <> coalesce(t.after_running, false)
+        WINDOW by_time AS (PARTITION BY t.instance_id ORDER BY t.at_ms, t.state_rank, t.event_id COLLATE "C")
+    )
+    SELECT event_id, instance_id, tenant, pool, instance_type, accelerators, cap_ms, at_ms, next_ms,
+           next_event_id
+    FROM boundaries
+    WHERE is_running
+$$;
+
+-- The derived intervals, materialised host by host whenever a host gets a new event
 -- (ledger_refresh_intervals). Reports read it; the rollups further down are kept from it.
 CREATE TABLE intervals (
     opened_by       text    PRIMARY KEY,
@@ -159,11 +173,7 @@ CREATE TABLE spend_daily (
     PRIMARY KEY (tenant, day_ms, instance_type)
 );
 
--- An interval as derived_intervals yields it, and the rollups' rows.
-CREATE TYPE ledger_interval AS (
-    opened_by text, instance_id text, tenant text, pool text, instance_type text, accelerators integer,
-    cap_ms bigint, started_ms bigint, ended_ms bigint, closed_by text
-);
+-- The rollups' rows.
 CREATE TYPE ledger_usage AS (
     tenant text, pool text, instance_type text, accelerator_ms numeric, usd_hour_ms numeric
 );
@@ -253,25 +263,42 @@ BEGIN
 END
 $$;
 
--- Derive the intervals of some hosts from their events again, change only the intervals that
--- differ, and move the rollups by them. The caller holds those hosts' advisory locks. Prices are
--- read under a shared advisory lock that ledger_add_price takes exclusively, so no rollup is ever
--- computed with a price that is being added.
-CREATE FUNCTION ledger_refresh_intervals(instance_ids text[]) RETURNS void
+-- Derive again the intervals of some hosts that got new events, change only the intervals that
+-- differ, and move the rollups by them. ``earliest_ms`` is, per host, its earliest new event: the
+-- intervals that ended before it cannot change, so each host is read from the end of the last of
+-- them, and a refresh costs what is new, not a host's whole history. The caller holds the hosts'
+-- advisory locks. Prices are read under a shared advisory lock that ledger_add_price takes
+-- exclusively, so no rollup is ever computed with a price that is being added.
+CREATE FUNCTION ledger_refresh_intervals(instance_ids text[], earliest_ms bigint[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
+    cuts ledger_cut[];
     stored ledger_interval[];
     derived ledger_interval[];
     gone ledger_interval[];
     added ledger_interval[];
 BEGIN
     PERFORM pg_advisory_xact_lock_shared(hashtextextended('parkbrake prices', 0));
+    SELECT array_agg(ROW(host.instance_id, coalesce(kept.ended_ms, -4611686018427387904),
+                         coalesce(kept.state_rank, 0), coalesce(kept.closed_by, ''))::ledger_cut)
+    INTO cuts
+    FROM unnest(instance_ids, earliest_ms) AS host (instance_id, earliest_ms)
+    LEFT JOIN LATERAL (
+        SELECT i.ended_ms, i.closed_by, e.state_rank
+        FROM intervals i
+        JOIN events e ON e.event_id = i.closed_by
+        WHERE i.instance_id = host.instance_id AND i.ended_ms < host.earliest_ms
+        ORDER BY i.ended_ms DESC
+        LIMIT 1
+    ) AS kept ON true;
     SELECT coalesce(array_agg(ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type,
                                   i.accelerators, i.cap_ms, i.started_ms, i.ended_ms,
                                   i.closed_by)::ledger_interval), '{}')
-    INTO stored FROM intervals i WHERE i.instance_id = ANY(instance_ids);
-    SELECT coalesce(array_agg(ROW(d.*)::ledger_interval), '{}')
-    INTO derived FROM derived_intervals d WHERE d.instance_id = ANY(instance_ids);
+    INTO stored
+    FROM unnest(instance_ids, earliest_ms) AS host (instance_id, earliest_ms)
+    JOIN intervals i ON i.instance_id = host.instance_id
+                    AND (i.ended_ms IS NULL OR i.ended_ms >= host.earliest_ms);
+    SELECT coalesce(array_agg(d), '{}') INTO derived FROM ledger_derive_intervals(cuts) AS d;
     SELECT coalesce(array_agg(ROW(x.*)::ledger_interval), '{}')
     INTO gone FROM (SELECT * FROM unnest(stored) EXCEPT ALL SELECT * FROM unnest(derived)) AS x;
     SELECT coalesce(array_agg(ROW(x.*)::ledger_interval), '{}')
@@ -307,6 +334,19 @@ LANGUAGE sql AS $$
     SELECT u.* FROM ledger_closed_by_tenant(kind) AS t CROSS JOIN LATERAL ledger_usage_of(t.spans) AS u;
     INSERT INTO spend_daily (tenant, day_ms, instance_type, usd_hour_ms)
     SELECT d.* FROM ledger_closed_by_tenant(kind) AS t CROSS JOIN LATERAL ledger_daily_spend_of(t.spans) AS d;
+$$;
+
+-- Derive every host's intervals from all its events and count the rollups again (after a bulk
+-- load, or to check the incremental ones).
+CREATE FUNCTION ledger_rebuild() RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM intervals;
+    INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
+                           started_ms, ended_ms, closed_by)
+    SELECT * FROM ledger_derive_intervals(ARRAY(
+        SELECT ROW(host.instance_id, -4611686018427387904, 0, '')::ledger_cut
+        FROM (SELECT DISTINCT instance_id FROM events) AS host));
+    SELECT ledger_recount_rollups(NULL);
 $$;
 
 -- A new price from ``effective`` on. If it reaches back over closed intervals their cost changes
@@ -377,4 +417,4 @@ GRANT SELECT, INSERT ON events, prices, guardrail_actions TO parkbrake_app;
 GRANT SELECT, INSERT, DELETE ON intervals TO parkbrake_app;
 GRANT SELECT, INSERT, UPDATE, DELETE ON usage_totals, spend_daily TO parkbrake_app;
 GRANT SELECT, INSERT, UPDATE ON tenants, budgets TO parkbrake_app;
-GRANT SELECT ON derived_intervals, price_ranges TO parkbrake_app;
+GRANT SELECT ON price_ranges TO parkbrake_app;
