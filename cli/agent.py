@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from cli.jobs import ShutdownCommand, flag_duration
-from cli.options import output_option, shutdown_command_option
+from cli.options import output_option, release_from_group_option, shutdown_command_option
 
 
 @click.command()
@@ -33,6 +33,7 @@ from cli.options import output_option, shutdown_command_option
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
 @click.option("--interval", default="10s", show_default=True, help="Time between two samples.")
 @shutdown_command_option
+@release_from_group_option
 @click.option(
     "--replay",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -53,6 +54,7 @@ def agent(
     address: str,
     interval: str,
     shutdown_command: str,
+    release_from_group: bool,
     replay: Path | None,
     record: Path | None,
     output: str,
@@ -83,7 +85,7 @@ def agent(
         # Three missed samples in a row: the agent was not running, so the window starts again.
         max_gap=sample_interval * 3,
     )
-    command = ShutdownCommand.parse(shutdown_command)
+    command = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
     def say(event_json: dict[str, object], text: str) -> None:
         click.echo(json.dumps(event_json) if output == "json" else text)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Self
 
 import click
 
+from cli.console import console as make_console
 from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
 
 if TYPE_CHECKING:
@@ -130,11 +131,10 @@ def _print(result: DeployResult, output: str) -> None:
     if output == "json":
         click.echo(json.dumps(result.as_json(), indent=2))
         return
-    from rich.console import Console
 
     from cli.verify import print_checks
 
-    console = Console()
+    console = make_console()
     if result.outcome == "dry-run":
         console.print(f"[bold]Dry run[/bold]: {result.service} is {result.phase}; a deploy would:")
         for number, step in enumerate(result.steps, 1):
@@ -177,9 +177,8 @@ class ConsoleProgress:
     """
 
     def __init__(self, *, quiet: bool = False) -> None:
-        from rich.console import Console
 
-        self.console = Console(stderr=True, quiet=quiet)
+        self.console = make_console(stderr=True, quiet=quiet)
         self._bars: Progress | None = None
         self._tasks: dict[str, TaskID] = {}
 

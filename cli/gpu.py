@@ -445,6 +445,8 @@ def run_agent(
                 if result.ok
                 else f"the host could not shut itself down: {result.error}"
             )
+            if result.release is not None:
+                message += f"; {result.release.describe()}"
             emit(
                 AgentEvent(
                     "shutdown",

@@ -13,11 +13,12 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from types import FrameType
 from typing import Any
 
+from cli.self_release import ReleaseResult, release_from_group
 from guardrails.durations import DurationError, format_duration, parse_duration
 from guardrails.errors import InputError
 from guardrails.job_policy import (
@@ -61,9 +62,11 @@ class ShutdownResult:
     command: tuple[str, ...]
     exit_status: int | None
     error: str | None = None
+    release: ReleaseResult | None = None  # None: leaving the Auto Scaling group was not asked for
 
     @property
     def ok(self) -> bool:
+        """Whether the OS command ran; a group that could not be left is reported, not a failure."""
         return self.error is None
 
     def as_json(self) -> dict[str, Any]:
@@ -72,27 +75,43 @@ class ShutdownResult:
             "exit_status": self.exit_status,
             "ok": self.ok,
             "error": self.error,
+            "release_from_group": None if self.release is None else self.release.as_json(),
         }
 
 
 @dataclass(frozen=True)
 class ShutdownCommand:
-    """The OS command that shuts the host down; the launch template makes that a stop or a terminate."""
+    """The OS command that shuts the host down; the launch template makes that a stop or a terminate.
+
+    With ``release_from_group`` the host first leaves its Auto Scaling group with the group's desired
+    capacity lowered (:mod:`cli.self_release`), so that the terminate does not bring a replacement.
+    """
 
     argv: tuple[str, ...]
+    release_from_group: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> ShutdownCommand:
+    def parse(cls, text: str, *, release_from_group: bool = False) -> ShutdownCommand:
         try:
             argv = tuple(shlex.split(text))
         except ValueError as error:
             raise InputError(f"shutdown command {text!r} cannot be split into words: {error}") from None
         if not argv:
             raise InputError(f"the shutdown command is empty; the default is {DEFAULT_SHUTDOWN_COMMAND!r}")
-        return cls(argv)
+        return cls(argv, release_from_group)
 
-    def run(self, environment: Mapping[str, str]) -> ShutdownResult:
-        """Run the command with ``environment`` added (why, and as what); never raises."""
+    def run(self, environment: Mapping[str, str], *, log: Log = _ignore) -> ShutdownResult:
+        """Leave the group if asked, then run the command with ``environment`` added; never raises.
+
+        The command runs whatever leaving the group came to: stopping the bill needs no IAM permission.
+        """
+        release = None
+        if self.release_from_group:
+            release = release_from_group()
+            log(release.describe())
+        return replace(self._run_command(environment), release=release)
+
+    def _run_command(self, environment: Mapping[str, str]) -> ShutdownResult:
         shown = shlex.join(self.argv)
         try:
             completed = subprocess.run(
@@ -303,7 +322,8 @@ def run_and_shut_down(
                 "PARKBRAKE_ON_EXIT": on_exit.value,
                 "PARKBRAKE_SHUTDOWN_REASON": f"job-{job.ended_by}",
                 "PARKBRAKE_JOB_EXIT_STATUS": str(job.exit_status),
-            }
+            },
+            log=log,
         )
         if shutdown.error is not None:
             log(f"the host could not shut itself down: {shutdown.error}")

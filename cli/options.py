@@ -33,6 +33,14 @@ shutdown_command_option = click.option(
     show_default=True,
     help=f"Command that shuts the host down (also ${SHUTDOWN_COMMAND_VARIABLE}).",
 )
+# A host in an Auto Scaling group that shuts down into terminate is replaced unless it leaves the group first.
+release_from_group_option = click.option(
+    "--release-from-group/--no-release-from-group",
+    default=True,
+    show_default=True,
+    help="Before shutting down, leave this host's Auto Scaling group with its desired capacity lowered "
+    "(read from IMDSv2), so the group launches no replacement; the shutdown runs even if this fails.",
+)
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 

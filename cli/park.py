@@ -207,10 +207,11 @@ def _pulumi_echo(output: str) -> Callable[[str], None]:
 
 
 def _print_plan(plan: ParkPlan) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from cli.console import console as make_console
+
+    console = make_console()
     console.print(
         f"[bold]Stack {plan.stack}[/]: parked {_word(plan.parked_before)} → {_word(plan.parked_after)}  ({plan.file})"
     )
@@ -240,10 +241,11 @@ def _print_plan(plan: ParkPlan) -> None:
 
 
 def _print_emergency(result: EmergencyResult) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from cli.console import console as make_console
+
+    console = make_console()
     verb = "park --now" if result.parking else "unpark --now"
     title = f"{verb} stack {result.stack} in {result.region}" + (
         " (dry run: nothing changed)" if result.dry_run else ""

@@ -83,11 +83,12 @@ def _properties(resource_type: str, inputs: dict[str, Any]) -> str:
 
 
 def print_plan(report: PlanReport) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.tree import Tree
 
-    console = Console(width=max(Console().width, 110))
+    from cli.console import console as make_console
+
+    console = make_console()
     state = "parked" if report.config.parked else "unparked"
     console.print(f"[bold]Stack {report.config.stack}[/] ({report.config.region}), {state}")
 

@@ -73,9 +73,9 @@ def run_reap(
 
 
 def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from cli.console import console as make_console
     from guardrails.durations import format_duration
     from guardrails.rules.base import instant
 
@@ -98,9 +98,7 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
             f"[bold red]{label}[/]" if verdict.action == "stop" else label,
             verdict.reason,
         )
-    console = Console()
-    if not console.is_terminal:  # piped or captured: one line per host beats wrapped reasons
-        console = Console(width=240)
+    console = make_console()
     if plan.verdicts:
         console.print(table)
     else:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from cli.options import output_option, shutdown_command_option
+from cli.options import output_option, release_from_group_option, shutdown_command_option
 from guardrails.job_policy import OnExit
 
 
@@ -29,6 +29,7 @@ from guardrails.job_policy import OnExit
     help="Time between SIGTERM and SIGKILL for a job asked to stop.",
 )
 @shutdown_command_option
+@release_from_group_option
 @output_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
@@ -37,6 +38,7 @@ def run(
     on_exit: str,
     grace: str,
     shutdown_command: str,
+    release_from_group: bool,
     output: str,
     command: tuple[str, ...],
 ) -> None:
@@ -56,7 +58,8 @@ def run(
         max_runtime=None if max_runtime is None else flag_duration("--max-runtime", max_runtime),
         grace=flag_duration("--grace", grace),
     )
-    parsed_shutdown = ShutdownCommand.parse(shutdown_command)
+    # --on-exit none never reaches the shutdown, so the group is left alone too.
+    parsed_shutdown = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
     def log(message: str) -> None:
         if output == "text":

@@ -55,8 +55,9 @@ def list_command(stack: str, region: str | None, output: str) -> None:
         }
         click.echo(json.dumps(document, indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from cli.console import console as make_console
 
     table = Table(
         title=f"Schedules of stack {stack} ({names.schedule_group(stack)}, {chosen})", title_justify="left"
@@ -74,7 +75,7 @@ def list_command(stack: str, region: str | None, output: str) -> None:
             f"{upcoming:%Y-%m-%d %H:%M}" if upcoming else "-",
             json.dumps(item.payload),
         )
-    Console().print(table)
+    make_console().print(table)
     if not schedules:
         click.echo(f"No schedules in group {names.schedule_group(stack)} in {chosen}.")
 

@@ -117,10 +117,11 @@ def _ledger_cells(ledger: dict[str, Any] | None) -> tuple[str, ...]:
 
 
 def print_status(report: FleetStatus) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from cli.console import console as make_console
+
+    console = make_console()
     hosts = Table(title=f"GPU hosts running ({', '.join(report.regions)})", title_justify="left")
     for column in (
         "instance",

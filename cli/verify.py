@@ -57,9 +57,9 @@ def verify(
     if output == "json":
         click.echo(json.dumps(report.as_json(), indent=2))
     else:
-        from rich.console import Console
+        from cli.console import console as make_console
 
-        console = Console()
+        console = make_console()
         print_checks(console, report)
         verdict = "runs" if report.passed else "does NOT run"
         console.print(f"{service} {verdict} {revision}", style="bold green" if report.passed else "bold red")
