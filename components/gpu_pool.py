@@ -4,7 +4,9 @@ Every pool is an Auto Scaling group, so its hosts shut down into ``terminate``: 
 in a group is marked unhealthy and replaced anyway (so ``stop`` would only leave an idle volume
 behind until the health check), and the group's spot requests are one-time requests, for which
 AWS allows no ``stop`` at all. The host's own ``shutdown -h now`` therefore ends its billing for
-good, with no IAM permission needed.
+good, with no IAM permission needed. To keep the group from launching a replacement, the host first
+leaves its group with the desired capacity lowered (``parkbrake run``/``agent --release-from-group``);
+its role may do that to its own group only, and the shutdown runs even when it may not.
 
 Capacity arrives already parked-adjusted from the program: parked, min and desired are 0 and max
 is kept, so unparking restores the configured values and nothing else changes.
@@ -24,6 +26,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import child_of, type_token
+from components.guardrails import policy_document, statement
 from guardrails import names, tags
 from guardrails.capacity import Capacity
 from guardrails.durations import format_duration
@@ -38,6 +41,9 @@ AGENT_UNIT = "parkbrake-agent.service"
 ECS_MANAGED_TAG = "AmazonECSManaged"
 ECS_INSTANCE_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
 SSM_INSTANCE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+# A host's self-stop leaves its group first (`--release-from-group`), and only a managed group.
+LEAVE_GROUP_ACTION = "autoscaling:TerminateInstanceInAutoScalingGroup"
+MANAGED_GROUP_ONLY = {"StringEquals": {f"autoscaling:ResourceTag/{tags.MANAGED}": "true"}}
 
 
 @dataclass
@@ -147,7 +153,7 @@ class GpuPool(pulumi.ComponentResource):
             tags=resource_tags,
             opts=child_of(self),
         )
-        instance_profile = self._instance_profile(name, joins_ecs, resource_tags)
+        host_role, instance_profile = self._host_role(name, joins_ecs, resource_tags)
         ami = aws.ssm.get_parameter_output(
             name=GPU_AMI_PARAMETER, opts=pulumi.InvokeOutputOptions(parent=self)
         )
@@ -198,6 +204,15 @@ class GpuPool(pulumi.ComponentResource):
             opts=child_of(self),
         )
         group = self._autoscaling_group(name, args, launch_template, joins_ecs, launch_tags)
+        # Only its own group: a host can take itself (or a sibling) out of its pool, and nothing else.
+        aws.iam.RolePolicy(
+            f"{name}-host-leave-group",
+            role=host_role.name,
+            policy=policy_document(
+                [statement("LeaveOwnGroupOnly", [LEAVE_GROUP_ACTION], group.arn, MANAGED_GROUP_ONLY)]
+            ),
+            opts=child_of(self),
+        )
 
         self.launch_template_id = launch_template.id
         self.autoscaling_group_name = group.name
@@ -216,9 +231,9 @@ class GpuPool(pulumi.ComponentResource):
             }
         )
 
-    def _instance_profile(
+    def _host_role(
         self, name: str, joins_ecs: bool, resource_tags: Mapping[str, str]
-    ) -> aws.iam.InstanceProfile:
+    ) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
         """The host's role: Session Manager access always, the ECS agent's permissions when it joins."""
         role = aws.iam.Role(
             f"{name}-host-role",
@@ -242,7 +257,7 @@ class GpuPool(pulumi.ComponentResource):
             aws.iam.RolePolicyAttachment(
                 f"{name}-host-role-{suffix}", role=role.name, policy_arn=policy_arn, opts=child_of(self)
             )
-        return aws.iam.InstanceProfile(
+        return role, aws.iam.InstanceProfile(
             f"{name}-host-profile", role=role.name, tags=dict(resource_tags), opts=child_of(self)
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import subprocess
 from datetime import timedelta
@@ -16,6 +17,7 @@ from offline_outputs import capture
 from components.gpu_pool import GPU_AMI_PARAMETER, GpuPool, GpuPoolArgs, agent_user_data
 from guardrails import names, tags
 from guardrails.durations import parse_duration
+from policies.rules.no_unconditional_stop import document_problems
 from stacks.config import Capacity, load_stack_config
 from stacks.offline import MOCK_AMI, OfflineRun, RegisteredResource, run_offline
 
@@ -252,3 +254,20 @@ def test_two_pools_coexist_and_every_resource_is_a_child_of_its_pool() -> None:
         "parkbrake-dev-training",
         "parkbrake-dev-inference",
     }
+
+
+def test_the_host_role_may_leave_only_its_own_managed_group() -> None:
+    """`run`/`agent --release-from-group` need one grant: this pool's group, and only while it is managed."""
+    built = Built(pool_args(), pool_args(pool="inference", ecs_cluster_name="parkbrake-dev"))
+
+    for pool in ("training", "inference"):
+        role_policy = built.one("aws:iam/rolePolicy:RolePolicy", pool)
+        assert role_policy.inputs["role"] == built.one("aws:iam/role:Role", pool).name
+        document = json.loads(role_policy.inputs["policy"])
+        (statement,) = document["Statement"]
+        assert statement["Effect"] == "Allow"
+        assert statement["Action"] == ["autoscaling:TerminateInstanceInAutoScalingGroup"]
+        assert statement["Resource"] == built.outputs[pool]["autoscaling_group_arn"]
+        assert statement["Condition"] == {"StringEquals": {f"autoscaling:ResourceTag/{tags.MANAGED}": "true"}}
+        assert group_tags(built.one(GROUP, pool))[tags.MANAGED] == "true"
+        assert list(document_problems(role_policy.inputs["policy"], "the policy")) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,8 @@ _RECORDER = """
 import json, os, sys
 calls, status = sys.argv[1], int(sys.argv[2])
 with open(calls, "a") as file:
-    variables = {k: v for k, v in os.environ.items() if k.startswith("PARKBRAKE_") and k != "PARKBRAKE_SHUTDOWN_COMMAND"}
+    settings = ("PARKBRAKE_SHUTDOWN_COMMAND", "PARKBRAKE_IMDS_ENDPOINT")  # the tests' own, not what was passed on
+    variables = {k: v for k, v in os.environ.items() if k.startswith("PARKBRAKE_") and k not in settings}
     file.write(json.dumps({"argv": sys.argv[3:], "env": variables}) + "\\n")
 sys.exit(status)
 """
@@ -49,3 +51,17 @@ def recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ShutdownRecorde
     recording = ShutdownRecorder(script, tmp_path / "shutdown-calls.jsonl")
     monkeypatch.setenv("PARKBRAKE_SHUTDOWN_COMMAND", recording.command())
     return recording
+
+
+@pytest.fixture(autouse=True)
+def no_instance_metadata(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every host test sees no metadata service (a closed local port) unless it starts its own.
+
+    `run` and `agent` leave their Auto Scaling group by default: on a CI runner that is itself an EC2
+    host in a group, the real 169.254.169.254 would answer and the test would terminate the runner.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setenv("PARKBRAKE_IMDS_ENDPOINT", endpoint)
+    return endpoint
