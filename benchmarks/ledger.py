@@ -119,11 +119,10 @@ def pgbench_rows_per_second(url: str, rows_per_transaction: int, seconds: int) -
             f"SELECT 'i-' || n, 'running', now() FROM generate_series(1, {rows_per_transaction}) AS n;\n"
         )
     parts = conninfo_to_dict(url)
+    libpq_variables = {"PGHOST": "host", "PGPORT": "port", "PGUSER": "user", "PGPASSWORD": "password",
+                       "PGDATABASE": "dbname"}  # fmt: skip
     environment = os.environ | {
-        name: str(parts[key])
-        for name, key in (("PGHOST", "host"), ("PGPORT", "port"), ("PGUSER", "user"),
-                          ("PGPASSWORD", "password"), ("PGDATABASE", "dbname"))  # fmt: skip
-        if parts.get(key) is not None
+        name: str(parts[key]) for name, key in libpq_variables.items() if parts.get(key) is not None
     }
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as script_file:
         script_file.write(script)
@@ -155,7 +154,11 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
         )
         connection.execute(  # a price change three months back: queries split intervals on it
             "INSERT INTO prices (instance_type, valid_from, usd_per_hour, source) VALUES (%s, %s, %s, 'bench')",
-            ("p4d.24xlarge", NOW - timedelta(days=90), prices.instance("p4d.24xlarge").usd_per_hour * Decimal("0.9")),
+            (
+                "p4d.24xlarge",
+                NOW - timedelta(days=90),
+                prices.instance("p4d.24xlarge").usd_per_hour * Decimal("0.9"),
+            ),
         )
         connection.execute(
             "INSERT INTO tenants (tenant, actions) SELECT 'tenant-' || n, '{notify,deny,stop}' "
@@ -203,7 +206,11 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
         counts = connection.execute("SELECT (SELECT count(*) FROM events), (SELECT count(*) FROM intervals)")
         events_total, intervals_total = counts.fetchone() or (0, 0)
         size = connection.execute("SELECT pg_database_size(current_database())").fetchone()
-    timings |= {"events": events_total, "intervals": intervals_total, "database_mb": (size or (0,))[0] / 2**20}
+    timings |= {
+        "events": events_total,
+        "intervals": intervals_total,
+        "database_mb": (size or (0,))[0] / 2**20,
+    }
     return timings
 
 
@@ -232,7 +239,11 @@ def query_latencies(url: str, tenants: int, repeats: int) -> dict[str, Any]:
         lambda: (store.usage_totals(now=NOW), store.runways(now=NOW, default_cap=CAP)), max(1, repeats // 20)
     )
     store.close()
-    return {"runway_one_tenant": one_tenant, "month_report_one_tenant": report, "exporter_all_tenants": scrape}
+    return {
+        "runway_one_tenant": one_tenant,
+        "month_report_one_tenant": report,
+        "exporter_all_tenants": scrape,
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -247,14 +258,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["ingest_batched_events_per_s"] = ingest_rate(store, batched, args.batch_size)
         store.close()
         results["pgbench_single_rows_per_s"] = pgbench_rows_per_second(url, 1, args.pgbench_seconds)
-        results["pgbench_batched_rows_per_s"] = pgbench_rows_per_second(url, args.batch_size, args.pgbench_seconds)
+        results["pgbench_batched_rows_per_s"] = pgbench_rows_per_second(
+            url, args.batch_size, args.pgbench_seconds
+        )
         large_url = fresh_database(base_url)
         LedgerStore.connect(large_url).migrate()
         results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
         results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
         results["pgbench"] = pgbench_binary()
-    results["single_vs_ceiling"] = results["ingest_single_events_per_s"] / results["pgbench_single_rows_per_s"]
-    results["batched_vs_ceiling"] = results["ingest_batched_events_per_s"] / results["pgbench_batched_rows_per_s"]
+    results["single_vs_ceiling"] = (
+        results["ingest_single_events_per_s"] / results["pgbench_single_rows_per_s"]
+    )
+    results["batched_vs_ceiling"] = (
+        results["ingest_batched_events_per_s"] / results["pgbench_batched_rows_per_s"]
+    )
     return results
 
 
@@ -263,7 +280,9 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
     print(f"ingest, one event per transaction: {results['ingest_single_events_per_s']:>10,.0f} events/s")
     print(f"  pgbench single-row INSERT:        {results['pgbench_single_rows_per_s']:>10,.0f} rows/s"
           f"   ratio {results['single_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"ingest, batches of {batch_size}:          {results['ingest_batched_events_per_s']:>10,.0f} events/s")
+    print(
+        f"ingest, batches of {batch_size}:          {results['ingest_batched_events_per_s']:>10,.0f} events/s"
+    )
     print(f"  pgbench {batch_size}-row INSERT:         {results['pgbench_batched_rows_per_s']:>10,.0f} rows/s"
           f"   ratio {results['batched_vs_ceiling']:.2f}")  # fmt: skip
     print(f"large ledger: {large['events']:,} events, {large['intervals']:,} intervals, {results['tenants']:,} "

@@ -152,15 +152,14 @@ def ingest_changes(
     progress: bool = False,
 ) -> MeterResult:
     """Meter ``changes`` in batches: one EC2 lookup and one database transaction per batch."""
-    from rich.console import Console
     from rich.progress import track
 
+    from cli.console import console
     from lambdas.meter import MeterResult, meter
 
     total = MeterResult()
     batches = [changes[start : start + batch_size] for start in range(0, len(changes), batch_size)]
-    console = Console(stderr=True)
-    for batch in track(batches, description="ingesting", console=console, disable=not progress):
+    for batch in track(batches, description="ingesting", console=console(stderr=True), disable=not progress):
         now = datetime.now(UTC)
         total.add(
             meter(batch, store=store, clients=clients, settings=settings, received_at=now, source="ingest")
@@ -273,8 +272,9 @@ def report(tenants: tuple[str, ...], since: str | None, until: str | None, outpu
 
 
 def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from cli.console import console
 
     table = Table(title=f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC")
     for column in ("tenant", "pool", "instance type", "accelerator-hours", "cost (USD)"):
@@ -285,7 +285,7 @@ def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime
         total = tenant_report.total().get(None)
         if total is not None:
             table.add_row(tenant_report.tenant, "[b]total[/b]", "", *_cells(total), end_section=True)
-    Console().print(table)
+    console().print(table)
 
 
 def _cells(usage: Usage) -> tuple[str, str]:
@@ -321,9 +321,9 @@ def runway(tenants: tuple[str, ...], output: str) -> None:
 
 
 def print_runways(statuses: Sequence[TenantRunway]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
+    from cli.console import console
     from guardrails.durations import format_duration
 
     table = Table(title="Budgets and runway")
@@ -342,7 +342,7 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
             "∞" if runway_left is None else format_duration(runway_left),
             str(status.totals.running_accelerators),
         )
-    Console().print(table)
+    console().print(table)
 
 
 @ledger.command("budget")

@@ -17,7 +17,8 @@ those; ``{"dry_run": true}`` reports what would be done and does nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -228,9 +229,10 @@ class LedgerBudgetGate:
         return refusal(statuses[0], required_usd) if statuses else None
 
 
-def gate_from_environment(environ: Mapping[str, str], settings: Settings) -> LedgerBudgetGate | None:
-    """The gate when a ledger database is configured, else None (the launcher says "not checked")."""
-    if not (environ.get(DATABASE_URL) or environ.get(DATABASE_SECRET_ARN)):
+def gate_from_environment(settings: Settings) -> LedgerBudgetGate | None:
+    """The container's gate when a ledger database is configured, else None (the launcher then says
+    "budget not checked")."""
+    if not (os.environ.get(DATABASE_URL) or os.environ.get(DATABASE_SECRET_ARN)):
         return None
     return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime)
 

@@ -172,9 +172,11 @@ WITH scope AS (
     FROM scope s
     JOIN intervals i ON i.tenant = s.tenant AND i.billed_until_ms IS NULL
 ), closed_spent AS (
+    -- The outer bound lets every tenant at once be read as one range of the recent days.
     SELECT s.tenant, sum(d.usd_hour_ms) AS usd_hour_ms
-    FROM scope s
-    JOIN spend_daily d ON d.tenant = s.tenant AND d.day_ms >= s.period_start_ms
+    FROM spend_daily d
+    JOIN scope s ON s.tenant = d.tenant AND d.day_ms >= s.period_start_ms
+    WHERE d.day_ms >= (SELECT min(period_start_ms) FROM scope)
     GROUP BY s.tenant
 ), running_spent AS (
     SELECT r.tenant,

@@ -122,7 +122,8 @@ CREATE TABLE intervals (
         CASE WHEN ended_ms IS NOT NULL THEN started_ms + ledger_billable_ms(ended_ms - started_ms) END
     ) STORED
 );
-CREATE INDEX intervals_by_instance ON intervals (instance_id);
+-- A refresh finds a host's last interval that ended before its new events, and the ones after it.
+CREATE INDEX intervals_by_instance ON intervals (instance_id, ended_ms);
 -- A tenant's report for a window: its closed intervals billed past the window's start (a range of
 -- this index) and its open ones (billed_until_ms IS NULL, also in this index).
 CREATE INDEX intervals_by_tenant ON intervals (tenant, billed_until_ms);
@@ -172,6 +173,8 @@ CREATE TABLE spend_daily (
     usd_hour_ms   numeric NOT NULL,
     PRIMARY KEY (tenant, day_ms, instance_type)
 );
+-- Every tenant's spend at once (the exporter): one index-only range over the recent days.
+CREATE INDEX spend_daily_by_day ON spend_daily (day_ms, tenant) INCLUDE (usd_hour_ms);
 
 -- The rollups' rows.
 CREATE TYPE ledger_usage AS (

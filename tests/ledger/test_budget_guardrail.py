@@ -244,3 +244,20 @@ def test_the_handler_checks_every_tenant_from_the_lambda_environment(
         container_store().close()
         container_store.cache_clear()
         container_settings.cache_clear()
+
+
+def test_the_launcher_gets_a_gate_only_when_a_ledger_is_configured(
+    ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PARKBRAKE_DATABASE_URL", raising=False)
+    monkeypatch.delenv("PARKBRAKE_DATABASE_SECRET_ARN", raising=False)
+    assert budget.gate_from_environment(guardrail_settings()) is None
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    container_store.cache_clear()
+    try:
+        gate = budget.gate_from_environment(guardrail_settings())
+        assert gate is not None
+        assert gate.refusal_for("research", Decimal(1), at(0)) is None
+    finally:
+        container_store().close()
+        container_store.cache_clear()
