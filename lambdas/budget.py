@@ -17,7 +17,6 @@ those; ``{"dry_run": true}`` reports what would be done and does nothing.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -38,8 +37,8 @@ from guardrails.runway import (
 )
 from guardrails.settings import Settings
 from lambdas import heartbeat
-from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
-from lambdas.ledger_store import DATABASE_SECRET_ARN, DATABASE_URL, LedgerStore, container_store
+from lambdas.environment import ClientFactory, container_settings, default_clients, ledger_configured, utc_now
+from lambdas.ledger_store import LedgerStore, container_store
 from lambdas.stop_path import SpotAction, describe_error, stop_hosts
 
 log = logging.getLogger(__name__)
@@ -232,7 +231,7 @@ class LedgerBudgetGate:
 def gate_from_environment(settings: Settings) -> LedgerBudgetGate | None:
     """The container's gate when a ledger database is configured, else None (the launcher then says
     "budget not checked")."""
-    if not (os.environ.get(DATABASE_URL) or os.environ.get(DATABASE_SECRET_ARN)):
+    if not ledger_configured():
         return None
     return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime)
 

@@ -27,3 +27,12 @@ def container_settings() -> Settings:
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+DATABASE_URL = "PARKBRAKE_DATABASE_URL"
+DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
+
+
+def ledger_configured() -> bool:
+    """Whether this process has a ledger database (and so needs psycopg at all)."""
+    return bool(os.environ.get(DATABASE_URL) or os.environ.get(DATABASE_SECRET_ARN))

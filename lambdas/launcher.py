@@ -22,7 +22,7 @@ from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_laun
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
 from lambdas import heartbeat
-from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.environment import ClientFactory, container_settings, default_clients, ledger_configured, utc_now
 
 log = logging.getLogger(__name__)
 CENTS = Decimal("0.01")
@@ -166,8 +166,16 @@ def handle(
 
 
 def budget_gate() -> BudgetGate | None:
-    """The ledger's gate when one is configured; None means the result says "budget not checked"."""
-    return None
+    """The ledger's gate when a ledger database is configured; None means "budget not checked".
+
+    Imported here, not at the top: psycopg is only needed (and only packaged in a layer) when the
+    stack has a ledger, and the launcher must run without one.
+    """
+    if not ledger_configured():
+        return None
+    from lambdas.budget import gate_from_environment
+
+    return gate_from_environment(container_settings())
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:

@@ -32,9 +32,8 @@ from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usag
 from guardrails.pricing import PriceNotFound, PriceTable, load_price_table
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_bounds_ms
 from lambdas import ledger_queries as sql
+from lambdas.environment import DATABASE_SECRET_ARN, DATABASE_URL
 
-DATABASE_URL = "PARKBRAKE_DATABASE_URL"
-DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 MIGRATIONS = Path(__file__).with_name("migrations")
 CONNECT_TIMEOUT_S = 5
 # pg_advisory_xact_lock key that serialises migrations: "parkbrak" read as a 64-bit integer.

@@ -28,7 +28,7 @@ from ledger_streams import T0, at, ms, step, who
 from guardrails.launch import PoolState, decide_launch
 from guardrails.ledger import state_change_from_event, to_ms
 from guardrails.runway import Budget, StopReport
-from lambdas import budget, meter
+from lambdas import budget, launcher, meter
 from lambdas.environment import ClientFactory, container_settings
 from lambdas.ledger_store import LedgerStore, container_store
 
@@ -252,12 +252,18 @@ def test_the_launcher_gets_a_gate_only_when_a_ledger_is_configured(
     monkeypatch.delenv("PARKBRAKE_DATABASE_URL", raising=False)
     monkeypatch.delenv("PARKBRAKE_DATABASE_SECRET_ARN", raising=False)
     assert budget.gate_from_environment(guardrail_settings()) is None
+    assert launcher.budget_gate() is None
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
     container_store.cache_clear()
     try:
         gate = budget.gate_from_environment(guardrail_settings())
         assert gate is not None
         assert gate.refusal_for("research", Decimal(1), at(0)) is None
+        # The nightly Lambda's own entry point picks the same gate up from its environment.
+        monkeypatch.setenv("PARKBRAKE_STACK", "dev")
+        monkeypatch.setenv("PARKBRAKE_REGIONS", "us-east-1")
+        container_settings.cache_clear()
+        assert isinstance(launcher.budget_gate(), budget.LedgerBudgetGate)
     finally:
         container_store().close()
         container_store.cache_clear()
