@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+from datetime import timedelta
+from decimal import Decimal
 
 import click
 
 from cli.options import output_option, release_from_group_option, shutdown_command_option
+from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
 
 
@@ -28,6 +32,17 @@ from guardrails.job_policy import OnExit
     show_default=True,
     help="Time between SIGTERM and SIGKILL for a job asked to stop.",
 )
+@click.option(
+    "--tenant",
+    envvar="PARKBRAKE_TENANT",
+    help="Who pays; with a ledger configured (PARKBRAKE_DATABASE_URL) the job is refused when the "
+    "tenant's budget cannot cover it. Also $PARKBRAKE_TENANT.",
+)
+@click.option(
+    "--instance-type",
+    envvar="PARKBRAKE_INSTANCE_TYPE",
+    help="This host's instance type, to price the job for the budget check. Also $PARKBRAKE_INSTANCE_TYPE.",
+)
 @shutdown_command_option
 @release_from_group_option
 @output_option
@@ -37,6 +52,8 @@ def run(
     max_runtime: str | None,
     on_exit: str,
     grace: str,
+    tenant: str | None,
+    instance_type: str | None,
     shutdown_command: str,
     release_from_group: bool,
     output: str,
@@ -49,7 +66,8 @@ def run(
       parkbrake run --max-runtime 2h -- python train.py
 
     SIGINT, SIGTERM and SIGHUP are passed on to the job. The summary goes to stderr, so the job
-    keeps stdout to itself.
+    keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
+    cover up to its cap is refused before it starts (exit 1; the host's own deadline still applies).
     """
     from cli.jobs import ShutdownCommand, flag_duration, run_and_shut_down
     from guardrails.job_policy import CapPolicy
@@ -58,6 +76,8 @@ def run(
         max_runtime=None if max_runtime is None else flag_duration("--max-runtime", max_runtime),
         grace=flag_duration("--grace", grace),
     )
+    if tenant is not None:
+        refuse_over_budget(tenant, instance_type, policy.max_runtime)
     # --on-exit none never reaches the shutdown, so the group is left alone too.
     parsed_shutdown = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
@@ -76,3 +96,31 @@ def run(
             f"exit status {report.exit_status}"
         )
     click.get_current_context().exit(report.exit_status)
+
+
+def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | None) -> None:
+    """Deny new work the way the nightly launcher does: through the ledger's budget gate."""
+    from lambdas.environment import ledger_configured
+
+    if not ledger_configured():
+        return
+    if instance_type is None:
+        raise InputError(
+            f"--instance-type (or PARKBRAKE_INSTANCE_TYPE) is needed to price the job for tenant {tenant}'s budget"
+        )
+    from guardrails.durations import parse_duration
+    from guardrails.pricing import load_price_table
+    from lambdas.budget import LedgerBudgetGate
+    from lambdas.environment import utc_now
+    from lambdas.ledger_store import store_from_environment
+
+    default_cap = parse_duration(os.environ.get("PARKBRAKE_DEFAULT_MAX_RUNTIME", "90m"))
+    hours = Decimal(int((cap or default_cap).total_seconds())) / 3600
+    required = load_price_table().instance(instance_type).usd_per_hour * hours
+    store = store_from_environment()
+    try:
+        reason = LedgerBudgetGate(store, default_cap=default_cap).refusal_for(tenant, required, utc_now())
+    finally:
+        store.close()
+    if reason is not None:
+        raise ParkbrakeError(f"not starting the job: {reason}")

@@ -267,3 +267,4 @@ def test_the_launcher_gets_a_gate_only_when_a_ledger_is_configured(
     finally:
         container_store().close()
         container_store.cache_clear()
+        container_settings.cache_clear()
