@@ -21,7 +21,8 @@ RETRIES = Config(
 
 def client(service: str, region: str | None = None) -> Any:
     """One client per service, region and endpoint for the life of the process (a Lambda container reuses it)."""
-    return _client(service, region, os.environ.get("AWS_ENDPOINT_URL"))
+    # DESIGN.md's AWS_REGION is honoured even where botocore reads only AWS_DEFAULT_REGION.
+    return _client(service, region or os.environ.get("AWS_REGION"), os.environ.get("AWS_ENDPOINT_URL"))
 
 
 @cache

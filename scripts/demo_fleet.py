@@ -95,7 +95,13 @@ def seed_fleet(clients: Clients, *, stack: str, region: str, now: datetime) -> F
         host_tags(stack, "research-adhoc", "research", "2h", **{tags.EXEMPT_UNTIL: exempt_until}),
     )
     cpu_host = _run_instance(ec2, "m5.large", {tags.STACK: stack, tags.MANAGED: "true"})
-    services = _create_services(clients("ecs"), clients("application-autoscaling"), stack, region)
+    vpc = ec2.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
+    subnets = [
+        subnet["SubnetId"]
+        for subnet in ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"]
+    ][:2]
+    target_groups, _ = inference_load_balancer(clients("elbv2"), stack, vpc, subnets)
+    services = _create_services(clients("ecs"), clients("application-autoscaling"), stack, target_groups)
     schedules = _create_schedules(clients("scheduler"), stack, region)
     return Fleet(stack, region, groups, standalone, cpu_host, services, schedules)
 
@@ -143,7 +149,7 @@ def _run_instance(ec2: Any, instance_type: str, instance_tags: Mapping[str, str]
     return str(reservation["Instances"][0]["InstanceId"])
 
 
-def _create_services(ecs: Any, scaling: Any, stack: str, region: str) -> dict[str, int]:
+def _create_services(ecs: Any, scaling: Any, stack: str, target_groups: Mapping[str, str]) -> dict[str, int]:
     cluster = names.ecs_cluster(stack)
     ecs.create_cluster(clusterName=cluster)
     desired = {
@@ -166,11 +172,18 @@ def _create_services(ecs: Any, scaling: Any, stack: str, region: str) -> dict[st
             ],
             tags=revision_tags,
         )["taskDefinition"]
+        colour = service.removeprefix(f"{names.INFERENCE_SERVICE}-")
+        balancing = (
+            [{"targetGroupArn": target_groups[colour], "containerName": service, "containerPort": 8000}]
+            if colour in target_groups
+            else []
+        )
         ecs.create_service(
             cluster=cluster,
             serviceName=service,
             taskDefinition=definition["taskDefinitionArn"],
             desiredCount=count,
+            loadBalancers=balancing,
             tags=[*revision_tags, {"key": tags.SERVICE, "value": service.split("-")[0]}],
         )
     scaling.register_scalable_target(
@@ -181,6 +194,50 @@ def _create_services(ecs: Any, scaling: Any, stack: str, region: str) -> dict[st
         MaxCapacity=3,
     )
     return desired
+
+
+def inference_load_balancer(
+    elbv2: Any, stack: str, vpc: str, subnets: list[str]
+) -> tuple[dict[str, str], str]:
+    """The inference service's ALB as the component builds it: a target group per colour behind one
+    listener whose weighted forward sends everything to blue."""
+    balancer = elbv2.create_load_balancer(
+        Name=names.load_balancer(stack, names.INFERENCE_SERVICE), Subnets=subnets
+    )
+    target_groups = {}
+    for colour in names.COLOURS:
+        group = elbv2.create_target_group(
+            Name=names.target_group(stack, names.INFERENCE_SERVICE, colour),
+            Protocol="HTTP",
+            Port=8000,
+            VpcId=vpc,
+            TargetType="instance",
+            Tags=[
+                {"Key": tags.SERVICE, "Value": names.INFERENCE_SERVICE},
+                {"Key": tags.COLOUR, "Value": colour},
+            ],
+        )["TargetGroups"][0]["TargetGroupArn"]
+        elbv2.modify_target_group_attributes(
+            TargetGroupArn=group, Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "60"}]
+        )
+        target_groups[colour] = group
+    listener = elbv2.create_listener(
+        LoadBalancerArn=balancer["LoadBalancers"][0]["LoadBalancerArn"],
+        Protocol="HTTP",
+        Port=80,
+        DefaultActions=[
+            {
+                "Type": "forward",
+                "ForwardConfig": {
+                    "TargetGroups": [
+                        {"TargetGroupArn": target_groups["blue"], "Weight": 100},
+                        {"TargetGroupArn": target_groups["green"], "Weight": 0},
+                    ]
+                },
+            }
+        ],
+    )["Listeners"][0]["ListenerArn"]
+    return target_groups, listener
 
 
 def _create_schedules(scheduler: Any, stack: str, region: str) -> dict[str, str]:

@@ -43,6 +43,7 @@ from cli.revision_check import (
 from cli.surge_host import SURGE_TAG
 from guardrails import names, tags
 from tests.conftest import REPO_ROOT, TEST_REGION
+from tests.ops.ops_fleet import demo_fleet
 
 STACK = "dev"
 SERVICE = names.INFERENCE_SERVICE
@@ -149,7 +150,7 @@ def build_fleet(project_dir: Path, *, desired: int = 1) -> InferenceFleet:
         cluster=cluster, capacityProviders=[provider], defaultCapacityProviderStrategy=[]
     )
     repository, digests = _repository()
-    target_groups, listener_arn = _load_balancer(clients.elbv2, vpc, subnets)
+    target_groups, listener_arn = demo_fleet.inference_load_balancer(clients.elbv2, STACK, vpc, subnets)
     definition = register_revision(clients.ecs, f"{repository}@{digests['v0']}", OLD_REVISION)
     services = {}
     for colour in names.COLOURS:
@@ -267,41 +268,6 @@ def _repository() -> tuple[str, dict[str, str]]:
         digests[tag] = image["imageId"]["imageDigest"]
     assert len(set(digests.values())) == len(IMAGE_TAGS)
     return uri, digests
-
-
-def _load_balancer(elbv2: Any, vpc: str, subnets: list[str]) -> tuple[dict[str, str], str]:
-    balancer = elbv2.create_load_balancer(Name=names.load_balancer(STACK, SERVICE), Subnets=subnets)
-    target_groups = {}
-    for colour in names.COLOURS:
-        group = elbv2.create_target_group(
-            Name=names.target_group(STACK, SERVICE, colour),
-            Protocol="HTTP",
-            Port=8000,
-            VpcId=vpc,
-            TargetType="instance",
-            Tags=[{"Key": tags.SERVICE, "Value": SERVICE}, {"Key": tags.COLOUR, "Value": colour}],
-        )["TargetGroups"][0]["TargetGroupArn"]
-        elbv2.modify_target_group_attributes(
-            TargetGroupArn=group, Attributes=[{"Key": "deregistration_delay.timeout_seconds", "Value": "60"}]
-        )
-        target_groups[colour] = group
-    listener = elbv2.create_listener(
-        LoadBalancerArn=balancer["LoadBalancers"][0]["LoadBalancerArn"],
-        Protocol="HTTP",
-        Port=80,
-        DefaultActions=[
-            {
-                "Type": "forward",
-                "ForwardConfig": {
-                    "TargetGroups": [
-                        {"TargetGroupArn": target_groups["blue"], "Weight": 100},
-                        {"TargetGroupArn": target_groups["green"], "Weight": 0},
-                    ]
-                },
-            }
-        ],
-    )["Listeners"][0]["ListenerArn"]
-    return target_groups, listener
 
 
 # -- ECS's scheduler, simulated ----------------------------------------------------------------------
