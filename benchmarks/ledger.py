@@ -25,8 +25,7 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -38,6 +37,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from guardrails.ledger import Attribution, Transition, to_ms
 from guardrails.pricing import load_price_table
 from lambdas.ledger_store import LedgerStore
+from tests.postgres import postgres_url
 
 BENCH_DATABASE = "parkbrake_bench"
 TYPES = ("g5.xlarge", "g5.12xlarge", "p4d.24xlarge", "p5.48xlarge")
@@ -45,22 +45,6 @@ HOSTS_PER_TENANT = 20
 EVENT_SPACING = timedelta(hours=17)  # ~500 events per host cover a year
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=UTC)
 CAP = timedelta(minutes=90)
-
-
-@contextmanager
-def server() -> Iterator[str]:
-    configured = os.environ.get("PARKBRAKE_DATABASE_URL")
-    if configured:
-        yield configured
-        return
-    import pgserver
-
-    with tempfile.TemporaryDirectory(prefix="parkbrake-bench-pg-") as data_dir:
-        instance = pgserver.get_server(data_dir, cleanup_mode="delete")
-        try:
-            yield instance.get_uri()
-        finally:
-            instance.cleanup()
 
 
 def fresh_database(url: str) -> str:
@@ -248,7 +232,7 @@ def query_latencies(url: str, tenants: int, repeats: int) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"events_requested": args.events, "tenants": args.tenants}
-    with server() as base_url:
+    with postgres_url("parkbrake-bench-pg-") as base_url:
         url = fresh_database(base_url)
         store = LedgerStore.connect(url)
         store.migrate()

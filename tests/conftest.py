@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.postgres import postgres_url
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_REGION = "us-east-1"
@@ -44,15 +44,5 @@ def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """A real PostgreSQL server: ``PARKBRAKE_DATABASE_URL`` when set, else a throwaway pgserver."""
-    configured = os.environ.get("PARKBRAKE_DATABASE_URL")
-    if configured:
-        yield configured
-        return
-    import pgserver
-
-    with tempfile.TemporaryDirectory(prefix="parkbrake-pg-") as data_dir:
-        server = pgserver.get_server(data_dir, cleanup_mode="delete")
-        try:
-            yield server.get_uri()
-        finally:
-            server.cleanup()
+    with postgres_url() as url:
+        yield url
