@@ -18,7 +18,7 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
-from lambdas.environment import ClientFactory
+from lambdas.aws.environment import ClientFactory
 from tests.aws_fault_proxy import FaultProxy
 
 ACCOUNT, REGION, AMI, STACK = "123456789012", "us-east-1", "ami-12345678", "bench"

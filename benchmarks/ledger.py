@@ -36,7 +36,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from guardrails.ledger import Attribution, Transition, to_ms
 from guardrails.pricing import load_price_table
-from lambdas.ledger_store import LedgerStore
+from lambdas.ledger.store import LedgerStore
 from tests.postgres import postgres_url
 
 BENCH_DATABASE = "parkbrake_bench"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from cli.jobs import ShutdownCommand, flag_duration
+from cli.host.job_wrapper import ShutdownCommand, flag_duration
 from cli.options import output_option, release_from_group_option, shutdown_command_option
 
 
@@ -65,17 +65,16 @@ def agent(
     shuts down once every GPU has been idle for the whole --idle-after window. Needs an NVIDIA
     driver (NVML), except with --replay.
     """
-    from cli.gpu import (
-        Clock,
+    from cli.host.nvml_agent import (
         GpuMetrics,
         GpuSampler,
         NvmlSampler,
         ReplaySampler,
-        SystemClock,
         load_recording,
         run_agent,
         serve_metrics,
     )
+    from guardrails.clock import Clock, SystemClock
     from guardrails.idle import IdlePolicy
 
     sample_interval = flag_duration("--interval", interval)

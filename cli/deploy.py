@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from cli.blue_green_state import DeployResult
+    from cli.oncall.deploy_phases import DeployResult
 
 INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C
 
@@ -81,9 +81,9 @@ def deploy(
     serving and exits 130: run the same command again to resume, or deploy another revision to
     roll the interrupted one back. State is read from AWS, so any engineer can resume.
     """
-    from cli.blue_green import BlueGreenDeploy, Runtime
-    from cli.blue_green_state import DeployRequest, DeployTarget
-    from cli.revision_check import resolve_image, revision_text
+    from cli.oncall.blue_green_deploy import BlueGreenDeploy, Runtime
+    from cli.oncall.deploy_phases import DeployRequest, DeployTarget
+    from cli.oncall.revisions import resolve_image, revision_text
     from stacks.config import stack_file
 
     runtime = Runtime.of(click.get_current_context().obj)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from guardrails.runway import TenantRunway
-    from lambdas.ledger_store import LedgerStore, UsageRow
+    from lambdas.ledger.store import LedgerStore, UsageRow
 
 log = logging.getLogger(__name__)
 USAGE_LABELS = ["tenant", "pool", "instance_type"]
@@ -158,7 +158,7 @@ def serve_exporter(collector: LedgerCollector, *, port: int, address: str) -> tu
 def exporter(port: int, address: str, cache_seconds: float, output: str) -> None:
     """Serve the ledger's metrics for Prometheus: GPU-seconds, cost, running GPUs, budget remaining, runway."""
     from cli.ledger import metering_settings
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.ledger.store import store_from_environment
 
     store = store_from_environment(pooled=True)
     collector = LedgerCollector(

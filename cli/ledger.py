@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from guardrails.ledger import StateChange, Usage
     from guardrails.runway import Budget, Period, TenantRunway
     from guardrails.settings import Settings
-    from lambdas.environment import ClientFactory
-    from lambdas.ledger_store import LedgerStore, UsageRow
+    from lambdas.aws.environment import ClientFactory
+    from lambdas.ledger.store import LedgerStore, UsageRow
     from lambdas.meter import MeterResult
 
 MAX_PROBLEMS_SHOWN = 20
@@ -62,7 +62,7 @@ def ledger() -> None:
 @output_option
 def migrate(output: str) -> None:
     """Create or upgrade the ledger's tables (safe to run again, and from two places at once)."""
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.ledger.store import store_from_environment
 
     store = store_from_environment()
     try:
@@ -85,8 +85,8 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     Each host is looked up in EC2 for its tags and type, as the meter does; events already in the
     ledger are ignored, so a file can be ingested again safely.
     """
-    from lambdas.environment import default_clients
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.aws.environment import default_clients
+    from lambdas.ledger.store import store_from_environment
 
     changes = read_events(events_file)
     store = store_from_environment()
@@ -250,7 +250,7 @@ def report_csv(reports: Sequence[TenantReport]) -> str:
 def report(tenants: tuple[str, ...], since: str | None, until: str | None, output: str) -> None:
     """Accelerator-seconds and cost per tenant, by pool and instance type, for a time window."""
     from guardrails.runway import period_start
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
     start = parse_instant(since, "--since") if since else period_start("month", now)
@@ -297,7 +297,7 @@ def tenant_runways(
     *, now: datetime, environ: Mapping[str, str] | None = None, tenants: Sequence[str] | None = None
 ) -> list[TenantRunway]:
     """Per tenant: spent this period, committed, remaining, burn rate and runway (for ``parkbrake status``)."""
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.ledger.store import store_from_environment
 
     environ = os.environ if environ is None else environ
     store = store_from_environment(environ)
@@ -359,7 +359,7 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
 @output_option
 def set_budget(tenant: str, output: str, **flags: str) -> None:
     """Set TENANT's budget per period and the actions it takes (replacing any earlier budget)."""
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.ledger.store import store_from_environment
 
     new_budget = parse_budget(tenant, **flags)
     store = store_from_environment()

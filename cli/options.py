@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from cli.jobs import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
+from cli.host.job_wrapper import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
 
 output_option = click.option(
     "--output",

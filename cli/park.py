@@ -14,8 +14,8 @@ import click
 from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
 
 if TYPE_CHECKING:
-    from cli.park_now import EmergencyResult
-    from cli.parking import ParkPlan
+    from cli.oncall.emergency_park import EmergencyResult
+    from cli.oncall.park_switch import ParkPlan
 
 
 def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -128,7 +128,7 @@ def _run(
 def _run_config(
     *, parked: bool, stack: str, project_dir: Path, apply: bool, dry_run: bool, yes: bool, output: str
 ) -> None:
-    from cli.parking import apply_stack, plan_park, require_pulumi_cli, write_parked
+    from cli.oncall.park_switch import apply_stack, plan_park, require_pulumi_cli, write_parked
 
     if apply and not dry_run:
         require_pulumi_cli()  # before anything changes
@@ -166,9 +166,9 @@ def _run_config(
 def _run_now(
     *, parked: bool, stack: str, project_dir: Path, region: str | None, dry_run: bool, yes: bool, output: str
 ) -> None:
-    from cli.park_now import park_now, unpark_now
-    from cli.parking import config_parked, stack_region
-    from lambdas.aws_clients import client
+    from cli.oncall.emergency_park import park_now, unpark_now
+    from cli.oncall.park_switch import config_parked, stack_region
+    from lambdas.aws.clients import client
 
     region = stack_region(stack, project_dir, region)
     act = partial(

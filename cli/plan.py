@@ -12,7 +12,7 @@ import click
 from cli.options import output_option, stack_option
 
 if TYPE_CHECKING:
-    from cli.planning import PlanReport
+    from cli.preview.plan_report import PlanReport
 
 # The few inputs worth showing in the tree, per resource type.
 KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
@@ -56,7 +56,7 @@ def plan(stack: str, config_file: Path | None, parked: bool | None, project_dir:
     Runs the real Pulumi program under the SDK's mock engine (no Pulumi CLI, no cloud account).
     Exit 0 when every mandatory policy passes, 1 when one fails, 2 for a bad config.
     """
-    from cli.planning import plan_json, plan_stack
+    from cli.preview.plan_report import plan_json, plan_stack
     from stacks.config import load_stack_config
 
     config = load_stack_config(stack, project_dir, config_file=config_file)

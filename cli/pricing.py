@@ -60,7 +60,7 @@ def refresh(
 def price_list_products(region: str) -> Iterator[str]:
     """Every accelerated-instance product document of ``region``, paginated server-side."""
     from guardrails.price_list import ACCELERATED_INSTANCE_FAMILIES, SHARED_LINUX_FILTERS
-    from lambdas.aws_clients import client
+    from lambdas.aws.clients import client
 
     paginator = client("pricing", PRICE_LIST_ENDPOINT_REGION).get_paginator("get_products")
     common = [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}] + [

@@ -15,7 +15,7 @@ from guardrails.errors import ParkbrakeError
 from guardrails.settings import STACK, settings_from_environment
 
 if TYPE_CHECKING:
-    from lambdas.environment import ClientFactory
+    from lambdas.aws.environment import ClientFactory
     from lambdas.reaper import SweepPlan, SweepReport
 
 
@@ -31,7 +31,7 @@ def reap(stack: str, dry_run: bool, yes: bool, output: str) -> None:
     limit, whether untagged GPU hosts are stopped), so it decides exactly as the Lambda would.
     Hosts in an Auto Scaling group are removed with the group's desired capacity decremented.
     """
-    from lambdas.environment import default_clients
+    from lambdas.aws.environment import default_clients
 
     report = run_reap(
         environ={**os.environ, STACK: stack},

@@ -69,7 +69,7 @@ def run(
     keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
     cover up to its cap is refused before it starts (exit 1; the host's own deadline still applies).
     """
-    from cli.jobs import ShutdownCommand, flag_duration, run_and_shut_down
+    from cli.host.job_wrapper import ShutdownCommand, flag_duration, run_and_shut_down
     from guardrails.job_policy import CapPolicy
 
     policy = CapPolicy(
@@ -100,7 +100,7 @@ def run(
 
 def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | None) -> None:
     """Deny new work the way the nightly launcher does: through the ledger's budget gate."""
-    from lambdas.environment import ledger_configured
+    from lambdas.aws.environment import ledger_configured
 
     if not ledger_configured():
         return
@@ -110,9 +110,9 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
         )
     from guardrails.durations import parse_duration
     from guardrails.pricing import load_price_table
+    from lambdas.aws.environment import utc_now
     from lambdas.budget import LedgerBudgetGate
-    from lambdas.environment import utc_now
-    from lambdas.ledger_store import store_from_environment
+    from lambdas.ledger.store import store_from_environment
 
     default_cap = parse_duration(os.environ.get("PARKBRAKE_DEFAULT_MAX_RUNTIME", "90m"))
     hours = Decimal(int((cap or default_cap).total_seconds())) / 3600

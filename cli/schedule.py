@@ -19,8 +19,8 @@ region_option = click.option(
 
 
 def _scheduler(stack: str, region: str | None) -> tuple[Any, str]:
-    from cli.parking import stack_region
-    from lambdas.aws_clients import client
+    from cli.oncall.park_switch import stack_region
+    from lambdas.aws.clients import client
 
     chosen = stack_region(stack, Path("."), region)
     return client("scheduler", chosen), chosen
@@ -40,7 +40,7 @@ def schedule() -> None:
 @output_option
 def list_command(stack: str, region: str | None, output: str) -> None:
     """Every schedule of the stack: kind, state, expression, next run, payload."""
-    from cli.schedules import list_schedules
+    from cli.oncall.nightly import list_schedules
     from guardrails import names
 
     scheduler, chosen = _scheduler(stack, region)
@@ -114,7 +114,7 @@ def _change_state(
     yes: bool,
     output: str,
 ) -> None:
-    from cli.schedules import change_state
+    from cli.oncall.nightly import change_state
 
     scheduler, chosen = _scheduler(stack, region)
     if not dry_run:
@@ -145,8 +145,8 @@ def run_now_command(
     It obeys the launcher's refusals — the stack is parked, the pool is already at that capacity,
     the tenant's runway cannot pay for the hosts' caps — and exits 1 when it refuses.
     """
-    from cli.schedules import run_now
-    from lambdas.aws_clients import client
+    from cli.oncall.nightly import run_now
+    from lambdas.aws.clients import client
     from lambdas.launcher import budget_gate
 
     scheduler, chosen = _scheduler(stack, region)

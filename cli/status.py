@@ -16,7 +16,7 @@ from cli.options import output_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
-    from cli.fleet_status import FleetStatus, HostStatus
+    from cli.oncall.fleet import FleetStatus, HostStatus
     from guardrails.runway import TenantRunway
 
 LEDGER_VARIABLES = ("PARKBRAKE_DATABASE_URL", "PARKBRAKE_DATABASE_SECRET_ARN")
@@ -41,10 +41,10 @@ def status(stack: str | None, regions: str | None, output: str) -> None:
     state and the next nightly start. Totals and burn rate per hour; with the ledger configured
     (PARKBRAKE_DATABASE_URL), spend and runway per tenant. Exit 1 when a region could not be read.
     """
-    from cli.fleet_status import fleet_status
-    from cli.parking import config_region
+    from cli.oncall.fleet import fleet_status
+    from cli.oncall.park_switch import config_region
     from guardrails.settings import REGIONS, settings_from_environment
-    from lambdas.aws_clients import client
+    from lambdas.aws.clients import client
 
     chosen = _regions(regions) or _regions(os.environ.get(REGIONS))
     if not chosen and stack:

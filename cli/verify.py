@@ -13,7 +13,7 @@ from cli.options import output_option, stack_option
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cli.revision_check import RevisionReport
+    from cli.oncall.revisions import RevisionReport
 
 
 @click.command()
@@ -37,8 +37,8 @@ def verify(
     task definition. A circuit-breaker rollback, which ECS reports as a COMPLETED deployment of the
     old task definition, fails with a message that says so. Exit 0 only when every check holds.
     """
-    from cli.blue_green import Runtime
-    from cli.revision_check import resolve_image, revision_text, verify_revision
+    from cli.oncall.blue_green_deploy import Runtime
+    from cli.oncall.revisions import resolve_image, revision_text, verify_revision
     from guardrails import names
 
     runtime = Runtime.of(click.get_current_context().obj)

@@ -26,7 +26,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import child_of, type_token
-from components.guardrails import policy_document, statement
+from components.guardrail_functions import policy_document, statement
 from guardrails import names, tags
 from guardrails.capacity import Capacity
 from guardrails.durations import format_duration
@@ -71,7 +71,7 @@ class GpuPoolArgs:
 
 
 def host_tags(args: GpuPoolArgs) -> dict[str, str]:
-    """Every parkbrake tag of DESIGN.md, as each host and volume of the pool carries them."""
+    """Every parkbrake tag of docs/architecture.md, as each host and volume of the pool carries them."""
     return {
         **args.tags,
         "Name": names.autoscaling_group(args.stack, args.pool),

@@ -1,4 +1,4 @@
-"""The guardrails' settings, read from the ``PARKBRAKE_*`` environment of DESIGN.md.
+"""The guardrails' settings, read from the ``PARKBRAKE_*`` environment of docs/architecture.md.
 
 The Lambdas read them once per container and ``parkbrake reap`` reads the same variables, so the
 CLI and the Lambda decide alike. Every problem is collected and reported with the variable's name.
@@ -21,7 +21,7 @@ REAP_UNTAGGED = "PARKBRAKE_REAP_UNTAGGED"
 SNS_TOPIC_ARN = "PARKBRAKE_SNS_TOPIC_ARN"
 DEADLINE_TARGET_ARN = "PARKBRAKE_DEADLINE_TARGET_ARN"
 SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
-# Beyond DESIGN.md: per-pool default caps (``training=90m,inference=12h``), used when a host's
+# Beyond docs/architecture.md's contracts: per-pool default caps (``training=90m,inference=12h``), used when a host's
 # max-runtime tag is missing or unusable, and what to do with a spot host that is due.
 POOL_MAX_RUNTIMES = "PARKBRAKE_POOL_MAX_RUNTIMES"
 SPOT_ACTION = "PARKBRAKE_SPOT_ACTION"

@@ -1,4 +1,4 @@
-"""The tag keys of DESIGN.md, spelled once."""
+"""The tag keys of docs/architecture.md, spelled once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ TENANT = "parkbrake:tenant"
 MAX_RUNTIME = "parkbrake:max-runtime"
 EXEMPT_UNTIL = "parkbrake:exempt-until"
 REVISION = "parkbrake:revision"
-# Beyond DESIGN.md: which service (and colour) an ECS service or target group belongs to.
+# Beyond docs/architecture.md's contracts: which service (and colour) an ECS service or target group belongs to.
 SERVICE = "parkbrake:service"
 COLOUR = "parkbrake:colour"
 # Where `park --now` records the capacity it took away, so any engineer's `unpark --now` restores it.

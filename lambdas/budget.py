@@ -5,7 +5,7 @@ Per tenant, as its budget's ``actions`` say (guardrails.runway.budget_decisions)
   period, never again that period, whatever runs or processes check it;
 - deny: once the limit is reached the launcher and ``parkbrake run`` refuse (:class:`LedgerBudgetGate`);
 - stop: once *spent* reaches the limit, the tenant's running managed GPU hosts are stopped through
-  lambdas.stop_path, the sweep's one Auto Scaling-aware stop path.
+  lambdas.aws.stop_path, the sweep's one Auto Scaling-aware stop path.
 
 Every action is written to the ledger's ``guardrail_actions`` with its reason. The actions go through
 an :class:`~guardrails.runway.Enforcer`; :class:`AwsEnforcer` is the AWS one.
@@ -36,10 +36,16 @@ from guardrails.runway import (
     refusal,
 )
 from guardrails.settings import Settings
-from lambdas import heartbeat
-from lambdas.environment import ClientFactory, container_settings, default_clients, ledger_configured, utc_now
-from lambdas.ledger_store import LedgerStore, container_store
-from lambdas.stop_path import SpotAction, describe_error, stop_hosts
+from lambdas.aws import heartbeat
+from lambdas.aws.environment import (
+    ClientFactory,
+    container_settings,
+    default_clients,
+    ledger_configured,
+    utc_now,
+)
+from lambdas.aws.stop_path import SpotAction, describe_error, stop_hosts
+from lambdas.ledger.store import LedgerStore, container_store
 
 log = logging.getLogger(__name__)
 GUARDRAIL = "budget"

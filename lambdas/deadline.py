@@ -23,9 +23,10 @@ from guardrails.hosts import Host, as_utc
 from guardrails.rules.base import instant
 from guardrails.settings import Settings, SettingsError
 from guardrails.sweep import owner_stack, policy_from_settings
-from lambdas import heartbeat, reaper
-from lambdas.deadline_schedules import arm_deadline, disarm_deadline
-from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas import reaper
+from lambdas.aws import heartbeat
+from lambdas.aws.deadline_schedules import arm_deadline, disarm_deadline
+from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 
 log = logging.getLogger(__name__)
 STATE_CHANGE = "EC2 Instance State-change Notification"

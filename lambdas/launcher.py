@@ -21,8 +21,14 @@ from guardrails.errors import ParkbrakeError
 from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_launch
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
-from lambdas import heartbeat
-from lambdas.environment import ClientFactory, container_settings, default_clients, ledger_configured, utc_now
+from lambdas.aws import heartbeat
+from lambdas.aws.environment import (
+    ClientFactory,
+    container_settings,
+    default_clients,
+    ledger_configured,
+    utc_now,
+)
 
 log = logging.getLogger(__name__)
 CENTS = Decimal("0.01")

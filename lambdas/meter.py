@@ -21,9 +21,10 @@ from typing import Any
 from guardrails.ledger import Attribution, StateChange, Transition, attribution_for, state_change_from_event
 from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
-from lambdas import budget, heartbeat
-from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
-from lambdas.ledger_store import LedgerStore, container_store
+from lambdas import budget
+from lambdas.aws import heartbeat
+from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.ledger.store import LedgerStore, container_store
 
 log = logging.getLogger(__name__)
 GUARDRAIL = "meter"

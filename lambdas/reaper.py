@@ -20,10 +20,10 @@ from guardrails.instance_types import accelerator_filter_values, is_accelerator
 from guardrails.rules.base import instant
 from guardrails.settings import Settings
 from guardrails.sweep import Verdict, judge, owner_stack, policy_from_settings
-from lambdas import heartbeat
-from lambdas.deadline_schedules import arm_deadline
-from lambdas.environment import ClientFactory, container_settings, default_clients, utc_now
-from lambdas.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
+from lambdas.aws import heartbeat
+from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
 
 log = logging.getLogger(__name__)
 PAGE_SIZE = 1000  # EC2's maximum: API calls grow with pages of hosts, not with hosts

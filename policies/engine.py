@@ -18,7 +18,7 @@ class PolicyVerdict:
     violations: tuple[Violation, ...]
 
     def to_json(self) -> dict[str, Any]:
-        """One entry of ``plan --output json``'s ``policies`` list (DESIGN.md)."""
+        """One entry of ``plan --output json``'s ``policies`` list (docs/architecture.md)."""
         return {
             "policy": self.policy,
             "enforcement": self.enforcement,

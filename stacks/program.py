@@ -14,7 +14,7 @@ from components.common import base_tags, child_of
 from components.control_plane_service import ControlPlaneService, ControlPlaneServiceArgs
 from components.database import Database, DatabaseArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
-from components.guardrails import Guardrails, GuardrailsArgs, NightlyStart
+from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
 from guardrails import names

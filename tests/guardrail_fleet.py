@@ -14,7 +14,7 @@ from botocore.config import Config
 
 from guardrails import names, tags
 from guardrails.settings import Settings
-from lambdas.environment import ClientFactory
+from lambdas.aws.environment import ClientFactory
 
 STACK = "test"
 REGION = "us-east-1"

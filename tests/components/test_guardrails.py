@@ -11,7 +11,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from components.guardrails import Guardrails, GuardrailsArgs, NightlyStart
+from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
 from guardrails import names
 from guardrails.errors import InputError
 from guardrails.schedules import eventbridge_cron, rate_expression

@@ -167,7 +167,7 @@ def test_reaper_deadline_and_launcher_import_without_any_layer(unpacked_archive:
 
 def test_the_runtime_emulation_does_refuse_what_a_function_lacks(unpacked_archive: Path) -> None:
     """The check above means something: the ledger store cannot be imported without its layer."""
-    result = import_in_lambda_runtime(unpacked_archive, ["lambdas.ledger_store"], LAMBDA_RUNTIME)
+    result = import_in_lambda_runtime(unpacked_archive, ["lambdas.ledger.store"], LAMBDA_RUNTIME)
 
     assert result.returncode != 0
     assert "No module named 'psycopg' in the Lambda runtime" in result.stderr

@@ -31,8 +31,8 @@ from guardrail_fleet import (
 from guardrails import names, tags
 from guardrails.settings import SettingsError
 from lambdas import deadline, reaper
-from lambdas.deadline_schedules import schedule_expression
-from lambdas.environment import ClientFactory
+from lambdas.aws.deadline_schedules import schedule_expression
+from lambdas.aws.environment import ClientFactory
 
 
 @pytest.fixture

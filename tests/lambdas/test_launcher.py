@@ -24,7 +24,7 @@ from guardrails import names
 from guardrails.errors import ParkbrakeError
 from guardrails.pricing import load_price_table
 from lambdas import launcher
-from lambdas.environment import ClientFactory
+from lambdas.aws.environment import ClientFactory
 
 NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 

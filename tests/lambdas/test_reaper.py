@@ -28,8 +28,9 @@ from guardrail_fleet import (
 from prometheus_client import REGISTRY
 
 from guardrails import names, tags
-from lambdas import heartbeat, reaper
-from lambdas.environment import ClientFactory
+from lambdas import reaper
+from lambdas.aws import heartbeat
+from lambdas.aws.environment import ClientFactory
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from guardrail_fleet import (
 from prometheus_client import REGISTRY
 
 from lambdas import reaper
-from lambdas.environment import ClientFactory
+from lambdas.aws.environment import ClientFactory
 
 
 @pytest.fixture

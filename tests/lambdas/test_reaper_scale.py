@@ -12,7 +12,7 @@ from aws_fault_proxy import FaultProxy
 from guardrail_fleet import ACCOUNT, AMI, REGION, client_factory, guardrail_settings, managed_tags, minutes
 
 from lambdas import reaper
-from lambdas.stop_path import BATCH_SIZE
+from lambdas.aws.stop_path import BATCH_SIZE
 
 RESERVATIONS = 25
 PER_RESERVATION = 100

@@ -19,7 +19,7 @@ from guardrail_fleet import (
 )
 
 from guardrails.hosts import Host
-from lambdas.stop_path import BATCH_SIZE, stop_hosts
+from lambdas.aws.stop_path import BATCH_SIZE, stop_hosts
 
 
 @pytest.fixture

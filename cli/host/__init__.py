@@ -1,0 +1,1 @@
+"""Host-side guardrails: the job wrapper, the NVML agent, leaving the Auto Scaling group."""

@@ -1,0 +1,384 @@
+"""``parkbrake status`` without click: what is running right now, and what it is costing.
+
+Regions are read concurrently (one thread each); inside a region every listing is paginated, so the
+number of calls grows with pages, not hosts. GPU hosts are listed exactly as the reaper lists them
+(``lambdas.reaper.list_hosts``), so status shows what the sweep judges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from cli.oncall.nightly import Schedule, list_schedules
+from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value, stacks_in_region
+from guardrails import names, tags
+from guardrails.deadlines import Deadline, deadline_for
+from guardrails.errors import ParkbrakeError
+from guardrails.hosts import Host
+from guardrails.pricing import load_price_table
+from guardrails.settings import Settings
+from lambdas.aws.environment import ClientFactory
+from lambdas.aws.stop_path import describe_error
+from lambdas.reaper import list_hosts
+
+if TYPE_CHECKING:
+    from guardrails.runway import TenantRunway
+
+MINIMUM_BILLED = timedelta(seconds=60)  # AWS bills per second, with a minute's minimum per start
+SECONDS_PER_HOUR = Decimal(3600)
+CENTS = Decimal("0.01")
+REVISION_LABEL = "parkbrake.revision"  # the docker label deploys put on task definitions
+LedgerSource = Callable[[Sequence[str]], "list[TenantRunway]"]
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    host: Host
+    deadline: Deadline | None  # None for a host outside the guardrails (not managed)
+    usd_per_hour: Decimal | None  # None when the price table lacks the type
+    accelerators: int | None
+    now: datetime
+
+    @property
+    def age(self) -> timedelta:
+        return self.now - self.host.launch_time
+
+    @property
+    def time_left(self) -> timedelta | None:
+        return None if self.deadline is None else self.deadline.enforce_at - self.now
+
+    @property
+    def exempt(self) -> bool:
+        exempt_until = self.deadline.exempt_until if self.deadline else None
+        return exempt_until is not None and exempt_until > self.now
+
+    @property
+    def cost_so_far(self) -> Decimal | None:
+        """On-demand cost since the last start, billed per second with AWS's 60-second minimum."""
+        if self.usd_per_hour is None:
+            return None
+        billed = max(self.age, MINIMUM_BILLED)
+        return self.usd_per_hour * Decimal(int(billed.total_seconds())) / SECONDS_PER_HOUR
+
+    def as_dict(self) -> dict[str, Any]:
+        host, deadline, time_left = self.host, self.deadline, self.time_left
+        return {
+            "instance_id": host.instance_id,
+            "region": host.region,
+            "stack": host.tags.get(tags.STACK),
+            "pool": host.pool,
+            "tenant": host.tenant,
+            "instance_type": host.instance_type,
+            "accelerators": self.accelerators,
+            "managed": host.managed,
+            "autoscaling_group": host.autoscaling_group,
+            "launched": host.launch_time.isoformat(),
+            "age_seconds": int(self.age.total_seconds()),
+            "deadline": deadline.enforce_at.isoformat() if deadline else None,
+            "time_left_seconds": None if time_left is None else int(time_left.total_seconds()),
+            "exempt": self.exempt,
+            "exempt_until": deadline.exempt_until.isoformat() if deadline and deadline.exempt_until else None,
+            "usd_per_hour": _number(self.usd_per_hour),
+            "cost_so_far_usd": _number(self.cost_so_far),
+            "problems": list(deadline.problems) if deadline else [],
+        }
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    region: str
+    stack: str
+    name: str
+    colour: str | None
+    desired: int
+    running: int
+    pending: int
+    task_definition: str | None  # family:revision
+    revision: str | None  # the git commit, from the task definition's tag or label
+    rollout: str | None  # the primary deployment's rollout state
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "stack": self.stack,
+            "cluster": names.ecs_cluster(self.stack),
+            "name": self.name,
+            "colour": self.colour,
+            "desired": self.desired,
+            "running": self.running,
+            "pending": self.pending,
+            "task_definition": self.task_definition,
+            "revision": self.revision,
+            "rollout": self.rollout,
+        }
+
+
+@dataclass(frozen=True)
+class StackStatus:
+    stack: str
+    region: str
+    park_value: str | None  # the SSM park parameter's text; None when absent
+    schedules: list[Schedule]
+
+    @property
+    def parked(self) -> bool | None:
+        return {"true": True, "false": False}.get((self.park_value or "").strip().lower())
+
+    def next_start(self, now: datetime) -> tuple[Schedule, datetime] | None:
+        """The nightly start that fires first, and when."""
+        upcoming = [
+            (schedule, schedule.next_run(now)) for schedule in self.schedules if schedule.kind == "nightly"
+        ]
+        timed = [(schedule, moment) for schedule, moment in upcoming if moment is not None]
+        return min(timed, key=lambda pair: pair[1]) if timed else None
+
+    def as_dict(self, now: datetime) -> dict[str, Any]:
+        start = self.next_start(now)
+        return {
+            "stack": self.stack,
+            "region": self.region,
+            "parked": self.parked,
+            "park_parameter": self.park_value,
+            "next_start": (
+                {"schedule": start[0].name, "pool": start[0].pool, "at": start[1].isoformat()}
+                if start
+                else None
+            ),
+            "schedules": [schedule.as_dict(now) for schedule in self.schedules],
+        }
+
+
+@dataclass
+class FleetStatus:
+    now: datetime
+    regions: list[str]
+    hosts: list[HostStatus] = field(default_factory=list)
+    services: list[ServiceStatus] = field(default_factory=list)
+    stacks: list[StackStatus] = field(default_factory=list)
+    ledger: list[TenantRunway] | None = None  # None: no ledger configured
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def burn_usd_per_hour(self) -> Decimal:
+        return sum((host.usd_per_hour or Decimal(0) for host in self.hosts), Decimal(0))
+
+    @property
+    def cost_so_far(self) -> Decimal:
+        return sum((host.cost_so_far or Decimal(0) for host in self.hosts), Decimal(0))
+
+    @property
+    def accelerators(self) -> int:
+        return sum(host.accelerators or 0 for host in self.hosts)
+
+    def by_tenant(self) -> dict[str, list[HostStatus]]:
+        grouped: dict[str, list[HostStatus]] = {}
+        for host in self.hosts:
+            grouped.setdefault(host.host.tenant or "(untagged)", []).append(host)
+        return dict(sorted(grouped.items()))
+
+    def tenant_rows(self) -> list[dict[str, Any]]:
+        ledger = {status.tenant: status for status in self.ledger or []}
+        rows = []
+        for tenant in sorted(self.by_tenant().keys() | ledger.keys()):
+            hosts = self.by_tenant().get(tenant, [])
+            rows.append(
+                {
+                    "tenant": tenant,
+                    "hosts": len(hosts),
+                    "accelerators": sum(host.accelerators or 0 for host in hosts),
+                    "usd_per_hour": _number(
+                        sum((host.usd_per_hour or Decimal(0) for host in hosts), Decimal(0))
+                    ),
+                    "cost_so_far_usd": _number(
+                        sum((host.cost_so_far or Decimal(0) for host in hosts), Decimal(0))
+                    ),
+                    "ledger": ledger[tenant].as_dict() if tenant in ledger else None,
+                }
+            )
+        return rows
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "now": self.now.isoformat(),
+            "regions": self.regions,
+            "hosts": [host.as_dict() for host in self.hosts],
+            "services": [service.as_dict() for service in self.services],
+            "stacks": [stack.as_dict(self.now) for stack in self.stacks],
+            "totals": {
+                "hosts": len(self.hosts),
+                "accelerators": self.accelerators,
+                "usd_per_hour": _number(self.burn_usd_per_hour),
+                "cost_so_far_usd": _number(self.cost_so_far),
+            },
+            "tenants": self.tenant_rows(),
+            "ledger": "configured" if self.ledger is not None else "not configured",
+            "errors": self.errors,
+        }
+
+
+def _number(value: Decimal | None) -> float | None:
+    return None if value is None else float(value.quantize(CENTS))
+
+
+def fleet_status(
+    *,
+    stack: str | None,
+    regions: Sequence[str],
+    clients: ClientFactory,
+    settings: Settings,
+    now: datetime,
+    ledger: LedgerSource | None = None,
+) -> FleetStatus:
+    """Read every region at once; one region's API error is reported and the others still shown."""
+    status = FleetStatus(now=now, regions=list(regions))
+    with ThreadPoolExecutor(max_workers=max(1, len(regions)), thread_name_prefix="status") as pool:
+        parts = list(pool.map(lambda region: _region(region, stack, clients, settings, now), regions))
+    for part in parts:
+        status.hosts += part.hosts
+        status.services += part.services
+        status.stacks += part.stacks
+        status.errors += part.errors
+    status.hosts.sort(
+        key=lambda host: (host.host.region, host.host.tags.get(tags.STACK) or "", host.host.instance_id)
+    )
+    found = status.hosts or status.services or any(s.park_value or s.schedules for s in status.stacks)
+    if stack is not None and not found and not status.errors:
+        raise ParkbrakeError(
+            f"stack {stack!r} has nothing in {', '.join(regions)}: no park parameter, GPU hosts, "
+            "services or schedules; check --stack and --regions"
+        )
+    if ledger is not None:
+        tenants = sorted({host.host.tenant for host in status.hosts if host.host.tenant})
+        status.ledger = ledger(tenants)
+    return status
+
+
+@dataclass
+class _RegionPart:
+    hosts: list[HostStatus] = field(default_factory=list)
+    services: list[ServiceStatus] = field(default_factory=list)
+    stacks: list[StackStatus] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _region(
+    region: str, stack: str | None, clients: ClientFactory, settings: Settings, now: datetime
+) -> _RegionPart:
+    part = _RegionPart()
+    try:
+        part.hosts = [
+            _host_status(host, settings, now)
+            for host in running_accelerator_hosts(clients("ec2", region), region, stack)
+        ]
+    except ClientError as error:
+        part.errors.append(f"{region}: cannot list instances: {describe_error(error)}")
+    stacks = [stack] if stack else _stacks_seen(clients("ssm", region), part.hosts, region, part.errors)
+    for name in stacks:
+        try:
+            part.services += services_of(clients("ecs", region), region, name)
+            part.stacks.append(
+                StackStatus(
+                    name,
+                    region,
+                    park_parameter_value(clients("ssm", region), name),
+                    list_schedules(clients("scheduler", region), name),
+                )
+            )
+        except ClientError as error:
+            part.errors.append(f"{region} stack {name}: {describe_error(error)}")
+    return part
+
+
+def running_accelerator_hosts(ec2: Any, region: str, stack: str | None) -> list[Host]:
+    """The sweep's own listing (accelerator types filtered server-side, paginated), narrowed to ``stack``."""
+    hosts = list_hosts(ec2, region)
+    return hosts if stack is None else [host for host in hosts if host.tags.get(tags.STACK) == stack]
+
+
+def _host_status(host: Host, settings: Settings, now: datetime) -> HostStatus:
+    price = load_price_table().instances.get(host.instance_type)
+    deadline = (
+        deadline_for(
+            host,
+            pool_caps=settings.pool_max_runtimes,
+            default_cap=settings.default_max_runtime,
+            max_exemption=settings.max_exemption,
+            now=now,
+        )
+        if host.managed
+        else None
+    )
+    return HostStatus(
+        host=host,
+        deadline=deadline,
+        usd_per_hour=price.usd_per_hour if price else None,
+        accelerators=price.accelerators if price else None,
+        now=now,
+    )
+
+
+def _stacks_seen(ssm: Any, hosts: Iterable[HostStatus], region: str, errors: list[str]) -> list[str]:
+    """Every stack deployed in the region (by its park parameter), and any a running host names."""
+    seen = {
+        host.host.tags[tags.STACK] for host in hosts if host.host.managed and tags.STACK in host.host.tags
+    }
+    try:
+        seen |= set(stacks_in_region(ssm))
+    except ClientError as error:
+        errors.append(f"{region}: cannot list stacks: {describe_error(error)}")
+    return sorted(seen)
+
+
+def services_of(ecs: Any, region: str, stack: str) -> list[ServiceStatus]:
+    revisions: dict[str, tuple[str | None, str | None]] = {}
+    statuses = []
+    for service in cluster_services(ecs, names.ecs_cluster(stack)):
+        arn = service.get("taskDefinition")
+        if arn and arn not in revisions:
+            revisions[arn] = _task_definition_revision(ecs, arn)
+        family_revision, revision = revisions.get(arn, (None, None)) if arn else (None, None)
+        primary: dict[str, Any] = next(
+            (
+                deployment
+                for deployment in service.get("deployments", [])
+                if deployment.get("status") == "PRIMARY"
+            ),
+            {},
+        )
+        statuses.append(
+            ServiceStatus(
+                region=region,
+                stack=stack,
+                name=service["serviceName"],
+                colour=ecs_tags(service).get(tags.COLOUR),
+                desired=int(service.get("desiredCount", 0)),
+                running=int(service.get("runningCount", 0)),
+                pending=int(service.get("pendingCount", 0)),
+                task_definition=family_revision,
+                revision=revision or ecs_tags(service).get(tags.REVISION),
+                rollout=primary.get("rolloutState"),
+            )
+        )
+    return statuses
+
+
+def _task_definition_revision(ecs: Any, arn: str) -> tuple[str | None, str | None]:
+    """(family:revision, git revision) of a task definition: its tag, else its containers' label."""
+    answer = ecs.describe_task_definition(taskDefinition=arn, include=["TAGS"])
+    definition = answer["taskDefinition"]
+    revision = ecs_tags(answer).get(tags.REVISION) or next(
+        (
+            container["dockerLabels"][REVISION_LABEL]
+            for container in definition.get("containerDefinitions", [])
+            if REVISION_LABEL in (container.get("dockerLabels") or {})
+        ),
+        None,
+    )
+    return f"{definition['family']}:{definition['revision']}", revision

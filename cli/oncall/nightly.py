@@ -1,0 +1,275 @@
+"""A stack's EventBridge Scheduler schedules as the CLI sees them: list, pause/resume, next run.
+
+Used by ``parkbrake schedule``, by ``park --now`` (which disables the nightly starts, never the
+reaper) and by ``parkbrake status`` (the next scheduled start).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from guardrails import names
+from guardrails.errors import InputError
+from guardrails.schedules import eventbridge_cron_to_five_fields
+
+if TYPE_CHECKING:
+    from guardrails.launch import BudgetGate, LaunchDecision
+    from lambdas.aws.environment import ClientFactory
+
+ScheduleKind = Literal["nightly", "reaper", "other"]
+ScheduleState = Literal["ENABLED", "DISABLED"]
+# Every field UpdateSchedule takes: it replaces the whole definition, so each one is carried over.
+UPDATABLE_FIELDS = (
+    "ScheduleExpression",
+    "ScheduleExpressionTimezone",
+    "FlexibleTimeWindow",
+    "Target",
+    "Description",
+    "StartDate",
+    "EndDate",
+    "KmsKeyArn",
+    "ActionAfterCompletion",
+)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    group: str
+    kind: ScheduleKind
+    state: str
+    expression: str
+    timezone: str
+    payload: Mapping[str, Any] | None  # the target's Input, parsed; None when absent or not JSON
+    definition: Mapping[str, Any]  # GetSchedule's answer, for UpdateSchedule
+
+    @property
+    def enabled(self) -> bool:
+        return self.state == "ENABLED"
+
+    @property
+    def pool(self) -> str | None:
+        pool = (self.payload or {}).get("pool")
+        return pool if isinstance(pool, str) else None
+
+    def next_run(self, now: datetime) -> datetime | None:
+        """When it fires next (UTC), or None: disabled, ended, or a ``rate()`` (Scheduler keeps its phase)."""
+        if not self.enabled:
+            return None
+        moment = next_occurrence(self.expression, self.timezone, now)
+        end = self.definition.get("EndDate")
+        if moment is not None and isinstance(end, datetime) and moment > end:
+            return None
+        return moment
+
+    def as_dict(self, now: datetime) -> dict[str, Any]:
+        upcoming = self.next_run(now)
+        return {
+            "name": self.name,
+            "group": self.group,
+            "kind": self.kind,
+            "state": self.state,
+            "expression": self.expression,
+            "timezone": self.timezone,
+            "pool": self.pool,
+            "payload": self.payload,
+            "next_run": upcoming.isoformat() if upcoming else None,
+        }
+
+
+def kind_of(stack: str, name: str, payload: Mapping[str, Any] | None) -> ScheduleKind:
+    """A nightly start is the schedule named for the pool its payload starts; the reaper has its own name."""
+    if name == names.reaper_schedule(stack):
+        return "reaper"
+    pool = (payload or {}).get("pool")
+    if isinstance(pool, str) and name == names.nightly_schedule(stack, pool):
+        return "nightly"
+    return "other"
+
+
+def next_occurrence(expression: str, timezone: str, now: datetime) -> datetime | None:
+    """The next firing of a Scheduler expression after ``now``: ``cron(...)`` in its zone, ``at(...)``."""
+    try:
+        zone = ZoneInfo(timezone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    if expression.startswith("cron("):
+        five_fields = eventbridge_cron_to_five_fields(expression)
+        if not croniter.is_valid(five_fields):
+            return None
+        upcoming: datetime = croniter(five_fields, now.astimezone(zone)).get_next(datetime)
+        return upcoming.astimezone(UTC)
+    if expression.startswith("at("):
+        try:
+            moment = datetime.fromisoformat(expression[3:-1]).replace(tzinfo=zone).astimezone(UTC)
+        except ValueError:
+            return None
+        return moment if moment > now else None
+    return None
+
+
+def _payload(definition: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    try:
+        payload = json.loads(definition.get("Target", {}).get("Input") or "null")
+    except ValueError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def schedule_from_definition(stack: str, definition: Mapping[str, Any]) -> Schedule:
+    payload = _payload(definition)
+    return Schedule(
+        name=definition["Name"],
+        group=definition.get("GroupName") or "default",
+        kind=kind_of(stack, definition["Name"], payload),
+        state=definition.get("State", "ENABLED"),
+        expression=definition.get("ScheduleExpression", ""),
+        timezone=definition.get("ScheduleExpressionTimezone") or "UTC",
+        payload=payload,
+        definition={key: value for key, value in definition.items() if key != "ResponseMetadata"},
+    )
+
+
+def list_schedules(scheduler: Any, stack: str) -> list[Schedule]:
+    """Every schedule in the stack's group, with its full definition, by name; none when the group is absent."""
+    group = names.schedule_group(stack)
+    try:
+        summaries = [
+            summary
+            for page in scheduler.get_paginator("list_schedules").paginate(GroupName=group)
+            for summary in page["Schedules"]
+            if summary.get("GroupName") == group
+        ]
+    except scheduler.exceptions.ResourceNotFoundException:
+        return []
+    return sorted(
+        (get_schedule(scheduler, stack, summary["Name"]) for summary in summaries),
+        key=lambda schedule: schedule.name,
+    )
+
+
+def get_schedule(scheduler: Any, stack: str, name: str) -> Schedule:
+    group = names.schedule_group(stack)
+    try:
+        definition = scheduler.get_schedule(GroupName=group, Name=name)
+    except scheduler.exceptions.ResourceNotFoundException:
+        raise InputError(
+            f"no schedule {name!r} in group {group}; `parkbrake schedule list --stack {stack}` shows them"
+        ) from None
+    return schedule_from_definition(stack, definition)
+
+
+def set_state(scheduler: Any, schedule: Schedule, state: ScheduleState) -> bool:
+    """Enable or disable ``schedule``, keeping every other field; False when it already was."""
+    if schedule.state == state:
+        return False
+    fields = {
+        key: schedule.definition[key] for key in UPDATABLE_FIELDS if schedule.definition.get(key) is not None
+    }
+    scheduler.update_schedule(Name=schedule.name, GroupName=schedule.group, State=state, **fields)
+    return True
+
+
+@dataclass(frozen=True)
+class StateChange:
+    schedule: str
+    before: str
+    after: str
+    changed: bool
+    dry_run: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "before": self.before,
+            "after": self.after,
+            "changed": self.changed,
+            "dry_run": self.dry_run,
+        }
+
+
+def change_state(
+    scheduler: Any, stack: str, name: str, state: ScheduleState, *, dry_run: bool
+) -> StateChange:
+    """Pause (DISABLED) or resume (ENABLED) one schedule of the stack; the reaper is never paused."""
+    schedule = get_schedule(scheduler, stack, name)
+    if state == "DISABLED" and schedule.kind == "reaper":
+        raise InputError(
+            f"{name} is the reaper's sweep, a guardrail, and guardrails are never paused; "
+            "to stop the nightly starts, pause those or `parkbrake park`"
+        )
+    changed = schedule.state != state
+    if changed and not dry_run:
+        set_state(scheduler, schedule, state)
+    return StateChange(name, schedule.state, state, changed, dry_run)
+
+
+def launcher_payload(schedule: Schedule) -> tuple[str, int | None]:
+    """The pool and capacity a nightly start asks the launcher for; only nightly starts can run now."""
+    from lambdas.launcher import parse_event
+
+    if schedule.kind != "nightly" or schedule.payload is None:
+        hint = "; run the sweep with `parkbrake reap`" if schedule.kind == "reaper" else ""
+        raise InputError(f"{schedule.name} is not a nightly start (its payload is not the launcher's){hint}")
+    try:
+        return parse_event(schedule.payload)
+    except ValueError as error:
+        raise InputError(f"{schedule.name}: {error}") from None
+
+
+@dataclass(frozen=True)
+class RunNow:
+    schedule: str
+    payload: Mapping[str, Any]
+    decision: LaunchDecision | None  # None in a dry run: the launcher was not called
+
+    @property
+    def refused(self) -> bool:
+        return self.decision is not None and self.decision.refusal is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        from lambdas.launcher import result_of
+
+        launched = result_of(self.decision) if self.decision is not None else {}
+        return {
+            "schedule": self.schedule,
+            "payload": dict(self.payload),
+            "dry_run": self.decision is None,
+            **launched,
+        }
+
+
+def run_now(
+    scheduler: Any,
+    stack: str,
+    name: str,
+    *,
+    region: str,
+    clients: ClientFactory,
+    environ: Mapping[str, str],
+    gate: BudgetGate | None,
+    now: datetime,
+    dry_run: bool,
+) -> RunNow:
+    """Run the launcher in-process with the schedule's own payload: the same refusals (parked, at
+    capacity, runway through ``gate``) as when Scheduler invokes it, without waiting for the next firing."""
+    from guardrails.settings import REGIONS, STACK, settings_from_environment
+    from lambdas import launcher
+
+    schedule = get_schedule(scheduler, stack, name)
+    pool, capacity = launcher_payload(schedule)
+    payload = schedule.payload or {}
+    if dry_run:
+        return RunNow(name, payload, None)
+    settings = settings_from_environment({**environ, STACK: stack, REGIONS: region})
+    decision = launcher.launch(
+        pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now
+    )
+    return RunNow(name, payload, decision)

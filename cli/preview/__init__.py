@@ -1,0 +1,1 @@
+"""The offline plan: the Pulumi program under mocks, its cost and its policy verdicts."""

@@ -1,0 +1,620 @@
+"""The guardrails: the sweep, the per-host deadlines, the nightly launcher, the ledger's meter and
+budget, their least-privilege roles, their triggers and the alarms that page when one errors or
+goes quiet.
+
+The guardrails are never parked. ``parked`` changes exactly two things here: the nightly schedule is
+DISABLED and the SSM park parameter reads ``true``. The reaper's schedule, the state-change rule and
+every alarm stay as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pulumi
+import pulumi_aws as aws
+
+from components.common import child_of, type_token
+from components.lambda_archive import lambda_archive
+from guardrails import names, settings, tags
+from guardrails.durations import format_duration
+from guardrails.schedules import eventbridge_cron, rate_expression
+
+RUNTIME = "python3.11"
+LOG_RETENTION_DAYS = 30
+# the name in docs/architecture.md; lambdas.ledger.store reads it (components cannot import lambdas: psycopg).
+DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
+MANAGED_ONLY = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
+VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
+STATE_CHANGE_PATTERN = json.dumps(
+    {"source": ["aws.ec2"], "detail-type": ["EC2 Instance State-change Notification"]}
+)
+BUDGET_EVERY = timedelta(minutes=1)
+
+
+@dataclass
+class NightlyStart:
+    pool: str
+    cron: str  # five-field cron, in ``timezone``
+    timezone: str
+    capacity: int  # the pool's desired capacity the launcher sets
+    autoscaling_group_arn: pulumi.Input[str]
+
+
+@dataclass
+class GuardrailsArgs:
+    stack: str
+    region: str
+    parked: bool
+    sweep_every: timedelta
+    default_max_runtime: timedelta
+    max_exemption: timedelta
+    reap_untagged: bool
+    alarm_email: str | None
+    alarm_topic_arn: str | None
+    pool_caps: Mapping[str, timedelta]
+    nightly: NightlyStart | None
+    autoscaling_group_arns: Sequence[pulumi.Input[str]]
+    database_secret_arn: pulumi.Input[str] | None
+    vpc_id: pulumi.Input[str]
+    subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]]
+    tags: Mapping[str, str]
+    # Layers providing psycopg to the functions that use the ledger database (launcher, meter, budget).
+    database_layer_arns: Sequence[pulumi.Input[str]] = ()
+
+
+@dataclass(frozen=True)
+class DatabaseAccess:
+    """How the functions that use the ledger reach it: the secret, and the VPC security group they run in."""
+
+    secret_arn: pulumi.Input[str]
+    security_group_id: pulumi.Input[str]
+
+
+@dataclass(frozen=True)
+class Function:
+    """One guardrail Lambda, ``lambdas.<guardrail>.handler``, and what its code does with AWS."""
+
+    guardrail: str
+    timeout_s: int
+    stops_hosts: bool = False  # through lambdas.aws.stop_path (the sweep, a deadline already due, budgets)
+    arms_deadlines: bool = False  # creates, moves and deletes per-host deadline schedules
+    starts_pool: bool = False  # sets the nightly pool's desired capacity
+    uses_database: bool = False  # the ledger: runs in the VPC with the database secret
+
+
+REAPER = Function("reaper", timeout_s=300, stops_hosts=True, arms_deadlines=True)
+DEADLINE = Function("deadline", timeout_s=60, stops_hosts=True, arms_deadlines=True)
+LAUNCHER = Function("launcher", timeout_s=60, starts_pool=True, uses_database=True)
+METER = Function("meter", timeout_s=60, stops_hosts=True, uses_database=True)
+BUDGET = Function("budget", timeout_s=120, stops_hosts=True, uses_database=True)
+
+
+# --- environment and IAM ----------------------------------------------------------------------------
+
+
+def lambda_environment(
+    args: GuardrailsArgs,
+    *,
+    topic_arn: pulumi.Input[str],
+    reaper_arn: pulumi.Input[str],
+    scheduler_role_arn: pulumi.Input[str],
+) -> dict[str, pulumi.Input[str]]:
+    """The Lambda environment of docs/architecture.md, read by ``guardrails.settings`` (and by the CLI)."""
+    return {
+        settings.STACK: args.stack,
+        settings.REGIONS: args.region,
+        settings.DEFAULT_MAX_RUNTIME: format_duration(args.default_max_runtime),
+        settings.MAX_EXEMPTION: format_duration(args.max_exemption),
+        settings.REAP_UNTAGGED: "true" if args.reap_untagged else "false",
+        settings.POOL_MAX_RUNTIMES: ",".join(
+            f"{pool}={format_duration(cap)}" for pool, cap in args.pool_caps.items()
+        ),
+        settings.SNS_TOPIC_ARN: topic_arn,
+        settings.DEADLINE_TARGET_ARN: reaper_arn,
+        settings.SCHEDULER_ROLE_ARN: scheduler_role_arn,
+    }
+
+
+@dataclass(frozen=True)
+class Account:
+    """Builds ARNs in the stack's account, partition and region."""
+
+    partition: pulumi.Output[str]
+    account_id: pulumi.Output[str]
+    region: str
+
+    def arn(self, service: str, resource: str) -> pulumi.Output[str]:
+        return pulumi.Output.format(
+            "arn:{0}:{1}:{2}:{3}:{4}", self.partition, service, self.region, self.account_id, resource
+        )
+
+    def function_arn(self, function_name: str) -> pulumi.Output[str]:
+        return self.arn("lambda", f"function:{function_name}")
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What the guardrails' roles may be granted: each resource they act on, by ARN."""
+
+    account: Account
+    stack: str
+    topic_arn: pulumi.Input[str]
+    scheduler_role_arn: pulumi.Input[str]
+    autoscaling_group_arns: Sequence[pulumi.Input[str]]
+    nightly_group_arn: pulumi.Input[str] | None
+    database_secret_arn: pulumi.Input[str] | None
+
+
+def statement(
+    sid: str, actions: Sequence[str], resources: object, condition: object = None
+) -> dict[str, object]:
+    body: dict[str, object] = {"Sid": sid, "Effect": "Allow", "Action": list(actions), "Resource": resources}
+    if condition is not None:
+        body["Condition"] = condition
+    return body
+
+
+def stop_statements(grants: Grants) -> list[dict[str, object]]:
+    """The one stop path: managed hosts only, stand-alone or in the stack's pools' Auto Scaling groups."""
+    statements = [
+        statement(
+            "StopManagedInstancesOnly",
+            ["ec2:StopInstances", "ec2:TerminateInstances"],
+            grants.account.arn("ec2", "instance/*"),
+            MANAGED_ONLY,
+        )
+    ]
+    if grants.autoscaling_group_arns:
+        statements.append(
+            statement(
+                "ShrinkManagedGroupsOnly",
+                ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetDesiredCapacity"],
+                list(grants.autoscaling_group_arns),
+                MANAGED_ONLY,
+            )
+        )
+    return statements
+
+
+def guardrail_statements(function: Function, grants: Grants) -> list[dict[str, object]]:
+    """Least privilege for one guardrail. Describe calls have no resource-level permissions, hence ``*``."""
+    name = names.function_name(grants.stack, function.guardrail)
+    statements = [
+        statement(
+            "OwnLogs",
+            ["logs:CreateLogStream", "logs:PutLogEvents"],
+            grants.account.arn("logs", f"log-group:/aws/lambda/{name}:*"),
+        ),
+        statement(
+            "Heartbeat",
+            ["cloudwatch:PutMetricData"],
+            "*",
+            {"StringEquals": {"cloudwatch:namespace": names.heartbeat_namespace()}},
+        ),
+        statement("Notify", ["sns:Publish"], grants.topic_arn),
+    ]
+    if function.stops_hosts:
+        describe = [
+            "ec2:DescribeInstances",
+            "autoscaling:DescribeAutoScalingInstances",
+            "autoscaling:DescribeAutoScalingGroups",
+        ]
+        statements += [statement("Describe", describe, "*"), *stop_statements(grants)]
+    if function.arms_deadlines:
+        statements += [
+            statement(
+                "DeadlineSchedulesOnly",
+                ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule",
+                 "scheduler:GetSchedule"],
+                grants.account.arn("scheduler", f"schedule/{names.deadline_schedule_group(grants.stack)}/*"),
+            ),
+            statement(
+                "PassSchedulerRole",
+                ["iam:PassRole"],
+                grants.scheduler_role_arn,
+                {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            ),
+        ]  # fmt: skip
+    if function.starts_pool:
+        statements += [
+            statement(
+                "ReadParkState",
+                ["ssm:GetParameter"],
+                grants.account.arn("ssm", f"parameter{names.park_parameter(grants.stack)}"),
+            ),
+            statement(
+                "DescribePool",
+                ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeLaunchTemplateVersions"],
+                "*",
+            ),
+        ]
+        if grants.nightly_group_arn is not None:
+            statements.append(
+                statement(
+                    "StartNightlyPool",
+                    ["autoscaling:SetDesiredCapacity"],
+                    grants.nightly_group_arn,
+                    MANAGED_ONLY,
+                )
+            )
+    if function.uses_database and grants.database_secret_arn is not None:
+        statements.append(
+            statement("ReadDatabaseSecret", ["secretsmanager:GetSecretValue"], grants.database_secret_arn)
+        )
+    return statements
+
+
+def policy_document(statements: list[dict[str, object]]) -> pulumi.Output[str]:
+    return pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": statements})
+
+
+def trust_policy(service: str, condition: object = None) -> pulumi.Output[str]:
+    trust: dict[str, object] = {
+        "Effect": "Allow",
+        "Principal": {"Service": service},
+        "Action": "sts:AssumeRole",
+    }
+    if condition is not None:
+        trust["Condition"] = condition
+    return pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": [trust]})
+
+
+# --- alarms -------------------------------------------------------------------------------------------
+
+
+def heartbeat_alarm_shape(every: timedelta) -> dict[str, int]:
+    """Minute periods spanning one run interval and a minute of slack, all of them empty to alarm.
+
+    A guardrail that runs every N minutes leaves at most N-1 empty minutes between heartbeats, so N+1
+    empty minutes mean a run was missed: the page comes within a minute or two of the missed run.
+    """
+    periods = max(1, int(every.total_seconds()) // 60) + 1
+    return {"period": 60, "evaluation_periods": periods, "datapoints_to_alarm": periods}
+
+
+# --- the component ------------------------------------------------------------------------------------
+
+
+class Guardrails(pulumi.ComponentResource):
+    topic_arn: pulumi.Output[str]
+    reaper_function_arn: pulumi.Output[str]
+    function_names: dict[str, pulumi.Output[str]]
+    scheduler_role_arn: pulumi.Output[str]
+    park_parameter_name: pulumi.Output[str]
+
+    def __init__(self, name: str, args: GuardrailsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(type_token("Guardrails"), name, None, opts)
+        self._args = args
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        account = Account(
+            partition=aws.get_partition_output(opts=invoke).partition,
+            account_id=aws.get_caller_identity_output(opts=invoke).account_id,
+            region=args.region,
+        )
+        stack = args.stack
+        topic_arn = self._topic()
+
+        functions = [REAPER, DEADLINE]
+        if args.nightly is not None:
+            functions.append(LAUNCHER)
+        if args.database_secret_arn is not None:
+            functions += [METER, BUDGET]
+        reaper_arn = account.function_arn(names.function_name(stack, REAPER.guardrail))
+
+        scheduler_role = aws.iam.Role(
+            "scheduler",
+            name=f"{names.prefix(stack)}-scheduler",
+            description="EventBridge Scheduler: invokes the reaper (sweeps, deadlines) and the launcher",
+            assume_role_policy=trust_policy(
+                "scheduler.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account.account_id}}
+            ),
+            tags=dict(args.tags),
+            opts=child_of(self),
+        )
+        invoked_by_scheduler = [reaper_arn]
+        if LAUNCHER in functions:
+            invoked_by_scheduler.append(account.function_arn(names.function_name(stack, LAUNCHER.guardrail)))
+        scheduler_policy = aws.iam.RolePolicy(
+            "scheduler",
+            role=scheduler_role.id,
+            policy=policy_document(
+                [statement("InvokeGuardrails", ["lambda:InvokeFunction"], invoked_by_scheduler)]
+            ),
+            opts=child_of(self),
+        )
+        schedule_group = aws.scheduler.ScheduleGroup(
+            "schedules", name=names.schedule_group(stack), tags=dict(args.tags), opts=child_of(self)
+        )
+        aws.scheduler.ScheduleGroup(
+            "deadline-schedules",
+            name=names.deadline_schedule_group(stack),
+            tags=dict(args.tags),
+            opts=child_of(self),
+        )
+
+        grants = Grants(
+            account=account,
+            stack=stack,
+            topic_arn=topic_arn,
+            scheduler_role_arn=scheduler_role.arn,
+            autoscaling_group_arns=args.autoscaling_group_arns,
+            nightly_group_arn=args.nightly.autoscaling_group_arn if args.nightly else None,
+            database_secret_arn=args.database_secret_arn,
+        )
+        environment = lambda_environment(
+            args, topic_arn=topic_arn, reaper_arn=reaper_arn, scheduler_role_arn=scheduler_role.arn
+        )
+        database = self._database_access()
+        code = lambda_archive()
+        deployed = {
+            function.guardrail: self._function(function, grants, environment, code, database)
+            for function in functions
+        }
+
+        aws.scheduler.Schedule(
+            "reaper",
+            name=names.reaper_schedule(stack),
+            group_name=schedule_group.name,
+            description="the sweep: stops managed GPU hosts past their deadline (never parked)",
+            schedule_expression=rate_expression(args.sweep_every),
+            flexible_time_window={"mode": "OFF"},
+            state="ENABLED",
+            target={
+                "arn": deployed[REAPER.guardrail].arn,
+                "role_arn": scheduler_role.arn,
+                "input": json.dumps({"dry_run": False}),
+                # A sweep older than one period is superseded by the next one.
+                "retry_policy": {
+                    "maximum_event_age_in_seconds": max(60, int(args.sweep_every.total_seconds())),
+                    "maximum_retry_attempts": 2,
+                },
+            },
+            opts=child_of(self, depends_on=[scheduler_policy]),
+        )
+        if args.nightly is not None:
+            nightly = args.nightly
+            aws.scheduler.Schedule(
+                f"nightly-{nightly.pool}",
+                name=names.nightly_schedule(stack, nightly.pool),
+                group_name=schedule_group.name,
+                description=f"nightly start of the {nightly.pool} pool ({nightly.cron} {nightly.timezone})",
+                schedule_expression=eventbridge_cron(nightly.cron),
+                schedule_expression_timezone=nightly.timezone,
+                flexible_time_window={"mode": "OFF"},
+                state="DISABLED" if args.parked else "ENABLED",
+                target={
+                    "arn": deployed[LAUNCHER.guardrail].arn,
+                    "role_arn": scheduler_role.arn,
+                    "input": json.dumps({"pool": nightly.pool, "capacity": nightly.capacity}),
+                    "retry_policy": {"maximum_event_age_in_seconds": 3600, "maximum_retry_attempts": 2},
+                },
+                opts=child_of(self, depends_on=[scheduler_policy]),
+            )
+
+        state_change_rule = aws.cloudwatch.EventRule(
+            "ec2-state-change",
+            name=f"{names.prefix(stack)}-ec2-state-change",
+            description="EC2 instance state changes: per-host deadlines and the usage ledger",
+            event_pattern=STATE_CHANGE_PATTERN,
+            tags=dict(args.tags),
+            opts=child_of(self),
+        )
+        on_state_change = [DEADLINE, METER] if METER in functions else [DEADLINE]
+        for function in on_state_change:
+            self._trigger(function, "state-change", state_change_rule, deployed[function.guardrail])
+        if BUDGET in functions:
+            budget_rule = aws.cloudwatch.EventRule(
+                "budget-every-minute",
+                name=f"{names.prefix(stack)}-budget",
+                description="the budget check: spend caps per tenant",
+                schedule_expression=rate_expression(BUDGET_EVERY),
+                tags=dict(args.tags),
+                opts=child_of(self),
+            )
+            self._trigger(BUDGET, "clock", budget_rule, deployed[BUDGET.guardrail])
+
+        for function in functions:
+            self._errors_alarm(function, deployed[function.guardrail], topic_arn)
+        heartbeats = {REAPER: args.sweep_every, BUDGET: BUDGET_EVERY}
+        for function, every in heartbeats.items():
+            if function in functions:
+                self._heartbeat_alarm(function, every, topic_arn)
+
+        park_parameter = aws.ssm.Parameter(
+            "park-state",
+            name=names.park_parameter(stack),
+            type="String",
+            # Not a secret: `insecure_value` keeps it readable in plans and diffs.
+            insecure_value="true" if args.parked else "false",
+            description="parkbrake park state: the nightly launcher refuses to start pools while true",
+            tags=dict(args.tags),
+            opts=child_of(self),
+        )
+
+        self.topic_arn = pulumi.Output.from_input(topic_arn)
+        self.reaper_function_arn = deployed[REAPER.guardrail].arn
+        self.function_names = {guardrail: function.name for guardrail, function in deployed.items()}
+        self.scheduler_role_arn = scheduler_role.arn
+        self.park_parameter_name = park_parameter.name
+        self.register_outputs(
+            {
+                "topic_arn": self.topic_arn,
+                "reaper_function_arn": self.reaper_function_arn,
+                "function_names": self.function_names,
+                "scheduler_role_arn": self.scheduler_role_arn,
+                "park_parameter_name": self.park_parameter_name,
+            }
+        )
+
+    def _topic(self) -> pulumi.Input[str]:
+        """The alarm topic: adopted when configured, else created; e-mail subscribed when given."""
+        args = self._args
+        topic_arn: pulumi.Input[str]
+        if args.alarm_topic_arn:
+            topic_arn = args.alarm_topic_arn
+        else:
+            topic = aws.sns.Topic(
+                "alarms", name=f"{names.prefix(args.stack)}-alarms", tags=dict(args.tags), opts=child_of(self)
+            )
+            topic_arn = topic.arn
+        if args.alarm_email:
+            aws.sns.TopicSubscription(
+                "alarms-email",
+                topic=topic_arn,
+                protocol="email",
+                endpoint=args.alarm_email,
+                opts=child_of(self),
+            )
+        return topic_arn
+
+    def _database_access(self) -> DatabaseAccess | None:
+        args = self._args
+        if args.database_secret_arn is None:
+            return None
+        security_group = aws.ec2.SecurityGroup(
+            "guardrails-lambdas",
+            description="guardrail Lambdas in the VPC: outbound only (AWS APIs, the ledger database)",
+            vpc_id=args.vpc_id,
+            egress=[{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": ["0.0.0.0/0"]}],
+            tags=dict(args.tags),
+            opts=child_of(self),
+        )
+        return DatabaseAccess(args.database_secret_arn, security_group.id)
+
+    def _function(
+        self,
+        function: Function,
+        grants: Grants,
+        environment: Mapping[str, pulumi.Input[str]],
+        code: pulumi.Archive,
+        database: DatabaseAccess | None,
+    ) -> aws.lambda_.Function:
+        args = self._args
+        guardrail = function.guardrail
+        function_name = names.function_name(args.stack, guardrail)
+        function_tags = dict(args.tags)
+        role = aws.iam.Role(
+            guardrail,
+            name=function_name,
+            description=f"the {guardrail} guardrail Lambda",
+            assume_role_policy=trust_policy("lambda.amazonaws.com"),
+            tags=function_tags,
+            opts=child_of(self),
+        )
+        permissions = [
+            aws.iam.RolePolicy(
+                guardrail,
+                role=role.id,
+                policy=policy_document(guardrail_statements(function, grants)),
+                opts=child_of(self),
+            )
+        ]
+        # The functions that reach the ledger database run in the VPC; the reaper and the deadlines stay
+        # outside it, so a network or database outage can never silence them.
+        database = database if function.uses_database else None
+        variables = dict(environment)
+        if database is not None:
+            variables[DATABASE_SECRET_ARN] = database.secret_arn
+            permissions.append(
+                aws.iam.RolePolicyAttachment(
+                    f"{guardrail}-vpc-access",
+                    role=role.name,
+                    policy_arn=VPC_ACCESS_POLICY,
+                    opts=child_of(self),
+                )
+            )
+        log_group = aws.cloudwatch.LogGroup(
+            guardrail,
+            name=f"/aws/lambda/{function_name}",
+            retention_in_days=LOG_RETENTION_DAYS,
+            tags=function_tags,
+            opts=child_of(self),
+        )
+        return aws.lambda_.Function(
+            guardrail,
+            name=function_name,
+            role=role.arn,
+            runtime=RUNTIME,
+            handler=f"lambdas.{guardrail}.handler",
+            code=code,
+            timeout=function.timeout_s,
+            memory_size=256,
+            environment={"variables": variables},
+            vpc_config=(
+                {"subnet_ids": args.subnet_ids, "security_group_ids": [database.security_group_id]}
+                if database is not None
+                else None
+            ),
+            layers=list(args.database_layer_arns) if database is not None else None,
+            tags=function_tags,
+            opts=child_of(self, depends_on=[log_group, *permissions]),
+        )
+
+    def _trigger(
+        self, function: Function, source: str, rule: aws.cloudwatch.EventRule, target: aws.lambda_.Function
+    ) -> None:
+        aws.lambda_.Permission(
+            f"{function.guardrail}-from-{source}",
+            action="lambda:InvokeFunction",
+            function=target.name,
+            principal="events.amazonaws.com",
+            source_arn=rule.arn,
+            opts=child_of(self),
+        )
+        aws.cloudwatch.EventTarget(
+            f"{function.guardrail}-from-{source}",
+            rule=rule.name,
+            arn=target.arn,
+            opts=child_of(self),
+        )
+
+    def _errors_alarm(
+        self, function: Function, target: aws.lambda_.Function, topic_arn: pulumi.Input[str]
+    ) -> None:
+        guardrail = function.guardrail
+        aws.cloudwatch.MetricAlarm(
+            f"{guardrail}-errors",
+            name=f"{names.function_name(self._args.stack, guardrail)}-errors",
+            alarm_description=f"the {guardrail} guardrail Lambda failed (an exception, a timeout, a missing permission)",
+            namespace="AWS/Lambda",
+            metric_name="Errors",
+            dimensions={"FunctionName": target.name},
+            statistic="Sum",
+            period=60,
+            evaluation_periods=1,
+            comparison_operator="GreaterThanThreshold",
+            threshold=0,
+            # No invocations means no errors; silence is the heartbeat alarm's business.
+            treat_missing_data="notBreaching",
+            alarm_actions=[topic_arn],
+            ok_actions=[topic_arn],
+            tags=dict(self._args.tags),
+            opts=child_of(self),
+        )
+
+    def _heartbeat_alarm(self, function: Function, every: timedelta, topic_arn: pulumi.Input[str]) -> None:
+        guardrail = function.guardrail
+        aws.cloudwatch.MetricAlarm(
+            f"{guardrail}-heartbeat",
+            name=f"{names.function_name(self._args.stack, guardrail)}-heartbeat",
+            alarm_description=(
+                f"the {guardrail} guardrail has not completed a run for longer than its interval "
+                f"({format_duration(every)}): it is failing, denied, or not being invoked"
+            ),
+            namespace=names.heartbeat_namespace(),
+            metric_name=names.HEARTBEAT_METRIC,
+            dimensions={"Guardrail": guardrail},
+            statistic="SampleCount",
+            comparison_operator="LessThanThreshold",
+            threshold=1,
+            treat_missing_data="breaching",
+            **heartbeat_alarm_shape(every),
+            alarm_actions=[topic_arn],
+            ok_actions=[topic_arn],
+            tags=dict(self._args.tags),
+            opts=child_of(self),
+        )

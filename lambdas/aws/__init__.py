@@ -1,0 +1,1 @@
+"""AWS adapters the handlers and the CLI share: clients, the stop path, deadline schedules, heartbeats."""

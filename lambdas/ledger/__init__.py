@@ -1,0 +1,1 @@
+"""The PostgreSQL usage ledger: store, queries, migrations."""

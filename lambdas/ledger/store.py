@@ -1,0 +1,491 @@
+"""The ledger in PostgreSQL (psycopg 3): migrations, appending transitions, usage, runway, actions.
+
+Where the database is: ``PARKBRAKE_DATABASE_URL``, or the secret named by
+``PARKBRAKE_DATABASE_SECRET_ARN`` (RDS's JSON secret, or a URL). A Lambda keeps one connection per
+container (:class:`SingleConnection`, reconnecting when it breaks); long-running processes use a
+``psycopg_pool`` pool (:class:`PooledConnections`). A database that cannot be reached raises
+:class:`LedgerUnavailable`, which the CLI prints as one line and which makes the meter fail, so
+that EventBridge delivers the event again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+from functools import cache
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from guardrails.errors import InputError, ParkbrakeError
+from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usage, UsageKey, from_ms, to_ms
+from guardrails.pricing import PriceNotFound, PriceTable, load_price_table
+from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_bounds_ms
+from lambdas.aws.environment import DATABASE_SECRET_ARN, DATABASE_URL
+from lambdas.ledger import queries as sql
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+CONNECT_TIMEOUT_S = 5
+# pg_advisory_xact_lock key that serialises migrations: "parkbrak" read as a 64-bit integer.
+MIGRATION_LOCK = int.from_bytes(b"parkbrak", "big") - 2**63
+UNBOUNDED_MS = 2**62  # the SQL side's ±infinity (ledger_ms)
+_MIGRATION_NAME = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
+
+
+class LedgerUnavailable(ParkbrakeError):
+    """The database cannot be reached or used; nothing was written."""
+
+
+class LedgerError(ParkbrakeError):
+    """The ledger's contents or schema are not what this code expects."""
+
+
+def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None = None) -> str:
+    """``PARKBRAKE_DATABASE_URL``, else the Secrets Manager secret ``PARKBRAKE_DATABASE_SECRET_ARN``.
+
+    ``secrets`` makes the Secrets Manager client only when it is needed.
+    """
+    url = environ.get(DATABASE_URL, "").strip()
+    if url:
+        return url
+    secret_arn = environ.get(DATABASE_SECRET_ARN, "").strip()
+    if not secret_arn:
+        raise ParkbrakeError(
+            f"no ledger database configured: set {DATABASE_URL} (postgresql://user:password@host/db) "
+            f"or {DATABASE_SECRET_ARN}"
+        )
+    if secrets is None:
+        from lambdas.aws.clients import client
+
+        secrets = lambda: client("secretsmanager")  # noqa: E731
+    text = secrets().get_secret_value(SecretId=secret_arn)["SecretString"]
+    return url_from_secret(text)
+
+
+def url_from_secret(text: str) -> str:
+    """A URL secret as is; RDS's JSON secret (username, password, host, port, dbname) as a conninfo."""
+    if not text.lstrip().startswith("{"):
+        return text.strip()
+    secret = json.loads(text)
+    if "url" in secret:
+        return str(secret["url"])
+    fields = {"user": secret.get("username"), "password": secret.get("password"), "host": secret.get("host")}
+    fields |= {"port": secret.get("port"), "dbname": secret.get("dbname")}
+    return make_conninfo("", **{key: str(value) for key, value in fields.items() if value is not None})
+
+
+def describe_target(url: str) -> str:
+    """``user@host:port/dbname`` without the password, for error messages."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(unparsable PARKBRAKE_DATABASE_URL)"
+    host = parts.get("host") or "localhost"
+    return f"{parts.get('user', '')}@{host}:{parts.get('port', 5432)}/{parts.get('dbname', '')}".lstrip("@")
+
+
+def _unavailable(url: str, error: Exception) -> LedgerUnavailable:
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return LedgerUnavailable(
+        f"cannot use the ledger database {describe_target(url)}: {detail}; "
+        f"check {DATABASE_URL} (or {DATABASE_SECRET_ARN}) and that the server is up"
+    )
+
+
+class Connections(Protocol):
+    def connection(self) -> Any:
+        """A context manager yielding an autocommit ``psycopg.Connection``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class SingleConnection:
+    """One connection, made on first use and remade when broken: what a Lambda container keeps."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._connection: psycopg.Connection[Any] | None = None
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            if self._connection is None or self._connection.closed or self._connection.broken:
+                self._connection = psycopg.connect(
+                    self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
+                )
+            yield self._connection
+        except psycopg.OperationalError as error:
+            raise _unavailable(self.url, error) from error
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+
+
+class PooledConnections:
+    """A ``psycopg_pool`` pool for processes that live long and serve many requests (exporter, CLI)."""
+
+    def __init__(self, url: str, *, max_size: int = 4, timeout: float = CONNECT_TIMEOUT_S * 2) -> None:
+        self.url = url
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            check=ConnectionPool.check_connection,
+            open=False,
+            timeout=timeout,
+        )
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as error:
+            self._pool.close()
+            raise _unavailable(url, error) from error
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self._pool.connection() as connection:
+                yield connection
+        except (psycopg.OperationalError, PoolTimeout) as error:
+            raise _unavailable(self.url, error) from error
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+def migrations(folder: Path = MIGRATIONS) -> list[Migration]:
+    found = []
+    for path in sorted(folder.glob("*.sql")):
+        match = _MIGRATION_NAME.fullmatch(path.name)
+        if match is None:
+            raise LedgerError(f"{path.name}: migrations are named NNNN_name.sql")
+        found.append(Migration(int(match[1]), match[2], path.read_text()))
+    return found
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    inserted: int
+    duplicates: int
+    tenants: frozenset[str]  # tenants whose usage changed
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    tenant: str
+    pool: str
+    instance_type: str
+    usage: Usage
+    running_accelerators: int
+
+    @property
+    def key(self) -> UsageKey:
+        return self.tenant, self.pool, self.instance_type
+
+
+class LedgerStore:
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
+        self._known_tenants: set[str] = set()
+        self._seeded_types: set[str] = set()
+
+    @classmethod
+    def connect(cls, url: str, *, pooled: bool = False) -> LedgerStore:
+        return cls(PooledConnections(url) if pooled else SingleConnection(url))
+
+    def close(self) -> None:
+        self._connections.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._connections.connection() as connection, connection.transaction():
+            yield connection
+
+    def migrate(self, available: Sequence[Migration] | None = None) -> list[str]:
+        """Apply pending migrations in order, in one transaction; safe to run from many processes."""
+        available = migrations() if available is None else available
+        with self._transaction() as connection:
+            connection.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+            connection.execute(sql.MIGRATIONS_TABLE)
+            applied = dict(connection.execute("SELECT version, checksum FROM ledger_migrations").fetchall())
+            done = []
+            for migration in available:
+                if migration.version in applied:
+                    if applied[migration.version] != migration.checksum:
+                        raise LedgerError(
+                            f"migration {migration.version:04d}_{migration.name} was changed after it "
+                            "was applied; add a new migration instead"
+                        )
+                    continue
+                connection.execute(cast(Any, migration.sql))
+                connection.execute(
+                    "INSERT INTO ledger_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+                    (migration.version, migration.name, migration.checksum),
+                )
+                done.append(f"{migration.version:04d}_{migration.name}")
+            return done
+
+    def append(
+        self,
+        transitions: Sequence[Transition],
+        *,
+        source: str,
+        received_at: datetime,
+        prices: PriceTable | None = None,
+    ) -> AppendResult:
+        """Append transitions (a duplicate event id is ignored) and refresh their hosts' intervals.
+
+        Appends touching the same host are serialised by an advisory lock per host, taken in one
+        order, so concurrent meters never derive intervals from a partial history.
+        """
+        unique = list({transition.event_id: transition for transition in reversed(transitions)}.values())
+        if not unique:
+            return AppendResult(0, 0, frozenset())
+        table = prices or load_price_table()
+        columns = _columns(unique)
+        # Tenant rows and seed prices are made once; a long-lived store (a Lambda container's)
+        # remembers which it has made and skips those statements from then on.
+        new_tenants = sorted(set(columns["tenants"]) - self._known_tenants)
+        new_types = sorted({t.attribution.instance_type for t in unique} - self._seeded_types)
+        with self._transaction() as connection:
+            connection.execute(sql.LOCK_INSTANCES, (columns["instance_ids"],))
+            if new_tenants:
+                connection.execute(sql.ADD_TENANTS, (new_tenants,))
+            if new_types:
+                connection.execute(
+                    sql.SEED_PRICES,
+                    (
+                        f"prices.json, taken {table.taken}",
+                        new_types,
+                        [table.instance(name).usd_per_hour for name in new_types],
+                    ),
+                )
+            inserted = connection.execute(
+                sql.INSERT_EVENTS, columns | {"source": source, "received_at": received_at}
+            ).fetchall()
+            earliest: dict[str, int] = {}
+            for instance_id, at_ms in inserted:
+                earliest[instance_id] = min(at_ms, earliest.get(instance_id, at_ms))
+            changed = sorted(earliest)
+            if changed:
+                connection.execute(
+                    sql.REFRESH_INTERVALS,
+                    {"instance_ids": changed, "earliest_ms": [earliest[host] for host in changed]},
+                )
+        self._known_tenants.update(new_tenants)
+        self._seeded_types.update(new_types)
+        tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in earliest)
+        return AppendResult(len(inserted), len(transitions) - len(inserted), tenants)
+
+    def last_attributions(self, instance_ids: Sequence[str]) -> dict[str, Attribution]:
+        """What the ledger last knew of each host: for events about hosts EC2 no longer describes."""
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.LAST_ATTRIBUTIONS, (list(instance_ids),)).fetchall()
+        return {row[0]: Attribution(*row[1:]) for row in rows}
+
+    def add_price(self, instance_type: str, usd_per_hour: Decimal, valid_from: datetime, source: str) -> None:
+        """A new price from ``valid_from`` on; the prices before it keep applying to the time before it."""
+        try:
+            with self._transaction() as connection:
+                connection.execute(
+                    "SELECT ledger_add_price(%s, %s, %s, %s)",
+                    (instance_type, from_ms(to_ms(valid_from)), usd_per_hour, source),
+                )
+        except psycopg.errors.UniqueViolation:
+            raise InputError(
+                f"a price for {instance_type} from {valid_from.isoformat()} is already recorded; "
+                "prices are never rewritten, record a change from a later time"
+            ) from None
+
+    def price_book(self) -> PriceBook:
+        with self._connections.connection() as connection:
+            rows = connection.execute(
+                "SELECT instance_type, CASE WHEN isfinite(valid_from) THEN ledger_ms(valid_from) END, "
+                "usd_per_hour FROM prices"
+            ).fetchall()
+        return PriceBook.of(rows)
+
+    def intervals(self, *, tenant: str | None = None) -> list[Interval]:
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.INTERVALS, {"tenant": tenant}).fetchall()
+        return [Interval(row[0], row[1], Attribution(*row[2:7]), row[7], row[8], row[9]) for row in rows]
+
+    def usage_rows(
+        self,
+        *,
+        now: datetime,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        tenants: Sequence[str] | None = None,
+    ) -> list[UsageRow]:
+        """Usage per tenant, pool and instance type in ``[since, until)``, as guardrails.ledger defines it."""
+        parameters = {
+            "now_ms": to_ms(now),
+            "since_ms": to_ms(since) if since else -UNBOUNDED_MS,
+            "until_ms": to_ms(until) if until else UNBOUNDED_MS,
+            "tenants": list(tenants) if tenants is not None else None,
+        }
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.USAGE, parameters).fetchall()
+        result = []
+        for tenant, pool, instance_type, accelerator_ms, billed_ms, usd_hour_ms, priced_ms, running in rows:
+            if billed_ms != priced_ms:
+                raise PriceNotFound(f"{instance_type} has no price for part of its billed time; add one")
+            usage = Usage(int(accelerator_ms), Decimal(usd_hour_ms))
+            result.append(UsageRow(tenant, pool, instance_type, usage, int(running)))
+        return result
+
+    def usage_totals(self, *, now: datetime) -> list[UsageRow]:
+        """All-time usage per tenant, pool and instance type from the rollup: what the exporter serves.
+
+        Equal to ``usage_rows(now=now)`` (the tests check), at the cost of one row per key plus the
+        hosts running now.
+        """
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.USAGE_TOTALS, {"now_ms": to_ms(now)}).fetchall()
+        return [
+            UsageRow(
+                tenant, pool, instance_type, Usage(int(accelerator_ms), Decimal(usd_hour_ms)), int(running)
+            )
+            for tenant, pool, instance_type, accelerator_ms, usd_hour_ms, running in rows
+        ]
+
+    def usage(self, **window: Any) -> dict[UsageKey, Usage]:
+        return {row.key: row.usage for row in self.usage_rows(**window)}
+
+    def runways(
+        self, *, now: datetime, default_cap: timedelta, tenants: Sequence[str] | None = None
+    ) -> list[TenantRunway]:
+        """Every known tenant's (or just ``tenants``') budget and runway at ``now``."""
+        starts = period_bounds_ms(now)
+        parameters = {
+            "now_ms": to_ms(now),
+            "default_cap_ms": default_cap // timedelta(milliseconds=1),
+            "tenants": list(tenants) if tenants is not None else None,
+            "day_ms": starts["day"],
+            "week_ms": starts["week"],
+            "month_ms": starts["month"],
+        }
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.RUNWAYS, parameters).fetchall()
+        runways = []
+        for tenant, actions, limit, period, thresholds, spent, committed, burn, hosts, gpus in rows:
+            if limit is None:  # no budget: usage is shown against the calendar month
+                budget = Budget(tenant, None, actions=frozenset(actions))
+            else:
+                budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions))
+            totals = RunwayTotals(Decimal(spent), Decimal(committed), Decimal(burn), int(hosts), int(gpus))
+            runways.append(TenantRunway(budget, now, totals))
+        return runways
+
+    def set_budget(self, budget: Budget) -> None:
+        """Create or replace a tenant's budget and the actions it takes."""
+        if budget.limit_usd is None:
+            raise ValueError("a budget needs a limit")
+        with self._transaction() as connection:
+            connection.execute(sql.UPSERT_TENANT, (budget.tenant, sorted(budget.actions)))
+            connection.execute(
+                sql.UPSERT_BUDGET,
+                (budget.tenant, budget.period, budget.limit_usd, list(budget.soft_thresholds)),
+            )
+
+    @contextmanager
+    def claim_once(
+        self, decisions: Sequence[BudgetDecision], *, now: datetime, period_start: datetime
+    ) -> Iterator[list[BudgetDecision]]:
+        """Record ``decisions`` (each with a ``once_key``) and yield those not recorded before.
+
+        The records commit only if the body succeeds: an action that fails (SNS down, say) is
+        claimed again on the next run, and one that succeeded is never repeated in the period.
+        """
+        with self._transaction() as connection:
+            claimed = [
+                decision
+                for decision in decisions
+                if connection.execute(sql.CLAIM_ACTION, _action_row(decision, now, period_start)).fetchone()
+            ]
+            yield claimed
+
+    def record_action(
+        self,
+        decision: BudgetDecision,
+        *,
+        now: datetime,
+        period_start: datetime | None,
+        instance_ids: Sequence[str] = (),
+        errors: Sequence[Mapping[str, str]] = (),
+    ) -> None:
+        row = _action_row(decision, now, period_start) | {
+            "instance_ids": list(instance_ids),
+            "errors": json.dumps(list(errors)),
+        }
+        with self._transaction() as connection:
+            connection.execute(sql.RECORD_ACTION, row)
+
+    def actions(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        with self._connections.connection() as connection:
+            cursor = connection.execute(sql.ACTIONS, {"tenant": tenant})
+            names = [column.name for column in cursor.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
+    """Column arrays for one ``unnest`` insert: a batch is one statement, not one per event."""
+    return {
+        "event_ids": [t.event_id for t in transitions],
+        "instance_ids": [t.instance_id for t in transitions],
+        "states": [t.state for t in transitions],
+        "times": [from_ms(t.at_ms) for t in transitions],
+        "tenants": [t.attribution.tenant for t in transitions],
+        "pools": [t.attribution.pool for t in transitions],
+        "instance_types": [t.attribution.instance_type for t in transitions],
+        "accelerators": [t.attribution.accelerators for t in transitions],
+        "caps": [t.attribution.cap_ms for t in transitions],
+        "regions": [t.region for t in transitions],
+    }
+
+
+def _action_row(decision: BudgetDecision, now: datetime, period_start: datetime | None) -> dict[str, Any]:
+    return {
+        "at": now,
+        "guardrail": "budget",
+        "action": decision.action,
+        "tenant": decision.tenant,
+        "reason": decision.reason,
+        "period_start": period_start,
+        "threshold": decision.threshold,
+        "once_key": decision.once_key,
+    }
+
+
+def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: bool = False) -> LedgerStore:
+    return LedgerStore.connect(database_url(os.environ if environ is None else environ), pooled=pooled)
+
+
+@cache
+def container_store() -> LedgerStore:
+    """The Lambda container's store: made on first use; its one connection serves every invocation."""
+    return store_from_environment()

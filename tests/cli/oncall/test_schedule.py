@@ -1,0 +1,201 @@
+"""``parkbrake schedule``: list, pause/resume keeping the whole definition, run-now through the launcher."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from click.testing import CliRunner, Result
+from guardrail_fleet import client_factory
+from ops_fleet import REGION, STACK, aws_client, capacity, project_copy, schedule, seed
+
+from cli.main import parkbrake
+from cli.oncall.nightly import next_occurrence, run_now
+from guardrails import names
+
+GROUP = names.schedule_group(STACK)
+NIGHTLY = names.nightly_schedule(STACK, "training")
+REAPER = names.reaper_schedule(STACK)
+TRAINING = names.autoscaling_group(STACK, "training")
+
+
+@pytest.fixture
+def fleet(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.chdir(project_copy(tmp_path))  # the stack file gives the region, as in a checkout
+    return seed(aws)
+
+
+def invoke(*arguments: str) -> Result:
+    return CliRunner().invoke(parkbrake, ["schedule", *arguments])
+
+
+def without_modification_time(definition: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in definition.items() if key not in ("State", "LastModificationDate")}
+
+
+def test_list_shows_kinds_states_and_the_next_nightly_run(aws: str, fleet: Any) -> None:
+    result = invoke("list", "--stack", STACK, "--output", "json")
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["group"] == GROUP
+    assert document["region"] == REGION
+    by_name = {item["name"]: item for item in document["schedules"]}
+    assert by_name[NIGHTLY]["kind"] == "nightly"
+    assert by_name[NIGHTLY]["pool"] == "training"
+    assert by_name[NIGHTLY]["payload"] == {"pool": "training", "capacity": 1}
+    assert by_name[REAPER]["kind"] == "reaper"
+    assert by_name[REAPER]["next_run"] is None
+    next_run = datetime.fromisoformat(by_name[NIGHTLY]["next_run"])
+    assert next_run.astimezone(ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "01:00"
+
+
+def test_pause_and_resume_keep_every_other_field(aws: str, fleet: Any) -> None:
+    before = schedule(aws, GROUP, NIGHTLY)
+
+    paused = invoke("pause", NIGHTLY, "--stack", STACK, "--yes")
+
+    assert paused.exit_code == 0, paused.output
+    after = schedule(aws, GROUP, NIGHTLY)
+    assert after["State"] == "DISABLED"
+    assert without_modification_time(after) == without_modification_time(before)
+    assert after["Target"]["RetryPolicy"] == {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2}
+    assert "already DISABLED" in invoke("pause", NIGHTLY, "--stack", STACK, "--yes").output
+
+    resumed = invoke("resume", NIGHTLY, "--stack", STACK, "--yes", "--output", "json")
+
+    assert json.loads(resumed.stdout) == {
+        "schedule": NIGHTLY,
+        "before": "DISABLED",
+        "after": "ENABLED",
+        "changed": True,
+        "dry_run": False,
+    }
+    assert without_modification_time(schedule(aws, GROUP, NIGHTLY)) == without_modification_time(before)
+    assert schedule(aws, GROUP, NIGHTLY)["State"] == "ENABLED"
+
+
+def test_pause_dry_run_and_refusals_change_nothing(aws: str, fleet: Any) -> None:
+    dry = invoke("pause", NIGHTLY, "--stack", STACK, "--dry-run")
+    reaper = invoke("pause", REAPER, "--stack", STACK, "--yes")
+    unknown = invoke("pause", "nosuch", "--stack", STACK, "--yes")
+    unconfirmed = invoke("pause", NIGHTLY, "--stack", STACK)
+
+    assert dry.exit_code == 0
+    assert "Would change" in dry.output
+    assert reaper.exit_code == 2
+    assert "guardrails are never paused" in reaper.output
+    assert unknown.exit_code == 2
+    assert "no schedule 'nosuch'" in unknown.output
+    assert unconfirmed.exit_code == 2
+    assert "Refusing without --yes" in unconfirmed.output
+    assert schedule(aws, GROUP, NIGHTLY)["State"] == schedule(aws, GROUP, REAPER)["State"] == "ENABLED"
+
+
+def test_run_now_starts_the_pool_with_the_schedules_payload_then_refuses_at_capacity(
+    aws: str, fleet: Any
+) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+
+    started = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes", "--output", "json")
+
+    assert started.exit_code == 0, started.output
+    report = json.loads(started.stdout)
+    assert report["payload"] == {"pool": "training", "capacity": 1}
+    assert (report["started"], report["refused"], report["budget"]) == (1, None, "not checked")
+    assert capacity(aws, TRAINING) == (0, 1, 2)
+
+    again = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes")
+
+    assert again.exit_code == 1
+    assert "Refused (at-capacity)" in again.output
+    assert capacity(aws, TRAINING) == (0, 1, 2)
+
+
+def test_run_now_refuses_when_the_stack_is_parked(aws: str, fleet: Any) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+    park = CliRunner().invoke(parkbrake, ["park", "--now", "--yes", "--stack", STACK])
+    assert park.exit_code == 0, park.output
+
+    result = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes", "--output", "json")
+
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["refused"]["kind"] == "parked"
+    assert capacity(aws, TRAINING) == (0, 0, 2)
+
+
+class RefusingGate:
+    """The ledger's budget gate, as the launcher sees it, for a tenant whose runway is spent."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, Decimal]] = []
+
+    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
+        self.asked.append((tenant, required_usd))
+        return "runway 0s: the month's budget is spent"
+
+
+def test_run_now_obeys_the_runway_refusal_of_the_budget_gate(aws: str, fleet: Any) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+    gate = RefusingGate()
+
+    result = run_now(
+        aws_client(aws, "scheduler"),
+        STACK,
+        NIGHTLY,
+        region=REGION,
+        clients=client_factory(aws),
+        environ={},
+        gate=gate,
+        now=datetime.now(UTC),
+        dry_run=False,
+    )
+
+    assert result.refused
+    assert result.decision is not None
+    assert result.decision.refusal is not None
+    assert result.decision.refusal.kind == "budget"
+    assert gate.asked
+    assert gate.asked[0][0] == "research"
+    assert gate.asked[0][1] == Decimal("5.672") * 4  # one g5.12xlarge for its 4h cap
+    assert capacity(aws, TRAINING) == (0, 0, 2)
+
+
+def test_run_now_only_runs_nightly_starts_and_dry_run_calls_nothing(aws: str, fleet: Any) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+
+    reaper = invoke("run-now", REAPER, "--stack", STACK, "--yes")
+    dry = invoke("run-now", NIGHTLY, "--stack", STACK, "--dry-run", "--output", "json")
+
+    assert reaper.exit_code == 2
+    assert "parkbrake reap" in reaper.output
+    assert dry.exit_code == 0
+    assert json.loads(dry.stdout)["dry_run"] is True
+    assert capacity(aws, TRAINING) == (0, 0, 2)
+
+
+@pytest.mark.parametrize(
+    ("expression", "timezone", "now", "expected"),
+    [
+        # 00:30 on weeknights in Los Angeles: EventBridge counts weekdays from Sunday = 1.
+        (
+            "cron(30 0 ? * 2-6 *)",
+            "America/Los_Angeles",
+            "2026-01-02T09:00:00+00:00",
+            "2026-01-05T08:30:00+00:00",
+        ),
+        ("cron(0 1 * * ? *)", "Europe/Berlin", "2026-07-01T00:30:00+00:00", "2026-07-01T23:00:00+00:00"),
+        ("at(2026-03-01T12:00:00)", "UTC", "2026-02-01T00:00:00+00:00", "2026-03-01T12:00:00+00:00"),
+        ("at(2026-03-01T12:00:00)", "UTC", "2026-04-01T00:00:00+00:00", None),
+        ("rate(5 minutes)", "UTC", "2026-02-01T00:00:00+00:00", None),
+    ],
+)
+def test_next_occurrence(expression: str, timezone: str, now: str, expected: str | None) -> None:
+    moment = next_occurrence(expression, timezone, datetime.fromisoformat(now))
+
+    assert (moment.isoformat() if moment else None) == expected

@@ -1,0 +1,204 @@
+"""``parkbrake status`` on a mixed fleet in moto: GPU hosts and what they cost, services, park state."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aws_fault_proxy import FaultProxy
+from click.testing import CliRunner, Result
+from guardrail_fleet import client_factory
+from ops_fleet import REGION, STACK, aws_client, project_copy, seed
+
+from cli.main import parkbrake
+from cli.oncall.fleet import fleet_status
+from guardrails import names
+from guardrails.settings import Settings
+from lambdas.aws.clients import client
+
+OTHER_REGION = "us-west-2"
+PRICES = {"g5.xlarge": Decimal("1.006"), "g5.12xlarge": Decimal("5.672"), "g6.xlarge": Decimal("0.8048")}
+
+
+@pytest.fixture
+def fleet(aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.chdir(project_copy(tmp_path))
+    return seed(aws)
+
+
+def invoke(*arguments: str) -> Result:
+    return CliRunner().invoke(parkbrake, ["status", *arguments])
+
+
+def launch_times(aws: str, region: str = REGION) -> dict[str, datetime]:
+    reservations = aws_client(aws, "ec2", region).describe_instances()["Reservations"]
+    return {i["InstanceId"]: i["LaunchTime"].astimezone(UTC) for r in reservations for i in r["Instances"]}
+
+
+def test_a_mixed_fleet_shows_gpu_hosts_with_deadlines_costs_and_exemptions(aws: str, fleet: Any) -> None:
+    launched = launch_times(aws)
+    now = max(launched.values()) + timedelta(hours=1)
+    settings = Settings(stack=None, regions=(REGION,))
+
+    report = fleet_status(
+        stack=STACK, regions=[REGION], clients=client_factory(aws), settings=settings, now=now
+    )
+
+    hosts = {host["instance_id"]: host for host in report.as_dict()["hosts"]}
+    assert fleet.cpu_host not in hosts  # an m5.large is not an accelerator host
+    assert len(hosts) == 4  # two inference hosts, one training host, the stand-alone exempt one
+    by_pool: dict[str, list[dict[str, Any]]] = {}
+    for host in hosts.values():
+        by_pool.setdefault(host["pool"], []).append(host)
+    assert sorted((pool, len(items)) for pool, items in by_pool.items()) == [
+        ("inference", 2),
+        ("research-adhoc", 1),
+        ("training", 1),
+    ]
+    training = by_pool["training"][0]
+    age = now - launched[training["instance_id"]]
+    assert training["age_seconds"] == int(age.total_seconds())
+    assert training["time_left_seconds"] == int((timedelta(hours=4) - age).total_seconds())
+    assert training["cost_so_far_usd"] == float(
+        (PRICES["g5.12xlarge"] * int(age.total_seconds()) / 3600).quantize(Decimal("0.01"))
+    )
+    assert (training["tenant"], training["accelerators"], training["exempt"]) == ("research", 4, False)
+    exempt = hosts[fleet.standalone_host]
+    assert exempt["exempt"] is True
+    assert exempt["exempt_until"] is not None
+    assert exempt["autoscaling_group"] is None
+    assert exempt["instance_type"] == "g6.xlarge"
+    totals = report.as_dict()["totals"]
+    assert totals["hosts"] == 4
+    assert totals["accelerators"] == 7
+    assert totals["usd_per_hour"] == float(
+        (2 * PRICES["g5.xlarge"] + PRICES["g5.12xlarge"] + PRICES["g6.xlarge"]).quantize(Decimal("0.01"))
+    )
+    tenants = {row["tenant"]: row for row in report.as_dict()["tenants"]}
+    assert (tenants["product"]["hosts"], tenants["research"]["accelerators"]) == (2, 5)
+    assert report.as_dict()["ledger"] == "not configured"
+
+
+def test_services_park_state_and_next_start_through_the_cli(aws: str, fleet: Any) -> None:
+    result = invoke("--stack", STACK, "--output", "json")
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    services = {service["name"]: service for service in document["services"]}
+    assert {name: (s["desired"], s["revision"]) for name, s in services.items()} == {
+        names.CONTROL_PLANE_SERVICE: (2, "0123abcd"),
+        "inference-blue": (1, "0123abcd"),
+        "inference-green": (0, "0123abcd"),
+    }
+    assert services["inference-blue"]["task_definition"] == f"{names.prefix(STACK)}-inference-blue:1"
+    [stack] = document["stacks"]
+    assert (stack["stack"], stack["parked"]) == (STACK, False)
+    assert stack["next_start"]["pool"] == "training"
+    assert stack["next_start"]["schedule"] == names.nightly_schedule(STACK, "training")
+
+
+def test_text_output_and_park_state_after_parking(aws: str, fleet: Any) -> None:
+    assert CliRunner().invoke(parkbrake, ["park", "--now", "--yes", "--stack", STACK]).exit_code == 0
+
+    text = invoke("--stack", STACK)
+    document = json.loads(invoke("--stack", STACK, "-o", "json").stdout)
+
+    assert text.exit_code == 0
+    assert "GPU hosts running" in text.output
+    assert "Totals: 1 GPU hosts" in text.output
+    [stack] = document["stacks"]
+    assert stack["parked"] is True
+    assert stack["next_start"] is None
+    assert [host["instance_id"] for host in document["hosts"]] == [fleet.standalone_host]
+
+
+def test_every_stack_and_region_at_once_and_only_one_stack_when_asked(aws: str, fleet: Any) -> None:
+    seed(aws, stack="prod", region=OTHER_REGION)
+
+    everything = json.loads(invoke("--regions", f"{REGION},{OTHER_REGION}", "-o", "json").stdout)
+    dev_only = json.loads(
+        invoke("--stack", STACK, "--regions", f"{REGION},{OTHER_REGION}", "-o", "json").stdout
+    )
+
+    assert {(s["stack"], s["region"]) for s in everything["stacks"]} == {
+        (STACK, REGION),
+        ("prod", OTHER_REGION),
+    }
+    assert {host["region"] for host in everything["hosts"]} == {REGION, OTHER_REGION}
+    assert everything["totals"]["hosts"] == 8
+    assert {host["stack"] for host in dev_only["hosts"]} == {STACK}
+    assert dev_only["totals"]["hosts"] == 4
+
+
+def test_a_region_that_fails_is_reported_and_the_others_still_shown(
+    aws: str, fleet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed(aws, stack=STACK, region=OTHER_REGION)
+    with FaultProxy(aws) as proxy:
+        proxy.fail(
+            "DescribeInstances",
+            "UnauthorizedOperation",
+            "not authorized in this region",
+            status=403,
+            matches=lambda request: f"/{OTHER_REGION}/ec2/" in request.headers.get("authorization", ""),
+        )
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+
+        result = invoke("--stack", STACK, "--regions", f"{REGION},{OTHER_REGION}", "-o", "json")
+
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    assert [error.split(":")[0] for error in document["errors"]] == [OTHER_REGION]
+    assert "UnauthorizedOperation" in document["errors"][0]
+    assert {host["region"] for host in document["hosts"]} == {REGION}
+    assert {stack["region"] for stack in document["stacks"]} == {REGION, OTHER_REGION}
+
+
+def test_unknown_stack_is_a_clear_error(aws: str, fleet: Any) -> None:
+    result = invoke("--stack", "nosuch", "--regions", REGION)
+
+    assert result.exit_code == 1
+    assert "stack 'nosuch' has nothing in us-east-1" in result.output
+    assert isinstance(result.exception, SystemExit)
+
+
+def test_with_the_ledger_configured_spend_and_runway_per_tenant(
+    aws: str, fleet: Any, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from guardrails.runway import Budget
+    from lambdas.ledger.store import LedgerStore
+
+    store = LedgerStore.connect(database_url)
+    try:
+        store.migrate()
+        store.set_budget(Budget("research", Decimal(6000)))
+    finally:
+        store.close()
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", database_url)
+
+    result = invoke("--stack", STACK, "-o", "json")
+    text = invoke("--stack", STACK)
+
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["ledger"] == "configured"
+    research = next(row for row in document["tenants"] if row["tenant"] == "research")
+    assert research["ledger"]["limit_usd"] == 6000.0
+    assert research["ledger"]["remaining_usd"] is not None
+    assert "runway" in text.output
+    assert "ledger not configured" not in text.output
+
+
+def test_the_process_clients_serve_regions_concurrently(aws: str, fleet: Any) -> None:
+    # The CLI's own client factory, shared by one thread per region.
+    settings = Settings(stack=None, regions=(REGION, OTHER_REGION))
+    report = fleet_status(
+        stack=None, regions=[REGION, OTHER_REGION], clients=client, settings=settings, now=datetime.now(UTC)
+    )
+
+    assert {stack.stack for stack in report.stacks} == {STACK}
+    assert not report.errors

@@ -1,0 +1,157 @@
+"""The meter against moto's server and a real ledger: native events in, attributed rows out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aws_fault_proxy import FaultProxy
+from botocore.exceptions import ClientError
+from guardrail_fleet import client_factory, guardrail_settings, launch, managed_tags, state_change
+from ledger_streams import T0, at, ms, step, who
+
+from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event
+from lambdas import meter
+from lambdas.aws.environment import ClientFactory, container_settings
+from lambdas.ledger.store import LedgerStore, LedgerUnavailable, container_store
+
+
+@pytest.fixture
+def clients(aws: str) -> ClientFactory:
+    return client_factory(aws)
+
+
+def metered(events: list[dict[str, Any]], *, store: LedgerStore, clients: ClientFactory) -> meter.MeterResult:
+    changes = [state_change_from_event(event) for event in events]
+    return meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+
+
+def test_a_gpu_host_is_attributed_from_its_tags_and_type(store: LedgerStore, clients: ClientFactory) -> None:
+    (instance_id,) = launch(
+        clients("ec2", None), "g5.12xlarge", managed_tags(tenant="vision", max_runtime="2h")
+    )
+    result = metered(
+        [state_change(instance_id, "running", at(0)), state_change(instance_id, "stopped", at(30))],
+        store=store,
+        clients=clients,
+    )
+    assert (result.inserted, result.duplicates, result.tenants) == (2, 0, {"vision"})
+    (interval,) = store.intervals()
+    assert interval.attribution.accelerators == 4  # g5.12xlarge, from the price table
+    assert interval.attribution.cap_ms == 2 * 3_600_000
+    assert store.usage(now=at(60))[("vision", "training", "g5.12xlarge")].accelerator_ms == 4 * 30 * 60_000
+
+
+def test_duplicates_are_ignored_and_hosts_without_accelerators_are_not_metered(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (gpu,) = launch(ec2, "g5.xlarge", managed_tags())
+    (cpu,) = launch(ec2, "m5.large", managed_tags())
+    running = state_change(gpu, "running", at(0))
+    result = metered([running, running, state_change(cpu, "running", at(0))], store=store, clients=clients)
+    assert (result.inserted, result.duplicates) == (1, 1)
+    assert [note["instance_id"] for note in result.skipped] == [cpu]
+    assert metered([running], store=store, clients=clients).duplicates == 1
+
+
+def test_an_untagged_gpu_host_is_still_metered_as_unattributed(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    (instance_id,) = launch(clients("ec2", None), "g5.xlarge", {})
+    metered([state_change(instance_id, "running", at(0))], store=store, clients=clients)
+    (interval,) = store.intervals()
+    assert (interval.attribution.tenant, interval.attribution.pool) == (UNATTRIBUTED, UNATTRIBUTED)
+    assert interval.attribution.cap_ms == 90 * 60_000  # the stack's default cap
+
+
+def test_a_late_stop_for_a_host_ec2_has_forgotten_uses_what_the_ledger_knew(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (instance_id,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product"))
+    metered([state_change(instance_id, "running", at(0))], store=store, clients=clients)
+    forgotten = "i-0123456789abcdef0"  # EC2 no longer describes it; the ledger saw it run
+    store.append([step("r-old", forgotten, "running", ms(0), who("product"))], source="test", received_at=T0)
+    result = metered(
+        [
+            state_change(forgotten, "terminated", at(20)),
+            state_change("i-0fffffffffffffff0", "stopped", at(20)),
+        ],
+        store=store,
+        clients=clients,
+    )
+    assert result.inserted == 1
+    assert [note["instance_id"] for note in result.unattributed] == ["i-0fffffffffffffff0"]
+    closed = [interval for interval in store.intervals() if interval.instance_id == forgotten]
+    assert closed[0].attribution.tenant == "product"
+    assert closed[0].ended_ms is not None
+
+
+def test_throttled_describe_raises_so_eventbridge_retries_and_nothing_is_written(
+    aws: str, store: LedgerStore
+) -> None:
+    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
+    with FaultProxy(aws) as proxy:
+        proxy.fail("DescribeInstances", "RequestLimitExceeded", "Request limit exceeded.", status=503)
+        with pytest.raises(ClientError, match="RequestLimitExceeded"):
+            metered([state_change(instance_id, "running", at(0))], store=store,
+                    clients=client_factory(proxy.url, max_attempts=2))  # fmt: skip
+        assert proxy.failed["DescribeInstances"] > 1  # botocore retried, then gave up
+    assert store.intervals() == []
+
+
+@pytest.fixture
+def lambda_environment(aws: str, ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The environment the Guardrails component gives the meter, read once per (test) container."""
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    monkeypatch.setenv("PARKBRAKE_STACK", "test")
+    container_settings.cache_clear()
+    container_store.cache_clear()
+    yield
+    if container_store.cache_info().currsize:
+        container_store().close()
+    container_settings.cache_clear()
+    container_store.cache_clear()
+
+
+@pytest.mark.usefixtures("lambda_environment")
+def test_the_handler_meters_a_native_event_and_checks_the_tenants_budget(aws: str) -> None:
+    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
+    event = state_change(instance_id, "running", at(0))
+    outcome = meter.handler(event, None)
+    assert (outcome["inserted"], outcome["tenants"]) == (1, ["research"])
+    assert outcome["budget"]["checked"] == ["research"]
+    assert meter.handler(event, None)["duplicates"] == 1  # EventBridge delivered it twice
+
+
+@pytest.mark.usefixtures("lambda_environment")
+def test_the_handler_raises_while_the_database_is_down_and_loses_nothing(
+    aws: str, ledger_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
+    event = state_change(instance_id, "running", at(0))
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", "postgresql://parkbrake@127.0.0.1:9/ledger")
+    with pytest.raises(LedgerUnavailable, match="cannot use the ledger database"):
+        meter.handler(event, None)
+    container_store.cache_clear()
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    assert meter.handler(event, None)["inserted"] == 1  # EventBridge's retry lands
+
+
+def test_a_malformed_event_is_refused_with_its_problems() -> None:
+    with pytest.raises(MalformedEvent, match=r"detail\.instance-id: missing"):
+        meter.handler({"id": "x", "detail-type": "EC2 Instance State-change Notification", "region": "us-east-1",
+                       "time": "2025-05-05T10:00:00Z", "detail": {"state": "running"}}, None)  # fmt: skip
+
+
+def test_usage_grows_with_the_virtual_clock_for_an_open_host(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    (instance_id,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    metered([state_change(instance_id, "running", at(0))], store=store, clients=clients)
+    key = ("research", "training", "g5.xlarge")
+    assert store.usage(now=at(10))[key].accelerator_ms == 600_000
+    assert store.usage(now=at(10) + timedelta(seconds=1))[key].accelerator_ms == 601_000
