@@ -22,6 +22,7 @@ import pulumi_aws as aws
 
 from components.common import child_of, type_token, vpc_only_security_group
 from guardrails import names
+from guardrails.tags import STORAGE_GB
 
 ENGINE = "aurora-postgresql"
 # 0 ACU and auto-pause need Aurora PostgreSQL 13.15, 14.12, 15.7, 16.3 or later.
@@ -38,6 +39,7 @@ class DatabaseArgs:
     stack: str
     min_acu: float
     max_acu: float
+    storage_gb: int
     parked: bool
     vpc_id: pulumi.Input[str]
     subnet_ids: pulumi.Input[Sequence[str]]
@@ -131,7 +133,7 @@ class Database(pulumi.ComponentResource):
             backup_retention_period=args.backup_retention_days,
             copy_tags_to_snapshot=True,
             enabled_cloudwatch_logs_exports=["postgresql"],
-            tags=dict(args.tags),
+            tags={**args.tags, STORAGE_GB: str(args.storage_gb)},
             opts=child_of(self),
         )
         aws.rds.ClusterInstance(

@@ -5,9 +5,9 @@ pack price exactly what Pulumi would create — an adopted VPC has no NAT gatewa
 parked pool has desired capacity 0, a disabled nightly schedule starts nothing.
 
 Conventions (AWS's own for monthly estimates): 730 hours a month, on-demand prices from
-``prices.json``; Aurora Serverless v2 is priced at its minimum ACUs (storage and I/O are usage,
-not capacity, and are left out); a nightly schedule adds ``runs × extra hosts × cap``, where the
-runs are the cron's occurrences in 730 hours.
+``prices.json``; Aurora Serverless v2 is priced at its minimum ACUs plus the storage the stack plans
+for (the cluster's ``parkbrake:storage-gb`` tag; I/O is usage and is left out); a nightly schedule
+adds ``runs × extra hosts × cap``, where the runs are the cron's occurrences in 730 hours.
 """
 
 from __future__ import annotations
@@ -216,9 +216,13 @@ def _data_store_items(resources: list[ResourceLike], prices: PriceTable) -> list
                 Decimal(str(scaling.get("minCapacity", 0))),
                 Decimal(str(scaling.get("maxCapacity", 0))),
             )
+            # Storage is billed per GB-month whatever the ACUs, parked and paused included.
+            storage_gb = int(_tag_map(resource.inputs.get("tags")).get(tags.STORAGE_GB) or 0)
+            storage = prices.service("aurora_storage_gb_month") * storage_gb
             items.append(
-                CostItem(resource.name, "database", _money(_hourly(acu_hour, low)), _money(_hourly(acu_hour, high)),
-                         _money(_hourly(acu_hour, high)), f"Aurora Serverless v2, {low.normalize()}–{high.normalize()} ACU")
+                CostItem(resource.name, "database", _money(_hourly(acu_hour, low) + storage),
+                         _money(_hourly(acu_hour, high) + storage), _money(_hourly(acu_hour, high) + storage),
+                         f"Aurora Serverless v2, {low.normalize()}–{high.normalize()} ACU, {storage_gb} GB storage")
             )  # fmt: skip
         elif resource.type == "aws:elasticache/replicationGroup:ReplicationGroup":
             node_type = str(resource.inputs.get("nodeType"))

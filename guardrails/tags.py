@@ -14,6 +14,9 @@ SERVICE = "parkbrake:service"
 COLOUR = "parkbrake:colour"
 # Where `park --now` records the capacity it took away, so any engineer's `unpark --now` restores it.
 PARKED_CAPACITY = "parkbrake:parked-capacity"
+# On the Aurora cluster: the storage the stack plans for (Aurora grows storage by itself and bills it per
+# GB-month, parked or not), so the estimate, which reads only declared resources, can price it.
+STORAGE_GB = "parkbrake:storage-gb"
 # On a GPU pool's group while `deploy` holds an extra host there, so a later deploy can remove it.
 DEPLOY_SURGE = "parkbrake:deploy-surge"
 

@@ -81,6 +81,7 @@ def build_platform(config: StackConfig) -> None:
                 stack=config.stack,
                 min_acu=config.database.min_acu,
                 max_acu=config.database.max_acu,
+                storage_gb=config.database.storage_gb,
                 parked=config.parked,
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,

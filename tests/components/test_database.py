@@ -24,6 +24,7 @@ def database_args(**overrides: Any) -> DatabaseArgs:
         "stack": "dev",
         "min_acu": 0.5,
         "max_acu": 4,
+        "storage_gb": 20,
         "parked": False,
         "vpc_id": "vpc-0abc",
         "subnet_ids": ["subnet-private-a", "subnet-private-b"],
@@ -139,7 +140,9 @@ def test_every_database_resource_is_a_tagged_child_of_the_component() -> None:
     assert [child.urn for child in children] == [
         resource.urn for resource in run.resources if resource.custom
     ]
-    assert all(child.inputs["tags"] == TAGS for child in children)
+    assert all(TAGS.items() <= child.inputs["tags"].items() for child in children)
+    (cluster,) = (child for child in children if child.type == CLUSTER)
+    assert cluster.inputs["tags"]["parkbrake:storage-gb"] == "20"  # priced by the estimate
 
 
 def test_park_switch_changes_only_the_scaling_floor() -> None:

@@ -85,7 +85,10 @@ def platform(*, parked: bool = False) -> list[Resource]:
         Resource(
             "aws:rds/cluster:Cluster",
             "database",
-            {"serverlessv2ScalingConfiguration": {"minCapacity": 0 if parked else 0.5, "maxCapacity": 4}},
+            {
+                "serverlessv2ScalingConfiguration": {"minCapacity": 0 if parked else 0.5, "maxCapacity": 4},
+                "tags": {"parkbrake:storage-gb": "20"},
+            },
         ),
         Resource(
             "aws:elasticache/replicationGroup:ReplicationGroup",
@@ -107,19 +110,20 @@ def test_unparked_items_match_hand_computed_figures() -> None:
     assert by_name["inference"].monthly_usd == Decimal("734.38")  # 1 × 730 h × $1.006
     assert by_name["inference"].worst_case_usd == Decimal("2203.14")  # 3 × 730 h × $1.006
     assert by_name["control-plane"].monthly_usd == Decimal("18.02")  # (0.5 × $0.04048 + 1 × $0.004445) × 730
-    assert by_name["database"].monthly_usd == Decimal("43.80")  # 0.5 ACU × $0.12 × 730
-    assert by_name["database"].worst_case_usd == Decimal("350.40")
+    assert by_name["database"].monthly_usd == Decimal("45.80")  # 0.5 ACU × $0.12 × 730 + 20 GB × $0.10
+    assert by_name["database"].worst_case_usd == Decimal("352.40")
     assert by_name["cache"].monthly_usd == Decimal("23.36")  # $0.032 × 730
     assert by_name["alb"].monthly_usd == Decimal("16.43")  # $0.0225 × 730 = 16.425, rounded half up
     assert by_name["nat"].monthly_usd == Decimal("32.85")
-    assert estimate.total_usd == Decimal("1549.48")
+    assert estimate.total_usd == Decimal("1551.48")
 
 
 def test_parking_leaves_only_the_data_stores_and_plumbing() -> None:
     estimate = estimate_monthly_cost(platform(parked=True))
     costs = {item.name: item.monthly_usd for item in estimate.items}
-    assert costs["training"] == costs["inference"] == costs["control-plane"] == costs["database"] == 0
-    assert estimate.total_usd == Decimal("23.36") + Decimal("16.43") + Decimal("32.85")
+    assert costs["training"] == costs["inference"] == costs["control-plane"] == 0
+    assert costs["database"] == Decimal("2.00")  # paused at 0 ACU, still paying for its 20 GB
+    assert estimate.total_usd == Decimal("2.00") + Decimal("23.36") + Decimal("16.43") + Decimal("32.85")
 
 
 def test_a_nightly_start_already_covered_by_desired_capacity_adds_nothing() -> None:
