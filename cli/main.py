@@ -8,14 +8,14 @@ from typing import Any
 
 import click
 
-from cli.registry import COMMANDS
+from cli.registry import COMMANDS, LazyCommand
 from guardrails.errors import ParkbrakeError
 
 
 class LazyGroup(click.Group):
-    """A group whose commands are ``module:attribute`` strings imported on first use."""
+    """A group whose commands are imported on first use; its own ``--help`` imports none of them."""
 
-    def __init__(self, *args: Any, lazy_commands: dict[str, str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy_commands: dict[str, LazyCommand], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = lazy_commands
 
@@ -25,11 +25,27 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.lazy_commands:
             return super().get_command(ctx, cmd_name)
-        module_name, attribute = self.lazy_commands[cmd_name].split(":")
+        target = self.lazy_commands[cmd_name].target
+        module_name, attribute = target.split(":")
         command = getattr(importlib.import_module(module_name), attribute)
         if not isinstance(command, click.Command):
-            raise TypeError(f"{self.lazy_commands[cmd_name]} is not a click command")
+            raise TypeError(f"{target} is not a click command")
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from the registry's help lines: listing must not import the commands."""
+        rows = []
+        for name in self.list_commands(ctx):
+            lazy = self.lazy_commands.get(name)
+            if lazy is not None:
+                rows.append((name, lazy.short_help))
+                continue
+            command = super().get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
