@@ -27,6 +27,12 @@ def child_of(parent: pulumi.Resource, **options: object) -> pulumi.ResourceOptio
     return pulumi.ResourceOptions(parent=parent, **options)  # type: ignore[arg-type]
 
 
+def named_child_of(parent: pulumi.Resource, **options: object) -> pulumi.ResourceOptions:
+    """Options for a child with an explicit physical name: AWS refuses a second resource of the same name,
+    so a replacement must delete the old one first instead of colliding with it."""
+    return child_of(parent, delete_before_replace=True, **options)
+
+
 def vpc_only_security_group(
     parent: pulumi.Resource,
     name: str,

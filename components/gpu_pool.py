@@ -25,8 +25,8 @@ from typing import Literal
 import pulumi
 import pulumi_aws as aws
 
-from components.common import child_of, type_token
-from components.guardrail_functions import policy_document, statement
+from components.common import child_of, named_child_of, type_token
+from components.iam_policies import HostGrants, host_policy, trust_policy
 from guardrails import names, tags
 from guardrails.capacity import Capacity
 from guardrails.durations import format_duration
@@ -39,11 +39,9 @@ AGENT_VENV = "/opt/parkbrake"
 AGENT_UNIT = "parkbrake-agent.service"
 # ECS adds this tag to a group it manages; declaring it keeps `pulumi up` from removing it again.
 ECS_MANAGED_TAG = "AmazonECSManaged"
-ECS_INSTANCE_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
-SSM_INSTANCE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
-# A host's self-stop leaves its group first (`--release-from-group`), and only a managed group.
-LEAVE_GROUP_ACTION = "autoscaling:TerminateInstanceInAutoScalingGroup"
-MANAGED_GROUP_ONLY = {"StringEquals": {f"autoscaling:ResourceTag/{tags.MANAGED}": "true"}}
+# Containers run with their own ECS task roles and never need the host's: one hop keeps IMDS (and the
+# host role's credentials) out of their reach.
+IMDS_HOP_LIMIT = 1
 
 
 @dataclass
@@ -135,14 +133,44 @@ class GpuPool(pulumi.ComponentResource):
     security_group_id: pulumi.Output[str]
     # A plain None when the pool backs no ECS service, so the program can filter on it.
     capacity_provider_name: pulumi.Output[str] | None
+    # The capacity provider itself, for the cluster association that services must wait for.
+    capacity_provider: aws.ecs.CapacityProvider | None
 
     def __init__(self, name: str, args: GpuPoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(type_token("GpuPool"), name, None, opts)
-        joins_ecs = args.ecs_cluster_name is not None
-        resource_tags = {**args.tags, tags.POOL: args.pool, tags.TENANT: args.tenant}
+        self._name = name
+        self._args = args
+        self._resource_tags = {**args.tags, tags.POOL: args.pool, tags.TENANT: args.tenant}
+        security_group = self._security_group()
+        host_role, instance_profile = self._host_role()
+        launch_template = self._launch_template(security_group, instance_profile)
+        group = self._autoscaling_group(launch_template)
+        self._host_permissions(host_role, group)
 
-        security_group = aws.ec2.SecurityGroup(
-            f"{name}-hosts",
+        self.launch_template_id = launch_template.id
+        self.autoscaling_group_name = group.name
+        self.autoscaling_group_arn = group.arn
+        self.security_group_id = security_group.id
+        self.capacity_provider = self._capacity_provider(group) if self._joins_ecs else None
+        self.capacity_provider_name = self.capacity_provider.name if self.capacity_provider else None
+        self.register_outputs(
+            {
+                "launchTemplateId": self.launch_template_id,
+                "autoscalingGroupName": self.autoscaling_group_name,
+                "autoscalingGroupArn": self.autoscaling_group_arn,
+                "securityGroupId": self.security_group_id,
+                "capacityProviderName": self.capacity_provider_name,
+            }
+        )
+
+    @property
+    def _joins_ecs(self) -> bool:
+        return self._args.ecs_cluster_name is not None
+
+    def _security_group(self) -> aws.ec2.SecurityGroup:
+        args = self._args
+        return aws.ec2.SecurityGroup(
+            f"{self._name}-hosts",
             description=f"parkbrake {args.stack} {args.pool} GPU hosts: outbound only",
             vpc_id=args.vpc_id,
             egress=[
@@ -150,10 +178,44 @@ class GpuPool(pulumi.ComponentResource):
                     protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"]
                 )
             ],
-            tags=resource_tags,
+            tags=self._resource_tags,
             opts=child_of(self),
         )
-        host_role, instance_profile = self._host_role(name, joins_ecs, resource_tags)
+
+    def _host_role(self) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
+        """The host's role and profile; its permissions are scoped statements (``_host_permissions``)."""
+        role = aws.iam.Role(
+            f"{self._name}-host-role",
+            assume_role_policy=json.dumps(trust_policy("ec2.amazonaws.com")),
+            tags=dict(self._resource_tags),
+            opts=child_of(self),
+        )
+        profile = aws.iam.InstanceProfile(
+            f"{self._name}-host-profile", role=role.name, tags=dict(self._resource_tags), opts=child_of(self)
+        )
+        return role, profile
+
+    def _host_permissions(self, role: aws.iam.Role, group: aws.autoscaling.Group) -> aws.iam.RolePolicy:
+        args = self._args
+        invoke = pulumi.InvokeOutputOptions(parent=self)
+        grants = pulumi.Output.all(
+            partition=aws.get_partition_output(opts=invoke).partition,
+            account_id=aws.get_caller_identity_output(opts=invoke).account_id,
+            region=aws.get_region_output(opts=invoke).region,
+            autoscaling_group_arn=group.arn,
+            ecs_cluster_name=args.ecs_cluster_name,
+        ).apply(lambda known: HostGrants(**known))
+        return aws.iam.RolePolicy(
+            f"{self._name}-host",
+            role=role.name,
+            policy=grants.apply(lambda known: json.dumps(host_policy(known))),
+            opts=child_of(self),
+        )
+
+    def _launch_template(
+        self, security_group: aws.ec2.SecurityGroup, instance_profile: aws.iam.InstanceProfile
+    ) -> aws.ec2.LaunchTemplate:
+        args = self._args
         ami = aws.ssm.get_parameter_output(
             name=GPU_AMI_PARAMETER, opts=pulumi.InvokeOutputOptions(parent=self)
         )
@@ -167,8 +229,8 @@ class GpuPool(pulumi.ComponentResource):
             )
         )
         launch_tags = host_tags(args)
-        launch_template = aws.ec2.LaunchTemplate(
-            f"{name}-launch-template",
+        return aws.ec2.LaunchTemplate(
+            f"{self._name}-launch-template",
             description=f"parkbrake {args.stack} {args.pool} ({args.role}): {args.instance_type}",
             image_id=ami.value,
             instance_type=args.instance_type,
@@ -178,8 +240,7 @@ class GpuPool(pulumi.ComponentResource):
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
                 http_tokens="required",
-                # Containers sit one hop behind the host; with 1 they could not reach IMDSv2.
-                http_put_response_hop_limit=2,
+                http_put_response_hop_limit=IMDS_HOP_LIMIT,
                 # The host reads its own cap (parkbrake:max-runtime) from IMDS, without IAM.
                 instance_metadata_tags="enabled",
             ),
@@ -203,102 +264,12 @@ class GpuPool(pulumi.ComponentResource):
             tags=launch_tags,
             opts=child_of(self),
         )
-        group = self._autoscaling_group(name, args, launch_template, joins_ecs, launch_tags)
-        # Only its own group: a host can take itself (or a sibling) out of its pool, and nothing else.
-        aws.iam.RolePolicy(
-            f"{name}-host-leave-group",
-            role=host_role.name,
-            policy=policy_document(
-                [statement("LeaveOwnGroupOnly", [LEAVE_GROUP_ACTION], group.arn, MANAGED_GROUP_ONLY)]
-            ),
-            opts=child_of(self),
-        )
 
-        self.launch_template_id = launch_template.id
-        self.autoscaling_group_name = group.name
-        self.autoscaling_group_arn = group.arn
-        self.security_group_id = security_group.id
-        self.capacity_provider_name = (
-            self._capacity_provider(name, args, group, resource_tags) if joins_ecs else None
-        )
-        self.register_outputs(
-            {
-                "launchTemplateId": self.launch_template_id,
-                "autoscalingGroupName": self.autoscaling_group_name,
-                "autoscalingGroupArn": self.autoscaling_group_arn,
-                "securityGroupId": self.security_group_id,
-                "capacityProviderName": self.capacity_provider_name,
-            }
-        )
-
-    def _host_role(
-        self, name: str, joins_ecs: bool, resource_tags: Mapping[str, str]
-    ) -> tuple[aws.iam.Role, aws.iam.InstanceProfile]:
-        """The host's role: Session Manager access always, the ECS agent's permissions when it joins."""
-        role = aws.iam.Role(
-            f"{name}-host-role",
-            assume_role_policy=json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "ec2.amazonaws.com"},
-                            "Action": "sts:AssumeRole",
-                        }
-                    ],
-                }
-            ),
-            tags=dict(resource_tags),
-            opts=child_of(self),
-        )
-        policies = {"ssm": SSM_INSTANCE_POLICY, **({"ecs": ECS_INSTANCE_POLICY} if joins_ecs else {})}
-        for suffix, policy_arn in policies.items():
-            aws.iam.RolePolicyAttachment(
-                f"{name}-host-role-{suffix}", role=role.name, policy_arn=policy_arn, opts=child_of(self)
-            )
-        return role, aws.iam.InstanceProfile(
-            f"{name}-host-profile", role=role.name, tags=dict(resource_tags), opts=child_of(self)
-        )
-
-    def _autoscaling_group(
-        self,
-        name: str,
-        args: GpuPoolArgs,
-        launch_template: aws.ec2.LaunchTemplate,
-        joins_ecs: bool,
-        launch_tags: Mapping[str, str],
-    ) -> aws.autoscaling.Group:
-        # New hosts take the template's newest version; running hosts keep theirs until replaced.
-        version = "$Latest"
-        if args.capacity_type == "spot":
-            placement: dict[str, object] = {
-                "mixed_instances_policy": aws.autoscaling.GroupMixedInstancesPolicyArgs(
-                    launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
-                        launch_template_specification=(
-                            aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
-                                launch_template_id=launch_template.id, version=version
-                            )
-                        )
-                    ),
-                    instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
-                        on_demand_base_capacity=0,
-                        on_demand_percentage_above_base_capacity=0,
-                        spot_allocation_strategy="price-capacity-optimized",
-                    ),
-                ),
-                # Replace a spot host AWS has warned about before it is reclaimed.
-                "capacity_rebalance": True,
-            }
-        else:
-            placement = {
-                "launch_template": aws.autoscaling.GroupLaunchTemplateArgs(
-                    id=launch_template.id, version=version
-                )
-            }
-        group_tags = {**launch_tags, **({ECS_MANAGED_TAG: "true"} if joins_ecs else {})}
+    def _autoscaling_group(self, launch_template: aws.ec2.LaunchTemplate) -> aws.autoscaling.Group:
+        args = self._args
+        group_tags = {**host_tags(args), **({ECS_MANAGED_TAG: "true"} if self._joins_ecs else {})}
         return aws.autoscaling.Group(
-            f"{name}-group",
+            f"{self._name}-group",
             name=names.autoscaling_group(args.stack, args.pool),
             min_size=args.capacity.min,
             desired_capacity=args.capacity.desired,
@@ -312,15 +283,14 @@ class GpuPool(pulumi.ComponentResource):
                 aws.autoscaling.GroupTagArgs(key=key, value=value, propagate_at_launch=True)
                 for key, value in group_tags.items()
             ],
-            opts=child_of(self, ignore_changes=[] if args.parked else ["desiredCapacity"]),
-            **placement,
+            opts=named_child_of(self, ignore_changes=[] if args.parked else ["desiredCapacity"]),
+            **group_placement(args.capacity_type, launch_template),
         )
 
-    def _capacity_provider(
-        self, name: str, args: GpuPoolArgs, group: aws.autoscaling.Group, resource_tags: Mapping[str, str]
-    ) -> pulumi.Output[str]:
-        provider = aws.ecs.CapacityProvider(
-            f"{name}-capacity-provider",
+    def _capacity_provider(self, group: aws.autoscaling.Group) -> aws.ecs.CapacityProvider:
+        args = self._args
+        return aws.ecs.CapacityProvider(
+            f"{self._name}-capacity-provider",
             name=names.capacity_provider(args.stack, args.pool),
             auto_scaling_group_provider=aws.ecs.CapacityProviderAutoScalingGroupProviderArgs(
                 auto_scaling_group_arn=group.arn,
@@ -336,7 +306,36 @@ class GpuPool(pulumi.ComponentResource):
                 # ECS drains tasks off a host the group is about to terminate.
                 managed_draining="ENABLED",
             ),
-            tags=dict(resource_tags),
-            opts=child_of(self),
+            tags=dict(self._resource_tags),
+            opts=named_child_of(self),
         )
-        return provider.name
+
+
+def group_placement(capacity_type: str, launch_template: aws.ec2.LaunchTemplate) -> dict[str, object]:
+    """How the group launches hosts: the template directly (on-demand), or spot only through a mixed policy.
+
+    New hosts take the template's newest version; running hosts keep theirs until replaced.
+    """
+    version = "$Latest"
+    if capacity_type != "spot":
+        return {
+            "launch_template": aws.autoscaling.GroupLaunchTemplateArgs(id=launch_template.id, version=version)
+        }
+    return {
+        "mixed_instances_policy": aws.autoscaling.GroupMixedInstancesPolicyArgs(
+            launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
+                launch_template_specification=(
+                    aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
+                        launch_template_id=launch_template.id, version=version
+                    )
+                )
+            ),
+            instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+                on_demand_base_capacity=0,
+                on_demand_percentage_above_base_capacity=0,
+                spot_allocation_strategy="price-capacity-optimized",
+            ),
+        ),
+        # Replace a spot host AWS has warned about before it is reclaimed.
+        "capacity_rebalance": True,
+    }

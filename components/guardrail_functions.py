@@ -17,20 +17,28 @@ from datetime import timedelta
 import pulumi
 import pulumi_aws as aws
 
-from components.common import child_of, type_token
+from components.common import child_of, named_child_of, type_token
+from components.iam_policies import GUARDRAIL_POLICIES, Grants, scheduler_policy, trust_policy
 from components.lambda_archive import lambda_archive
-from guardrails import names, settings, tags
+from guardrails import names, settings
 from guardrails.durations import format_duration
 from guardrails.schedules import eventbridge_cron, rate_expression
 
-RUNTIME = "python3.11"
+# An Amazon Linux 2023 runtime: python3.11 runs on Amazon Linux 2, deprecated with it (2026-06-30).
+RUNTIME = "python3.12"
 LOG_RETENTION_DAYS = 30
 # the name in docs/architecture.md; lambdas.ledger.store reads it (components cannot import lambdas: psycopg).
 DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
-MANAGED_ONLY = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
+# The states the deadline and the ledger act on (``pending`` changes nothing). The event carries only the
+# instance id and state, not its type, so EventBridge cannot filter on accelerator types: the handlers
+# drop other hosts after one DescribeInstances.
 STATE_CHANGE_PATTERN = json.dumps(
-    {"source": ["aws.ec2"], "detail-type": ["EC2 Instance State-change Notification"]}
+    {
+        "source": ["aws.ec2"],
+        "detail-type": ["EC2 Instance State-change Notification"],
+        "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
+    }
 )
 BUDGET_EVERY = timedelta(minutes=1)
 
@@ -91,6 +99,17 @@ DEADLINE = Function("deadline", timeout_s=60, stops_hosts=True, arms_deadlines=T
 LAUNCHER = Function("launcher", timeout_s=60, starts_pool=True, uses_database=True)
 METER = Function("meter", timeout_s=60, stops_hosts=True, uses_database=True)
 BUDGET = Function("budget", timeout_s=120, stops_hosts=True, uses_database=True)
+FUNCTIONS = (REAPER, DEADLINE, LAUNCHER, METER, BUDGET)
+
+
+def deployed_functions(args: GuardrailsArgs) -> list[Function]:
+    """The reaper and the deadlines always; the launcher with a nightly start; meter and budget with a ledger."""
+    functions = [REAPER, DEADLINE]
+    if args.nightly is not None:
+        functions.append(LAUNCHER)
+    if args.database_secret_arn is not None:
+        functions += [METER, BUDGET]
+    return functions
 
 
 # --- environment and IAM ----------------------------------------------------------------------------
@@ -119,148 +138,30 @@ def lambda_environment(
     }
 
 
-@dataclass(frozen=True)
-class Account:
-    """Builds ARNs in the stack's account, partition and region."""
-
-    partition: pulumi.Output[str]
-    account_id: pulumi.Output[str]
-    region: str
-
-    def arn(self, service: str, resource: str) -> pulumi.Output[str]:
-        return pulumi.Output.format(
-            "arn:{0}:{1}:{2}:{3}:{4}", self.partition, service, self.region, self.account_id, resource
+def grants_output(
+    args: GuardrailsArgs,
+    *,
+    partition: pulumi.Input[str],
+    account_id: pulumi.Input[str],
+    topic_arn: pulumi.Input[str],
+    scheduler_role_arn: pulumi.Input[str],
+) -> pulumi.Output[Grants]:
+    """The roles' grants once every ARN they name is known."""
+    return pulumi.Output.all(
+        partition=partition,
+        account_id=account_id,
+        topic_arn=topic_arn,
+        scheduler_role_arn=scheduler_role_arn,
+        autoscaling_group_arns=pulumi.Output.all(*args.autoscaling_group_arns),
+        nightly_group_arn=args.nightly.autoscaling_group_arn if args.nightly else None,
+        database_secret_arn=args.database_secret_arn,
+    ).apply(
+        lambda arns: Grants(
+            region=args.region,
+            stack=args.stack,
+            **{**arns, "autoscaling_group_arns": tuple(arns["autoscaling_group_arns"])},
         )
-
-    def function_arn(self, function_name: str) -> pulumi.Output[str]:
-        return self.arn("lambda", f"function:{function_name}")
-
-
-@dataclass(frozen=True)
-class Grants:
-    """What the guardrails' roles may be granted: each resource they act on, by ARN."""
-
-    account: Account
-    stack: str
-    topic_arn: pulumi.Input[str]
-    scheduler_role_arn: pulumi.Input[str]
-    autoscaling_group_arns: Sequence[pulumi.Input[str]]
-    nightly_group_arn: pulumi.Input[str] | None
-    database_secret_arn: pulumi.Input[str] | None
-
-
-def statement(
-    sid: str, actions: Sequence[str], resources: object, condition: object = None
-) -> dict[str, object]:
-    body: dict[str, object] = {"Sid": sid, "Effect": "Allow", "Action": list(actions), "Resource": resources}
-    if condition is not None:
-        body["Condition"] = condition
-    return body
-
-
-def stop_statements(grants: Grants) -> list[dict[str, object]]:
-    """The one stop path: managed hosts only, stand-alone or in the stack's pools' Auto Scaling groups."""
-    statements = [
-        statement(
-            "StopManagedInstancesOnly",
-            ["ec2:StopInstances", "ec2:TerminateInstances"],
-            grants.account.arn("ec2", "instance/*"),
-            MANAGED_ONLY,
-        )
-    ]
-    if grants.autoscaling_group_arns:
-        statements.append(
-            statement(
-                "ShrinkManagedGroupsOnly",
-                ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetDesiredCapacity"],
-                list(grants.autoscaling_group_arns),
-                MANAGED_ONLY,
-            )
-        )
-    return statements
-
-
-def guardrail_statements(function: Function, grants: Grants) -> list[dict[str, object]]:
-    """Least privilege for one guardrail. Describe calls have no resource-level permissions, hence ``*``."""
-    name = names.function_name(grants.stack, function.guardrail)
-    statements = [
-        statement(
-            "OwnLogs",
-            ["logs:CreateLogStream", "logs:PutLogEvents"],
-            grants.account.arn("logs", f"log-group:/aws/lambda/{name}:*"),
-        ),
-        statement(
-            "Heartbeat",
-            ["cloudwatch:PutMetricData"],
-            "*",
-            {"StringEquals": {"cloudwatch:namespace": names.heartbeat_namespace()}},
-        ),
-        statement("Notify", ["sns:Publish"], grants.topic_arn),
-    ]
-    if function.stops_hosts:
-        describe = [
-            "ec2:DescribeInstances",
-            "autoscaling:DescribeAutoScalingInstances",
-            "autoscaling:DescribeAutoScalingGroups",
-        ]
-        statements += [statement("Describe", describe, "*"), *stop_statements(grants)]
-    if function.arms_deadlines:
-        statements += [
-            statement(
-                "DeadlineSchedulesOnly",
-                ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule",
-                 "scheduler:GetSchedule"],
-                grants.account.arn("scheduler", f"schedule/{names.deadline_schedule_group(grants.stack)}/*"),
-            ),
-            statement(
-                "PassSchedulerRole",
-                ["iam:PassRole"],
-                grants.scheduler_role_arn,
-                {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
-            ),
-        ]  # fmt: skip
-    if function.starts_pool:
-        statements += [
-            statement(
-                "ReadParkState",
-                ["ssm:GetParameter"],
-                grants.account.arn("ssm", f"parameter{names.park_parameter(grants.stack)}"),
-            ),
-            statement(
-                "DescribePool",
-                ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeLaunchTemplateVersions"],
-                "*",
-            ),
-        ]
-        if grants.nightly_group_arn is not None:
-            statements.append(
-                statement(
-                    "StartNightlyPool",
-                    ["autoscaling:SetDesiredCapacity"],
-                    grants.nightly_group_arn,
-                    MANAGED_ONLY,
-                )
-            )
-    if function.uses_database and grants.database_secret_arn is not None:
-        statements.append(
-            statement("ReadDatabaseSecret", ["secretsmanager:GetSecretValue"], grants.database_secret_arn)
-        )
-    return statements
-
-
-def policy_document(statements: list[dict[str, object]]) -> pulumi.Output[str]:
-    return pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": statements})
-
-
-def trust_policy(service: str, condition: object = None) -> pulumi.Output[str]:
-    trust: dict[str, object] = {
-        "Effect": "Allow",
-        "Principal": {"Service": service},
-        "Action": "sts:AssumeRole",
-    }
-    if condition is not None:
-        trust["Condition"] = condition
-    return pulumi.Output.json_dumps({"Version": "2012-10-17", "Statement": [trust]})
+    )
 
 
 # --- alarms -------------------------------------------------------------------------------------------
@@ -290,63 +191,24 @@ class Guardrails(pulumi.ComponentResource):
         super().__init__(type_token("Guardrails"), name, None, opts)
         self._args = args
         invoke = pulumi.InvokeOutputOptions(parent=self)
-        account = Account(
-            partition=aws.get_partition_output(opts=invoke).partition,
-            account_id=aws.get_caller_identity_output(opts=invoke).account_id,
-            region=args.region,
-        )
-        stack = args.stack
+        partition = aws.get_partition_output(opts=invoke).partition
+        account_id = aws.get_caller_identity_output(opts=invoke).account_id
+        functions = deployed_functions(args)
         topic_arn = self._topic()
-
-        functions = [REAPER, DEADLINE]
-        if args.nightly is not None:
-            functions.append(LAUNCHER)
-        if args.database_secret_arn is not None:
-            functions += [METER, BUDGET]
-        reaper_arn = account.function_arn(names.function_name(stack, REAPER.guardrail))
-
-        scheduler_role = aws.iam.Role(
-            "scheduler",
-            name=f"{names.prefix(stack)}-scheduler",
-            description="EventBridge Scheduler: invokes the reaper (sweeps, deadlines) and the launcher",
-            assume_role_policy=trust_policy(
-                "scheduler.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account.account_id}}
-            ),
-            tags=dict(args.tags),
-            opts=child_of(self),
-        )
-        invoked_by_scheduler = [reaper_arn]
-        if LAUNCHER in functions:
-            invoked_by_scheduler.append(account.function_arn(names.function_name(stack, LAUNCHER.guardrail)))
-        scheduler_policy = aws.iam.RolePolicy(
-            "scheduler",
-            role=scheduler_role.id,
-            policy=policy_document(
-                [statement("InvokeGuardrails", ["lambda:InvokeFunction"], invoked_by_scheduler)]
-            ),
-            opts=child_of(self),
-        )
-        schedule_group = aws.scheduler.ScheduleGroup(
-            "schedules", name=names.schedule_group(stack), tags=dict(args.tags), opts=child_of(self)
-        )
-        aws.scheduler.ScheduleGroup(
-            "deadline-schedules",
-            name=names.deadline_schedule_group(stack),
-            tags=dict(args.tags),
-            opts=child_of(self),
-        )
-
-        grants = Grants(
-            account=account,
-            stack=stack,
+        scheduler_role = self._scheduler_role(account_id)
+        grants = grants_output(
+            args,
+            partition=partition,
+            account_id=account_id,
             topic_arn=topic_arn,
             scheduler_role_arn=scheduler_role.arn,
-            autoscaling_group_arns=args.autoscaling_group_arns,
-            nightly_group_arn=args.nightly.autoscaling_group_arn if args.nightly else None,
-            database_secret_arn=args.database_secret_arn,
         )
+        scheduler_permission = self._scheduler_policy(functions, grants, scheduler_role)
         environment = lambda_environment(
-            args, topic_arn=topic_arn, reaper_arn=reaper_arn, scheduler_role_arn=scheduler_role.arn
+            args,
+            topic_arn=topic_arn,
+            reaper_arn=grants.apply(lambda known: known.function_arn(REAPER.guardrail)),
+            scheduler_role_arn=scheduler_role.arn,
         )
         database = self._database_access()
         code = lambda_archive()
@@ -354,86 +216,10 @@ class Guardrails(pulumi.ComponentResource):
             function.guardrail: self._function(function, grants, environment, code, database)
             for function in functions
         }
-
-        aws.scheduler.Schedule(
-            "reaper",
-            name=names.reaper_schedule(stack),
-            group_name=schedule_group.name,
-            description="the sweep: stops managed GPU hosts past their deadline (never parked)",
-            schedule_expression=rate_expression(args.sweep_every),
-            flexible_time_window={"mode": "OFF"},
-            state="ENABLED",
-            target={
-                "arn": deployed[REAPER.guardrail].arn,
-                "role_arn": scheduler_role.arn,
-                "input": json.dumps({"dry_run": False}),
-                # A sweep older than one period is superseded by the next one.
-                "retry_policy": {
-                    "maximum_event_age_in_seconds": max(60, int(args.sweep_every.total_seconds())),
-                    "maximum_retry_attempts": 2,
-                },
-            },
-            opts=child_of(self, depends_on=[scheduler_policy]),
-        )
-        if args.nightly is not None:
-            nightly = args.nightly
-            aws.scheduler.Schedule(
-                f"nightly-{nightly.pool}",
-                name=names.nightly_schedule(stack, nightly.pool),
-                group_name=schedule_group.name,
-                description=f"nightly start of the {nightly.pool} pool ({nightly.cron} {nightly.timezone})",
-                schedule_expression=eventbridge_cron(nightly.cron),
-                schedule_expression_timezone=nightly.timezone,
-                flexible_time_window={"mode": "OFF"},
-                state="DISABLED" if args.parked else "ENABLED",
-                target={
-                    "arn": deployed[LAUNCHER.guardrail].arn,
-                    "role_arn": scheduler_role.arn,
-                    "input": json.dumps({"pool": nightly.pool, "capacity": nightly.capacity}),
-                    "retry_policy": {"maximum_event_age_in_seconds": 3600, "maximum_retry_attempts": 2},
-                },
-                opts=child_of(self, depends_on=[scheduler_policy]),
-            )
-
-        state_change_rule = aws.cloudwatch.EventRule(
-            "ec2-state-change",
-            name=f"{names.prefix(stack)}-ec2-state-change",
-            description="EC2 instance state changes: per-host deadlines and the usage ledger",
-            event_pattern=STATE_CHANGE_PATTERN,
-            tags=dict(args.tags),
-            opts=child_of(self),
-        )
-        on_state_change = [DEADLINE, METER] if METER in functions else [DEADLINE]
-        for function in on_state_change:
-            self._trigger(function, "state-change", state_change_rule, deployed[function.guardrail])
-        if BUDGET in functions:
-            budget_rule = aws.cloudwatch.EventRule(
-                "budget-every-minute",
-                name=f"{names.prefix(stack)}-budget",
-                description="the budget check: spend caps per tenant",
-                schedule_expression=rate_expression(BUDGET_EVERY),
-                tags=dict(args.tags),
-                opts=child_of(self),
-            )
-            self._trigger(BUDGET, "clock", budget_rule, deployed[BUDGET.guardrail])
-
-        for function in functions:
-            self._errors_alarm(function, deployed[function.guardrail], topic_arn)
-        heartbeats = {REAPER: args.sweep_every, BUDGET: BUDGET_EVERY}
-        for function, every in heartbeats.items():
-            if function in functions:
-                self._heartbeat_alarm(function, every, topic_arn)
-
-        park_parameter = aws.ssm.Parameter(
-            "park-state",
-            name=names.park_parameter(stack),
-            type="String",
-            # Not a secret: `insecure_value` keeps it readable in plans and diffs.
-            insecure_value="true" if args.parked else "false",
-            description="parkbrake park state: the nightly launcher refuses to start pools while true",
-            tags=dict(args.tags),
-            opts=child_of(self),
-        )
+        self._schedules(deployed, scheduler_role.arn, scheduler_permission)
+        self._event_rules(deployed)
+        self._alarms(deployed, topic_arn)
+        park_parameter = self._park_parameter()
 
         self.topic_arn = pulumi.Output.from_input(topic_arn)
         self.reaper_function_arn = deployed[REAPER.guardrail].arn
@@ -450,6 +236,139 @@ class Guardrails(pulumi.ComponentResource):
             }
         )
 
+    def _scheduler_role(self, account_id: pulumi.Output[str]) -> aws.iam.Role:
+        """The role EventBridge Scheduler invokes the reaper (sweeps, deadlines) and the launcher as."""
+        return aws.iam.Role(
+            "scheduler",
+            name=f"{names.prefix(self._args.stack)}-scheduler",
+            description="EventBridge Scheduler: invokes the reaper (sweeps, deadlines) and the launcher",
+            assume_role_policy=pulumi.Output.json_dumps(
+                trust_policy("scheduler.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account_id}})
+            ),
+            tags=dict(self._args.tags),
+            opts=named_child_of(self),
+        )
+
+    def _scheduler_policy(
+        self, functions: Sequence[Function], grants: pulumi.Output[Grants], role: aws.iam.Role
+    ) -> aws.iam.RolePolicy:
+        invoked = [function.guardrail for function in functions if function in (REAPER, LAUNCHER)]
+        return aws.iam.RolePolicy(
+            "scheduler",
+            role=role.id,
+            policy=grants.apply(
+                lambda known: json.dumps(scheduler_policy([known.function_arn(name) for name in invoked]))
+            ),
+            opts=child_of(self),
+        )
+
+    def _schedules(
+        self,
+        deployed: Mapping[str, aws.lambda_.Function],
+        scheduler_role_arn: pulumi.Output[str],
+        scheduler_permission: aws.iam.RolePolicy,
+    ) -> None:
+        """The sweep's rate schedule and the nightly start, in the stack's group; the deadlines' own group."""
+        args = self._args
+        stack = args.stack
+        group = aws.scheduler.ScheduleGroup(
+            "schedules", name=names.schedule_group(stack), tags=dict(args.tags), opts=named_child_of(self)
+        )
+        aws.scheduler.ScheduleGroup(
+            "deadline-schedules",
+            name=names.deadline_schedule_group(stack),
+            tags=dict(args.tags),
+            opts=named_child_of(self),
+        )
+        aws.scheduler.Schedule(
+            "reaper",
+            name=names.reaper_schedule(stack),
+            group_name=group.name,
+            description="the sweep: stops managed GPU hosts past their deadline (never parked)",
+            schedule_expression=rate_expression(args.sweep_every),
+            flexible_time_window={"mode": "OFF"},
+            state="ENABLED",
+            target={
+                "arn": deployed[REAPER.guardrail].arn,
+                "role_arn": scheduler_role_arn,
+                "input": json.dumps({"dry_run": False}),
+                # A sweep older than one period is superseded by the next one.
+                "retry_policy": {
+                    "maximum_event_age_in_seconds": max(60, int(args.sweep_every.total_seconds())),
+                    "maximum_retry_attempts": 2,
+                },
+            },
+            opts=named_child_of(self, depends_on=[scheduler_permission]),
+        )
+        if args.nightly is None:
+            return
+        nightly = args.nightly
+        aws.scheduler.Schedule(
+            f"nightly-{nightly.pool}",
+            name=names.nightly_schedule(stack, nightly.pool),
+            group_name=group.name,
+            description=f"nightly start of the {nightly.pool} pool ({nightly.cron} {nightly.timezone})",
+            schedule_expression=eventbridge_cron(nightly.cron),
+            schedule_expression_timezone=nightly.timezone,
+            flexible_time_window={"mode": "OFF"},
+            state="DISABLED" if args.parked else "ENABLED",
+            target={
+                "arn": deployed[LAUNCHER.guardrail].arn,
+                "role_arn": scheduler_role_arn,
+                "input": json.dumps({"pool": nightly.pool, "capacity": nightly.capacity}),
+                "retry_policy": {"maximum_event_age_in_seconds": 3600, "maximum_retry_attempts": 2},
+            },
+            opts=named_child_of(self, depends_on=[scheduler_permission]),
+        )
+
+    def _event_rules(self, deployed: Mapping[str, aws.lambda_.Function]) -> None:
+        """EC2 state changes to the deadline (and the meter); the budget clock to the budget check."""
+        args = self._args
+        state_change_rule = aws.cloudwatch.EventRule(
+            "ec2-state-change",
+            name=f"{names.prefix(args.stack)}-ec2-state-change",
+            description="EC2 instance state changes: per-host deadlines and the usage ledger",
+            event_pattern=STATE_CHANGE_PATTERN,
+            tags=dict(args.tags),
+            opts=named_child_of(self),
+        )
+        for function in (DEADLINE, METER):
+            if function.guardrail in deployed:
+                self._trigger(function, "state-change", state_change_rule, deployed[function.guardrail])
+        if BUDGET.guardrail in deployed:
+            budget_rule = aws.cloudwatch.EventRule(
+                "budget-every-minute",
+                name=f"{names.prefix(args.stack)}-budget",
+                description="the budget check: spend caps per tenant",
+                schedule_expression=rate_expression(BUDGET_EVERY),
+                tags=dict(args.tags),
+                opts=named_child_of(self),
+            )
+            self._trigger(BUDGET, "clock", budget_rule, deployed[BUDGET.guardrail])
+
+    def _alarms(self, deployed: Mapping[str, aws.lambda_.Function], topic_arn: pulumi.Input[str]) -> None:
+        """Errors of every function; a missing heartbeat of every periodic one."""
+        for function in FUNCTIONS:
+            if function.guardrail in deployed:
+                self._errors_alarm(function, deployed[function.guardrail], topic_arn)
+        heartbeats = {REAPER: self._args.sweep_every, BUDGET: BUDGET_EVERY}
+        for function, every in heartbeats.items():
+            if function.guardrail in deployed:
+                self._heartbeat_alarm(function, every, topic_arn)
+
+    def _park_parameter(self) -> aws.ssm.Parameter:
+        args = self._args
+        return aws.ssm.Parameter(
+            "park-state",
+            name=names.park_parameter(args.stack),
+            type="String",
+            # Not a secret: `insecure_value` keeps it readable in plans and diffs.
+            insecure_value="true" if args.parked else "false",
+            description="parkbrake park state: the nightly launcher refuses to start pools while true",
+            tags=dict(args.tags),
+            opts=named_child_of(self),
+        )
+
     def _topic(self) -> pulumi.Input[str]:
         """The alarm topic: adopted when configured, else created; e-mail subscribed when given."""
         args = self._args
@@ -458,7 +377,10 @@ class Guardrails(pulumi.ComponentResource):
             topic_arn = args.alarm_topic_arn
         else:
             topic = aws.sns.Topic(
-                "alarms", name=f"{names.prefix(args.stack)}-alarms", tags=dict(args.tags), opts=child_of(self)
+                "alarms",
+                name=f"{names.prefix(args.stack)}-alarms",
+                tags=dict(args.tags),
+                opts=named_child_of(self),
             )
             topic_arn = topic.arn
         if args.alarm_email:
@@ -488,7 +410,7 @@ class Guardrails(pulumi.ComponentResource):
     def _function(
         self,
         function: Function,
-        grants: Grants,
+        grants: pulumi.Output[Grants],
         environment: Mapping[str, pulumi.Input[str]],
         code: pulumi.Archive,
         database: DatabaseAccess | None,
@@ -501,15 +423,16 @@ class Guardrails(pulumi.ComponentResource):
             guardrail,
             name=function_name,
             description=f"the {guardrail} guardrail Lambda",
-            assume_role_policy=trust_policy("lambda.amazonaws.com"),
+            assume_role_policy=json.dumps(trust_policy("lambda.amazonaws.com")),
             tags=function_tags,
-            opts=child_of(self),
+            opts=named_child_of(self),
         )
+        build_policy = GUARDRAIL_POLICIES[guardrail]
         permissions = [
             aws.iam.RolePolicy(
                 guardrail,
                 role=role.id,
-                policy=policy_document(guardrail_statements(function, grants)),
+                policy=grants.apply(lambda known: json.dumps(build_policy(known))),
                 opts=child_of(self),
             )
         ]
@@ -532,7 +455,7 @@ class Guardrails(pulumi.ComponentResource):
             name=f"/aws/lambda/{function_name}",
             retention_in_days=LOG_RETENTION_DAYS,
             tags=function_tags,
-            opts=child_of(self),
+            opts=named_child_of(self),
         )
         return aws.lambda_.Function(
             guardrail,
@@ -551,7 +474,7 @@ class Guardrails(pulumi.ComponentResource):
             ),
             layers=list(args.database_layer_arns) if database is not None else None,
             tags=function_tags,
-            opts=child_of(self, depends_on=[log_group, *permissions]),
+            opts=named_child_of(self, depends_on=[log_group, *permissions]),
         )
 
     def _trigger(
@@ -593,7 +516,7 @@ class Guardrails(pulumi.ComponentResource):
             alarm_actions=[topic_arn],
             ok_actions=[topic_arn],
             tags=dict(self._args.tags),
-            opts=child_of(self),
+            opts=named_child_of(self),
         )
 
     def _heartbeat_alarm(self, function: Function, every: timedelta, topic_arn: pulumi.Input[str]) -> None:
@@ -607,7 +530,8 @@ class Guardrails(pulumi.ComponentResource):
             ),
             namespace=names.heartbeat_namespace(),
             metric_name=names.HEARTBEAT_METRIC,
-            dimensions={"Guardrail": guardrail},
+            # The stack's own: two stacks in one region must not mask each other's silent guardrail.
+            dimensions={"Guardrail": guardrail, "Stack": self._args.stack},
             statistic="SampleCount",
             comparison_operator="LessThanThreshold",
             threshold=1,
@@ -616,5 +540,5 @@ class Guardrails(pulumi.ComponentResource):
             alarm_actions=[topic_arn],
             ok_actions=[topic_arn],
             tags=dict(self._args.tags),
-            opts=child_of(self),
+            opts=named_child_of(self),
         )

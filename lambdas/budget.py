@@ -257,5 +257,7 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     if run.errors:
         log.error("budget run finished with errors: %s", run.errors)
     else:
-        heartbeat.record_success(GUARDRAIL, cloudwatch=default_clients("cloudwatch", None), now=now)
+        heartbeat.record_success(
+            GUARDRAIL, stack=settings.stack, cloudwatch=default_clients("cloudwatch", None), now=now
+        )
     return run.as_dict()

@@ -169,7 +169,9 @@ def handle(
 ) -> dict[str, Any]:
     outcome = on_state_change(parse_state_change(event), settings, clients=clients, now=now)
     heartbeat.count_action(heartbeat.DEADLINE, outcome.action, outcome.state)
-    heartbeat.record_success(heartbeat.DEADLINE, cloudwatch=clients("cloudwatch", None), now=now)
+    heartbeat.record_success(
+        heartbeat.DEADLINE, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+    )
     return outcome.as_dict()
 
 

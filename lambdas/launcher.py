@@ -167,7 +167,9 @@ def handle(
 ) -> dict[str, Any]:
     pool, capacity = parse_event(event)
     decision = launch(pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now)
-    heartbeat.record_success(heartbeat.LAUNCHER, cloudwatch=clients("cloudwatch", None), now=now)
+    heartbeat.record_success(
+        heartbeat.LAUNCHER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+    )
     return result_of(decision)
 
 

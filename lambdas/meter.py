@@ -137,5 +137,7 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
             tenants=sorted(result.tenants),
         )
         outcome["budget"] = run.as_dict()
-    heartbeat.record_success(GUARDRAIL, cloudwatch=default_clients("cloudwatch", None), now=now)
+    heartbeat.record_success(
+        GUARDRAIL, stack=settings.stack, cloudwatch=default_clients("cloudwatch", None), now=now
+    )
     return outcome

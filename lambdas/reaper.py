@@ -295,7 +295,9 @@ def handle(
     log.info("reaper result: %s", json.dumps({k: v for k, v in result.items() if k != "hosts"}))
     # The heartbeat says "the sweep ran and could act": only a full, real, error-free sweep earns it.
     if not report.errors and not dry_run and instance_ids is None:
-        heartbeat.record_success(heartbeat.REAPER, cloudwatch=clients("cloudwatch", None), now=now)
+        heartbeat.record_success(
+            heartbeat.REAPER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+        )
     return result
 
 

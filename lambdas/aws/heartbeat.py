@@ -19,6 +19,8 @@ REAPER = "reaper"
 DEADLINE = "deadline"
 LAUNCHER = "launcher"
 GUARDRAIL_DIMENSION = "Guardrail"
+# The stack's own dimension: two stacks in one region must not mask each other's silent guardrail.
+STACK_DIMENSION = "Stack"
 
 LAST_SUCCESS = Gauge(
     "parkbrake_guardrail_last_success_timestamp_seconds",
@@ -38,14 +40,20 @@ def count_action(guardrail: str, action: str, reason: str, amount: int = 1) -> N
         ACTIONS.labels(guardrail=guardrail, action=action, reason=reason).inc(amount)
 
 
-def record_success(guardrail: str, *, cloudwatch: Any, now: datetime) -> None:
-    """Call only when the run completed without errors; that is the point of a dead-man's switch."""
+def record_success(guardrail: str, *, stack: str | None, cloudwatch: Any, now: datetime) -> None:
+    """Call only when the run completed without errors; that is the point of a dead-man's switch.
+
+    ``stack`` is the guardrail's own (``PARKBRAKE_STACK``): the stack's alarm watches that dimension.
+    """
+    dimensions = [{"Name": GUARDRAIL_DIMENSION, "Value": guardrail}]
+    if stack:
+        dimensions.append({"Name": STACK_DIMENSION, "Value": stack})
     cloudwatch.put_metric_data(
         Namespace=names.heartbeat_namespace(),
         MetricData=[
             {
                 "MetricName": names.HEARTBEAT_METRIC,
-                "Dimensions": [{"Name": GUARDRAIL_DIMENSION, "Value": guardrail}],
+                "Dimensions": dimensions,
                 "Timestamp": now,
                 "Value": 1.0,
                 "Unit": "Count",

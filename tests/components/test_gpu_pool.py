@@ -19,7 +19,7 @@ from guardrails import names, tags
 from guardrails.durations import parse_duration
 from policies.rules.no_unconditional_stop import document_problems
 from stacks.config import Capacity, load_stack_config
-from stacks.offline import MOCK_AMI, OfflineRun, RegisteredResource, run_offline
+from stacks.offline import ACCOUNT_ID, MOCK_AMI, OfflineRun, RegisteredResource, run_offline
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
@@ -128,6 +128,8 @@ def test_launch_template_uses_the_ssm_gpu_ami_imdsv2_and_an_encrypted_root_volum
     assert launch_template.inputs["instanceType"] == "g5.12xlarge"
     assert launch_template.inputs["metadataOptions"]["httpTokens"] == "required"
     assert launch_template.inputs["metadataOptions"]["httpEndpoint"] == "enabled"
+    # Containers (with their own task roles) cannot reach IMDS and the host role through a second hop.
+    assert launch_template.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
     (root,) = launch_template.inputs["blockDeviceMappings"]
     assert root["deviceName"] == "/dev/xvda"
     assert root["ebs"]["encrypted"] == "true"
@@ -211,8 +213,15 @@ def test_a_serving_pool_joins_the_cluster_through_a_capacity_provider() -> None:
     assert settings["managedTerminationProtection"] == "DISABLED"
     assert built.outputs["inference"]["capacity_provider_name"] == names.capacity_provider("dev", "inference")
     assert group_tags(built.one(GROUP, "inference"))["AmazonECSManaged"] == "true"
-    attached = [item.inputs["policyArn"] for item in built.run.of_type(POLICY_ATTACHMENT)]
-    assert any(arn.endswith("/AmazonEC2ContainerServiceforEC2Role") for arn in attached)
+    # Joining the cluster is granted on this cluster only, not through AWS's any-cluster managed policy.
+    assert built.run.of_type(POLICY_ATTACHMENT) == []
+    grants = host_statements(built, "inference")
+    cluster_arn = f"arn:aws:ecs:{REGION}:{ACCOUNT_ID}:cluster/parkbrake-dev"
+    assert grants["JoinOwnCluster"]["Resource"] == cluster_arn
+    assert "ecs:RegisterContainerInstance" in grants["JoinOwnCluster"]["Action"]
+    instances = f"arn:aws:ecs:{REGION}:{ACCOUNT_ID}:container-instance/parkbrake-dev/*"
+    assert grants["AgentInOwnCluster"]["Resource"] == instances
+    assert not any(action.startswith("ecr:") for grant in grants.values() for action in grant["Action"])
     script = user_data(built.one(LAUNCH_TEMPLATE, "inference"))
     assert "ECS_CLUSTER=parkbrake-dev\n" in script
     assert "ecs.service" not in script
@@ -256,18 +265,34 @@ def test_two_pools_coexist_and_every_resource_is_a_child_of_its_pool() -> None:
     }
 
 
+def host_statements(built: Built, pool: str) -> dict[str, dict[str, Any]]:
+    role_policy = built.one("aws:iam/rolePolicy:RolePolicy", pool)
+    assert role_policy.inputs["role"] == built.one("aws:iam/role:Role", pool).name
+    assert list(document_problems(role_policy.inputs["policy"], "the policy")) == []
+    return {
+        statement["Sid"]: statement for statement in json.loads(role_policy.inputs["policy"])["Statement"]
+    }
+
+
 def test_the_host_role_may_leave_only_its_own_managed_group() -> None:
     """`run`/`agent --release-from-group` need one grant: this pool's group, and only while it is managed."""
     built = Built(pool_args(), pool_args(pool="inference", ecs_cluster_name="parkbrake-dev"))
 
     for pool in ("training", "inference"):
-        role_policy = built.one("aws:iam/rolePolicy:RolePolicy", pool)
-        assert role_policy.inputs["role"] == built.one("aws:iam/role:Role", pool).name
-        document = json.loads(role_policy.inputs["policy"])
-        (statement,) = document["Statement"]
+        statement = host_statements(built, pool)["LeaveOwnGroupOnly"]
         assert statement["Effect"] == "Allow"
         assert statement["Action"] == ["autoscaling:TerminateInstanceInAutoScalingGroup"]
         assert statement["Resource"] == built.outputs[pool]["autoscaling_group_arn"]
-        assert statement["Condition"] == {"StringEquals": {f"autoscaling:ResourceTag/{tags.MANAGED}": "true"}}
+        assert statement["Condition"] == {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
         assert group_tags(built.one(GROUP, pool))[tags.MANAGED] == "true"
-        assert list(document_problems(role_policy.inputs["policy"], "the policy")) == []
+
+
+def test_the_host_role_has_session_manager_but_no_broad_managed_policy() -> None:
+    built = Built(pool_args())
+
+    assert (
+        built.run.of_type(POLICY_ATTACHMENT) == []
+    )  # no AmazonSSMManagedInstanceCore: it reads every parameter
+    grants = host_statements(built, "training")
+    assert set(grants) == {"LeaveOwnGroupOnly", "SessionManager"}
+    assert not any(action.startswith(("ssm:Get", "s3:")) for action in grants["SessionManager"]["Action"])

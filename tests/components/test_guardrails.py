@@ -197,6 +197,8 @@ def test_state_change_rule_feeds_the_deadline_and_the_meter_with_permission() ->
     assert json.loads(rule["eventPattern"]) == {
         "source": ["aws.ec2"],
         "detail-type": ["EC2 Instance State-change Notification"],
+        # `pending` changes nothing for the deadline or the ledger, so it never invokes them.
+        "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
     }
     targets = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}
     assert targets["deadline-from-state-change"]["arn"].endswith(":deadline")
@@ -241,7 +243,9 @@ def test_functions_are_named_and_handled_by_their_lambdas_module() -> None:
     for guardrail, inputs in functions.items():
         assert inputs["name"] == names.function_name("dev", guardrail)
         assert inputs["handler"] == f"lambdas.{guardrail}.handler"
-        assert inputs["runtime"].startswith("python3.")
+        # An Amazon Linux 2023 runtime: python3.12 or later.
+        major, minor = inputs["runtime"].removeprefix("python").split(".")
+        assert (int(major), int(minor)) >= (3, 12)
 
 
 def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_back() -> None:
@@ -431,7 +435,7 @@ def test_heartbeat_alarm_treats_silence_as_breaching_within_one_sweep(
     alarm = run.named(ALARM, "reaper-heartbeat").inputs
     assert alarm["namespace"] == names.heartbeat_namespace()
     assert alarm["metricName"] == names.HEARTBEAT_METRIC
-    assert alarm["dimensions"] == {"Guardrail": "reaper"}
+    assert alarm["dimensions"] == {"Guardrail": "reaper", "Stack": "dev"}
     assert alarm["treatMissingData"] == "breaching"
     assert (alarm["comparisonOperator"], alarm["threshold"], alarm["statistic"]) == (
         "LessThanThreshold",
@@ -448,7 +452,7 @@ def test_heartbeat_alarm_treats_silence_as_breaching_within_one_sweep(
 def test_budget_heartbeat_pages_after_two_silent_minutes() -> None:
     alarm = configured().named(ALARM, "budget-heartbeat").inputs
 
-    assert alarm["dimensions"] == {"Guardrail": "budget"}
+    assert alarm["dimensions"] == {"Guardrail": "budget", "Stack": "dev"}
     assert (alarm["evaluationPeriods"], alarm["treatMissingData"]) == (2, "breaching")
 
 

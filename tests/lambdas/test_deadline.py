@@ -61,7 +61,10 @@ def test_running_arms_a_one_time_schedule_at_the_deadline(clients: ClientFactory
     assert schedule["Target"]["Arn"] == TARGET_ARN
     assert schedule["Target"]["RoleArn"] == ROLE_ARN
     assert json.loads(schedule["Target"]["Input"]) == {"instance_ids": [host]}
-    assert heartbeats(clients)[0]["Dimensions"] == [{"Name": "Guardrail", "Value": "deadline"}]
+    assert heartbeats(clients)[0]["Dimensions"] == [
+        {"Name": "Guardrail", "Value": "deadline"},
+        {"Name": "Stack", "Value": STACK},
+    ]
 
 
 def test_the_schedule_payload_stops_the_host_through_the_reaper(clients: ClientFactory) -> None:

@@ -96,7 +96,10 @@ def test_starts_the_pool_when_unparked(clients: ClientFactory) -> None:
         len(group_of(clients("autoscaling", REGION), names.autoscaling_group(STACK, "training"))["Instances"])
         == 3
     )
-    assert heartbeats(clients)[0]["Dimensions"] == [{"Name": "Guardrail", "Value": "launcher"}]
+    assert heartbeats(clients)[0]["Dimensions"] == [
+        {"Name": "Guardrail", "Value": "launcher"},
+        {"Name": "Stack", "Value": STACK},
+    ]
 
 
 def test_refuses_when_parked_and_counts_it(clients: ClientFactory) -> None:

@@ -123,7 +123,10 @@ def test_a_mixed_fleet(clients: ClientFactory) -> None:
     assert "past its 1h30m cap" in message["Message"]
 
     [metric] = heartbeats(clients)
-    assert metric["Dimensions"] == [{"Name": "Guardrail", "Value": "reaper"}]
+    assert metric["Dimensions"] == [
+        {"Name": "Guardrail", "Value": "reaper"},
+        {"Name": "Stack", "Value": STACK},
+    ]
     assert last_success(heartbeat.REAPER) == fleet.now.timestamp()
     assert actions(heartbeat.REAPER, "remove-from-group", "past-deadline") == before + 2
 

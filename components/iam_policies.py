@@ -1,0 +1,271 @@
+"""Every IAM policy document the stack declares, built by pure functions from plain ARNs.
+
+One function per guardrail Lambda returns that function's whole permission policy, so a test can
+compare it with the AWS calls the function really makes (and nothing else can drift from it); the
+components resolve their Outputs into a :class:`Grants` and call these. No Pulumi here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from guardrails import names, tags
+
+VERSION = "2012-10-17"
+# The one condition every stop, terminate and shrink grant carries (the no-unconditional-stop policy).
+MANAGED_ONLY = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
+Statement = dict[str, Any]
+PolicyDocument = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What the guardrails' roles may be granted, as plain ARNs: each resource they act on."""
+
+    partition: str
+    account_id: str
+    region: str
+    stack: str
+    topic_arn: str
+    scheduler_role_arn: str
+    autoscaling_group_arns: tuple[str, ...] = ()
+    nightly_group_arn: str | None = None
+    database_secret_arn: str | None = None
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:{self.partition}:{service}:{self.region}:{self.account_id}:{resource}"
+
+    def function_arn(self, guardrail: str) -> str:
+        return self.arn("lambda", f"function:{names.function_name(self.stack, guardrail)}")
+
+
+def statement(sid: str, actions: Sequence[str], resources: object, condition: object = None) -> Statement:
+    body: Statement = {"Sid": sid, "Effect": "Allow", "Action": list(actions), "Resource": resources}
+    if condition is not None:
+        body["Condition"] = condition
+    return body
+
+
+def document(statements: Sequence[Statement]) -> PolicyDocument:
+    return {"Version": VERSION, "Statement": list(statements)}
+
+
+def trust_policy(service: str, condition: object = None) -> PolicyDocument:
+    trust: Statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    if condition is not None:
+        trust["Condition"] = condition
+    return document([trust])
+
+
+# --- statement groups the guardrails share -----------------------------------------------------------
+
+
+def _basics(guardrail: str, grants: Grants) -> list[Statement]:
+    """Every guardrail: its own log group, its heartbeat and the alarm topic."""
+    name = names.function_name(grants.stack, guardrail)
+    return [
+        statement(
+            "OwnLogs",
+            ["logs:CreateLogStream", "logs:PutLogEvents"],
+            grants.arn("logs", f"log-group:/aws/lambda/{name}:*"),
+        ),
+        statement(
+            "Heartbeat",
+            ["cloudwatch:PutMetricData"],
+            "*",  # PutMetricData has no resource-level permissions; the namespace condition scopes it
+            {"StringEquals": {"cloudwatch:namespace": names.heartbeat_namespace()}},
+        ),
+        statement("Notify", ["sns:Publish"], grants.topic_arn),
+    ]
+
+
+def _stop_path(grants: Grants) -> list[Statement]:
+    """The one stop path: managed hosts only, stand-alone or in the stack's pools' Auto Scaling groups."""
+    statements = [
+        statement(
+            "Describe",
+            [
+                "ec2:DescribeInstances",
+                "autoscaling:DescribeAutoScalingInstances",
+                "autoscaling:DescribeAutoScalingGroups",
+            ],
+            "*",  # Describe calls have no resource-level permissions
+        ),
+        statement(
+            "StopManagedInstancesOnly",
+            ["ec2:StopInstances", "ec2:TerminateInstances"],
+            grants.arn("ec2", "instance/*"),
+            MANAGED_ONLY,
+        ),
+    ]
+    if grants.autoscaling_group_arns:
+        statements.append(
+            statement(
+                "ShrinkManagedGroupsOnly",
+                ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetDesiredCapacity"],
+                list(grants.autoscaling_group_arns),
+                MANAGED_ONLY,
+            )
+        )
+    return statements
+
+
+def _deadline_schedules(grants: Grants) -> list[Statement]:
+    """Create, move and delete the per-host deadline schedules, in their group only, as the scheduler role."""
+    return [
+        statement(
+            "DeadlineSchedulesOnly",
+            ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule",
+             "scheduler:GetSchedule"],
+            grants.arn("scheduler", f"schedule/{names.deadline_schedule_group(grants.stack)}/*"),
+        ),
+        statement(
+            "PassSchedulerRole",
+            ["iam:PassRole"],
+            grants.scheduler_role_arn,
+            {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+        ),
+    ]  # fmt: skip
+
+
+def _ledger(grants: Grants) -> list[Statement]:
+    if grants.database_secret_arn is None:
+        return []
+    return [statement("ReadDatabaseSecret", ["secretsmanager:GetSecretValue"], grants.database_secret_arn)]
+
+
+# --- one policy per guardrail Lambda --------------------------------------------------------------------
+
+
+def reaper_policy(grants: Grants) -> PolicyDocument:
+    """The sweep: stops hosts past their deadline and re-arms deadline schedules."""
+    return document([*_basics("reaper", grants), *_stop_path(grants), *_deadline_schedules(grants)])
+
+
+def deadline_policy(grants: Grants) -> PolicyDocument:
+    """Per-host deadlines: arms them on ``running``, and stops a host already past its cap."""
+    return document([*_basics("deadline", grants), *_stop_path(grants), *_deadline_schedules(grants)])
+
+
+def launcher_policy(grants: Grants) -> PolicyDocument:
+    """The nightly start: reads the park state and the pool, consults the ledger, sets the pool's capacity."""
+    statements = [
+        *_basics("launcher", grants),
+        statement(
+            "ReadParkState",
+            ["ssm:GetParameter"],
+            grants.arn("ssm", f"parameter{names.park_parameter(grants.stack)}"),
+        ),
+        statement(
+            "DescribePool",
+            ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeLaunchTemplateVersions"],
+            "*",
+        ),
+    ]
+    if grants.nightly_group_arn is not None:
+        statements.append(
+            statement(
+                "StartNightlyPool", ["autoscaling:SetDesiredCapacity"], grants.nightly_group_arn, MANAGED_ONLY
+            )
+        )
+    return document([*statements, *_ledger(grants)])
+
+
+def meter_policy(grants: Grants) -> PolicyDocument:
+    """The usage ledger's meter: records state changes and enforces budgets through the stop path."""
+    return document([*_basics("meter", grants), *_stop_path(grants), *_ledger(grants)])
+
+
+def budget_policy(grants: Grants) -> PolicyDocument:
+    """The budget check: spend caps per tenant, enforced through the stop path."""
+    return document([*_basics("budget", grants), *_stop_path(grants), *_ledger(grants)])
+
+
+GUARDRAIL_POLICIES: dict[str, Callable[[Grants], PolicyDocument]] = {
+    "reaper": reaper_policy,
+    "deadline": deadline_policy,
+    "launcher": launcher_policy,
+    "meter": meter_policy,
+    "budget": budget_policy,
+}
+
+
+def scheduler_policy(invoked_function_arns: Sequence[str]) -> PolicyDocument:
+    """EventBridge Scheduler's role: invoke the functions its schedules target, nothing else."""
+    return document([statement("InvokeGuardrails", ["lambda:InvokeFunction"], list(invoked_function_arns))])
+
+
+# --- GPU hosts --------------------------------------------------------------------------------------------
+
+# What Session Manager needs on the host, instead of AmazonSSMManagedInstanceCore (which also reads every
+# SSM parameter and S3 object the account lets it). These calls have no resource-level permissions.
+SESSION_MANAGER_ACTIONS = (
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)
+# What the ECS agent needs to join one cluster, instead of AmazonEC2ContainerServiceforEC2Role (which joins
+# any cluster and pulls any ECR image; tasks pull their images through their execution role).
+ECS_REGISTER_ACTIONS = (
+    "ecs:RegisterContainerInstance",
+    "ecs:DeregisterContainerInstance",
+    "ecs:SubmitAttachmentStateChanges",
+    "ecs:SubmitContainerStateChange",
+    "ecs:SubmitTaskStateChange",
+)
+ECS_AGENT_ACTIONS = ("ecs:Poll", "ecs:StartTelemetrySession", "ecs:UpdateContainerInstancesState")
+
+
+@dataclass(frozen=True)
+class HostGrants:
+    """What a GPU host's role may act on: its own group and, when it serves, its own ECS cluster."""
+
+    partition: str
+    account_id: str
+    region: str
+    autoscaling_group_arn: str
+    ecs_cluster_name: str | None = None
+    # The pinned host-tools artifact the stack uploads (bucket ARN/key), when the hosts install from it.
+    tools_object_arn: str | None = None
+
+    def arn(self, service: str, resource: str) -> str:
+        return f"arn:{self.partition}:{service}:{self.region}:{self.account_id}:{resource}"
+
+
+def host_policy(grants: HostGrants) -> PolicyDocument:
+    """A GPU host's own permissions: leave its own (managed) group, Session Manager, its ECS cluster.
+
+    Auto Scaling has no condition key naming the instance a call acts on, so the narrowest grant for
+    leaving the group is the host's own group.
+    """
+    statements = [
+        statement(
+            "LeaveOwnGroupOnly",
+            ["autoscaling:TerminateInstanceInAutoScalingGroup"],
+            grants.autoscaling_group_arn,
+            MANAGED_ONLY,
+        ),
+        statement("SessionManager", SESSION_MANAGER_ACTIONS, "*"),
+    ]
+    if grants.tools_object_arn is not None:
+        statements.append(statement("ReadHostTools", ["s3:GetObject"], grants.tools_object_arn))
+    if grants.ecs_cluster_name is not None:
+        cluster = grants.ecs_cluster_name
+        statements += [
+            statement("JoinOwnCluster", ECS_REGISTER_ACTIONS, grants.arn("ecs", f"cluster/{cluster}")),
+            statement(
+                "AgentInOwnCluster", ECS_AGENT_ACTIONS, grants.arn("ecs", f"container-instance/{cluster}/*")
+            ),
+            statement(
+                "TagOwnRegistration",
+                ["ecs:TagResource"],
+                grants.arn("ecs", f"container-instance/{cluster}/*"),
+                {"StringEquals": {"ecs:CreateAction": "RegisterContainerInstance"}},
+            ),
+            statement("DiscoverPollEndpoint", ["ecs:DiscoverPollEndpoint"], "*"),
+        ]
+    return document(statements)

@@ -1,0 +1,102 @@
+"""The IAM documents as pure functions: one per guardrail Lambda, each passing the pack's stop rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.guardrail_functions import FUNCTIONS
+from components.iam_policies import (
+    GUARDRAIL_POLICIES,
+    Grants,
+    HostGrants,
+    host_policy,
+    scheduler_policy,
+)
+from policies.rules.no_unconditional_stop import document_problems
+
+GRANTS = Grants(
+    partition="aws",
+    account_id="123456789012",
+    region="eu-west-1",
+    stack="prod",
+    topic_arn="arn:aws:sns:eu-west-1:123456789012:alarms",
+    scheduler_role_arn="arn:aws:iam::123456789012:role/parkbrake-prod-scheduler",
+    autoscaling_group_arns=(
+        "arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:1:autoScalingGroupName/g",
+    ),
+    nightly_group_arn="arn:aws:autoscaling:eu-west-1:123456789012:autoScalingGroup:1:autoScalingGroupName/g",
+    database_secret_arn="arn:aws:secretsmanager:eu-west-1:123456789012:secret:db",
+)
+
+
+def sids(document: dict[str, object]) -> set[str]:
+    return {statement["Sid"] for statement in document["Statement"]}  # type: ignore[attr-defined,index]
+
+
+def test_one_policy_function_per_deployed_guardrail() -> None:
+    assert set(GUARDRAIL_POLICIES) == {function.guardrail for function in FUNCTIONS}
+
+
+@pytest.mark.parametrize("guardrail", sorted(GUARDRAIL_POLICIES))
+def test_every_guardrail_policy_is_valid_and_passes_the_stop_rule(guardrail: str) -> None:
+    document = GUARDRAIL_POLICIES[guardrail](GRANTS)
+
+    assert document["Version"] == "2012-10-17"
+    assert {"OwnLogs", "Heartbeat", "Notify"} <= sids(document)
+    assert list(document_problems(document, guardrail)) == []
+    logs = next(s for s in document["Statement"] if s["Sid"] == "OwnLogs")
+    assert (
+        logs["Resource"]
+        == f"arn:aws:logs:eu-west-1:123456789012:log-group:/aws/lambda/parkbrake-prod-{guardrail}:*"
+    )
+
+
+def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
+    basics = {"OwnLogs", "Heartbeat", "Notify"}
+    stop_path = {"Describe", "StopManagedInstancesOnly", "ShrinkManagedGroupsOnly"}
+    deadlines = {"DeadlineSchedulesOnly", "PassSchedulerRole"}
+
+    assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines
+    assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines
+    assert sids(GUARDRAIL_POLICIES["meter"](GRANTS)) - basics == stop_path | {"ReadDatabaseSecret"}
+    assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | {"ReadDatabaseSecret"}
+    assert sids(GUARDRAIL_POLICIES["launcher"](GRANTS)) - basics == {
+        "ReadParkState",
+        "DescribePool",
+        "StartNightlyPool",
+        "ReadDatabaseSecret",
+    }
+
+
+def test_scheduler_may_invoke_exactly_the_functions_given() -> None:
+    arns = [GRANTS.function_arn("reaper"), GRANTS.function_arn("launcher")]
+
+    (statement,) = scheduler_policy(arns)["Statement"]
+    assert statement["Action"] == ["lambda:InvokeFunction"]
+    assert statement["Resource"] == [
+        "arn:aws:lambda:eu-west-1:123456789012:function:parkbrake-prod-reaper",
+        "arn:aws:lambda:eu-west-1:123456789012:function:parkbrake-prod-launcher",
+    ]
+
+
+def test_a_host_joins_only_its_own_cluster_and_reads_only_its_tools() -> None:
+    document = host_policy(
+        HostGrants(
+            partition="aws",
+            account_id="123456789012",
+            region="eu-west-1",
+            autoscaling_group_arn=GRANTS.nightly_group_arn or "",
+            ecs_cluster_name="parkbrake-prod",
+            tools_object_arn="arn:aws:s3:::tools-bucket/host-tools.tar.gz",
+        )
+    )
+
+    grants = {statement["Sid"]: statement for statement in document["Statement"]}
+    assert grants["JoinOwnCluster"]["Resource"] == "arn:aws:ecs:eu-west-1:123456789012:cluster/parkbrake-prod"
+    assert grants["ReadHostTools"] == {
+        "Sid": "ReadHostTools",
+        "Effect": "Allow",
+        "Action": ["s3:GetObject"],
+        "Resource": "arn:aws:s3:::tools-bucket/host-tools.tar.gz",
+    }
+    assert list(document_problems(document, "host")) == []
