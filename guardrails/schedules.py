@@ -13,6 +13,8 @@ from guardrails.errors import InputError
 
 DAY_NAMES = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 _DAY_ITEM = re.compile(r"(?P<start>\*|\w+)(?:-(?P<end>\w+))?(?:/(?P<step>\d+))?")
+# One day of the month by weekday: the nth (``5#3``), or the last (croniter's ``L5``; Quartz's ``5L``).
+_ONE_DAY = re.compile(r"(?P<nth_day>\w+)(?P<nth>#[1-5])|L(?P<last_day>\w+)|(?P<quartz_last_day>\w+)L")
 
 
 def rate_expression(every: timedelta) -> str:
@@ -54,9 +56,10 @@ def _from_start(field: str, low: str) -> str:
 
 
 def _eventbridge_days(field: str, expression: str) -> str:
-    nth = re.fullmatch(r"(\w+)(#[1-5]|L)", field)
-    if nth:  # the 3rd Friday (5#3), the last Friday (5L): one day, EventBridge-numbered
-        return f"{_day_index(nth.group(1), expression) + 1}{nth.group(2)}"
+    one_day = _ONE_DAY.fullmatch(field)
+    if one_day:  # the 3rd Friday (5#3), the last Friday (L5, or 5L): one day, EventBridge-numbered
+        day = one_day["nth_day"] or one_day["last_day"] or one_day["quartz_last_day"]
+        return f"{_day_index(day, expression) + 1}{one_day['nth'] or 'L'}"
     days: set[int] = set()
     for item in field.split(","):
         match = _DAY_ITEM.fullmatch(item)
@@ -99,8 +102,34 @@ def _runs(days: list[int]) -> list[str]:
 
 
 def eventbridge_cron_to_five_fields(expression: str) -> str:
-    """``cron(0 1 ? * 2-6 *)`` → ``0 1 * * 1-5``: EventBridge numbers weekdays 1–7 from Sunday."""
+    """``cron(0 1 ? * 2-6 *)`` → ``0 1 * * 1-5``, as croniter reads it.
+
+    EventBridge numbers weekdays 1–7 from Sunday, cron 0–6: only day numbers shift, never a step
+    (``2-6/2`` → ``1-5/2``) nor an ordinal (``6#3``, the third Friday → ``5#3``); the last Friday
+    (``6L``) becomes croniter's ``L5``.
+    """
     fields = expression.removeprefix("cron(").removesuffix(")").split()
     minute, hour, day_of_month, month, day_of_week = (field.replace("?", "*") for field in fields[:5])
-    day_of_week = re.sub(r"\d+", lambda number: str(int(number.group()) - 1), day_of_week)
-    return f"{minute} {hour} {day_of_month} {month} {day_of_week}"
+    return f"{minute} {hour} {day_of_month} {month} {_cron_days(day_of_week)}"
+
+
+def _cron_days(field: str) -> str:
+    one_day = _ONE_DAY.fullmatch(field)
+    if one_day and one_day["nth"]:
+        return f"{_cron_day(one_day['nth_day'])}{one_day['nth']}"
+    if one_day and one_day["quartz_last_day"]:
+        return f"L{_cron_day(one_day['quartz_last_day'])}"
+    items = []
+    for item in field.split(","):
+        match = _DAY_ITEM.fullmatch(item)
+        if match is None:
+            items.append(item)  # not EventBridge's: left for croniter to refuse
+            continue
+        days = "-".join(_cron_day(day) for day in (match["start"], match["end"]) if day)
+        items.append(f"{days}/{match['step']}" if match["step"] else days)
+    return ",".join(items)
+
+
+def _cron_day(token: str) -> str:
+    """An EventBridge day of the week (1–7 or a name) as cron's (0–6, names unchanged)."""
+    return str(int(token) - 1) if token.isdigit() else token
