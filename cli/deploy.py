@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
@@ -11,23 +12,40 @@ from typing import TYPE_CHECKING, Self
 import click
 
 from cli.console import console as make_console
-from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
+from cli.main import INTERRUPTED_EXIT
+from cli.options import (
+    confirm_or_abort,
+    dry_run_option,
+    output_option,
+    project_dir_option,
+    stack_option,
+    yes_option,
+)
+from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from cli.oncall.deploy_phases import DeployResult
-
-INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C
+    from cli.oncall.deploy_abort import AbortResult
+    from cli.oncall.deploy_phases import DeployResult, DeployTarget
+    from cli.oncall.deploy_runtime import ServiceAt
+    from cli.oncall.revisions import TaskDefinitionFacts
 
 
 @click.command()
 @click.argument("service")
 @click.option(
-    "--image", required=True, help="The image: an ECR tag (resolved to its digest) or REPO@sha256:…."
+    "--image",
+    help="The image: an ECR tag (resolved to its digest) or REPO@sha256:…. Required unless --abort.",
 )
-@click.option("--revision", required=True, help="The git commit the image was built from.")
+@click.option("--revision", help="The git commit the image was built from. Required unless --abort.")
+@click.option(
+    "--abort",
+    is_flag=True,
+    help="Stop the deploy in progress: all traffic back to the live colour, the other colour to zero, "
+    "the extra host removed.",
+)
 @stack_option
 @click.option(
     "--canary",
@@ -45,21 +63,16 @@ INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C
     help="How long the new colour may take to become healthy (and the old one to drain).",
 )
 @click.option("--allow-tag", is_flag=True, help="Accept a tag that cannot be resolved to a digest.")
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Folder holding the stack files; Pulumi.<stack>.yaml gets the new live colour.",
-)
+@project_dir_option
 @dry_run_option
 @yes_option
 @output_option
 def deploy(
     *,
     service: str,
-    image: str,
-    revision: str,
+    image: str | None,
+    revision: str | None,
+    abort: bool,
     stack: str,
     canary_percent: int,
     bake: str,
@@ -70,7 +83,7 @@ def deploy(
     yes: bool,
     output: str,
 ) -> None:
-    """Deploy IMAGE as REVISION to SERVICE (e.g. inference), blue-green.
+    """Deploy IMAGE as REVISION to SERVICE (e.g. inference), blue-green; or --abort one.
 
     Registers a task definition pinned to the image's digest and labelled with the revision,
     starts it on the idle colour with one extra GPU host, waits for healthy targets, sends it
@@ -78,30 +91,145 @@ def deploy(
     extra host away and sets the stack's live_colour (commit that file).
 
     Any failure rolls back (the old revision keeps serving) and exits 1. Ctrl-C leaves the service
-    serving and exits 130: run the same command again to resume, or deploy another revision to
-    roll the interrupted one back. State is read from AWS, so any engineer can resume.
+    serving and exits 130: run the same command again to resume, --abort to undo it, or deploy
+    another revision to roll the interrupted one back. State is read from AWS, so any engineer can
+    resume or abort.
+
+    \b
+    Example:
+      parkbrake deploy inference --stack dev --revision 9e8d7c6 \\
+          --image 123456789012.dkr.ecr.us-east-1.amazonaws.com/inference:9e8d7c6
+      parkbrake deploy inference --stack dev --abort
     """
-    from cli.oncall.blue_green_deploy import BlueGreenDeploy, Runtime
-    from cli.oncall.deploy_phases import DeployRequest, DeployTarget
-    from cli.oncall.revisions import resolve_image, revision_text
+    from cli.oncall.deploy_phases import DeployTarget
     from stacks.config import stack_file
+
+    target = DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir))
+    if abort:
+        if image or revision:
+            raise click.UsageError("--abort takes no --image or --revision: it returns to the live colour")
+        _abort(target, timeout=_duration("--timeout", timeout), dry_run=dry_run, yes=yes, output=output)
+        return
+    if not image or not revision:
+        missing = [flag for flag, value in (("--image", image), ("--revision", revision)) if not value]
+        raise click.UsageError(f"missing {' and '.join(missing)} (or pass --abort)")
+    settings = DeploySettings(
+        canary_percent, _duration("--bake", bake), _duration("--timeout", timeout), dry_run, yes, output
+    )
+    _deploy(target, image=image, revision=revision, allow_tag=allow_tag, settings=settings)
+
+
+@click.command()
+@click.argument("service")
+@stack_option
+@click.option(
+    "--canary",
+    "canary_percent",
+    type=click.IntRange(1, 50),
+    default=10,
+    show_default=True,
+    help="Percent of traffic the previous revision takes while it bakes.",
+)
+@click.option("--bake", default="5m", show_default=True, help="How long the canary must stay healthy.")
+@click.option(
+    "--timeout",
+    default="20m",
+    show_default=True,
+    help="How long the colour may take to become healthy (and the other one to drain).",
+)
+@project_dir_option
+@dry_run_option
+@yes_option
+@output_option
+def rollback(
+    *,
+    service: str,
+    stack: str,
+    canary_percent: int,
+    bake: str,
+    timeout: str,
+    project_dir: Path,
+    dry_run: bool,
+    yes: bool,
+    output: str,
+) -> None:
+    """Deploy SERVICE's previous verified revision again, blue-green, as `deploy` would.
+
+    The previous verified revision is the newest task definition a deploy verified serving
+    (tagged parkbrake:verified) whose revision is not the one serving now; its image is the digest
+    it ran. Exit codes as for deploy.
+
+    \b
+    Example:
+      parkbrake rollback inference --stack dev
+    """
+    from cli.oncall.deploy_phases import DeployTarget
+    from cli.oncall.deploy_runtime import Runtime, ServiceAt
+    from cli.oncall.traffic import colour_weights
+    from cli.oncall.verified_revisions import previous_verified
+    from stacks.config import stack_file
+
+    target = DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir))
+    runtime = Runtime.of(click.get_current_context().obj)
+    at = ServiceAt.find(target, runtime, ConsoleProgress(quiet=True))
+    weights = colour_weights(runtime.clients.elbv2, at.topology)
+    live = max(weights, key=lambda colour: weights[colour])
+    serving = _serving_facts(at, live)
+    previous = previous_verified(at, serving)
+    if previous is None:
+        raise ParkbrakeError(
+            f"{service} has no verified revision other than {serving.revision_label or 'the serving one'} "
+            f"({serving.name}); deploy a revision by --image and --revision instead"
+        )
+    facts = previous.facts
+    assert facts.revision_label is not None
+    if output == "text":
+        click.echo(
+            f"Rolling {service} back from {serving.revision_label} to {facts.revision_label} "
+            f"({facts.name}, verified {previous.verified_at})",
+            err=True,
+        )
+    settings = DeploySettings(
+        canary_percent, _duration("--bake", bake), _duration("--timeout", timeout), dry_run, yes, output
+    )
+    _deploy(target, image=facts.image, revision=facts.revision_label, allow_tag=False, settings=settings)
+
+
+@dataclass(frozen=True)
+class DeploySettings:
+    canary_percent: int
+    bake: timedelta
+    timeout: timedelta
+    dry_run: bool
+    yes: bool
+    output: str
+
+
+def _deploy(
+    target: DeployTarget, *, image: str, revision: str, allow_tag: bool, settings: DeploySettings
+) -> None:
+    from cli.oncall.blue_green_deploy import BlueGreenDeploy
+    from cli.oncall.deploy_phases import DeployRequest
+    from cli.oncall.deploy_runtime import Runtime, ServiceAt
+    from cli.oncall.revisions import resolve_image, revision_text
 
     runtime = Runtime.of(click.get_current_context().obj)
     request = DeployRequest(
-        target=DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir)),
+        target=target,
         image=resolve_image(image, allow_tag=allow_tag, ecr_in=runtime.clients.ecr_in),
         revision=revision_text(revision),
-        canary_percent=canary_percent,
-        bake=_duration("--bake", bake),
-        timeout=_duration("--timeout", timeout),
+        canary_percent=settings.canary_percent,
+        bake=settings.bake,
+        timeout=settings.timeout,
     )
-    with ConsoleProgress(quiet=output == "json") as progress:
-        deployer = BlueGreenDeploy(request, runtime.clients, runtime.source, runtime.clock, progress)
-        if dry_run:
-            _print(deployer.plan(), output)
+    with ConsoleProgress(quiet=settings.output == "json") as progress:
+        deployer = BlueGreenDeploy(request, ServiceAt.find(target, runtime, progress))
+        if settings.dry_run:
+            _print(deployer.plan(), settings.output)
             return
         confirm_or_abort(
-            f"Deploy {revision} ({request.image.image}) to {service} in stack {stack}?", assume_yes=yes
+            f"Deploy {revision} ({request.image.image}) to {target.service} in stack {target.stack}?",
+            assume_yes=settings.yes,
         )
         try:
             result = deployer.run()
@@ -109,13 +237,67 @@ def deploy(
             progress.close()
             click.echo(
                 "\nInterrupted; the service is still serving. Run the same command again to resume, "
+                f"`parkbrake deploy {target.service} --stack {target.stack} --abort` to undo it, "
                 "or deploy another revision to roll this one back.",
                 err=True,
             )
             sys.exit(INTERRUPTED_EXIT)
-    _print(result, output)
+    _print(result, settings.output)
     if not result.succeeded:
         sys.exit(1)
+
+
+def _abort(target: DeployTarget, *, timeout: timedelta, dry_run: bool, yes: bool, output: str) -> None:
+    from cli.oncall.deploy_abort import abort_deploy
+    from cli.oncall.deploy_runtime import Runtime, ServiceAt
+
+    runtime = Runtime.of(click.get_current_context().obj)
+    with ConsoleProgress(quiet=output == "json") as progress:
+        at = ServiceAt.find(target, runtime, progress)
+        plan = abort_deploy(at, timeout, dry_run=True)
+        if plan.steps and not dry_run:
+            if output == "text":
+                _print_abort(plan)
+            confirm_or_abort(
+                f"Abort the deploy of {target.service}, returning it to {plan.live}?", assume_yes=yes
+            )
+            result = abort_deploy(at, timeout, dry_run=False)
+        else:
+            result = plan
+    if output == "json":
+        click.echo(json.dumps(result.as_json(), indent=2))
+    else:
+        _print_abort(result)
+    if result.errors:
+        sys.exit(1)
+
+
+def _print_abort(result: AbortResult) -> None:
+    console = make_console()
+    if result.outcome == "nothing-to-abort":
+        console.print(
+            f"No deploy in progress: {result.live} serves {result.service} alone; nothing to abort."
+        )
+        return
+    heading = {"dry-run": "Dry run: an abort would", "aborted": "Aborted", "failed": "Abort incomplete"}
+    console.print(f"[bold]{heading.get(result.outcome, 'An abort will')}[/bold]:")
+    for step in result.steps:
+        console.print(f"  • {step}")
+    for warning in result.warnings:
+        console.print(f"[yellow]warning[/yellow]: {warning}")
+    for error in result.errors:
+        console.print(f"[red]step failed[/red]: {error}")
+    if result.outcome == "aborted":
+        console.print(f"[bold green]{result.live} serves {result.service} alone again.[/bold green]")
+
+
+def _serving_facts(at: ServiceAt, colour: str) -> TaskDefinitionFacts:
+    from cli.oncall.revision_checks import primary_facts
+
+    _, facts = primary_facts(at.clients.ecs, at.source, at.target.cluster, at.service(colour))
+    if facts is None:
+        raise ParkbrakeError(f"{at.service(colour)} has no PRIMARY deployment; nothing to roll back from")
+    return facts
 
 
 def _duration(flag: str, text: str) -> timedelta:

@@ -11,6 +11,8 @@ import click
 from cli.registry import COMMANDS, LazyCommand
 from guardrails.errors import ParkbrakeError
 
+INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (SIGINT)
+
 
 class LazyGroup(click.Group):
     """A group whose commands are imported on first use; its own ``--help`` imports none of them."""
@@ -52,6 +54,13 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except ParkbrakeError as error:
             _fail(str(error), error.exit_code)
+        except KeyboardInterrupt:
+            _interrupted()
+        except click.Abort as error:
+            # click turns Ctrl-C at a prompt into Abort; a "no" to a confirmation is Abort too.
+            if isinstance(error.__context__, KeyboardInterrupt):
+                _interrupted()
+            raise
         except Exception as error:
             message = describe_environment_error(error)
             if message is None:
@@ -62,6 +71,11 @@ class LazyGroup(click.Group):
 def _fail(message: str, exit_code: int) -> None:
     click.echo(f"Error: {message}", err=True)
     sys.exit(exit_code)
+
+
+def _interrupted() -> None:
+    click.echo("\nInterrupted.", err=True)
+    sys.exit(INTERRUPTED_EXIT)
 
 
 def describe_environment_error(error: Exception) -> str | None:

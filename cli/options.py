@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -23,6 +24,13 @@ stack_option = click.option(
     show_default=True,
     envvar="PARKBRAKE_STACK",
     help="Pulumi stack name; its config is Pulumi.<stack>.yaml.",
+)
+project_dir_option = click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Folder holding Pulumi.yaml and the stack files (Pulumi.<stack>.yaml).",
 )
 dry_run_option = click.option("--dry-run", is_flag=True, help="Report what would change and change nothing.")
 # The host-side commands (run, agent) end by shutting the host down; tests point this at a recorder.

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
+from cli.options import (
+    confirm_or_abort,
+    dry_run_option,
+    output_option,
+    project_dir_option,
+    stack_option,
+    yes_option,
+)
 
 if TYPE_CHECKING:
     from cli.oncall.emergency_park import EmergencyResult
@@ -22,13 +29,7 @@ def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(
         [
             stack_option,
-            click.option(
-                "--project-dir",
-                type=click.Path(file_okay=False, path_type=Path),
-                default=Path("."),
-                show_default=True,
-                help="Folder holding Pulumi.yaml and the stack files.",
-            ),
+            project_dir_option,
             click.option(
                 "--apply",
                 is_flag=True,

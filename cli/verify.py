@@ -13,7 +13,7 @@ from cli.options import output_option, stack_option
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cli.oncall.revisions import RevisionReport
+    from cli.oncall.revision_checks import RevisionReport
 
 
 @click.command()
@@ -37,8 +37,9 @@ def verify(
     task definition. A circuit-breaker rollback, which ECS reports as a COMPLETED deployment of the
     old task definition, fails with a message that says so. Exit 0 only when every check holds.
     """
-    from cli.oncall.blue_green_deploy import Runtime
-    from cli.oncall.revisions import resolve_image, revision_text, verify_revision
+    from cli.oncall.deploy_runtime import Runtime
+    from cli.oncall.revision_checks import verify_revision
+    from cli.oncall.revisions import resolve_image, revision_text
     from guardrails import names
 
     runtime = Runtime.of(click.get_current_context().obj)

@@ -19,6 +19,8 @@ PARKED_CAPACITY = "parkbrake:parked-capacity"
 STORAGE_GB = "parkbrake:storage-gb"
 # On a GPU pool's group while `deploy` holds an extra host there, so a later deploy can remove it.
 DEPLOY_SURGE = "parkbrake:deploy-surge"
+# On a task definition a deploy verified serving (the instant, ISO-8601 UTC): what `rollback` goes back to.
+VERIFIED = "parkbrake:verified"
 
 REQUIRED_ON_GPU_HOSTS = (MANAGED, STACK, POOL, TENANT, MAX_RUNTIME, REVISION)
 

@@ -14,7 +14,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from cli.oncall.revisions import ResolvedImage, RevisionReport, Rollout, TaskDefinitionFacts
+from cli.oncall.revision_checks import RevisionReport
+from cli.oncall.revisions import ResolvedImage, Rollout, TaskDefinitionFacts
 from cli.oncall.stack_file import ConfigEdit, read_config_value
 from cli.oncall.surge_host import SurgeMark
 from guardrails import names

@@ -5,7 +5,7 @@ and takes a host out again when one colour is gone. Both ends are made safe acro
 a mark on the group, ``parkbrake:deploy-surge`` = the capacity the surge raised it to:
 
 * the mark is written before the capacity is raised, so a crash in between leaves a mark and no
-  host, never an unrecorded host;
+  host, never an unrecorded host; the next run sees the capacity below the mark and raises it;
 * removal terminates an *idle* host by id, with the capacity decremented. Lowering the capacity
   instead would let the group choose, maybe the host that serves: the pool has no scale-in
   protection, since parking must reach zero hosts;
@@ -59,10 +59,14 @@ class SurgeHost:
         )
 
     def add(self, mark: SurgeMark) -> None:
-        if mark.surged_to is not None:
+        """Raise the group to one host more, or finish raising it to what an earlier run marked."""
+        if mark.surged_to is not None and mark.desired >= mark.surged_to:
             return
-        surged_to = mark.desired + 1
-        self.autoscaling.create_or_update_tags(Tags=[self._tag(str(surged_to))])
+        if mark.surged_to is None:
+            surged_to = mark.desired + 1
+            self.autoscaling.create_or_update_tags(Tags=[self._tag(str(surged_to))])
+        else:  # an earlier run marked the group and was stopped before it raised the capacity
+            surged_to = mark.surged_to
         self.autoscaling.set_desired_capacity(
             AutoScalingGroupName=self.group, DesiredCapacity=surged_to, HonorCooldown=False
         )

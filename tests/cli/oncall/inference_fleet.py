@@ -32,7 +32,7 @@ from typing import Any
 
 import boto3
 
-from cli.oncall.blue_green_deploy import AwsClients, Runtime
+from cli.oncall.deploy_runtime import AwsClients, Runtime
 from cli.oncall.revisions import (
     Deployment,
     Rollout,

@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.blue_green_deploy import AwsClients, BlueGreenDeploy
+from cli.oncall.blue_green_deploy import BlueGreenDeploy
 from cli.oncall.deploy_phases import DeployRequest, DeployResult, DeployTarget
+from cli.oncall.deploy_runtime import AwsClients, Runtime, ServiceAt
 from cli.oncall.revisions import resolve_image
 from cli.oncall.surge_host import SURGE_TAG
 from guardrails import names, tags
@@ -65,7 +66,8 @@ def deployer(
         bake=BAKE,
         timeout=TIMEOUT,
     )
-    return BlueGreenDeploy(request, clients, scheduler, clock, progress or RecordedProgress())
+    at = ServiceAt.find(request.target, Runtime(clients, scheduler, clock), progress or RecordedProgress())
+    return BlueGreenDeploy(request, at)
 
 
 def assert_serving(fleet: InferenceFleet, colour: str, revision: str) -> None:
@@ -339,6 +341,7 @@ def test_the_cli_deploys_and_reports_json(fleet: InferenceFleet) -> None:
     assert document["verification"]["passed"] is True
     assert {check["name"] for check in document["verification"]["checks"]} == {
         "primary-deployment", "revision-label", "image-digest", "other-deployments", "running-tasks",
+        "listener-routes",
     }  # fmt: skip
     assert document["config_edit"]["changed"] is True
     assert_serving(fleet, "green", NEW_REVISION)

@@ -16,14 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.blue_green_deploy import Runtime
-from cli.oncall.revisions import (
-    EcsRolloutSource,
-    ImageReference,
-    RevisionReport,
-    check_service,
-    verify_revision,
-)
+from cli.oncall.deploy_runtime import Runtime
+from cli.oncall.revision_checks import RevisionReport, check_service, verify_revision
+from cli.oncall.revisions import EcsRolloutSource, ImageReference
 from guardrails.errors import InputError
 from tests.cli.oncall.inference_fleet import (
     NEW_REVISION,
@@ -116,6 +111,7 @@ def test_a_service_running_the_revision_verifies(running_fleet: InferenceFleet) 
         ("inference-blue", "image-digest", True),
         ("inference-blue", "other-deployments", True),
         ("inference-blue", "running-tasks", True),
+        ("inference-blue", "listener-routes", True),
     ]
     code, output = verify_cli(None, "inference", "--revision", OLD_REVISION, "--stack", STACK)
     assert code == 0
@@ -127,8 +123,12 @@ def test_another_revision_does_not_verify(running_fleet: InferenceFleet) -> None
 
     assert code == 1
     failures = failed_checks(json.loads(output))
-    assert set(failures) == {"inference-blue revision-label"}
+    assert set(failures) == {"inference-blue revision-label", "inference-blue listener-routes"}
     assert f"label parkbrake.revision is {OLD_REVISION}" in failures["inference-blue revision-label"]
+    assert failures["inference-blue listener-routes"] == (
+        f"listener :80 default action 100% of the traffic goes to inference-blue, which runs "
+        f"parkbrake-dev-inference:1 (revision {OLD_REVISION}), not {NEW_REVISION}"
+    )
 
 
 def test_a_digest_other_than_the_revisions_image_fails(running_fleet: InferenceFleet) -> None:
@@ -217,9 +217,11 @@ def test_a_circuit_breaker_rollback_is_reported_as_a_rollback(fleet: InferenceFl
 
     assert not report.passed
     failures = {check.name: check.detail for check in report.failures}
-    assert set(failures) == {"primary-deployment", "revision-label"}
-    assert failures["primary-deployment"].startswith("ECS rolled back (circuit breaker)")
-    assert f"which is revision {OLD_REVISION}, not {NEW_REVISION}" in failures["primary-deployment"]
+    assert set(failures) == {"primary-deployment", "revision-label", "listener-routes"}
+    assert failures["primary-deployment"].startswith(
+        f"rolled back to parkbrake-dev-inference:1 (revision {OLD_REVISION}), not {NEW_REVISION}"
+    )
+    assert "circuit breaker" in failures["primary-deployment"]
     # A deploy that recorded its own deployment id judges by it.
     by_id = check_service(
         fleet.clients.ecs, scheduler, fleet.cluster, fleet.services["blue"], NEW_REVISION,
@@ -275,8 +277,59 @@ def test_during_a_canary_both_colours_must_run_the_revision(fleet: InferenceFlee
 
     assert {check.subject for check in report.checks} == {"inference-blue", "inference-green"}
     assert {(check.subject, check.name) for check in report.failures} == {
-        ("inference-blue", "revision-label")
+        ("inference-blue", "revision-label"),
+        ("inference-blue", "listener-routes"),
     }
+    routes = {check.subject: check.detail for check in report.checks if check.name == "listener-routes"}
+    assert routes["inference-blue"].startswith("listener :80 default action 90% of the traffic")
+    assert routes["inference-green"] == f"runs {NEW_REVISION}; traffic from listener :80 default action 10%"
+
+
+def test_a_listener_rule_sending_traffic_to_the_old_colour_fails_naming_the_rule(
+    fleet: InferenceFleet,
+) -> None:
+    """The default action sends everything to green (NEW), but a path rule still sends /* to blue."""
+    scheduler = SimulatedScheduler(fleet)
+    fleet.clients.autoscaling.set_desired_capacity(
+        AutoScalingGroupName=fleet.autoscaling_group, DesiredCapacity=2
+    )
+    definition = register_revision(
+        fleet.clients.ecs, f"{fleet.repository}@{fleet.digests['v1']}", NEW_REVISION
+    )
+    fleet.clients.ecs.update_service(
+        cluster=fleet.cluster, service=fleet.services["green"], taskDefinition=definition, desiredCount=1,
+        forceNewDeployment=True,
+    )  # fmt: skip
+    scheduler.tick()
+    elbv2 = fleet.clients.elbv2
+    elbv2.modify_listener(
+        ListenerArn=fleet.listener_arn,
+        DefaultActions=[{"Type": "forward", "ForwardConfig": {"TargetGroups": [
+            {"TargetGroupArn": fleet.target_groups["blue"], "Weight": 0},
+            {"TargetGroupArn": fleet.target_groups["green"], "Weight": 100},
+        ]}}],
+    )  # fmt: skip
+    elbv2.create_rule(
+        ListenerArn=fleet.listener_arn,
+        Priority=10,
+        Conditions=[{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/*"]}}],
+        Actions=[{"Type": "forward", "TargetGroupArn": fleet.target_groups["blue"]}],
+    )
+
+    report = verify(fleet, scheduler, NEW_REVISION)
+
+    assert not report.passed
+    routes = {check.subject: check for check in report.checks if check.name == "listener-routes"}
+    assert routes["inference-green"].passed
+    assert not routes["inference-blue"].passed
+    assert routes["inference-blue"].detail.startswith(
+        "listener :80 rule 10 (path-pattern /*) 100% of the traffic goes to inference-blue"
+    )
+    assert f"(revision {OLD_REVISION}), not {NEW_REVISION}" in routes["inference-blue"].detail
+    # Without the rule, the same state verifies.
+    rule = next(r for r in elbv2.describe_rules(ListenerArn=fleet.listener_arn)["Rules"] if not r["IsDefault"])
+    elbv2.delete_rule(RuleArn=rule["RuleArn"])
+    assert verify(fleet, scheduler, NEW_REVISION).passed
 
 
 def test_an_image_pinned_only_by_tag_cannot_be_proven(fleet: InferenceFleet) -> None:
