@@ -327,7 +327,9 @@ def test_a_listener_rule_sending_traffic_to_the_old_colour_fails_naming_the_rule
     )
     assert f"(revision {OLD_REVISION}), not {NEW_REVISION}" in routes["inference-blue"].detail
     # Without the rule, the same state verifies.
-    rule = next(r for r in elbv2.describe_rules(ListenerArn=fleet.listener_arn)["Rules"] if not r["IsDefault"])
+    rule = next(
+        r for r in elbv2.describe_rules(ListenerArn=fleet.listener_arn)["Rules"] if not r["IsDefault"]
+    )
     elbv2.delete_rule(RuleArn=rule["RuleArn"])
     assert verify(fleet, scheduler, NEW_REVISION).passed
 
