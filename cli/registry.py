@@ -56,10 +56,12 @@ COMMANDS: dict[str, LazyCommand] = {
         "The stack's nightly schedules (EventBridge Scheduler group parkbrake-<stack>).",
     ),
     "deploy": LazyCommand(
-        "cli.deploy:deploy", "Deploy IMAGE as REVISION to SERVICE (e.g. inference), blue-green; or --abort one."
+        "cli.deploy:deploy",
+        "Deploy IMAGE as REVISION to SERVICE (e.g. inference), blue-green; or --abort one.",
     ),
     "verify": LazyCommand("cli.verify:verify", "Prove that SERVICE (e.g. inference) runs REVISION."),
     "rollback": LazyCommand(
-        "cli.deploy:rollback", "Deploy SERVICE's previous verified revision again, blue-green, as `deploy` would."
+        "cli.deploy:rollback",
+        "Deploy SERVICE's previous verified revision again, blue-green, as `deploy` would.",
     ),
 }
