@@ -1,21 +1,26 @@
-"""Entry point for ``pulumi up`` / ``pulumi preview``: read the stack's config through the one model."""
+"""Entry point for ``pulumi up`` / ``pulumi preview``: the stack's config through the same loader as ``plan``.
+
+Every key the engine holds for this project goes to :func:`stacks.config.parse_stack_config`, so a typo
+(``parkbrake:nighty``) or a bad value stops ``pulumi up`` with the message ``plan`` prints, instead of
+being silently ignored.
+"""
 
 from __future__ import annotations
 
 import pulumi
 
-from stacks.config import TOP_LEVEL_KEYS, parse_stack_config
+from guardrails.errors import InputError
+from stacks.config import StackConfig, config_from_engine, parse_stack_config
 from stacks.program import build_platform
 
 
-def _raw_config() -> dict[str, object]:
-    own = pulumi.Config("parkbrake")
-    raw: dict[str, object] = {"aws:region": pulumi.Config("aws").get("region")}
-    for key in TOP_LEVEL_KEYS:
-        value = own.get_object(key)
-        if value is not None:
-            raw[f"parkbrake:{key}"] = value
-    return raw
+def stack_config() -> StackConfig:
+    stack = pulumi.get_stack()
+    try:
+        return parse_stack_config(stack, config_from_engine(), f"Pulumi.{stack}.yaml")
+    except InputError as error:
+        # RunError ends the program with the message alone: no traceback, no program source.
+        raise pulumi.RunError(str(error)) from None
 
 
-build_platform(parse_stack_config(pulumi.get_stack(), _raw_config(), f"Pulumi.{pulumi.get_stack()}.yaml"))
+build_platform(stack_config())

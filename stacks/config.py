@@ -41,6 +41,17 @@ FARGATE_MEMORY = {
 REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d")
 IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+# Reserved for documentation and testing (RFC 2606, RFC 6761): mail there reaches nobody.
+PLACEHOLDER_DOMAINS = frozenset({"example.com", "example.net", "example.org"})
+PLACEHOLDER_SUFFIXES = (
+    ".example",
+    ".invalid",
+    ".test",
+    ".localhost",
+    ".example.com",
+    ".example.net",
+    ".example.org",
+)
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
 AURORA_ACU_STEP = 0.5
@@ -461,19 +472,37 @@ def _guardrails(section: Section) -> GuardrailsConfig:
             section.at("sweep_every"),
             f"{format_duration(sweep_every)} is not whole minutes ≥ 1m; EventBridge Scheduler rates are in minutes",
         )
-    alarm_email = section.string("alarm_email", None, pattern=EMAIL, hint="an e-mail address")
+    alarm_topic_arn = section.string(
+        "alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"), hint="an SNS topic ARN"
+    )
     return GuardrailsConfig(
         sweep_every=sweep_every,
         default_max_runtime=section.duration("default_max_runtime", defaults.default_max_runtime),
         max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
         reap_untagged=section.boolean("reap_untagged", False),
         database_layer_arns=tuple(_layer_arns(section)),
-        alarm_email=alarm_email or None,
-        alarm_topic_arn=section.string(
-            "alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"), hint="an SNS topic ARN"
-        )
-        or None,
+        alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
+        alarm_topic_arn=alarm_topic_arn or None,
     )
+
+
+def _alarm_email(section: Section, *, adopts_topic: bool) -> str | None:
+    """Required unless an existing topic is adopted: an alarm nobody receives is no alarm."""
+    if not adopts_topic and not section.has("alarm_email"):
+        section.problems.add(
+            section.at("alarm_email"),
+            "is required: the on-call address the guardrails' alarms page (or set alarm_topic_arn "
+            "to adopt an existing SNS topic)",
+        )
+        return None
+    address = section.string("alarm_email", None, pattern=EMAIL, hint="an e-mail address")
+    domain = address.rpartition("@")[2].lower() if address else ""
+    if domain in PLACEHOLDER_DOMAINS or domain.endswith(PLACEHOLDER_SUFFIXES):
+        section.problems.add(
+            section.at("alarm_email"),
+            f'"{address}" is a placeholder ({domain} receives no mail); set the on-call address',
+        )
+    return address or None
 
 
 def _layer_arns(section: Section) -> list[str]:
@@ -510,6 +539,26 @@ def _network(root: Section) -> NetworkConfig:
         public_subnet_ids=tuple(subnets["public_subnet_ids"]),
         private_subnet_ids=tuple(subnets["private_subnet_ids"]),
     )
+
+
+def config_from_engine() -> dict[str, Any]:
+    """Every config key the Pulumi engine passes the program (``aws:region``, ``parkbrake:*``, others).
+
+    The engine hands values over as strings, structured ones JSON-encoded (what ``Config.get_object``
+    decodes); a plain string that is not JSON stays as it is.
+    """
+    import json
+
+    from pulumi.runtime.config import CONFIG, get_config_env
+
+    raw = {**get_config_env(), **CONFIG.get()}
+    decoded: dict[str, Any] = {}
+    for key, value in raw.items():
+        try:
+            decoded[key] = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            decoded[key] = value
+    return decoded
 
 
 def stack_file(stack: str, project_dir: Path) -> Path:

@@ -97,6 +97,10 @@ def test_parked_capacity_keeps_the_ceiling() -> None:
         (lambda c: c["parkbrake:guardrails"].update(sweep_every="2h"), "guardrails.sweep_every", "ceiling of 1h"),
         (lambda c: c["parkbrake:guardrails"].update(max_exemption="30d"), "guardrails.max_exemption", "ceiling"),
         (lambda c: c["parkbrake:guardrails"].update(alarm_email="oncall"), "guardrails.alarm_email", "e-mail"),
+        (lambda c: c["parkbrake:guardrails"].pop("alarm_email"), "guardrails.alarm_email", "is required"),
+        (lambda c: c["parkbrake:guardrails"].update(alarm_email="oncall@example.com"),
+         "guardrails.alarm_email", "is a placeholder"),
+        (lambda c: c["parkbrake:guardrails"].update(alarm_email="ops@team.test"), "guardrails.alarm_email", "placeholder"),
         (lambda c: c["parkbrake:guardrails"].update(alarm_topic_arn="topic"), "guardrails.alarm_topic_arn", "SNS topic ARN"),
         (lambda c: c.update({"parkbrake:network": {"vpc_id": "vpc-0abc", "public_subnet_ids": ["subnet-1"],
                                                    "private_subnet_ids": ["subnet-2", "subnet-3"]}}),
@@ -170,3 +174,30 @@ def test_live_colour_and_layers_are_validated() -> None:
     problems = problems_of(config)
     assert "blue or green" in problems["inference.live_colour"]
     assert "not a Lambda layer version ARN" in problems["guardrails.database_layer_arns[0]"]
+
+
+def test_an_adopted_topic_needs_no_address() -> None:
+    config = example()
+    config["parkbrake:guardrails"].pop("alarm_email")
+    config["parkbrake:guardrails"]["alarm_topic_arn"] = "arn:aws:sns:us-east-1:123456789012:platform-oncall"
+
+    parsed = parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    assert (parsed.guardrails.alarm_email, parsed.guardrails.alarm_topic_arn) == (
+        None,
+        "arn:aws:sns:us-east-1:123456789012:platform-oncall",
+    )
+
+
+def test_pulumi_toolchain_installs_the_project_with_its_dependencies() -> None:
+    project = YAML(typ="safe").load((REPO_ROOT / "Pulumi.yaml").read_text())
+    assert project["runtime"]["options"] == {"toolchain": "pip", "virtualenv": ".venv"}
+    assert project["main"] == "stacks/"
+    lines = [
+        line.strip()
+        for line in (REPO_ROOT / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines == ["-e ."]  # the project: pyproject.toml's dependencies, pulumi and pulumi-aws among them
+    pyproject = (REPO_ROOT / "pyproject.toml").read_text()
+    assert '"pulumi>=' in pyproject
+    assert '"pulumi-aws>=' in pyproject
