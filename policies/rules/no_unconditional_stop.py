@@ -1,10 +1,14 @@
-"""No IAM policy in the stack may stop or terminate every instance in the account.
+"""Every IAM grant to stop or terminate a host is limited to managed hosts, by exactly one condition.
 
-The guardrails need ``ec2:StopInstances``/``TerminateInstances``, but only on hosts tagged
-``parkbrake:managed=true``; a grant on ``*`` without a resource-tag condition would let a bug in a
-guardrail stop somebody else's database host. Wildcards count (``ec2:*``, ``ec2:Stop*``, ``*``), as do
-``NotAction``/``NotResource`` statements that leave those actions or all instances in, and attachments of
-AWS-managed policies known to grant them on ``*``.
+The guardrails need ``ec2:StopInstances``/``TerminateInstances`` and
+``autoscaling:TerminateInstanceInAutoScalingGroup``, but only on hosts (and groups) tagged
+``parkbrake:managed=true``. So every ``Allow`` statement granting one of them must carry
+``"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}``: any other operator
+(``StringNotEquals``, ``StringLike``, ``…IfExists``, ``Null``), any other key (another tag, the ``ec2:``
+prefix) or another value is a violation, since each of them lets the grant reach hosts that are not
+managed. Further conditions are allowed: they are ANDed, so they only narrow the grant. Wildcards
+count (``ec2:*``, ``ec2:Stop*``, ``*``), as do ``NotAction`` statements that leave those actions in, and
+attachments of AWS-managed policies known to grant them on ``*``.
 """
 
 from __future__ import annotations
@@ -15,13 +19,17 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
+from guardrails import tags
 from policies.resources import items, mapping, text
 from policies.rule import PolicyContext, PolicyRule, ResourceView, per_resource
 
-STOP_ACTIONS = ("ec2:StopInstances", "ec2:TerminateInstances")
+GROUP_ACTION = "autoscaling:TerminateInstanceInAutoScalingGroup"
+STOP_ACTIONS = ("ec2:StopInstances", "ec2:TerminateInstances", GROUP_ACTION)
 # Two instance ids with nothing in common past ``i-``: a pattern matching both matches every instance.
 PROBE_INSTANCE_IDS = ("i-0123456789abcdef0", "i-fedcba98765432100")
-TAG_CONDITION_KEYS = ("aws:resourcetag/", "ec2:resourcetag/")
+REQUIRED_OPERATOR = "StringEquals"
+REQUIRED_KEY = f"aws:ResourceTag/{tags.MANAGED}"
+REQUIRED_VALUE = "true"
 # AWS-managed policies that allow both actions on "*".
 BROAD_MANAGED_POLICIES = frozenset({"AdministratorAccess", "PowerUserAccess", "AmazonEC2FullAccess"})
 
@@ -83,23 +91,22 @@ def _pattern_covers_every_instance(pattern: str) -> bool:
     )
 
 
-def covers_every_instance(statement: Mapping[str, Any]) -> bool:
-    if "NotResource" in statement:
-        # Everything but the listed resources: every instance unless the list itself covers them all.
-        return not any(map(_pattern_covers_every_instance, _strings(statement["NotResource"])))
-    return any(map(_pattern_covers_every_instance, _strings(statement.get("Resource"))))
-
-
-def has_tag_condition(statement: Mapping[str, Any]) -> bool:
-    return any(
-        str(key).lower().startswith(TAG_CONDITION_KEYS)
-        for clause in mapping(statement.get("Condition")).values()
-        for key in mapping(clause)
+def excludes_every_instance(statement: Mapping[str, Any]) -> bool:
+    """A ``NotResource`` statement whose exclusions cover every instance cannot stop one."""
+    return "NotResource" in statement and any(
+        map(_pattern_covers_every_instance, _strings(statement["NotResource"]))
     )
 
 
+def limited_to_managed_hosts(statement: Mapping[str, Any]) -> bool:
+    """True when the statement carries exactly ``StringEquals aws:ResourceTag/parkbrake:managed = "true"``."""
+    clause = mapping(mapping(statement.get("Condition")).get(REQUIRED_OPERATOR))
+    values = [value for key, value in clause.items() if str(key).lower() == REQUIRED_KEY.lower()]
+    return len(values) == 1 and _strings(values[0]) == [REQUIRED_VALUE]
+
+
 def document_problems(document: object, where: str) -> Iterator[str]:
-    """Every unconditional stop grant in one policy document (a JSON string, or already a mapping)."""
+    """Every stop grant in one policy document (a JSON string, or already a mapping) not limited to managed hosts."""
     if isinstance(document, str):
         try:
             document = json.loads(document)
@@ -110,11 +117,16 @@ def document_problems(document: object, where: str) -> Iterator[str]:
     for index, raw in enumerate(items(statements) or [statements]):
         statement = mapping(raw)
         actions = stop_actions_allowed(statement)
-        if actions and covers_every_instance(statement) and not has_tag_condition(statement):
+        # An EC2-only grant whose NotResource leaves out every instance reaches no host.
+        reaches_hosts = bool(actions) and not (
+            excludes_every_instance(statement) and GROUP_ACTION not in actions
+        )
+        if reaches_hosts and not limited_to_managed_hosts(statement):
             label = text(statement.get("Sid")) or f"#{index}"
             yield (
-                f"{where} statement {label} allows {', '.join(actions)} on every instance without a tag "
-                "condition; add a Condition on aws:ResourceTag/parkbrake:managed"
+                f"{where} statement {label} allows {', '.join(actions)} without exactly the condition "
+                f'{REQUIRED_OPERATOR} {REQUIRED_KEY} = "{REQUIRED_VALUE}"; any other operator, key or '
+                "value reaches hosts that are not managed"
             )
 
 
@@ -145,8 +157,9 @@ def iam_problems(resource: ResourceView, _context: PolicyContext) -> Iterator[st
 RULE = PolicyRule(
     name="no-unconditional-stop",
     description=(
-        "No IAM statement allows ec2:StopInstances or ec2:TerminateInstances (wildcards included) on every "
-        "instance without a resource-tag condition."
+        "Every IAM statement allowing ec2:StopInstances, ec2:TerminateInstances or "
+        "autoscaling:TerminateInstanceInAutoScalingGroup (wildcards included) carries exactly StringEquals "
+        'aws:ResourceTag/parkbrake:managed = "true".'
     ),
     enforcement="mandatory",
     check=per_resource((*POLICY_DOCUMENT_TYPES, ROLE, *ATTACHMENT_TYPES), iam_problems),

@@ -38,10 +38,25 @@ def test_the_reapers_tag_conditioned_grant_passes() -> None:
         {"Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}},
         {"Condition": None, "Action": None, "NotAction": ["iam:*"]},
         {"Condition": None, "Resource": None, "NotResource": "arn:aws:ec2:*:*:instance/i-0abc"},
+        # The bypasses the old rule let through: any tag key under any operator counted.
+        {"Condition": {"StringNotEquals": {"aws:ResourceTag/parkbrake:managed": "true"}}},
+        {"Condition": {"Null": {"aws:ResourceTag/Name": "false"}}},
+        {"Condition": {"StringLike": {"aws:ResourceTag/parkbrake:managed": "*"}}},
+        {"Condition": {"StringEqualsIfExists": {"aws:ResourceTag/parkbrake:managed": "true"}}},
+        {"Condition": {"StringEquals": {"ec2:ResourceTag/parkbrake:managed": "true"}}},
+        {"Condition": {"StringEquals": {"aws:ResourceTag/parkbrake:pool": "training"}}},
+        {"Condition": {"StringEquals": {"aws:ResourceTag/parkbrake:managed": ["true", "false"]}}},
+        {"Condition": {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "yes"}}},
+        {"Condition": None, "Resource": "arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"},
+        {"Condition": None, "Action": None, "NotAction": ["ec2:*"]},
+        {"Condition": None, "Action": "autoscaling:TerminateInstanceInAutoScalingGroup",
+         "Resource": "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*"},
     ],
     ids=[
         "no-condition", "ec2-star", "star", "stop-star", "case-insensitive", "star-instances",
         "every-instance-arn", "question-marks", "non-tag-condition", "not-action", "not-resource",
+        "string-not-equals", "null-name", "string-like", "if-exists", "ec2-prefix", "other-tag",
+        "any-of-values", "other-value", "one-instance", "not-action-ec2", "leave-any-group",
     ],
 )  # fmt: skip
 def test_unconditional_grants_are_violations(changes: dict[str, object]) -> None:
@@ -54,31 +69,33 @@ def test_unconditional_grants_are_violations(changes: dict[str, object]) -> None
     document = json.dumps({"Version": "2012-10-17", "Statement": statement})  # a single statement, unlisted
     found = messages(replacing(compliant_stack(), reaper_role_policy(document)))
     assert len(found) == 1, found
-    assert "statement StopManagedHosts allows ec2:" in found[0]
-    assert "without a tag condition" in found[0]
+    assert "statement StopManagedHosts allows " in found[0]
+    assert 'without exactly the condition StringEquals aws:ResourceTag/parkbrake:managed = "true"' in found[0]
 
 
 @pytest.mark.parametrize(
     "changes",
     [
         {},  # the tag condition itself
-        {"Condition": {"StringLike": {"ec2:ResourceTag/parkbrake:pool": "training*"}}},
-        {"Condition": None, "Resource": "arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"},
+        # A further condition is ANDed: it only narrows the grant (a host stopping itself, say).
+        {"Condition": {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"},
+                       "ArnEquals": {"ec2:SourceInstanceARN": "arn:aws:ec2:us-east-1:1:instance/i-1"}}},
+        {"Condition": {"StringEquals": {"aws:resourcetag/parkbrake:managed": ["true"]}}},
         {"Condition": None, "Effect": "Deny"},
         {"Condition": None, "Action": ["ec2:StartInstances", "ec2:Describe*"]},
-        {"Condition": None, "Action": None, "NotAction": ["ec2:*"]},
+        {"Condition": None, "Action": None, "NotAction": ["ec2:*", "autoscaling:*"]},
         {"Condition": None, "Resource": None, "NotResource": "arn:aws:ec2:*:*:instance/*"},
     ],
     ids=[
         "managed-tag",
-        "other-tag",
-        "one-instance",
+        "managed-tag-and-more",
+        "key-case-and-list",
         "deny",
         "start-only",
-        "not-action-ec2",
+        "not-action-ec2-and-autoscaling",
         "not-resource-all",
     ],
-)
+)  # fmt: skip
 def test_limited_grants_pass(changes: dict[str, object]) -> None:
     statement = json.loads(reaper_policy_document())["Statement"][0]
     for key, value in changes.items():
