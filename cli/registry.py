@@ -60,6 +60,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "Deploy IMAGE as REVISION to SERVICE (e.g. inference), blue-green; or --abort one.",
     ),
     "verify": LazyCommand("cli.verify:verify", "Prove that SERVICE (e.g. inference) runs REVISION."),
+    "keys": LazyCommand(
+        "cli.keys:keys", "API keys of the inference service: one tenant per key, stored hashed (PARKBRAKE_DATABASE_URL)."
+    ),
     "rollback": LazyCommand(
         "cli.deploy:rollback",
         "Deploy SERVICE's previous verified revision again, blue-green, as `deploy` would.",

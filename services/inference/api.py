@@ -1,0 +1,240 @@
+"""``POST /v1/embeddings``: authentication, rate limit, the idempotency layer, then the model.
+
+Independent of the HTTP server: a request is method, path, headers and body; a response is status,
+headers and body bytes, exactly what the idempotency store keeps and replays.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from guardrails.idempotency import (
+    HEADER,
+    REPLAYED_HEADER,
+    STORED_HEADERS,
+    InvalidIdempotencyKey,
+    fingerprint,
+    is_final,
+    parse_key,
+    wait_intervals,
+)
+from services.inference.idempotency import (
+    IdempotencyStore,
+    Outcome,
+    ResponseTooLarge,
+    Scope,
+    StoredResponse,
+)
+from services.inference.keys import ApiKeyStore
+from services.inference.metrics import ServiceMetrics
+from services.inference.model import MODEL_NAME, Embedder
+from services.inference.ratelimit import RateLimiter
+from services.inference.settings import ServiceSettings
+
+EMBEDDINGS_PATH = "/v1/embeddings"
+MODEL_ALIASES = {MODEL_NAME, f"sentence-transformers/{MODEL_NAME}"}
+DIMENSIONS = 384
+JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: Mapping[str, str]  # keys lower-case
+    body: bytes
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": JSON})
+
+    @classmethod
+    def json(cls, status: int, document: object, **headers: str) -> Response:
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+        return cls(
+            status, body, {"Content-Type": JSON} | {name.replace("_", "-"): v for name, v in headers.items()}
+        )
+
+    @classmethod
+    def error(
+        cls, status: int, message: str, kind: str, *, param: str | None = None, **headers: str
+    ) -> Response:
+        """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+        document = {"error": {"message": message, "type": kind, "param": param, "code": kind}}
+        return cls.json(status, document, **headers)
+
+
+class BadRequest(Exception):
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error"
+    ):
+        super().__init__(message)
+        self.param, self.status, self.kind = param, status, kind
+
+
+def parse_embeddings_request(body: bytes, max_inputs: int) -> tuple[list[str], str]:
+    """The inputs and the encoding format, or :class:`BadRequest` naming the field and the fix."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest(
+            'the body is not JSON; send {"model": "all-MiniLM-L6-v2", "input": "text"}'
+        ) from None
+    if not isinstance(document, dict):
+        raise BadRequest('the body must be a JSON object with "model" and "input"')
+    model = document.get("model")
+    if model is None:
+        raise BadRequest(f"model is missing; use {MODEL_NAME!r}", "model")
+    if model not in MODEL_ALIASES:
+        raise BadRequest(
+            f"model {model!r} is not served here; use {MODEL_NAME!r}", "model", 404, "model_not_found"
+        )
+    inputs = document.get("input")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(item, str) for item in inputs):
+        raise BadRequest(
+            "input must be a string or a non-empty list of strings (token arrays are not accepted)", "input"
+        )
+    if len(inputs) > max_inputs:
+        raise BadRequest(f"input has {len(inputs)} items; at most {max_inputs} per request", "input")
+    empty = [index for index, item in enumerate(inputs) if not item]
+    if empty:
+        raise BadRequest(f"input[{empty[0]}] is an empty string; every input needs text", "input")
+    encoding = document.get("encoding_format", "float")
+    if encoding not in ("float", "base64"):
+        raise BadRequest(f"encoding_format {encoding!r} is not float or base64", "encoding_format")
+    dimensions = document.get("dimensions", DIMENSIONS)
+    if dimensions != DIMENSIONS:
+        raise BadRequest(f"dimensions must be {DIMENSIONS} for {MODEL_NAME} (or left out)", "dimensions")
+    return inputs, encoding
+
+
+class EmbeddingsApi:
+    def __init__(
+        self,
+        *,
+        settings: ServiceSettings,
+        embedder: Callable[[], Embedder],
+        keys: ApiKeyStore,
+        store: IdempotencyStore,
+        metrics: ServiceMetrics,
+        now: Callable[[], datetime],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings, self._embedder, self._keys, self._store = settings, embedder, keys, store
+        self.metrics, self._now, self._sleep = metrics, now, sleep
+        self._limiter = RateLimiter(settings.rate_limit, settings.burst)
+
+    def handle(self, request: Request) -> Response:
+        token = request.headers.get("authorization", "")
+        scheme, _, key = token.partition(" ")
+        found = self._keys.tenant_of(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        if found is None:
+            message = "a valid API key is required: Authorization: Bearer KEY (`parkbrake keys create`)"
+            return Response.error(401, message, "invalid_api_key", WWW_Authenticate="Bearer")
+        tenant, key_id = found
+        wait = self._limiter.acquire(key_id)
+        if wait:
+            self.metrics.rate_limited.labels(tenant).inc()
+            message = (
+                f"rate limit of {self.settings.rate_limit} requests/s per key reached; retry after {wait}s"
+            )
+            return Response.error(429, message, "rate_limit_exceeded", Retry_After=str(wait))
+        raw_key = request.headers.get(HEADER.lower())
+        if raw_key is None:
+            if self.settings.require_idempotency_key:
+                return Response.error(
+                    400,
+                    f"this service requires an {HEADER} header (a UUID per logical request)",
+                    "invalid_request_error",
+                )
+            return self._run(request.body, tenant)
+        try:
+            scope = Scope(tenant, f"{request.method} {request.path}", parse_key(raw_key))
+        except InvalidIdempotencyKey as error:
+            return Response.error(400, str(error), "invalid_idempotency_key")
+        return self._idempotent(scope, fingerprint(request.method, request.path, request.body), request.body)
+
+    def _idempotent(self, scope: Scope, request_fingerprint: str, body: bytes) -> Response:
+        intervals = iter(wait_intervals(self.settings.wait))
+        while True:
+            claim = self._store.claim(scope, request_fingerprint, self._now())
+            if claim.outcome is Outcome.CLAIMED:
+                assert claim.owner is not None
+                return self._run_claimed(scope, claim.owner, body)
+            if claim.outcome is Outcome.REPLAY:
+                assert claim.response is not None
+                self.metrics.replays.labels(scope.tenant).inc()
+                stored = claim.response
+                return Response(stored.status, stored.body, stored.headers | {REPLAYED_HEADER: "true"})
+            if claim.outcome is Outcome.MISMATCH:
+                self.metrics.conflicts.labels(scope.tenant, "fingerprint_mismatch").inc()
+                message = f"{HEADER} {scope.key!r} was used with a different request; use a new key for a new request"
+                return Response.error(422, message, "idempotency_key_reused")
+            interval = next(intervals, None)
+            if interval is None:
+                self.metrics.conflicts.labels(scope.tenant, "in_progress").inc()
+                left = (claim.lease_until - self._now()).total_seconds() if claim.lease_until else 1.0
+                retry = str(max(1, min(math.ceil(left), math.ceil(self.settings.wait.total_seconds()))))
+                message = f"a request with {HEADER} {scope.key!r} is still running; retry after {retry}s"
+                return Response.error(409, message, "idempotency_key_in_use", Retry_After=retry)
+            self._sleep(interval)
+
+    def _run_claimed(self, scope: Scope, owner: Any, body: bytes) -> Response:
+        try:
+            response = self._run(body, scope.tenant)
+        except BaseException:
+            self._store.release(scope, owner)
+            raise
+        if not is_final(response.status):
+            self._store.release(scope, owner)
+            return response
+        stored = StoredResponse(
+            response.status, {k: v for k, v in response.headers.items() if k in STORED_HEADERS}, response.body
+        )
+        try:
+            kept = self._store.complete(scope, owner, stored, self._now())
+        except ResponseTooLarge as error:
+            refusal = Response.error(413, str(error), "response_too_large")
+            self._store.complete(
+                scope, owner, StoredResponse(413, {"Content-Type": JSON}, refusal.body), self._now()
+            )
+            return refusal
+        if not kept:
+            self.metrics.lost_claims.inc()
+        return Response(stored.status, stored.body, dict(stored.headers))
+
+    def _run(self, body: bytes, tenant: str) -> Response:
+        try:
+            inputs, encoding = parse_embeddings_request(body, self.settings.max_inputs)
+        except BadRequest as error:
+            return Response.error(error.status, str(error), error.kind, param=error.param)
+        embedder = self._embedder()
+        started = time.perf_counter()
+        result = embedder.embed(inputs)
+        elapsed = time.perf_counter() - started
+        self.metrics.model_passes.inc()
+        self.metrics.gpu_seconds.labels(tenant, embedder.device).inc(elapsed)
+        data = [
+            {"object": "embedding", "index": index, "embedding": _encode(vector, encoding)}
+            for index, vector in enumerate(result.vectors)
+        ]
+        usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
+        return Response.json(200, {"object": "list", "data": data, "model": MODEL_NAME, "usage": usage})
+
+
+def _encode(vector: Any, encoding: str) -> list[float] | str:
+    if encoding == "base64":  # OpenAI's: little-endian float32 bytes
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode()
+    return [float(value) for value in vector]

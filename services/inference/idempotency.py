@@ -1,0 +1,194 @@
+"""Where idempotent responses live: the :class:`IdempotencyStore` interface and its PostgreSQL store.
+
+The interface is four operations (claim, complete, release, sweep) plus a read; a Redis/Valkey store
+could satisfy it with ``SET NX PX`` for the claim and a Lua script for the owner-checked completion.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Protocol
+
+from guardrails.idempotency import Lease
+from lambdas.ledger.store import Connections
+
+COMPRESS_FROM_BYTES = 1024  # smaller bodies are stored as they are
+DEFAULT_MAX_STORED_BYTES = 8 * 1024 * 1024  # after compression
+
+
+class ResponseTooLarge(Exception):
+    """The response, even compressed, is larger than the store keeps."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"the response is {size} bytes compressed, over the idempotency store's limit of {limit} bytes "
+            "(PARKBRAKE_INFERENCE_MAX_STORED_BYTES); send fewer inputs per request"
+        )
+        self.size, self.limit = size, limit
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Keys are scoped per tenant and endpoint: one tenant's key never reaches another's result."""
+
+    tenant: str
+    endpoint: str
+    key: str
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+class Outcome(Enum):
+    CLAIMED = "claimed"  # this request runs; finish with complete() or release()
+    REPLAY = "replay"  # a completed response with the same fingerprint
+    IN_PROGRESS = "in_progress"  # another request holds a live lease
+    MISMATCH = "mismatch"  # the key was used with a different request
+
+
+@dataclass(frozen=True)
+class Claim:
+    outcome: Outcome
+    owner: uuid.UUID | None = None
+    response: StoredResponse | None = None
+    lease_until: datetime | None = None
+
+
+class IdempotencyStore(Protocol):
+    def claim(self, scope: Scope, fingerprint: str, now: datetime) -> Claim:
+        """Atomically claim ``scope`` for this request, or say why not."""
+        ...
+
+    def complete(self, scope: Scope, owner: uuid.UUID, response: StoredResponse, now: datetime) -> bool:
+        """Store the final response; False when the claim was lost (lease lapsed and taken over)."""
+        ...
+
+    def release(self, scope: Scope, owner: uuid.UUID) -> None:
+        """Drop an unfinished claim (a 5xx), so a retry runs at once instead of after the lease."""
+        ...
+
+    def sweep(self, now: datetime, *, batch: int) -> int:
+        """Delete up to ``batch`` rows whose retention ended; how many went."""
+        ...
+
+
+def encode_body(body: bytes, limit: int) -> tuple[bytes, bool]:
+    """zlib from ``COMPRESS_FROM_BYTES`` on; raises :class:`ResponseTooLarge` past ``limit``."""
+    if len(body) < COMPRESS_FROM_BYTES:
+        stored, compressed = body, False
+    else:
+        stored, compressed = zlib.compress(body, 6), True
+    if len(stored) > limit:
+        raise ResponseTooLarge(len(stored), limit)
+    return stored, compressed
+
+
+# The claim, in one statement: insert, or take over a row whose lease lapsed (same request only) or
+# whose retention ended. `xmax = 0` is true for a fresh insert; the owner tells us whether we won.
+CLAIM = """
+INSERT INTO inference_idempotency AS row
+    (tenant, endpoint, key, fingerprint, owner, state, claimed_at, lease_until, expires_at)
+VALUES (%(tenant)s, %(endpoint)s, %(key)s, %(fingerprint)s, %(owner)s, 'running', %(now)s,
+        %(lease_until)s, %(expires_at)s)
+ON CONFLICT (tenant, endpoint, key) DO UPDATE
+    SET fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner, state = 'running',
+        claimed_at = EXCLUDED.claimed_at, lease_until = EXCLUDED.lease_until,
+        expires_at = EXCLUDED.expires_at, status = NULL, headers = NULL, body = NULL, compressed = false
+    WHERE row.expires_at <= EXCLUDED.claimed_at
+       OR (row.state = 'running' AND row.lease_until <= EXCLUDED.claimed_at
+           AND row.fingerprint = EXCLUDED.fingerprint)
+RETURNING owner
+"""
+
+READ = """
+SELECT fingerprint, state, lease_until, status, headers, body, compressed
+FROM inference_idempotency WHERE tenant = %s AND endpoint = %s AND key = %s
+"""
+
+COMPLETE = """
+UPDATE inference_idempotency
+SET state = 'done', status = %(status)s, headers = %(headers)s, body = %(body)s,
+    compressed = %(compressed)s, expires_at = %(expires_at)s
+WHERE tenant = %(tenant)s AND endpoint = %(endpoint)s AND key = %(key)s AND owner = %(owner)s
+  AND state = 'running'
+"""
+
+RELEASE = """
+DELETE FROM inference_idempotency
+WHERE tenant = %s AND endpoint = %s AND key = %s AND owner = %s AND state = 'running'
+"""
+
+# Bounded: one batch locks and deletes at most `batch` rows, skipping rows a claim holds right now.
+SWEEP = """
+DELETE FROM inference_idempotency WHERE ctid IN (
+    SELECT ctid FROM inference_idempotency WHERE expires_at <= %s
+    ORDER BY expires_at LIMIT %s FOR UPDATE SKIP LOCKED)
+"""
+
+
+@dataclass
+class PostgresIdempotencyStore:
+    connections: Connections
+    lease: Lease
+    max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES
+    _new_owner: Any = field(default=uuid.uuid4, repr=False)
+
+    def claim(self, scope: Scope, fingerprint: str, now: datetime) -> Claim:
+        owner = self._new_owner()
+        row = {
+            "tenant": scope.tenant,
+            "endpoint": scope.endpoint,
+            "key": scope.key,
+            "fingerprint": fingerprint,
+            "owner": owner,
+            "now": now,
+            "lease_until": self.lease.lease_until(now),
+            "expires_at": self.lease.expires_at(now),
+        }
+        with self.connections.connection() as connection:
+            won = connection.execute(CLAIM, row).fetchone()
+            if won is not None and won[0] == owner:
+                return Claim(Outcome.CLAIMED, owner=owner)
+            found = connection.execute(READ, (scope.tenant, scope.endpoint, scope.key)).fetchone()
+        if found is None:  # released or swept between the two statements: claim again
+            return self.claim(scope, fingerprint, now)
+        stored_fingerprint, state, lease_until, status, headers, body, compressed = found
+        if stored_fingerprint != fingerprint:
+            return Claim(Outcome.MISMATCH)
+        if state == "running":
+            return Claim(Outcome.IN_PROGRESS, lease_until=lease_until)
+        payload = zlib.decompress(body) if compressed else bytes(body)
+        return Claim(Outcome.REPLAY, response=StoredResponse(status, dict(headers), payload))
+
+    def complete(self, scope: Scope, owner: uuid.UUID, response: StoredResponse, now: datetime) -> bool:
+        body, compressed = encode_body(response.body, self.max_stored_bytes)
+        row = {
+            "tenant": scope.tenant,
+            "endpoint": scope.endpoint,
+            "key": scope.key,
+            "owner": owner,
+            "status": response.status,
+            "headers": json.dumps(response.headers),
+            "body": body,
+            "compressed": compressed,
+            "expires_at": self.lease.expires_at(now),
+        }
+        with self.connections.connection() as connection:
+            return connection.execute(COMPLETE, row).rowcount == 1
+
+    def release(self, scope: Scope, owner: uuid.UUID) -> None:
+        with self.connections.connection() as connection:
+            connection.execute(RELEASE, (scope.tenant, scope.endpoint, scope.key, owner))
+
+    def sweep(self, now: datetime, *, batch: int) -> int:
+        with self.connections.connection() as connection:
+            return connection.execute(SWEEP, (now, batch)).rowcount

@@ -1,0 +1,75 @@
+"""The service's Prometheus metrics, in a registry of its own (one per server, so tests can run several)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class ServiceMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.model_passes = Counter(
+            "parkbrake_inference_model_passes",
+            "Model runs (one per request that reached the model; a replay is not one).",
+            registry=self.registry,
+        )
+        self.replays = Counter(
+            "parkbrake_inference_idempotent_replays",
+            "Responses replayed from the idempotency store instead of running the model.",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self.conflicts = Counter(
+            "parkbrake_inference_idempotency_conflicts",
+            "Requests refused by the idempotency layer: in_progress (409) or fingerprint_mismatch (422).",
+            ["tenant", "reason"],
+            registry=self.registry,
+        )
+        self.lost_claims = Counter(
+            "parkbrake_inference_idempotency_lost_claims",
+            "Results not stored because the claim's lease lapsed and another request took it over.",
+            registry=self.registry,
+        )
+        self.rate_limited = Counter(
+            "parkbrake_inference_rate_limited",
+            "Requests refused with 429.",
+            ["tenant"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            "parkbrake_inference_requests",
+            "Responses by route and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "parkbrake_inference_request_duration_seconds",
+            "Time from request to response, by route.",
+            ["route"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=self.registry,
+        )
+        self.gpu_seconds = Counter(
+            "parkbrake_inference_gpu_seconds",
+            "Seconds the model ran for each tenant (device=gpu on an accelerator, cpu otherwise).",
+            ["tenant", "device"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "parkbrake_inference_in_flight_requests", "Requests being served now.", registry=self.registry
+        )
+        self.swept = Counter(
+            "parkbrake_inference_idempotency_swept",
+            "Stored responses deleted after their retention.",
+            registry=self.registry,
+        )
+        self.sweep_errors = Counter(
+            "parkbrake_inference_idempotency_sweep_errors",
+            "Retention sweeps that failed (the database was unreachable).",
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "parkbrake_inference_ready",
+            "1 when the model is loaded and warm and not draining.",
+            registry=self.registry,
+        )
