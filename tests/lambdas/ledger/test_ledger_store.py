@@ -45,13 +45,18 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def all_migrations() -> list[str]:
+    return [f"{migration.version:04d}_{migration.name}" for migration in migrations()]
+
+
 def test_migrations_apply_once_and_are_recorded(empty_database_url: str) -> None:
     store = LedgerStore.connect(empty_database_url)
-    assert store.migrate() == ["0001_ledger"]
+    assert store.migrate() == all_migrations()
     assert store.migrate() == []
     with psycopg.connect(empty_database_url) as connection:
-        rows = connection.execute("SELECT version, name FROM ledger_migrations").fetchall()
-    assert rows == [(1, "ledger")]
+        rows = connection.execute("SELECT version, name FROM ledger_migrations ORDER BY version").fetchall()
+    assert rows[0] == (1, "ledger")
+    assert rows == [(migration.version, migration.name) for migration in migrations()]
     store.close()
 
 
@@ -76,11 +81,11 @@ def test_migrations_run_concurrently_from_two_processes_apply_exactly_once(empty
     for thread in threads:
         thread.join()
     assert errors == []
-    assert sorted(results) == [[], [], ["0001_ledger"]]
+    assert sorted(results) == [[], [], all_migrations()]
 
 
 def test_a_migration_changed_after_it_was_applied_is_refused(store: LedgerStore) -> None:
-    (original,) = migrations()
+    original = migrations()[0]
     edited = Migration(original.version, original.name, original.sql + "\n-- edited\n")
     with pytest.raises(LedgerError, match="changed after it was applied"):
         store.migrate([edited])

@@ -1,0 +1,146 @@
+"""The PostgreSQL idempotency store: atomic claims, lease lapse, owner-checked completion, retention."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from guardrails.idempotency import Lease, wait_intervals
+from lambdas.ledger.store import PooledConnections
+from services.inference.idempotency import (
+    COMPRESS_FROM_BYTES,
+    Outcome,
+    PostgresIdempotencyStore,
+    ResponseTooLarge,
+    Scope,
+    StoredResponse,
+)
+
+T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+LEASE = Lease(lease=timedelta(seconds=30), retention=timedelta(hours=24))
+SCOPE = Scope("acme", "POST /v1/embeddings", "key-1")
+OK = StoredResponse(200, {"Content-Type": "application/json"}, b'{"data":[]}')
+
+
+@pytest.fixture
+def store(ledger_url: str) -> Iterator[PostgresIdempotencyStore]:
+    connections = PooledConnections(ledger_url, max_size=20)
+    yield PostgresIdempotencyStore(connections, LEASE, max_stored_bytes=64 * 1024)
+    connections.close()
+
+
+def test_concurrent_claims_on_one_key_have_exactly_one_winner(store: PostgresIdempotencyStore):
+    start, outcomes = threading.Barrier(20), []
+
+    def claim() -> None:
+        start.wait()
+        outcomes.append(store.claim(SCOPE, "fp", T0).outcome)
+
+    threads = [threading.Thread(target=claim) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert outcomes.count(Outcome.CLAIMED) == 1
+    assert outcomes.count(Outcome.IN_PROGRESS) == 19
+
+
+def test_a_lapsed_lease_is_taken_over_once_by_the_same_request_only(store: PostgresIdempotencyStore):
+    first = store.claim(SCOPE, "fp", T0)
+    during = store.claim(SCOPE, "fp", T0 + timedelta(seconds=29))
+    other_body = store.claim(SCOPE, "other", T0 + timedelta(seconds=31))
+    taken = store.claim(SCOPE, "fp", T0 + timedelta(seconds=31))
+    again = store.claim(SCOPE, "fp", T0 + timedelta(seconds=32))
+
+    assert first.outcome is Outcome.CLAIMED
+    assert during.outcome is Outcome.IN_PROGRESS
+    assert other_body.outcome is Outcome.MISMATCH
+    assert taken.outcome is Outcome.CLAIMED
+    assert taken.owner != first.owner
+    assert again.outcome is Outcome.IN_PROGRESS
+    # The worker that lost its lease cannot overwrite the new owner's result.
+    assert first.owner is not None
+    assert taken.owner is not None
+    assert store.complete(SCOPE, first.owner, OK, T0 + timedelta(seconds=33)) is False
+    assert store.complete(SCOPE, taken.owner, OK, T0 + timedelta(seconds=33)) is True
+
+
+def test_a_completed_response_replays_until_its_retention_ends(store: PostgresIdempotencyStore):
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    store.complete(SCOPE, claim.owner, OK, T0)
+
+    replay = store.claim(SCOPE, "fp", T0 + timedelta(hours=23))
+    mismatch = store.claim(SCOPE, "changed", T0 + timedelta(hours=23))
+    reused = store.claim(SCOPE, "changed", T0 + timedelta(hours=24))
+
+    assert replay.outcome is Outcome.REPLAY
+    assert replay.response == OK
+    assert mismatch.outcome is Outcome.MISMATCH
+    assert reused.outcome is Outcome.CLAIMED  # after retention the key is free again
+
+
+def test_a_released_claim_lets_the_retry_run_at_once(store: PostgresIdempotencyStore):
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    store.release(SCOPE, claim.owner)
+    assert store.claim(SCOPE, "fp", T0 + timedelta(seconds=1)).outcome is Outcome.CLAIMED
+
+
+def test_large_bodies_are_stored_compressed_and_replayed_exactly(
+    store: PostgresIdempotencyStore, ledger_url: str
+):
+    body = b'{"embedding":[' + b",".join(b"0.0123456789" for _ in range(5000)) + b"]}"
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    store.complete(SCOPE, claim.owner, StoredResponse(200, {}, body), T0)
+
+    with psycopg.connect(ledger_url) as connection:
+        row = connection.execute("SELECT compressed, length(body) FROM inference_idempotency").fetchone()
+    assert row is not None
+    assert row[0] is True
+    assert len(body) > COMPRESS_FROM_BYTES
+    assert row[1] < len(body) // 4
+    replay = store.claim(SCOPE, "fp", T0)
+    assert replay.response is not None
+    assert replay.response.body == body
+
+
+def test_a_body_past_the_cap_is_refused_with_the_limit(store: PostgresIdempotencyStore):
+    noise = os.urandom(256 * 1024)  # incompressible: 256 KiB against a 64 KiB cap
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    with pytest.raises(ResponseTooLarge, match="65536 bytes"):
+        store.complete(SCOPE, claim.owner, StoredResponse(200, {}, noise), T0)
+
+
+def test_the_sweeper_deletes_expired_rows_in_bounded_batches(
+    store: PostgresIdempotencyStore, ledger_url: str
+):
+    for index in range(10):
+        scope = Scope("acme", "POST /v1/embeddings", f"key-{index}")
+        claim = store.claim(scope, "fp", T0 + timedelta(minutes=index))
+        assert claim.owner is not None
+        store.complete(scope, claim.owner, OK, T0 + timedelta(minutes=index))
+    expiry = T0 + LEASE.retention
+
+    assert store.sweep(expiry - timedelta(seconds=1), batch=3) == 0
+    # At expiry + 4 minutes, rows 0-4 have expired: batches of 3 take them oldest first.
+    now = expiry + timedelta(minutes=4)
+    assert [store.sweep(now, batch=3) for _ in range(3)] == [3, 2, 0]
+    with psycopg.connect(ledger_url) as connection:
+        left = [row[0] for row in connection.execute("SELECT key FROM inference_idempotency ORDER BY key")]
+    assert left == [f"key-{index}" for index in range(5, 10)]
+
+
+def test_wait_intervals_double_and_stay_within_the_bound():
+    intervals = wait_intervals(timedelta(seconds=1))
+    assert intervals[:4] == [0.01, 0.02, 0.04, 0.08]
+    assert max(intervals) == 0.2
+    assert sum(intervals) == pytest.approx(1.0)
