@@ -61,7 +61,8 @@ COMMANDS: dict[str, LazyCommand] = {
     ),
     "verify": LazyCommand("cli.verify:verify", "Prove that SERVICE (e.g. inference) runs REVISION."),
     "keys": LazyCommand(
-        "cli.keys:keys", "API keys of the inference service: one tenant per key, stored hashed (PARKBRAKE_DATABASE_URL)."
+        "cli.keys:keys",
+        "API keys of the inference service: one tenant per key, stored hashed (PARKBRAKE_DATABASE_URL).",
     ),
     "rollback": LazyCommand(
         "cli.deploy:rollback",
