@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
 
-from cli.host.job_wrapper import ShutdownCommand, flag_duration
-from cli.options import output_option, release_from_group_option, shutdown_command_option
+from cli.host.job_wrapper import ShutdownCommand
+from cli.options import DURATION, output_option, release_from_group_option, shutdown_command_option
 
 
 @click.command()
 @click.option(
     "--idle-after",
+    type=DURATION,
     default="15m",
     show_default=True,
     help="Shut down once every GPU has been idle this long (90s, 15m, 1h).",
@@ -31,7 +32,7 @@ from cli.options import output_option, release_from_group_option, shutdown_comma
     "--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="Port of /metrics."
 )
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
-@click.option("--interval", default="10s", show_default=True, help="Time between two samples.")
+@click.option("--interval", type=DURATION, default="10s", show_default=True, help="Time between two samples.")
 @shutdown_command_option
 @release_from_group_option
 @click.option(
@@ -48,11 +49,11 @@ from cli.options import output_option, release_from_group_option, shutdown_comma
 @output_option
 def agent(
     *,
-    idle_after: str,
+    idle_after: timedelta,
     threshold: float,
     port: int,
     address: str,
-    interval: str,
+    interval: timedelta,
     shutdown_command: str,
     release_from_group: bool,
     replay: Path | None,
@@ -75,14 +76,14 @@ def agent(
         serve_metrics,
     )
     from guardrails.clock import Clock, SystemClock
+    from guardrails.durations import format_duration
     from guardrails.idle import IdlePolicy
 
-    sample_interval = flag_duration("--interval", interval)
     policy = IdlePolicy(
-        idle_after=flag_duration("--idle-after", idle_after),
+        idle_after=idle_after,
         threshold_percent=threshold,
         # Three missed samples in a row: the agent was not running, so the window starts again.
-        max_gap=sample_interval * 3,
+        max_gap=interval * 3,
     )
     command = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
@@ -104,14 +105,14 @@ def agent(
         bound_port = resources.enter_context(serve_metrics(metrics, address, port))
         say(
             {"event": "started", "port": bound_port, "source": "replay" if replay else "nvml"},
-            f"parkbrake agent: /metrics on {address}:{bound_port}; shutdown after {idle_after} with every "
+            f"parkbrake agent: /metrics on {address}:{bound_port}; shutdown after {format_duration(idle_after)} with every "
             f"GPU at or under {threshold:g}% and no compute process",
         )
         result = run_agent(
             sampler,
             clock,
             policy,
-            interval=sample_interval,
+            interval=interval,
             metrics=metrics,
             shutdown_command=command,
             emit=lambda event: say(event.as_json(), f"{event.at:%H:%M:%S} {event.kind}: {event.message}"),

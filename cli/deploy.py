@@ -14,6 +14,7 @@ import click
 from cli.console import console as make_console
 from cli.main import INTERRUPTED_EXIT
 from cli.options import (
+    DURATION,
     confirm_or_abort,
     dry_run_option,
     output_option,
@@ -55,9 +56,12 @@ if TYPE_CHECKING:
     show_default=True,
     help="Percent of traffic the new colour takes while it bakes.",
 )
-@click.option("--bake", default="5m", show_default=True, help="How long the canary must stay healthy.")
+@click.option(
+    "--bake", type=DURATION, default="5m", show_default=True, help="How long the canary must stay healthy."
+)
 @click.option(
     "--timeout",
+    type=DURATION,
     default="20m",
     show_default=True,
     help="How long the new colour may take to become healthy (and the old one to drain).",
@@ -75,8 +79,8 @@ def deploy(
     abort: bool,
     stack: str,
     canary_percent: int,
-    bake: str,
-    timeout: str,
+    bake: timedelta,
+    timeout: timedelta,
     allow_tag: bool,
     project_dir: Path,
     dry_run: bool,
@@ -108,14 +112,12 @@ def deploy(
     if abort:
         if image or revision:
             raise click.UsageError("--abort takes no --image or --revision: it returns to the live colour")
-        _abort(target, timeout=_duration("--timeout", timeout), dry_run=dry_run, yes=yes, output=output)
+        _abort(target, timeout=timeout, dry_run=dry_run, yes=yes, output=output)
         return
     if not image or not revision:
         missing = [flag for flag, value in (("--image", image), ("--revision", revision)) if not value]
         raise click.UsageError(f"missing {' and '.join(missing)} (or pass --abort)")
-    settings = DeploySettings(
-        canary_percent, _duration("--bake", bake), _duration("--timeout", timeout), dry_run, yes, output
-    )
+    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output)
     _deploy(target, image=image, revision=revision, allow_tag=allow_tag, settings=settings)
 
 
@@ -130,9 +132,12 @@ def deploy(
     show_default=True,
     help="Percent of traffic the previous revision takes while it bakes.",
 )
-@click.option("--bake", default="5m", show_default=True, help="How long the canary must stay healthy.")
+@click.option(
+    "--bake", type=DURATION, default="5m", show_default=True, help="How long the canary must stay healthy."
+)
 @click.option(
     "--timeout",
+    type=DURATION,
     default="20m",
     show_default=True,
     help="How long the colour may take to become healthy (and the other one to drain).",
@@ -146,8 +151,8 @@ def rollback(
     service: str,
     stack: str,
     canary_percent: int,
-    bake: str,
-    timeout: str,
+    bake: timedelta,
+    timeout: timedelta,
     project_dir: Path,
     dry_run: bool,
     yes: bool,
@@ -189,9 +194,7 @@ def rollback(
             f"({facts.name}, verified {previous.verified_at})",
             err=True,
         )
-    settings = DeploySettings(
-        canary_percent, _duration("--bake", bake), _duration("--timeout", timeout), dry_run, yes, output
-    )
+    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output)
     _deploy(target, image=facts.image, revision=facts.revision_label, allow_tag=False, settings=settings)
 
 
@@ -298,15 +301,6 @@ def _serving_facts(at: ServiceAt, colour: str) -> TaskDefinitionFacts:
     if facts is None:
         raise ParkbrakeError(f"{at.service(colour)} has no PRIMARY deployment; nothing to roll back from")
     return facts
-
-
-def _duration(flag: str, text: str) -> timedelta:
-    from guardrails.durations import DurationError, parse_duration
-
-    try:
-        return parse_duration(text)
-    except DurationError as error:
-        raise click.BadParameter(str(error), param_hint=flag) from None
 
 
 def _print(result: DeployResult, output: str) -> None:

@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import click
 
 from cli.host.job_wrapper import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
+from guardrails.durations import DurationError, parse_duration
+
+
+class Duration(click.ParamType):
+    """A duration flag (``90m``, ``2h``, ``1h30m``, ``5400s``) as a timedelta; a bad one is a usage error naming the flag."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_duration(str(value))
+        except DurationError as error:
+            self.fail(str(error), param, ctx)
+
+
+DURATION = Duration()
 
 output_option = click.option(
     "--output",

@@ -9,14 +9,16 @@ from decimal import Decimal
 
 import click
 
-from cli.options import output_option, release_from_group_option, shutdown_command_option
+from cli.options import DURATION, output_option, release_from_group_option, shutdown_command_option
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
 @click.option(
-    "--max-runtime", help="Cap on the job's runtime (90m, 2h, 1h30m): SIGTERM at the cap. Default: no cap."
+    "--max-runtime",
+    type=DURATION,
+    help="Cap on the job's runtime (90m, 2h, 1h30m): SIGTERM at the cap. Default: no cap.",
 )
 @click.option(
     "--on-exit",
@@ -28,6 +30,7 @@ from guardrails.job_policy import OnExit
 )
 @click.option(
     "--grace",
+    type=DURATION,
     default="60s",
     show_default=True,
     help="Time between SIGTERM and SIGKILL for a job asked to stop.",
@@ -49,9 +52,9 @@ from guardrails.job_policy import OnExit
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     *,
-    max_runtime: str | None,
+    max_runtime: timedelta | None,
     on_exit: str,
-    grace: str,
+    grace: timedelta,
     tenant: str | None,
     instance_type: str | None,
     shutdown_command: str,
@@ -69,13 +72,10 @@ def run(
     keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
     cover up to its cap is refused before it starts (exit 1; the host's own deadline still applies).
     """
-    from cli.host.job_wrapper import ShutdownCommand, flag_duration, run_and_shut_down
+    from cli.host.job_wrapper import ShutdownCommand, run_and_shut_down
     from guardrails.job_policy import CapPolicy
 
-    policy = CapPolicy(
-        max_runtime=None if max_runtime is None else flag_duration("--max-runtime", max_runtime),
-        grace=flag_duration("--grace", grace),
-    )
+    policy = CapPolicy(max_runtime=max_runtime, grace=grace)
     if tenant is not None:
         refuse_over_budget(tenant, instance_type, policy.max_runtime)
     # --on-exit none never reaches the shutdown, so the group is left alone too.

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from cli.host.group_release import ReleaseResult, release_from_group
-from guardrails.durations import DurationError, format_duration, parse_duration
+from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.job_policy import (
     NOT_EXECUTABLE_STATUS,
@@ -43,14 +43,6 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 RECHECK_SECONDS = 0.5
 
 Log = Callable[[str], None]
-
-
-def flag_duration(flag: str, text: str) -> timedelta:
-    """A duration flag's value, or an input error that names the flag."""
-    try:
-        return parse_duration(text)
-    except DurationError as error:
-        raise InputError(f"{flag}: {error}") from None
 
 
 def _ignore(_message: str) -> None:

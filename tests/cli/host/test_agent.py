@@ -328,8 +328,8 @@ def test_the_command_exits_1_when_the_host_cannot_shut_down(recorder: ShutdownRe
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--idle-after", "soon"], "--idle-after: 'soon' is not a duration"),
-        (["--interval", "0s"], "--interval: '0s' is zero"),
+        (["--idle-after", "soon"], "Invalid value for '--idle-after': 'soon' is not a duration"),
+        (["--interval", "0s"], "Invalid value for '--interval': '0s' is zero"),
         (["--threshold", "120"], "Invalid value for '--threshold'"),
         (["--replay", "/nonexistent/recording.jsonl"], "does not exist"),
     ],

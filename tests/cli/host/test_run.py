@@ -322,9 +322,12 @@ def test_on_exit_none_from_the_command_line(recorder: ShutdownRecorder) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--max-runtime", "90 minutes", "--", "true"], "--max-runtime: '90 minutes' is not a duration"),
-        (["--max-runtime", "0s", "--", "true"], "--max-runtime: '0s' is zero"),
-        (["--grace", "-1s", "--", "true"], "--grace:"),
+        (
+            ["--max-runtime", "90 minutes", "--", "true"],
+            "Invalid value for '--max-runtime': '90 minutes' is not a duration",
+        ),
+        (["--max-runtime", "0s", "--", "true"], "Invalid value for '--max-runtime': '0s' is zero"),
+        (["--grace", "-1s", "--", "true"], "Invalid value for '--grace'"),
         (["--on-exit", "halt", "--", "true"], "Invalid value for '--on-exit'"),
         (["--shutdown-command", "", "--", "true"], "the shutdown command is empty"),
         ([], "Missing argument 'COMMAND...'"),
