@@ -43,14 +43,14 @@ def status(stack: str | None, regions: str | None, output: str) -> None:
     """
     from cli.oncall.fleet import fleet_status
     from cli.oncall.park_switch import config_region
-    from guardrails.settings import REGIONS, settings_from_environment
+    from guardrails.settings import REGIONS, aws_region, settings_from_environment
     from lambdas.aws.clients import client
 
     chosen = _regions(regions) or _regions(os.environ.get(REGIONS))
     if not chosen and stack:
         chosen = [region] if (region := config_region(stack, Path("."))) else []
     if not chosen:
-        chosen = _regions(os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
+        chosen = _regions(aws_region(os.environ))
     if not chosen:
         raise InputError("no region to read: pass --regions, or set PARKBRAKE_REGIONS or AWS_REGION")
     settings = settings_from_environment({**os.environ, REGIONS: ",".join(chosen)})

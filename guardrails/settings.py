@@ -103,12 +103,18 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     return settings
 
 
+def aws_region(environ: Mapping[str, str]) -> str | None:
+    """The process's own region from the standard variables: ``AWS_REGION`` (a Lambda's own, and what the
+    CLI documents), else ``AWS_DEFAULT_REGION`` (older tooling). The one fallback every parkbrake process uses.
+    """
+    return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
+
+
 def _regions(environ: Mapping[str, str], problems: list[str]) -> tuple[str, ...]:
     configured = [part.strip() for part in environ.get(REGIONS, "").split(",") if part.strip()]
     if configured:
         return tuple(dict.fromkeys(configured))
-    # A Lambda's own region is in AWS_REGION; the CLI reads the same standard variables.
-    own = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
+    own = aws_region(environ)
     if not own:
         problems.append(f"{REGIONS}: not set, and neither is AWS_REGION; name the regions to guard")
         return ()

@@ -20,6 +20,7 @@ from typing import Any
 from cli.oncall.stack_file import ConfigEdit, read_config_value, set_config_value
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.estimate import CostChange, compare_estimates, estimate_monthly_cost
+from guardrails.settings import aws_region
 from stacks.config import StackConfig, load_stack_config, stack_file
 from stacks.offline import InputChange, OfflineRun, input_changes
 
@@ -128,12 +129,7 @@ def stack_region(stack: str, project_dir: Path, explicit: str | None) -> str:
     The stack file comes before the environment so that parking prod from a shell set up for
     another region acts on prod's region, not on an empty one.
     """
-    region = (
-        explicit
-        or config_region(stack, project_dir)
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-    )
+    region = explicit or config_region(stack, project_dir) or aws_region(os.environ)
     if not region:
         raise InputError(f"no region for stack {stack!r}: pass --region, or set aws:region or AWS_REGION")
     return region

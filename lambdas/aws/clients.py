@@ -11,6 +11,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from guardrails.settings import aws_region
+
 RETRIES = Config(
     retries={"mode": "adaptive", "max_attempts": 8},
     connect_timeout=5,
@@ -21,8 +23,8 @@ RETRIES = Config(
 
 def client(service: str, region: str | None = None) -> Any:
     """One client per service, region and endpoint for the life of the process (a Lambda container reuses it)."""
-    # docs/architecture.md's AWS_REGION is honoured even where botocore reads only AWS_DEFAULT_REGION.
-    return _client(service, region or os.environ.get("AWS_REGION"), os.environ.get("AWS_ENDPOINT_URL"))
+    # AWS_REGION is honoured even where botocore reads only AWS_DEFAULT_REGION.
+    return _client(service, region or aws_region(os.environ), os.environ.get("AWS_ENDPOINT_URL"))
 
 
 @cache

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from guardrails.settings import SettingsError, settings_from_environment
+from guardrails.settings import SettingsError, aws_region, settings_from_environment
 
 
 def test_defaults_follow_design() -> None:
@@ -72,3 +72,10 @@ def test_every_problem_is_reported_at_once_by_variable() -> None:
 def test_missing_stack_is_named_when_needed() -> None:
     with pytest.raises(SettingsError, match="PARKBRAKE_STACK: not set"):
         settings_from_environment({"AWS_REGION": "us-east-1"}).require_stack()
+
+
+def test_the_own_region_is_aws_region_else_aws_default_region() -> None:
+    assert aws_region({"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "us-east-1"}) == "eu-west-1"
+    assert aws_region({"AWS_DEFAULT_REGION": "us-east-1"}) == "us-east-1"
+    assert aws_region({"AWS_REGION": ""}) is None
+    assert settings_from_environment({"AWS_DEFAULT_REGION": "us-east-2"}).regions == ("us-east-2",)
