@@ -19,8 +19,6 @@ if TYPE_CHECKING:
     from cli.oncall.fleet import FleetStatus, HostStatus
     from guardrails.runway import TenantRunway
 
-LEDGER_VARIABLES = ("PARKBRAKE_DATABASE_URL", "PARKBRAKE_DATABASE_SECRET_ARN")
-
 
 @click.command()
 @click.option(
@@ -43,7 +41,7 @@ def status(stack: str | None, regions: str | None, output: str) -> None:
     """
     from cli.oncall.fleet import fleet_status
     from cli.oncall.park_switch import config_region
-    from guardrails.settings import REGIONS, aws_region, settings_from_environment
+    from guardrails.settings import REGIONS, aws_region, ledger_configured, settings_from_environment
     from lambdas.aws.clients import client
 
     chosen = _regions(regions) or _regions(os.environ.get(REGIONS))
@@ -60,7 +58,7 @@ def status(stack: str | None, regions: str | None, output: str) -> None:
         clients=client,
         settings=settings,
         now=datetime.now(UTC),
-        ledger=_ledger_runways if any(os.environ.get(name) for name in LEDGER_VARIABLES) else None,
+        ledger=_ledger_runways if ledger_configured(os.environ) else None,
     )
     if output == "json":
         click.echo(json.dumps(report.as_dict(), indent=2))

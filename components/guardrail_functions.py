@@ -27,8 +27,6 @@ from guardrails.schedules import eventbridge_cron, rate_expression
 # An Amazon Linux 2023 runtime: python3.11 runs on Amazon Linux 2, deprecated with it (2026-06-30).
 RUNTIME = "python3.12"
 LOG_RETENTION_DAYS = 30
-# the name in docs/architecture.md; lambdas.ledger.store reads it (components cannot import lambdas: psycopg).
-DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
 # The states the deadline and the ledger act on (``pending`` changes nothing). The event carries only the
 # instance id and state, not its type, so EventBridge cannot filter on accelerator types: the handlers
@@ -441,7 +439,7 @@ class Guardrails(pulumi.ComponentResource):
         database = database if function.uses_database else None
         variables = dict(environment)
         if database is not None:
-            variables[DATABASE_SECRET_ARN] = database.secret_arn
+            variables[settings.DATABASE_SECRET_ARN] = database.secret_arn
             permissions.append(
                 aws.iam.RolePolicyAttachment(
                     f"{guardrail}-vpc-access",

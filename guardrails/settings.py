@@ -25,6 +25,9 @@ SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
 # max-runtime tag is missing or unusable, and what to do with a spot host that is due.
 POOL_MAX_RUNTIMES = "PARKBRAKE_POOL_MAX_RUNTIMES"
 SPOT_ACTION = "PARKBRAKE_SPOT_ACTION"
+# The ledger database: a URL, or a Secrets Manager secret (RDS's JSON, or a URL) the Guardrails component sets.
+DATABASE_URL = "PARKBRAKE_DATABASE_URL"
+DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
@@ -101,6 +104,11 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+def ledger_configured(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` names a ledger database (and so the process needs psycopg at all)."""
+    return bool(environ.get(DATABASE_URL, "").strip() or environ.get(DATABASE_SECRET_ARN, "").strip())
 
 
 def aws_region(environ: Mapping[str, str]) -> str | None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
+from guardrails import settings
 from guardrails.settings import Settings, settings_from_environment
 from lambdas.aws.clients import client
 
@@ -29,10 +30,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-DATABASE_URL = "PARKBRAKE_DATABASE_URL"
-DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
-
-
 def ledger_configured() -> bool:
     """Whether this process has a ledger database (and so needs psycopg at all)."""
-    return bool(os.environ.get(DATABASE_URL) or os.environ.get(DATABASE_SECRET_ARN))
+    return settings.ledger_configured(os.environ)

@@ -31,7 +31,7 @@ from guardrails.errors import InputError, ParkbrakeError
 from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usage, UsageKey, from_ms, to_ms
 from guardrails.pricing import PriceNotFound, PriceTable, load_price_table
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_bounds_ms
-from lambdas.aws.environment import DATABASE_SECRET_ARN, DATABASE_URL
+from guardrails.settings import DATABASE_SECRET_ARN, DATABASE_URL
 from lambdas.ledger import queries as sql
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -89,7 +89,7 @@ def describe_target(url: str) -> str:
     try:
         parts = conninfo_to_dict(url)
     except psycopg.ProgrammingError:
-        return "(unparsable PARKBRAKE_DATABASE_URL)"
+        return f"(unparsable {DATABASE_URL})"
     host = parts.get("host") or "localhost"
     return f"{parts.get('user', '')}@{host}:{parts.get('port', 5432)}/{parts.get('dbname', '')}".lstrip("@")
 
