@@ -57,18 +57,21 @@ def owner_stack(host: Host, policy: SweepPolicy) -> str | None:
     return stack
 
 
-def judge(host: Host, policy: SweepPolicy, now: datetime, rules: Iterable[Rule] = RULES) -> Verdict:
-    deadline = (
-        deadline_for(
-            host,
-            pool_caps=policy.pool_caps,
-            default_cap=policy.default_cap,
-            max_exemption=policy.max_exemption,
-            now=now,
-        )
-        if host.managed
-        else None
+def host_deadline(host: Host, policy: SweepPolicy, now: datetime) -> Deadline | None:
+    """When the sweep will stop ``host`` (None for a host outside the guardrails): what status shows too."""
+    if not host.managed:
+        return None
+    return deadline_for(
+        host,
+        pool_caps=policy.pool_caps,
+        default_cap=policy.default_cap,
+        max_exemption=policy.max_exemption,
+        now=now,
     )
+
+
+def judge(host: Host, policy: SweepPolicy, now: datetime, rules: Iterable[Rule] = RULES) -> Verdict:
+    deadline = host_deadline(host, policy, now)
 
     def skip(reason: str, findings: tuple[Finding, ...] = ()) -> Verdict:
         return Verdict(host, "skip", reason, None, deadline, findings)

@@ -19,11 +19,12 @@ from botocore.exceptions import ClientError
 from cli.oncall.nightly import Schedule, list_schedules
 from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value, stacks_in_region
 from guardrails import names, tags
-from guardrails.deadlines import Deadline, deadline_for
+from guardrails.deadlines import Deadline
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
+from guardrails.sweep import host_deadline, policy_from_settings
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import describe_error
 from lambdas.reaper import list_hosts
@@ -304,20 +305,9 @@ def running_accelerator_hosts(ec2: Any, region: str, stack: str | None) -> list[
 
 def _host_status(host: Host, settings: Settings, now: datetime) -> HostStatus:
     price = load_price_table().instances.get(host.instance_type)
-    deadline = (
-        deadline_for(
-            host,
-            pool_caps=settings.pool_max_runtimes,
-            default_cap=settings.default_max_runtime,
-            max_exemption=settings.max_exemption,
-            now=now,
-        )
-        if host.managed
-        else None
-    )
     return HostStatus(
         host=host,
-        deadline=deadline,
+        deadline=host_deadline(host, policy_from_settings(settings), now),
         usd_per_hour=price.usd_per_hour if price else None,
         accelerators=price.accelerators if price else None,
         now=now,
