@@ -74,7 +74,7 @@ def synthetic_transitions(count: int, prefix: str, hosts: int = 500) -> list[Tra
 def ingest_rate(store: LedgerStore, transitions: list[Transition], batch_size: int) -> float:
     started = time.perf_counter()
     for start in range(0, len(transitions), batch_size):
-        store.append(transitions[start : start + batch_size], source="bench", received_at=NOW)
+        store.append(transitions[start : start + batch_size], source="meter", received_at=NOW)
     return len(transitions) / (time.perf_counter() - started)
 
 

@@ -1,9 +1,17 @@
 """``parkbrake exporter``: the ledger as Prometheus metrics.
 
 A custom prometheus-client collector answers each scrape with two queries (all-time usage by tenant,
-pool and instance type, from the ledger's rollup; budget and runway by tenant), cached for ``--cache-seconds`` so that several
-scrapers cost one query pair. A database that cannot be reached is ``parkbrake_ledger_up 0``,
-never a failed scrape.
+pool and instance type, from the ledger's rollup; budget and runway by tenant), cached for
+``--cache-seconds`` so that several scrapers cost one query pair. A database that cannot be reached
+is ``parkbrake_ledger_up 0``, never a failed scrape.
+
+Counters only go up: ``parkbrake_gpu_seconds_total`` and ``parkbrake_cost_usd_total`` count closed
+intervals only (a late stop adds the interval it closes; it never takes back time a scrape already
+counted); what running hosts have used so far is the gauges ``parkbrake_open_gpu_seconds`` and
+``parkbrake_open_cost_usd``. A late event can still shorten a closed interval (a ``stopping``
+delivered after its ``stopped``): the collector then keeps serving the highest value it served and
+counts the difference in ``parkbrake_ledger_counter_corrections_total``, so ``increase()`` never
+reads a reset.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -58,6 +67,8 @@ class LedgerCollector:
         self._cache_seconds = cache_seconds
         self._lock = threading.Lock()
         self._cached: tuple[float, Snapshot] | None = None
+        self._served: dict[tuple[str, tuple[str, ...]], float] = {}  # the highest counter values served
+        self._corrections: dict[str, float] = {}
 
     def snapshot(self) -> Snapshot:
         with self._lock:
@@ -91,21 +102,56 @@ class LedgerCollector:
             "parkbrake_ledger_query_seconds", "How long the ledger's queries took.", value=snapshot.seconds
         )
         gpu_seconds = CounterMetricFamily(
-            "parkbrake_gpu_seconds", "Accelerator-seconds used, from the ledger.", labels=USAGE_LABELS
+            "parkbrake_gpu_seconds",
+            "Accelerator-seconds of closed intervals, from the ledger.",
+            labels=USAGE_LABELS,
         )
         cost = CounterMetricFamily(
-            "parkbrake_cost_usd", "On-demand cost billed (60 s minimum per start), USD.", labels=USAGE_LABELS
+            "parkbrake_cost_usd",
+            "On-demand cost billed for closed intervals (60 s minimum per start), USD.",
+            labels=USAGE_LABELS,
+        )
+        open_seconds = GaugeMetricFamily(
+            "parkbrake_open_gpu_seconds",
+            "Accelerator-seconds the running hosts used so far.",
+            labels=USAGE_LABELS,
+        )
+        open_cost = GaugeMetricFamily(
+            "parkbrake_open_cost_usd", "What the running hosts cost so far, USD.", labels=USAGE_LABELS
         )
         running = GaugeMetricFamily(
             "parkbrake_running_gpus", "Accelerators running now.", labels=USAGE_LABELS
         )
         for row in snapshot.usage:
             labels = [row.tenant, row.pool, row.instance_type]
-            gpu_seconds.add_metric(labels, float(row.usage.accelerator_seconds))
-            cost.add_metric(labels, float(row.usage.cost_usd))
+            gpu_seconds.add_metric(
+                labels, self._monotonic(gpu_seconds.name, labels, row.usage.accelerator_seconds)
+            )
+            cost.add_metric(labels, self._monotonic(cost.name, labels, row.usage.cost_usd))
+            open_seconds.add_metric(labels, float(row.open_usage.accelerator_seconds))
+            open_cost.add_metric(labels, float(row.open_usage.cost_usd))
             running.add_metric(labels, row.running_accelerators)
-        yield from (gpu_seconds, cost, running)
+        corrections = CounterMetricFamily(
+            "parkbrake_ledger_counter_corrections",
+            "How much late events lowered closed usage below what a counter had already served.",
+            labels=["counter"],
+        )
+        for name, amount in sorted(self._corrections.items()):
+            corrections.add_metric([name], amount)
+        yield from (gpu_seconds, cost, open_seconds, open_cost, running, corrections)
         yield from self._budget_metrics(snapshot.runways)
+
+    def _monotonic(self, name: str, labels: list[str], value: Decimal) -> float:
+        """``value``, or the highest value served before when a late event lowered it."""
+        key = (name, tuple(labels))
+        with self._lock:
+            served = self._served.get(key, 0.0)
+            if float(value) < served:
+                self._corrections[name] = self._corrections.get(name, 0.0) + served - float(value)
+                log.warning("%s%s went down from %s to %s: serving %s", name, labels, served, value, served)
+                return served
+            self._served[key] = float(value)
+            return float(value)
 
     @staticmethod
     def _budget_metrics(runways: list[TenantRunway]) -> Iterator[Metric]:
@@ -120,18 +166,26 @@ class LedgerCollector:
         remaining = gauge("parkbrake_budget_remaining_usd", "Budget minus spent minus committed.")
         runway = gauge("parkbrake_runway_seconds", "Time until the budget is gone at the current burn rate.")
         burn = gauge("parkbrake_burn_rate_usd_per_hour", "What the tenant's running hosts cost per hour now.")
+        reserved = gauge(
+            "parkbrake_budget_reserved_usd", "Set aside by admissions for hosts not yet running."
+        )
+        unpriced = gauge(
+            "parkbrake_unpriced_hosts", "Running hosts the ledger has no price for (burn unknown)."
+        )
         for status in runways:
             tenant = [status.tenant]
             spent.add_metric(tenant, float(status.spent_usd))
             committed.add_metric(tenant, float(status.committed_usd))
             burn.add_metric(tenant, float(status.totals.burn_usd_per_hour))
+            reserved.add_metric(tenant, float(status.reserved_usd))
+            unpriced.add_metric(tenant, status.totals.unpriced_hosts)
             if status.budget.limit_usd is None or status.remaining_usd is None:
                 continue  # no budget: nothing remains or runs out
             limit.add_metric(tenant, float(status.budget.limit_usd))
             remaining.add_metric(tenant, float(status.remaining_usd))
             left = status.runway
             runway.add_metric(tenant, float("inf") if left is None else left.total_seconds())
-        yield from (limit, spent, committed, remaining, runway, burn)
+        yield from (limit, spent, committed, remaining, runway, burn, reserved, unpriced)
 
 
 def serve_exporter(collector: LedgerCollector, *, port: int, address: str) -> tuple[Any, threading.Thread]:

@@ -61,18 +61,24 @@ def ledger() -> None:
 @ledger.command()
 @output_option
 def migrate(output: str) -> None:
-    """Create or upgrade the ledger's tables (safe to run again, and from two places at once)."""
+    """Create or upgrade the ledger's tables and record new prices (run as the ledger's owner; safe to
+    run again, and from two places at once)."""
+    from guardrails.pricing import PRICES_FILE, load_price_table
     from lambdas.ledger.store import store_from_environment
 
+    table = load_price_table()
     store = store_from_environment()
     try:
         applied = store.migrate()
+        priced = store.sync_prices(table, source=f"{PRICES_FILE.name}, taken {table.taken}")
     finally:
         store.close()
     if output == "json":
-        click.echo(json.dumps({"applied": applied}))
+        click.echo(json.dumps({"applied": applied, "prices_recorded": priced}))
     else:
         click.echo(f"applied {', '.join(applied)}" if applied else "the ledger is up to date")
+        if priced:
+            click.echo(f"recorded prices of {len(priced)} instance types: {', '.join(priced)}")
 
 
 @ledger.command()
@@ -88,7 +94,8 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     from lambdas.aws.environment import default_clients
     from lambdas.ledger.store import store_from_environment
 
-    changes = read_events(events_file)
+    numbered = read_events(events_file)
+    changes = [change for _, change in numbered]
     store = store_from_environment()
     try:
         result = ingest_changes(
@@ -101,12 +108,17 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
         )
     finally:
         store.close()
+    lines = line_report(numbered, result)
     if output == "json":
-        click.echo(json.dumps({"read": len(changes)} | result.as_dict(), indent=2))
+        click.echo(json.dumps({"read": len(changes)} | result.as_dict() | {"lines": lines}, indent=2))
     else:
+        for line in lines:
+            if line["outcome"] != "appended":
+                click.echo(f"line {line['line']}: {line['event_id']} {line['outcome']}: {line['reason']}")
         click.echo(
-            f"read {len(changes)} events: {result.inserted} appended, {result.duplicates} already in "
-            f"the ledger, {len(result.skipped)} not accelerator hosts, {len(result.unattributed)} unknown hosts"
+            f"read {len(changes)} events: {result.inserted} appended, {result.duplicates} not appended "
+            f"(already in the ledger, or inside a host's closed history), {len(result.skipped)} skipped, "
+            f"{len(result.unattributed)} unknown hosts"
         )
     if result.unattributed:
         listed = ", ".join(sorted({note["instance_id"] for note in result.unattributed})[:MAX_PROBLEMS_SHOWN])
@@ -116,8 +128,29 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
         )
 
 
-def read_events(lines: Iterable[str]) -> list[StateChange]:
-    """Parse JSON Lines of events; every malformed line is reported, by number, before anything is written."""
+def line_report(numbered: Sequence[tuple[int, StateChange]], result: MeterResult) -> list[dict[str, Any]]:
+    """Per line of the file: what happened to its event (appended, duplicate, skipped, unattributed) and why."""
+    notes = {note["event_id"]: ("skipped", note["reason"]) for note in result.skipped}
+    notes |= {note["event_id"]: ("unattributed", note["reason"]) for note in result.unattributed}
+    first_line: dict[str, int] = {}
+    lines = []
+    for number, change in numbered:
+        outcome, reason = notes.get(change.event_id, ("duplicate", "already in the ledger"))
+        if change.event_id in first_line:
+            outcome, reason = "duplicate", f"repeats line {first_line[change.event_id]}"
+        elif result.outcomes.get(change.event_id) == "appended":
+            outcome, reason = "appended", ""
+        first_line.setdefault(change.event_id, number)
+        lines.append(
+            {"line": number, "event_id": change.event_id, "instance_id": change.instance_id, "outcome": outcome,
+             "reason": reason}
+        )  # fmt: skip
+    return lines
+
+
+def read_events(lines: Iterable[str]) -> list[tuple[int, StateChange]]:
+    """Parse JSON Lines of events (with their line numbers); every malformed line is reported, by
+    number, before anything is written."""
     from guardrails.ledger import MalformedEvent, state_change_from_event
 
     changes, problems = [], []
@@ -128,7 +161,7 @@ def read_events(lines: Iterable[str]) -> list[StateChange]:
             document = json.loads(line)
             if not isinstance(document, dict):
                 raise MalformedEvent("not a JSON object")
-            changes.append(state_change_from_event(document))
+            changes.append((number, state_change_from_event(document)))
         except (json.JSONDecodeError, MalformedEvent) as error:
             problems.append(f"line {number}: {error}")
     if problems:

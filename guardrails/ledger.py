@@ -29,7 +29,7 @@ from guardrails import tags
 from guardrails.deadlines import cap_for
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator
-from guardrails.pricing import PriceNotFound, PriceTable
+from guardrails.pricing import PriceNotFound
 
 STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
 STOP_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
@@ -166,15 +166,16 @@ def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
 def attribution_for(
     instance_type: str,
     host_tags: Mapping[str, str],
-    prices: PriceTable,
+    accelerators: int,
     *,
     pool_caps: Mapping[str, timedelta],
     default_cap: timedelta,
 ) -> Attribution | None:
     """Attribution of a host, or None when it carries no accelerator (the ledger does not meter it).
 
-    The cap is the one the deadlines enforce (tag, else pool default, else stack default). Raises
-    PriceNotFound for an accelerator type without a price: a host is never metered as free.
+    The cap is the one the deadlines enforce (tag, else pool default, else stack default). The
+    price is not part of it: the ledger prices usage from its own price table, and meters a type it
+    has no price for in exact seconds until one is recorded.
     """
     if not is_accelerator(instance_type):
         return None
@@ -184,7 +185,7 @@ def attribution_for(
         tenant=host_tags.get(tags.TENANT, "").strip() or UNATTRIBUTED,
         pool=pool or UNATTRIBUTED,
         instance_type=instance_type,
-        accelerators=prices.instance(instance_type).accelerators,
+        accelerators=accelerators,
         cap_ms=cap // timedelta(milliseconds=1),
     )
 

@@ -59,6 +59,8 @@ class RunwayTotals:
     burn_usd_per_hour: Decimal = Decimal(0)
     running_hosts: int = 0
     running_accelerators: int = 0
+    reserved_usd_hour_ms: Decimal = Decimal(0)  # live reservations for hosts not yet running
+    unpriced_hosts: int = 0  # running hosts the ledger has no price for: their burn is unknown
 
 
 def runway_totals(
@@ -109,9 +111,13 @@ class TenantRunway:
         return usd(self.totals.committed_usd_hour_ms)
 
     @property
+    def reserved_usd(self) -> Decimal:
+        return usd(self.totals.reserved_usd_hour_ms)
+
+    @property
     def used_usd(self) -> Decimal:
-        """Spent plus committed: what the budget's thresholds are measured against."""
-        return self.spent_usd + self.committed_usd
+        """Spent, committed and reserved: what the budget's thresholds are measured against."""
+        return self.spent_usd + self.committed_usd + self.reserved_usd
 
     @property
     def remaining_usd(self) -> Decimal | None:
@@ -140,11 +146,13 @@ class TenantRunway:
             "limit_usd": _number(self.budget.limit_usd),
             "spent_usd": _number(self.spent_usd),
             "committed_usd": _number(self.committed_usd),
+            "reserved_usd": _number(self.reserved_usd),
             "remaining_usd": _number(self.remaining_usd),
             "burn_usd_per_hour": _number(self.totals.burn_usd_per_hour),
             "runway_seconds": None if runway is None else runway.total_seconds(),
             "running_hosts": self.totals.running_hosts,
             "running_accelerators": self.totals.running_accelerators,
+            "unpriced_hosts": self.totals.unpriced_hosts,
             "actions": sorted(self.budget.actions),
         }
 
@@ -165,10 +173,11 @@ def refusal(status: TenantRunway, required_usd: Decimal) -> str | None:
         return None
     budget = status.budget
     assert budget.limit_usd is not None  # remaining is None without a limit
+    reserved = f", {money(status.reserved_usd)} reserved for hosts starting" if status.reserved_usd else ""
     return (
         f"the {ADJECTIVE[budget.period]} budget of tenant {status.tenant} is {money(budget.limit_usd)}: "
-        f"{money(status.spent_usd)} spent and {money(status.committed_usd)} committed to running hosts' caps "
-        f"leave {money(max(remaining, Decimal(0)))}, less than the {money(required_usd)} needed"
+        f"{money(status.spent_usd)} spent and {money(status.committed_usd)} committed to running hosts' caps"
+        f"{reserved} leave {money(max(remaining, Decimal(0)))}, less than the {money(required_usd)} needed"
     )
 
 

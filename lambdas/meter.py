@@ -13,69 +13,140 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from guardrails.ledger import Attribution, StateChange, Transition, attribution_for, state_change_from_event
-from guardrails.pricing import PriceTable, load_price_table
+from guardrails.errors import ParkbrakeError
+from guardrails.instance_types import is_accelerator
+from guardrails.ledger import (
+    Attribution,
+    StateChange,
+    Transition,
+    attribution_for,
+    from_ms,
+    state_change_from_event,
+    to_ms,
+)
+from guardrails.pricing import PriceNotFound, PriceTable, load_price_table
 from guardrails.settings import Settings
 from lambdas import budget
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
-from lambdas.ledger.store import LedgerStore, container_store
+from lambdas.ledger.store import APPENDED, CLOSED_HISTORY, UNBOUNDED_MS, LedgerStore, container_store
 
 log = logging.getLogger(__name__)
 GUARDRAIL = "meter"
 FILTER_VALUES_LIMIT = 200  # ids per DescribeInstances filter
+# Events this long before EC2's LaunchTime still belong to that launch (pending precedes it).
+LAUNCH_SLACK_MS = 60_000
+# DescribeInstanceTypes' accelerator sections, in the order a count is taken from.
+SECTIONS = (
+    ("GpuInfo", "Gpus"),
+    ("NeuronInfo", "NeuronDevices"),
+    ("InferenceAcceleratorInfo", "Accelerators"),
+)
 
 
 @dataclass
 class MeterResult:
     inserted: int = 0
     duplicates: int = 0
-    skipped: list[dict[str, str]] = field(default_factory=list)  # not accelerator hosts: not metered
+    skipped: list[dict[str, str]] = field(default_factory=list)  # not appended, with the reason
     unattributed: list[dict[str, str]] = field(default_factory=list)  # unknown to EC2 and the ledger
+    unpriced: list[dict[str, str]] = field(default_factory=list)  # started hosts the ledger cannot price
     tenants: set[str] = field(default_factory=set)  # whose usage changed
+    outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate, closed-history
 
     def add(self, other: MeterResult) -> None:
         self.inserted += other.inserted
         self.duplicates += other.duplicates
         self.skipped += other.skipped
         self.unattributed += other.unattributed
+        self.unpriced += other.unpriced
         self.tenants |= other.tenants
+        self.outcomes |= other.outcomes
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self) | {"tenants": sorted(self.tenants)}
 
 
-def describe_attributions(
+@dataclass(frozen=True)
+class Described:
+    """What EC2 says of a host now: its attribution (None: no accelerators) and its last launch."""
+
+    attribution: Attribution | None
+    launched_ms: int
+
+
+def accelerator_count(description: Mapping[str, Any]) -> int | None:
+    """Accelerators of one DescribeInstanceTypes entry (GPU, Neuron or inference accelerator info);
+    a fractional GPU (g6f) counts as one logical accelerator."""
+    for section, devices in SECTIONS:
+        found = (description.get(section) or {}).get(devices) or []
+        if found:
+            return sum(int(device.get("LogicalGpuCount") or device.get("Count") or 0) for device in found)
+    return None
+
+
+def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any) -> dict[str, int]:
+    """The price table's accelerator count of each type; EC2's DescribeInstanceTypes for the rest."""
+    counts: dict[str, int] = {}
+    for name in instance_types:
+        try:
+            counts[name] = prices.instance(name).accelerators
+        except PriceNotFound:
+            continue
+    missing = sorted(instance_types - counts.keys())
+    if missing:
+        pages = ec2.get_paginator("describe_instance_types").paginate(
+            Filters=[{"Name": "instance-type", "Values": missing}]
+        )
+        for page in pages:
+            for description in page["InstanceTypes"]:
+                count = accelerator_count(description)
+                if count is not None:
+                    counts[description["InstanceType"]] = count
+    return counts
+
+
+def describe_hosts(
     changes: Sequence[StateChange], *, clients: ClientFactory, prices: PriceTable, settings: Settings
-) -> dict[str, Attribution | None]:
-    """Attribution of each host EC2 still describes; None for a host without accelerators."""
+) -> dict[str, Described]:
+    """What EC2 says now of each host it still describes."""
     by_region: dict[str, set[str]] = defaultdict(set)
     for change in changes:
         by_region[change.region].add(change.instance_id)
-    found: dict[str, Attribution | None] = {}
+    found: dict[str, Described] = {}
     for region, instance_ids in sorted(by_region.items()):
         ordered = sorted(instance_ids)
-        paginator = clients("ec2", region).get_paginator("describe_instances")
+        ec2 = clients("ec2", region)
+        instances = []
         for start in range(0, len(ordered), FILTER_VALUES_LIMIT):
             chunk = ordered[start : start + FILTER_VALUES_LIMIT]
             # A filter, not InstanceIds: an id EC2 has forgotten is absent, not an error for all.
-            pages = paginator.paginate(Filters=[{"Name": "instance-id", "Values": chunk}])
-            for page in pages:
-                for reservation in page["Reservations"]:
-                    for instance in reservation["Instances"]:
-                        host_tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}
-                        found[instance["InstanceId"]] = attribution_for(
-                            instance["InstanceType"],
-                            host_tags,
-                            prices,
-                            pool_caps=settings.pool_max_runtimes,
-                            default_cap=settings.default_max_runtime,
-                        )
+            pages = ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "instance-id", "Values": chunk}]
+            )
+            instances += [
+                item for page in pages for group in page["Reservations"] for item in group["Instances"]
+            ]
+        accelerated = {item["InstanceType"] for item in instances if is_accelerator(item["InstanceType"])}
+        counts = accelerator_counts(accelerated, prices=prices, ec2=ec2) if accelerated else {}
+        for instance in instances:
+            host_tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}
+            kind = instance["InstanceType"]
+            attribution = None
+            if kind in counts:
+                attribution = attribution_for(
+                    kind,
+                    host_tags,
+                    counts[kind],
+                    pool_caps=settings.pool_max_runtimes,
+                    default_cap=settings.default_max_runtime,
+                )
+            found[instance["InstanceId"]] = Described(attribution, to_ms(instance["LaunchTime"]))
     return found
 
 
@@ -89,34 +160,99 @@ def meter(
     source: str = GUARDRAIL,
     prices: PriceTable | None = None,
 ) -> MeterResult:
-    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written)."""
+    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written).
+
+    A host's attribution is captured when its interval opens: EC2's description applies from the
+    host's current launch on; for earlier events the ledger's own record of the host stands, and a
+    start the ledger cannot attribute (the host may have been resized or retagged since) is skipped.
+    """
     table = prices or load_price_table()
-    described = describe_attributions(changes, clients=clients, prices=table, settings=settings)
-    forgotten = sorted({change.instance_id for change in changes} - described.keys())
-    remembered = store.last_attributions(forgotten) if forgotten else {}
+    described = describe_hosts(changes, clients=clients, prices=table, settings=settings)
+    launched = {instance_id: host.launched_ms for instance_id, host in described.items()}
+    earlier = [
+        (change.instance_id, change.at_ms)
+        for change in changes
+        if change.at_ms < launched.get(change.instance_id, UNBOUNDED_MS) - LAUNCH_SLACK_MS
+    ]
+    remembered = store.attributions_at(earlier) if earlier else {}
     result = MeterResult()
     transitions = []
     for change in changes:
         note = {"event_id": change.event_id, "instance_id": change.instance_id}
-        if change.instance_id in described:
-            attribution = described[change.instance_id]
-            if attribution is None:
+        host = described.get(change.instance_id)
+        attribution = remembered.get((change.instance_id, change.at_ms))
+        if attribution is None and host is not None and change.at_ms >= host.launched_ms - LAUNCH_SLACK_MS:
+            if host.attribution is None:
                 result.skipped.append(note | {"reason": "not an accelerator instance type"})
                 continue
-        elif change.instance_id in remembered:
-            attribution = remembered[change.instance_id]
-        else:
-            result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})
+            attribution = host.attribution
+        if attribution is None and host is not None and change.state != "running":
+            attribution = host.attribution  # a stop never opens an interval: any attribution closes it
+        if attribution is None:
+            if host is None:
+                result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})
+            else:
+                result.skipped.append(
+                    note
+                    | {
+                        "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}: "
+                        "its type and tags then are unknown to EC2 and to the ledger"
+                    }
+                )
             continue
         transitions.append(
             Transition(
                 change.event_id, change.instance_id, change.state, change.at_ms, attribution, change.region
             )
         )
-    appended = store.append(transitions, source=source, received_at=received_at, prices=table)
+    appended = store.append(transitions, source=source, received_at=received_at)
     result.inserted, result.duplicates = appended.inserted, appended.duplicates
     result.tenants = set(appended.tenants)
+    result.outcomes = dict(appended.outcomes)
+    result.skipped += [
+        {"event_id": t.event_id, "instance_id": t.instance_id, "reason": "inside the host's closed history"}
+        for t in transitions
+        if appended.outcomes.get(t.event_id) == CLOSED_HISTORY
+    ]
+    started = [
+        t for t in transitions if t.state == "running" and appended.outcomes.get(t.event_id) == APPENDED
+    ]
+    if started:
+        in_effect = store.prices_at([t.attribution.instance_type for t in started], received_at)
+        result.unpriced = [
+            {
+                "event_id": t.event_id,
+                "instance_id": t.instance_id,
+                "instance_type": t.attribution.instance_type,
+                "tenant": t.attribution.tenant,
+            }
+            for t in started
+            if in_effect.get(t.attribution.instance_type) is None
+        ]
     return result
+
+
+def alert_unpriced(
+    unpriced: Sequence[Mapping[str, str]], *, settings: Settings, clients: ClientFactory
+) -> None:
+    """Unpriced hosts reach a person: a counted action (metric) and an SNS message naming the fix."""
+    if not unpriced:
+        return
+    kinds = sorted({note["instance_type"] for note in unpriced})
+    heartbeat.count_action(GUARDRAIL, "unpriced", "no-price", len(unpriced))
+    message = (
+        f"{len(unpriced)} host(s) of {', '.join(kinds)} started with no price in the ledger: "
+        f"{', '.join(note['instance_id'] for note in unpriced)}. They are metered in exact seconds and "
+        "count toward no budget until priced: run `parkbrake pricing refresh`, then `parkbrake ledger "
+        "migrate` (which records new prices; a type's first price covers its past usage)."
+    )
+    if settings.sns_topic_arn is None:
+        raise ParkbrakeError(
+            f"cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. {message}"
+        )
+    clients("sns", None).publish(
+        TopicArn=settings.sns_topic_arn, Subject="parkbrake: unpriced accelerator hosts", Message=message
+    )
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
@@ -125,8 +261,9 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     settings = container_settings()
     store = container_store()
     result = meter([change], store=store, clients=default_clients, settings=settings, received_at=now)
-    for note in result.unattributed:
+    for note in result.unattributed + result.skipped:
         log.warning("not metered: %s", note)
+    alert_unpriced(result.unpriced, settings=settings, clients=default_clients)
     outcome: dict[str, Any] = result.as_dict()
     if result.tenants:
         run = budget.enforce_budgets(

@@ -19,50 +19,36 @@ CREATE TABLE IF NOT EXISTS ledger_migrations (
 )
 """
 
-# One advisory lock per host, taken in hash order so two batches can never wait on each other.
-LOCK_INSTANCES = """
-SELECT pg_advisory_xact_lock(key)
-FROM (SELECT DISTINCT hashtextextended(instance_id, 0) AS key
-      FROM unnest(%b::text[]) AS instance_id ORDER BY key) AS keys
+# The one way events enter the ledger (a SECURITY DEFINER function): each event's outcome.
+APPEND_EVENTS = """
+SELECT event_id, outcome
+FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(states)b::text[],
+                          %(times)b::timestamptz[], %(tenants)b::text[], %(pools)b::text[],
+                          %(instance_types)b::text[], %(accelerators)b::integer[], %(caps)b::bigint[],
+                          %(regions)b::text[], %(source)b::text, %(received_at)b::timestamptz)
 """
 
-ADD_TENANTS = """
-INSERT INTO tenants (tenant)
-SELECT DISTINCT tenant FROM unnest(%b::text[]) AS tenant ORDER BY tenant
-ON CONFLICT (tenant) DO NOTHING
+# The price of each type in effect at a moment (None: unpriced), and whether it has any price.
+PRICES_AT = """
+SELECT t.instance_type, p.usd_per_hour, EXISTS (SELECT 1 FROM prices q WHERE q.instance_type = t.instance_type)
+FROM unnest(%(types)s::text[]) AS t (instance_type)
+LEFT JOIN price_ranges p ON p.instance_type = t.instance_type
+                        AND p.from_ms <= %(at_ms)s AND p.until_ms > %(at_ms)s
+ORDER BY t.instance_type
 """
 
-# prices.json's price covers all time before the first recorded change, so usage is never unpriced.
-SEED_PRICES = """
-INSERT INTO prices (instance_type, valid_from, usd_per_hour, source)
-SELECT instance_type, '-infinity', usd_per_hour, %s
-FROM unnest(%s::text[], %s::numeric[]) AS seed (instance_type, usd_per_hour)
-ORDER BY instance_type
-ON CONFLICT (instance_type, valid_from) DO NOTHING
-"""
-
-INSERT_EVENTS = """
-INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type,
-                    accelerators, cap_ms, region, source, received_at)
-SELECT e.*, %(source)b, %(received_at)b
-FROM unnest(%(event_ids)b::text[], %(instance_ids)b::text[], %(states)b::text[],
-            %(times)b::timestamptz[], %(tenants)b::text[], %(pools)b::text[],
-            %(instance_types)b::text[], %(accelerators)b::integer[], %(caps)b::bigint[],
-            %(regions)b::text[]) AS e
-ON CONFLICT (event_id) DO NOTHING
-RETURNING instance_id, at_ms
-"""
-
-# Per host that got new events, the earliest of them: where its intervals may have changed.
-REFRESH_INTERVALS = """
-SELECT ledger_refresh_intervals(%(instance_ids)b::text[], %(earliest_ms)b::bigint[])
-"""
-
-LAST_ATTRIBUTIONS = """
-SELECT DISTINCT ON (instance_id) instance_id, tenant, pool, instance_type, accelerators, cap_ms
-FROM events
-WHERE instance_id = ANY(%s::text[])
-ORDER BY instance_id, event_time DESC
+# What the ledger knew of each host at each moment: its latest event at or before it, else its
+# earliest after it (a stop only needs to close what is open, whatever the attribution).
+ATTRIBUTIONS_AT = """
+SELECT q.instance_id, q.at_ms, a.tenant, a.pool, a.instance_type, a.accelerators, a.cap_ms
+FROM unnest(%s::text[], %s::bigint[]) AS q (instance_id, at_ms)
+CROSS JOIN LATERAL (
+    SELECT e.tenant, e.pool, e.instance_type, e.accelerators, e.cap_ms
+    FROM events e
+    WHERE e.instance_id = q.instance_id
+    ORDER BY e.at_ms > q.at_ms, CASE WHEN e.at_ms <= q.at_ms THEN -e.at_ms ELSE e.at_ms END
+    LIMIT 1
+) AS a
 """
 
 INTERVALS = """
@@ -73,8 +59,8 @@ WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY instance_id, started_ms
 """
 
-# Per tenant, pool and instance type: accelerator-ms used and Σ price × ms billed in the window.
-# priced_ms = billed_ms proves every billed millisecond found its price.
+# Per tenant, pool and instance type: accelerator-ms used and Σ price × ms billed in the window;
+# billed_ms − priced_ms is the billed time no price covers yet (unpriced).
 USAGE = """
 WITH spans AS (
     SELECT i.tenant, i.pool, i.instance_type, i.accelerators, i.started_ms,
@@ -118,7 +104,7 @@ LEFT JOIN cost c USING (tenant, pool, instance_type)
 ORDER BY u.tenant, u.pool, u.instance_type
 """
 
-# All time, per tenant, pool and instance type: the closed intervals' rollup plus the open ones.
+# All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart.
 USAGE_TOTALS = """
 WITH running AS (
     SELECT tenant, pool, instance_type, accelerators, started_ms,
@@ -142,8 +128,8 @@ WITH running AS (
     GROUP BY r.tenant, r.pool, r.instance_type
 )
 SELECT tenant, pool, instance_type,
-       coalesce(t.accelerator_ms, 0) + coalesce(u.accelerator_ms, 0),
-       coalesce(t.usd_hour_ms, 0) + coalesce(c.usd_hour_ms, 0),
+       coalesce(t.accelerator_ms, 0), coalesce(t.usd_hour_ms, 0),
+       coalesce(u.accelerator_ms, 0), coalesce(c.usd_hour_ms, 0),
        coalesce(u.accelerators, 0)
 FROM usage_totals t
 FULL JOIN running_used u USING (tenant, pool, instance_type)
@@ -153,7 +139,8 @@ ORDER BY tenant, pool, instance_type
 
 # Per tenant: budget, Σ price × ms billed since its period's start (spent: the daily rollup for
 # closed intervals, the running hosts live), still to be billed by its running hosts up to their
-# caps (committed), and what those hosts cost per hour now (burn).
+# caps (committed), set aside by live reservations for hosts not yet running (reserved), what the
+# running hosts cost per hour now (burn) and how many of them have no price.
 RUNWAYS = """
 WITH scope AS (
     SELECT t.tenant, t.actions, b.limit_usd, coalesce(b.period, 'month') AS period, b.soft_thresholds,
@@ -195,9 +182,15 @@ WITH scope AS (
     JOIN price_ranges p ON p.instance_type = r.instance_type
                        AND p.from_ms < r.projected_until_ms AND p.until_ms > r.billed_until_ms
     GROUP BY r.tenant
+), reserved AS (
+    SELECT v.tenant, sum((v.hosts - v.claimed) * v.usd_per_hour * ledger_billable_ms(v.cap_ms)) AS usd_hour_ms
+    FROM reservations v
+    JOIN scope s ON s.tenant = v.tenant
+    WHERE v.released_ms IS NULL AND v.expires_ms > %(now_ms)s AND v.claimed < v.hosts
+    GROUP BY v.tenant
 ), burning AS (
     SELECT r.tenant, sum(p.usd_per_hour) AS usd_per_hour, count(*) AS hosts,
-           sum(r.accelerators) AS accelerators
+           sum(r.accelerators) AS accelerators, count(*) FILTER (WHERE p.usd_per_hour IS NULL) AS unpriced
     FROM running r
     LEFT JOIN price_ranges p ON p.instance_type = r.instance_type
                             AND p.from_ms <= %(now_ms)s AND p.until_ms > %(now_ms)s
@@ -206,26 +199,26 @@ WITH scope AS (
 SELECT s.tenant, s.actions, s.limit_usd, s.period, s.soft_thresholds,
        coalesce(closed_spent.usd_hour_ms, 0) + coalesce(running_spent.usd_hour_ms, 0),
        coalesce(committed.usd_hour_ms, 0),
-       coalesce(burning.usd_per_hour, 0), coalesce(burning.hosts, 0), coalesce(burning.accelerators, 0)
+       coalesce(burning.usd_per_hour, 0), coalesce(burning.hosts, 0), coalesce(burning.accelerators, 0),
+       coalesce(reserved.usd_hour_ms, 0), coalesce(burning.unpriced, 0)
 FROM scope s
 LEFT JOIN closed_spent USING (tenant)
 LEFT JOIN running_spent USING (tenant)
 LEFT JOIN committed USING (tenant)
 LEFT JOIN burning USING (tenant)
+LEFT JOIN reserved USING (tenant)
 ORDER BY s.tenant
 """
 
-UPSERT_TENANT = """
-INSERT INTO tenants (tenant, actions) VALUES (%s, %s::text[])
-ON CONFLICT (tenant) DO UPDATE SET actions = excluded.actions
+SET_BUDGET = """
+SELECT ledger_set_budget(%s, %s::text[], %s, %s, %s::numeric[])
 """
 
-UPSERT_BUDGET = """
-INSERT INTO budgets (tenant, period, limit_usd, soft_thresholds) VALUES (%s, %s, %s, %s::numeric[])
-ON CONFLICT (tenant) DO UPDATE
-SET period = excluded.period, limit_usd = excluded.limit_usd,
-    soft_thresholds = excluded.soft_thresholds, updated_at = now()
-"""
+LOCK_TENANT = "SELECT ledger_lock_tenant(%s)"
+
+RESERVE = "SELECT ledger_reserve(%s, %s, %s, %s, %s, %s)"
+
+RELEASE = "SELECT ledger_release(%s, %s)"
 
 CLAIM_ACTION = """
 INSERT INTO guardrail_actions (at, guardrail, action, tenant, reason, period_start, threshold, once_key)

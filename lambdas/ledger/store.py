@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cache
@@ -29,7 +29,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usage, UsageKey, from_ms, to_ms
-from guardrails.pricing import PriceNotFound, PriceTable, load_price_table
+from guardrails.pricing import PriceTable
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_bounds_ms
 from guardrails.settings import DATABASE_SECRET_ARN, DATABASE_URL
 from lambdas.ledger import queries as sql
@@ -186,11 +186,19 @@ def migrations(folder: Path = MIGRATIONS) -> list[Migration]:
     return found
 
 
+APPENDED = "appended"
+DUPLICATE = "duplicate"
+CLOSED_HISTORY = "closed-history"  # a backfilled event inside a host's closed history: not appended
+
+
 @dataclass(frozen=True)
 class AppendResult:
     inserted: int
-    duplicates: int
+    duplicates: int  # not appended: duplicates, and backfilled events inside closed history
     tenants: frozenset[str]  # tenants whose usage changed
+    outcomes: Mapping[str, str] = field(
+        default_factory=dict
+    )  # event id → appended, duplicate, closed-history
 
 
 @dataclass(frozen=True)
@@ -200,10 +208,19 @@ class UsageRow:
     instance_type: str
     usage: Usage
     running_accelerators: int
+    unpriced_ms: int = 0  # billed milliseconds no price covers yet (priced once one is recorded)
+    open_usage: Usage = field(
+        default_factory=Usage
+    )  # usage_totals only: the open intervals', kept apart from the closed
 
     @property
     def key(self) -> UsageKey:
         return self.tenant, self.pool, self.instance_type
+
+    @property
+    def total(self) -> Usage:
+        """Closed and open intervals together."""
+        return self.usage + self.open_usage
 
 
 class LedgerStore:
@@ -249,76 +266,81 @@ class LedgerStore:
             return done
 
     def append(
-        self,
-        transitions: Sequence[Transition],
-        *,
-        source: str,
-        received_at: datetime,
-        prices: PriceTable | None = None,
+        self, transitions: Sequence[Transition], *, source: str, received_at: datetime
     ) -> AppendResult:
-        """Append transitions (a duplicate event id is ignored) and refresh their hosts' intervals.
+        """Append transitions and refresh their hosts' intervals, through ``ledger_append_events``.
 
-        Appends touching the same host are serialised by an advisory lock per host, taken in one
-        order, so concurrent meters never derive intervals from a partial history.
+        A duplicate event id is ignored; a backfill (``source="ingest"``) never reaches into a
+        host's closed history. Appends touching the same host are serialised by an advisory lock
+        per host, taken in one order, so concurrent meters never derive from a partial history.
         """
         unique = list({transition.event_id: transition for transition in reversed(transitions)}.values())
         if not unique:
             return AppendResult(0, 0, frozenset())
-        table = prices or load_price_table()
-        columns = _columns(unique)
-        # Tenant rows and seed prices are made once; a long-lived store (a Lambda container's)
-        # remembers which it has made and skips those statements from then on.
-        new_tenants = sorted(set(columns["tenants"]) - self._known_tenants)
-        new_types = sorted({t.attribution.instance_type for t in unique} - self._seeded_types)
+        parameters = _columns(unique) | {"source": source, "received_at": received_at}
         with self._transaction() as connection:
-            connection.execute(sql.LOCK_INSTANCES, (columns["instance_ids"],))
-            if new_tenants:
-                connection.execute(sql.ADD_TENANTS, (new_tenants,))
-            if new_types:
-                connection.execute(
-                    sql.SEED_PRICES,
-                    (
-                        f"prices.json, taken {table.taken}",
-                        new_types,
-                        [table.instance(name).usd_per_hour for name in new_types],
-                    ),
-                )
-            inserted = connection.execute(
-                sql.INSERT_EVENTS, columns | {"source": source, "received_at": received_at}
-            ).fetchall()
-            earliest: dict[str, int] = {}
-            for instance_id, at_ms in inserted:
-                earliest[instance_id] = min(at_ms, earliest.get(instance_id, at_ms))
-            changed = sorted(earliest)
-            if changed:
-                connection.execute(
-                    sql.REFRESH_INTERVALS,
-                    {"instance_ids": changed, "earliest_ms": [earliest[host] for host in changed]},
-                )
-        self._known_tenants.update(new_tenants)
-        self._seeded_types.update(new_types)
-        tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in earliest)
-        return AppendResult(len(inserted), len(transitions) - len(inserted), tenants)
+            outcomes = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+        appended = {event_id for event_id, outcome in outcomes.items() if outcome == APPENDED}
+        changed = {t.instance_id for t in unique if t.event_id in appended}
+        tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in changed)
+        return AppendResult(len(appended), len(transitions) - len(appended), tenants, outcomes)
 
-    def last_attributions(self, instance_ids: Sequence[str]) -> dict[str, Attribution]:
-        """What the ledger last knew of each host: for events about hosts EC2 no longer describes."""
+    def attributions_at(self, moments: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Attribution]:
+        """What the ledger knew of each ``(instance id, ms)``: for events EC2 can no longer attribute."""
         with self._connections.connection() as connection:
-            rows = connection.execute(sql.LAST_ATTRIBUTIONS, (list(instance_ids),)).fetchall()
-        return {row[0]: Attribution(*row[1:]) for row in rows}
+            rows = connection.execute(
+                sql.ATTRIBUTIONS_AT, ([host for host, _ in moments], [at_ms for _, at_ms in moments])
+            ).fetchall()
+        return {(row[0], row[1]): Attribution(*row[2:]) for row in rows}
 
-    def add_price(self, instance_type: str, usd_per_hour: Decimal, valid_from: datetime, source: str) -> None:
-        """A new price from ``valid_from`` on; the prices before it keep applying to the time before it."""
+    def add_price(
+        self, instance_type: str, usd_per_hour: Decimal, valid_from: datetime | None, source: str
+    ) -> None:
+        """A new price from ``valid_from`` on (None: a type's first price, covering all time before).
+
+        Only the ledger's owner may; a change cannot start in the past.
+        """
+        effective = "-infinity" if valid_from is None else from_ms(to_ms(valid_from))
         try:
             with self._transaction() as connection:
                 connection.execute(
                     "SELECT ledger_add_price(%s, %s, %s, %s)",
-                    (instance_type, from_ms(to_ms(valid_from)), usd_per_hour, source),
+                    (instance_type, effective, usd_per_hour, source),
                 )
+        except psycopg.errors.CheckViolation as error:
+            raise InputError(str(error).splitlines()[0] + "; record the change from now or later") from None
         except psycopg.errors.UniqueViolation:
             raise InputError(
-                f"a price for {instance_type} from {valid_from.isoformat()} is already recorded; "
+                f"a price for {instance_type} from {effective} is already recorded; "
                 "prices are never rewritten, record a change from a later time"
             ) from None
+
+    def sync_prices(self, table: PriceTable, *, source: str) -> list[str]:
+        """Record ``table``'s on-demand prices (the owner's step, with ``migrate``): a type's first
+        price covers all time before it; a changed price applies from now on. Returns what changed."""
+        instances = table.instances
+        with self._connections.connection() as connection:
+            now = connection.execute("SELECT statement_timestamp()").fetchone()[0]
+            rows = connection.execute(
+                sql.PRICES_AT, {"types": sorted(instances), "at_ms": to_ms(now)}
+            ).fetchall()
+        changed = []
+        for instance_type, in_effect, has_price in rows:
+            wanted = instances[instance_type].usd_per_hour
+            if has_price and in_effect == wanted:
+                continue
+            valid_from = from_ms(to_ms(now) + 1) if has_price else None
+            self.add_price(instance_type, wanted, valid_from, source)
+            changed.append(instance_type)
+        return changed
+
+    def prices_at(self, instance_types: Sequence[str], at: datetime) -> dict[str, Decimal | None]:
+        """The ledger's hourly price of each type at ``at``; None where it has none (unpriced)."""
+        with self._connections.connection() as connection:
+            rows = connection.execute(
+                sql.PRICES_AT, {"types": sorted(set(instance_types)), "at_ms": to_ms(at)}
+            ).fetchall()
+        return {instance_type: price for instance_type, price, _ in rows}
 
     def price_book(self) -> PriceBook:
         with self._connections.connection() as connection:
@@ -352,25 +374,31 @@ class LedgerStore:
             rows = connection.execute(sql.USAGE, parameters).fetchall()
         result = []
         for tenant, pool, instance_type, accelerator_ms, billed_ms, usd_hour_ms, priced_ms, running in rows:
-            if billed_ms != priced_ms:
-                raise PriceNotFound(f"{instance_type} has no price for part of its billed time; add one")
             usage = Usage(int(accelerator_ms), Decimal(usd_hour_ms))
-            result.append(UsageRow(tenant, pool, instance_type, usage, int(running)))
+            unpriced_ms = int(billed_ms) - int(priced_ms)
+            result.append(UsageRow(tenant, pool, instance_type, usage, int(running), unpriced_ms))
         return result
 
     def usage_totals(self, *, now: datetime) -> list[UsageRow]:
-        """All-time usage per tenant, pool and instance type from the rollup: what the exporter serves.
+        """All-time usage per tenant, pool and instance type: what the exporter serves.
 
-        Equal to ``usage_rows(now=now)`` (the tests check), at the cost of one row per key plus the
-        hosts running now.
+        ``usage`` is the closed intervals' (from the rollup: it only grows, so it is a counter);
+        ``open_usage`` the running hosts' so far (a gauge). Together they equal
+        ``usage_rows(now=now)`` (the tests check), at the cost of one row per key plus the hosts
+        running now.
         """
         with self._connections.connection() as connection:
             rows = connection.execute(sql.USAGE_TOTALS, {"now_ms": to_ms(now)}).fetchall()
         return [
             UsageRow(
-                tenant, pool, instance_type, Usage(int(accelerator_ms), Decimal(usd_hour_ms)), int(running)
+                tenant,
+                pool,
+                instance_type,
+                Usage(int(closed_ms), Decimal(closed_cost)),
+                int(running),
+                open_usage=Usage(int(open_ms), Decimal(open_cost)),
             )
-            for tenant, pool, instance_type, accelerator_ms, usd_hour_ms, running in rows
+            for tenant, pool, instance_type, closed_ms, closed_cost, open_ms, open_cost, running in rows
         ]
 
     def usage(self, **window: Any) -> dict[UsageKey, Usage]:
@@ -392,12 +420,34 @@ class LedgerStore:
         with self._connections.connection() as connection:
             rows = connection.execute(sql.RUNWAYS, parameters).fetchall()
         runways = []
-        for tenant, actions, limit, period, thresholds, spent, committed, burn, hosts, gpus in rows:
+        for row in rows:
+            (
+                tenant,
+                actions,
+                limit,
+                period,
+                thresholds,
+                spent,
+                committed,
+                burn,
+                hosts,
+                gpus,
+                reserved,
+                unpriced,
+            ) = row
             if limit is None:  # no budget: usage is shown against the calendar month
                 budget = Budget(tenant, None, actions=frozenset(actions))
             else:
                 budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions))
-            totals = RunwayTotals(Decimal(spent), Decimal(committed), Decimal(burn), int(hosts), int(gpus))
+            totals = RunwayTotals(
+                Decimal(spent),
+                Decimal(committed),
+                Decimal(burn),
+                int(hosts),
+                int(gpus),
+                Decimal(reserved),
+                int(unpriced),
+            )
             runways.append(TenantRunway(budget, now, totals))
         return runways
 
@@ -406,10 +456,15 @@ class LedgerStore:
         if budget.limit_usd is None:
             raise ValueError("a budget needs a limit")
         with self._transaction() as connection:
-            connection.execute(sql.UPSERT_TENANT, (budget.tenant, sorted(budget.actions)))
             connection.execute(
-                sql.UPSERT_BUDGET,
-                (budget.tenant, budget.period, budget.limit_usd, list(budget.soft_thresholds)),
+                sql.SET_BUDGET,
+                (
+                    budget.tenant,
+                    sorted(budget.actions),
+                    budget.period,
+                    budget.limit_usd,
+                    list(budget.soft_thresholds),
+                ),
             )
 
     @contextmanager

@@ -10,7 +10,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from guardrails.pricing import load_price_table
 from lambdas.ledger.store import LedgerStore
+
+PRICE_SOURCE = "prices.json"
 
 
 def _admin(database_url: str) -> psycopg.Connection[tuple[object, ...]]:
@@ -39,6 +42,7 @@ def ledger_template(database_url: str) -> Iterator[str]:
         admin.execute(f"CREATE DATABASE {name}")
     store = LedgerStore.connect(make_conninfo(database_url, dbname=name))
     store.migrate()
+    store.sync_prices(load_price_table(), source=PRICE_SOURCE)
     store.close()
     yield name
     _drop_database(database_url, name)

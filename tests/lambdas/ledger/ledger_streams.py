@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from guardrails.ledger import Attribution, Transition, to_ms
 
 # A Monday, so day, week and month periods all start on or before it.
-T0 = datetime(2025, 5, 5, 10, 0, tzinfo=UTC)
+T0 = datetime(2036, 5, 5, 10, 0, tzinfo=UTC)
 T0_MS = to_ms(T0)
 GPU_TYPES = {"g5.xlarge": 1, "g5.12xlarge": 4, "p4d.24xlarge": 8, "g4dn.xlarge": 1}
 TENANTS = ("research", "product", "vision")

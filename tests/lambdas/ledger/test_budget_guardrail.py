@@ -91,7 +91,7 @@ def start_p4d(
     store: LedgerStore, instance_id: str, minute: float, cap_minutes: int, tenant: str = "research"
 ) -> None:
     store.append([step(f"run-{instance_id}", instance_id, "running", ms(minute),
-                       who(tenant, "training", "p4d.24xlarge", cap_minutes))], source="test", received_at=T0)  # fmt: skip
+                       who(tenant, "training", "p4d.24xlarge", cap_minutes))], source="meter", received_at=T0)  # fmt: skip
 
 
 def test_each_threshold_is_notified_once_per_period_and_again_in_the_next(
@@ -109,11 +109,11 @@ def test_each_threshold_is_notified_once_per_period_and_again_in_the_next(
     assert run_budget(store, enforcer, at(11)).notified == [{"tenant": "research", "threshold": "0.9"}]
     assert run_budget(store, enforcer, at(12)).notified == []
     store.append([step(f"stop-{i}", i, "stopped", ms(40), who(instance_type="p4d.24xlarge"))
-                  for i in ("i-1", "i-2", "i-3")], source="test", received_at=T0)  # fmt: skip
+                  for i in ("i-1", "i-2", "i-3")], source="meter", received_at=T0)  # fmt: skip
 
-    june = datetime(2025, 6, 2, 9, 0, tzinfo=T0.tzinfo)
+    june = datetime(2036, 6, 2, 9, 0, tzinfo=T0.tzinfo)
     store.append([step("run-i-4", "i-4", "running", to_ms(june),
-                       who("research", "training", "p4d.24xlarge", 120))], source="test", received_at=june)  # fmt: skip
+                       who("research", "training", "p4d.24xlarge", 120))], source="meter", received_at=june)  # fmt: skip
     assert run_budget(store, enforcer, june + timedelta(minutes=1)).notified == [
         {"tenant": "research", "threshold": "0.5"}
     ]

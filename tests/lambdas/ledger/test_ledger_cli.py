@@ -18,7 +18,7 @@ from ledger_streams import at
 from cli.main import parkbrake
 from lambdas.ledger.store import migrations
 
-WINDOW = ["--since", "2025-05-05", "--until", "2025-05-06T00:00:00Z"]
+WINDOW = ["--since", "2036-05-05", "--until", "2036-05-06T00:00:00Z"]
 
 
 def invoke(*args: str) -> Result:
@@ -56,6 +56,10 @@ def seeded(aws: str, ledger_env: str, tmp_path: Path) -> dict[str, str]:
     summary = json.loads(result.stdout)
     counts = (summary["read"], summary["inserted"], summary["duplicates"], len(summary["skipped"]))
     assert counts == (6, 4, 1, 1)
+    outcomes = [(line["line"], line["outcome"], line["reason"]) for line in summary["lines"]]
+    assert outcomes == [(1, "appended", ""), (2, "appended", ""), (3, "appended", ""), (4, "appended", ""),
+                        (5, "skipped", "not an accelerator instance type"),
+                        (6, "duplicate", "repeats line 2")]  # fmt: skip
     return {"research": research, "product": product, "file": str(path)}
 
 
@@ -66,14 +70,21 @@ def test_migrate_applies_then_reports_up_to_date(
     first = invoke("ledger", "migrate")
     applied = ", ".join(f"{migration.version:04d}_{migration.name}" for migration in migrations())
     assert applied.startswith("0001_ledger")
-    assert (first.exit_code, first.stdout.strip()) == (0, f"applied {applied}")
+    assert first.exit_code == 0
+    applied_line, recorded = first.stdout.strip().splitlines()
+    assert applied_line == f"applied {applied}"
+    assert recorded.startswith("recorded prices of ")
+    assert "p4d.24xlarge" in recorded
     again = invoke("ledger", "migrate", "--output", "json")
-    assert json.loads(again.stdout) == {"applied": []}
+    assert json.loads(again.stdout) == {"applied": [], "prices_recorded": []}
 
 
 def test_ingesting_a_file_again_appends_nothing(seeded: dict[str, str]) -> None:
     again = invoke("ledger", "ingest", seeded["file"], "--output", "json")
     assert (json.loads(again.stdout)["inserted"], json.loads(again.stdout)["duplicates"]) == (0, 5)
+    text = invoke("ledger", "ingest", seeded["file"])
+    assert "line 1: " in text.stdout
+    assert "duplicate: already in the ledger" in text.stdout
 
 
 def test_report_json_per_tenant_with_pool_and_instance_type(seeded: dict[str, str]) -> None:
@@ -166,7 +177,7 @@ def test_invalid_budget_flags_are_all_reported(ledger_env: str) -> None:
 
 
 def test_a_window_that_ends_before_it_starts_is_bad_input(ledger_env: str) -> None:
-    result = invoke("ledger", "report", "--since", "2025-05-06", "--until", "2025-05-05")
+    result = invoke("ledger", "report", "--since", "2036-05-06", "--until", "2036-05-05")
     assert result.exit_code == 2
     assert "--until" in result.output
     assert invoke("ledger", "report", "--since", "last tuesday").exit_code == 2

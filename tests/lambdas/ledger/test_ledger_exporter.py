@@ -50,7 +50,7 @@ def seed(store: LedgerStore) -> None:
             step("r2", "i-2", "running", ms(40), who("research", "training", "g5.xlarge", 90)),
             step("r3", "i-3", "running", ms(0), who("product", "inference", "g5.12xlarge", 600)),
         ],
-        source="test",
+        source="meter",
         received_at=T0,
     )
 
@@ -65,8 +65,11 @@ def test_the_exporter_serves_usage_running_gpus_budget_and_runway(store: LedgerS
     assert samples[("parkbrake_ledger_up", ())] == 1
     assert samples[("parkbrake_gpu_seconds_total", research)] == 8 * 30 * 60
     assert samples[("parkbrake_cost_usd_total", research)] == 16.3863
-    assert samples[("parkbrake_gpu_seconds_total", g5)] == 20 * 60
-    assert samples[("parkbrake_gpu_seconds_total", product)] == 4 * 60 * 60
+    # Running hosts are gauges: counters hold closed intervals only.
+    assert samples[("parkbrake_gpu_seconds_total", g5)] == 0
+    assert samples[("parkbrake_open_gpu_seconds", g5)] == 20 * 60
+    assert samples[("parkbrake_gpu_seconds_total", product)] == 0
+    assert samples[("parkbrake_open_gpu_seconds", product)] == 4 * 60 * 60
     assert samples[("parkbrake_running_gpus", research)] == 0
     assert samples[("parkbrake_running_gpus", g5)] == 1
     assert samples[("parkbrake_running_gpus", product)] == 4
@@ -96,7 +99,44 @@ def test_scrapes_within_the_cache_window_reuse_one_read(store: LedgerStore) -> N
     )
     with exporter(store, at(60), cache_seconds=3600) as url:
         assert scrape(url)[key] == 1
-        store.append([step("s2", "i-2", "stopped", ms(61), who())], source="test", received_at=T0)
+        store.append([step("s2", "i-2", "stopped", ms(61), who())], source="meter", received_at=T0)
         assert scrape(url)[key] == 1  # cached
     with exporter(store, at(62)) as url:
         assert scrape(url)[key] == 0
+
+
+def counters(samples: Samples) -> Samples:
+    return {key: value for key, value in samples.items() if key[0].endswith("_total")}
+
+
+def test_a_late_stop_between_scrapes_never_lowers_a_counter(store: LedgerStore) -> None:
+    seed(store)
+    collector = LedgerCollector(store, default_cap=timedelta(minutes=90), cache_seconds=0, clock=lambda: now)
+    now = at(60)
+    server, _thread = serve_exporter(collector, port=0, address="127.0.0.1")
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        before = scrape(url)
+        # i-2 stopped at minute 41, but the event arrives after the scrape at minute 60.
+        store.append([step("s2", "i-2", "stopped", ms(41), who())], source="meter", received_at=T0)
+        now = at(61)
+        after = scrape(url)
+        # i-1 really stopped at 20, not 30: a `stopping` delivered after its `stopped` shortens it.
+        research = who("research", "training", "p4d.24xlarge", 90)
+        store.append([step("s0", "i-1", "stopping", ms(20), research)], source="meter", received_at=T0)
+        corrected = scrape(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    g5 = (("instance_type", "g5.xlarge"), ("pool", "training"), ("tenant", "research"))
+    assert before[("parkbrake_open_gpu_seconds", g5)] == 20 * 60
+    assert after[("parkbrake_gpu_seconds_total", g5)] == 60  # the closed interval, counted once
+    for key, value in counters(before).items():
+        assert after[key] >= value, key
+    for key, value in counters(after).items():
+        assert corrected[key] >= value, key
+    p4d = (("instance_type", "p4d.24xlarge"), ("pool", "training"), ("tenant", "research"))
+    assert corrected[("parkbrake_gpu_seconds_total", p4d)] == 8 * 30 * 60  # held, not lowered
+    assert corrected[
+        ("parkbrake_ledger_counter_corrections_total", (("counter", "parkbrake_gpu_seconds"),))
+    ] == (8 * 10 * 60)

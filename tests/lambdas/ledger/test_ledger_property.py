@@ -87,7 +87,7 @@ def test_the_database_derives_the_same_intervals_usage_and_runway(
     events = events_of(fleet, prefix)
     stream = redelivered(rng, events)
     for start in range(0, len(stream), 7):  # in batches, as several meters and a backfill would
-        store.append(stream[start : start + 7], source="test", received_at=from_ms(T0_MS))
+        store.append(stream[start : start + 7], source="meter", received_at=from_ms(T0_MS))
     if rng.random() < 0.5:  # a price change somewhere in the streams' time (valid_from is unique)
         change_ms = T0_MS + rng.randint(0, 7_200_000) * 1000 + rng.randint(0, 999)
         store.add_price(
@@ -113,7 +113,7 @@ def test_the_database_derives_the_same_intervals_usage_and_runway(
     )
     assert usage == usage_by_key(expected, book, now_ms=now_ms, since_ms=since, until_ms=until)
     all_time = {
-        row.key: row.usage for row in store.usage_totals(now=from_ms(now_ms)) if row.tenant in tenants
+        row.key: row.total for row in store.usage_totals(now=from_ms(now_ms)) if row.tenant in tenants
     }
     assert without_zeros(all_time) == without_zeros(usage_by_key(expected, book, now_ms=now_ms))
 

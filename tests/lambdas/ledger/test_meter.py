@@ -4,15 +4,25 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from aws_fault_proxy import FaultProxy
 from botocore.exceptions import ClientError
-from guardrail_fleet import client_factory, guardrail_settings, launch, managed_tags, state_change
+from guardrail_fleet import (
+    client_factory,
+    guardrail_settings,
+    launch,
+    launch_time,
+    managed_tags,
+    published,
+    sns_queue,
+    state_change,
+)
 from ledger_streams import T0, at, ms, step, who
 
-from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event
+from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
 from lambdas import meter
 from lambdas.aws.environment import ClientFactory, container_settings
 from lambdas.ledger.store import LedgerStore, LedgerUnavailable, container_store
@@ -74,7 +84,7 @@ def test_a_late_stop_for_a_host_ec2_has_forgotten_uses_what_the_ledger_knew(
     (instance_id,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product"))
     metered([state_change(instance_id, "running", at(0))], store=store, clients=clients)
     forgotten = "i-0123456789abcdef0"  # EC2 no longer describes it; the ledger saw it run
-    store.append([step("r-old", forgotten, "running", ms(0), who("product"))], source="test", received_at=T0)
+    store.append([step("r-old", forgotten, "running", ms(0), who("product"))], source="meter", received_at=T0)
     result = metered(
         [
             state_change(forgotten, "terminated", at(20)),
@@ -144,7 +154,7 @@ def test_the_handler_raises_while_the_database_is_down_and_loses_nothing(
 def test_a_malformed_event_is_refused_with_its_problems() -> None:
     with pytest.raises(MalformedEvent, match=r"detail\.instance-id: missing"):
         meter.handler({"id": "x", "detail-type": "EC2 Instance State-change Notification", "region": "us-east-1",
-                       "time": "2025-05-05T10:00:00Z", "detail": {"state": "running"}}, None)  # fmt: skip
+                       "time": "2036-05-05T10:00:00Z", "detail": {"state": "running"}}, None)  # fmt: skip
 
 
 def test_usage_grows_with_the_virtual_clock_for_an_open_host(
@@ -155,3 +165,69 @@ def test_usage_grows_with_the_virtual_clock_for_an_open_host(
     key = ("research", "training", "g5.xlarge")
     assert store.usage(now=at(10))[key].accelerator_ms == 600_000
     assert store.usage(now=at(10) + timedelta(seconds=1))[key].accelerator_ms == 601_000
+
+
+def test_a_type_missing_from_the_price_table_is_metered_in_seconds_and_repriced_later(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (new,) = launch(ec2, "p6-b200.48xlarge", managed_tags(tenant="research"))
+    (known,) = launch(ec2, "g5.xlarge", managed_tags(tenant="research"))
+    result = metered(
+        [state_change(new, "running", at(0)), state_change(known, "running", at(0)),
+         state_change(new, "stopped", at(10)), state_change(known, "stopped", at(10))],
+        store=store, clients=clients,
+    )  # fmt: skip
+    assert result.inserted == 4  # the rest of the batch is never lost
+    assert [note["instance_id"] for note in result.unpriced] == [new]
+    rows = {row.instance_type: row for row in store.usage_rows(now=at(60))}
+    assert (
+        rows["p6-b200.48xlarge"].usage.accelerator_ms == 8 * 10 * 60_000
+    )  # 8 GPUs, from DescribeInstanceTypes
+    assert (rows["p6-b200.48xlarge"].unpriced_ms, rows["p6-b200.48xlarge"].usage.usd_hour_ms) == (600_000, 0)
+    assert rows["g5.xlarge"].unpriced_ms == 0
+    store.add_price("p6-b200.48xlarge", Decimal("113.9328"), None, "test: first price")
+    repriced = {row.instance_type: row for row in store.usage_rows(now=at(60))}["p6-b200.48xlarge"]
+    assert (repriced.unpriced_ms, repriced.usage.cost_usd) == (0, Decimal("18.988800"))
+
+
+def test_an_unpriced_start_reaches_a_person_by_sns(store: LedgerStore, clients: ClientFactory) -> None:
+    topic, queue = sns_queue(clients)
+    (new,) = launch(clients("ec2", None), "p6-b200.48xlarge", managed_tags())
+    result = metered([state_change(new, "running", at(0))], store=store, clients=clients)
+    meter.alert_unpriced(result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients)
+    (message,) = published(clients, queue)
+    assert "p6-b200.48xlarge" in message["Message"]
+    assert new in message["Message"]
+
+
+def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    # The host may have run earlier as another type and tenant: EC2 only describes what it is now.
+    (host,) = launch(clients("ec2", None), "p4d.24xlarge", managed_tags(tenant="vision"))
+    launched = launch_time(clients("ec2", None), host)
+    earlier = [state_change(host, "running", launched - timedelta(hours=5)),
+               state_change(host, "stopped", launched - timedelta(hours=4)),
+               state_change(host, "running", launched)]  # fmt: skip
+    result = meter.meter([state_change_from_event(event) for event in earlier], store=store, clients=clients,
+                         settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
+    reasons = {note["event_id"]: note["reason"] for note in result.skipped}
+    assert "before the host's current launch" in reasons[earlier[0]["id"]]
+    (interval,) = store.intervals()
+    assert (interval.attribution.tenant, interval.started_ms) == ("vision", to_ms(launched))
+
+
+def test_a_backfill_never_rewrites_a_closed_interval(store: LedgerStore, clients: ClientFactory) -> None:
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    launched = launch_time(clients("ec2", None), host)
+    metered([state_change(host, "running", launched), state_change(host, "stopped", launched + timedelta(hours=1))],
+            store=store, clients=clients)  # fmt: skip
+    before = store.intervals()
+    inside = state_change(host, "stopping", launched + timedelta(minutes=30))
+    result = meter.meter([state_change_from_event(inside)], store=store, clients=clients,
+                         settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
+    assert result.skipped == [
+        {"event_id": inside["id"], "instance_id": host, "reason": "inside the host's closed history"}
+    ]
+    assert store.intervals() == before
