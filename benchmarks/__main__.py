@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 # Explicit, in the order a reader wants the figures.
-BENCHMARKS = ("benchmarks.cli_startup", "benchmarks.fleet_day", "benchmarks.ledger")
+BENCHMARKS = ("benchmarks.cli_startup", "benchmarks.fleet_day", "benchmarks.ledger", "benchmarks.inference")
 
 
 def main(argv: list[str]) -> int:

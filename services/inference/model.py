@@ -42,6 +42,8 @@ class Embedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         available = set(onnxruntime.get_available_providers())
+        if "CUDAExecutionProvider" in available and hasattr(onnxruntime, "preload_dlls"):
+            onnxruntime.preload_dlls()  # the CUDA/cuDNN wheels' libraries, as the image installs them
         providers = [name for name in PREFERRED_PROVIDERS if name in available]
         model = str(onnx_file) if onnx_file is not None else build_model().SerializeToString()
         return cls(onnxruntime.InferenceSession(model, options, providers=providers), tokenizer)

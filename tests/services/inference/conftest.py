@@ -20,7 +20,7 @@ from lambdas.ledger.store import PooledConnections
 from services.inference.export import build_model
 from services.inference.keys import ApiKeyStore
 from services.inference.model import Embedder
-from services.inference.server import InferenceServer
+from services.inference.server import InferenceServer, service_connections
 from services.inference.settings import settings_from_environment
 from tests.lambdas.ledger.conftest import _create_database, _drop_database, ledger_template, ledger_url
 
@@ -109,7 +109,7 @@ def start_server(embedder: Embedder) -> Iterator[Callable[..., InferenceServer]]
         database: str, *, loader: Callable[[], Embedder] | None = None, **environment: str
     ) -> InferenceServer:
         settings = settings_from_environment(FAST_SETTINGS | environment)
-        connections = PooledConnections(database, max_size=settings.database_pool)
+        connections = service_connections(database, pool_size=settings.database_pool)
         server = InferenceServer(settings, connections, loader=loader or (lambda: embedder))
         thread = threading.Thread(target=server.serve, daemon=True)
         thread.start()

@@ -1,0 +1,215 @@
+"""Inference service benchmark: a retry storm, the idempotency layer's latency, throughput vs the runtime.
+
+    python -m benchmarks.inference                  # 200 unique requests, each sent 3 times
+    python -m benchmarks.inference --unique 50      # a quick run
+
+Runs the real service (``parkbrake-inference``, its own process, the baked ONNX file) on 127.0.0.1
+against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver), and measures:
+- retry storm: every unique request sent 3 times, two of them at once (a retry racing the original)
+  and one after; model passes per unique request, read from the service's own
+  ``parkbrake_inference_model_passes_total`` (target exactly 1.00);
+- the idempotency layer's added latency: the same one-sentence request sequentially, alternately with
+  a fresh ``Idempotency-Key`` (claim + run + store: the layer's whole cost) and without one (the same
+  service, the layer skipped); the ratio of the medians (target ≤ 1.05), and a replay's median;
+- throughput in embeddings per second through the service (batches of ``--batch`` sentences, two
+  clients) against the same ONNX Runtime session called directly in this process, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from psycopg.conninfo import make_conninfo
+
+from lambdas.ledger.store import LedgerStore, SingleConnection
+from services.inference.export import build_model
+from services.inference.keys import ApiKeyStore
+from services.inference.model import Embedder
+from tests.postgres import postgres_url
+
+BENCH_DATABASE = "parkbrake_bench_inference"
+SENTENCE = "The sweep stopped the GPU host at its deadline and the ledger billed 90 seconds."
+
+
+@contextmanager
+def database() -> Iterator[str]:
+    with postgres_url("parkbrake-bench-inference-") as url:
+        import psycopg
+
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {BENCH_DATABASE} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {BENCH_DATABASE}")
+        bench_url = make_conninfo(url, dbname=BENCH_DATABASE)
+        store = LedgerStore.connect(bench_url)
+        store.migrate()
+        store.close()
+        yield bench_url
+
+
+@contextmanager
+def service(database_url: str, onnx_file: Path) -> Iterator[str]:
+    environment = os.environ | {
+        "PARKBRAKE_DATABASE_URL": database_url,
+        "PARKBRAKE_INFERENCE_MODEL": str(onnx_file),
+        "PARKBRAKE_INFERENCE_RATE_LIMIT": "100000",
+        "PARKBRAKE_INFERENCE_BURST": "100000",
+        "PARKBRAKE_REVISION": "bench",
+    }
+    script = Path(sys.executable).with_name("parkbrake-inference")
+    process = subprocess.Popen(
+        [str(script), "--port", "0"], env=environment, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        url = json.loads(process.stdout.readline())["listening"]
+        for _ in range(1200):
+            if get(url, "/healthz")[0] == 200:
+                break
+            time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def get(url: str, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url + path, timeout=30) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def post(url: str, api_key: str, inputs: list[str], idempotency_key: str | None = None) -> tuple[int, float]:
+    headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+    if idempotency_key:
+        headers["Idempotency-Key"] = idempotency_key
+    body = json.dumps({"model": "all-MiniLM-L6-v2", "input": inputs}).encode()
+    request = urllib.request.Request(url + "/v1/embeddings", data=body, headers=headers)
+    started = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=120) as response:
+        response.read()
+        return response.status, time.perf_counter() - started
+
+
+def model_passes(url: str) -> float:
+    for line in get(url, "/metrics")[1].decode().splitlines():
+        if line.startswith("parkbrake_inference_model_passes_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def retry_storm(url: str, api_key: str, unique: int) -> dict[str, float]:
+    before = model_passes(url)
+
+    def one(index: int) -> list[int]:
+        key, inputs = str(uuid.uuid4()), [f"{SENTENCE} (request {index})"]
+        racing: list[int] = []
+        threads = [
+            threading.Thread(target=lambda: racing.append(post(url, api_key, inputs, key)[0]))
+            for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return [*racing, post(url, api_key, inputs, key)[0]]
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        statuses = [status for result in pool.map(one, range(unique)) for status in result]
+    elapsed = time.perf_counter() - started
+    passes = model_passes(url) - before
+    return {
+        "unique_requests": unique,
+        "requests_sent": len(statuses),
+        "non_200": sum(status != 200 for status in statuses),
+        "model_passes": passes,
+        "passes_per_unique_request": passes / unique,
+        "seconds": round(elapsed, 2),
+    }
+
+
+def overhead(url: str, api_key: str, samples: int) -> dict[str, float]:
+    with_key, without_key, replays = [], [], []
+    replay_key = str(uuid.uuid4())
+    post(url, api_key, [SENTENCE], replay_key)
+    for _ in range(5):  # warm connections and caches on both paths
+        post(url, api_key, [SENTENCE]), post(url, api_key, [SENTENCE], str(uuid.uuid4()))
+    for _ in range(samples):  # alternated, so drift in the machine's load hits both alike
+        without_key.append(post(url, api_key, [SENTENCE])[1])
+        with_key.append(post(url, api_key, [SENTENCE], str(uuid.uuid4()))[1])
+        replays.append(post(url, api_key, [SENTENCE], replay_key)[1])
+    p50_with, p50_without = statistics.median(with_key), statistics.median(without_key)
+    return {
+        "samples": samples,
+        "p50_ms_without_idempotency": round(p50_without * 1000, 2),
+        "p50_ms_with_idempotency": round(p50_with * 1000, 2),
+        "p50_ratio": round(p50_with / p50_without, 3),
+        "p50_ms_replay": round(statistics.median(replays) * 1000, 2),
+    }
+
+
+def throughput(url: str, api_key: str, embedder: Embedder, batch: int, batches: int) -> dict[str, float]:
+    inputs = [f"{SENTENCE} ({n})" for n in range(batch)]
+    embedder.embed(inputs)
+    started = time.perf_counter()
+    for _ in range(batches):
+        embedder.embed(inputs)
+    direct = batch * batches / (time.perf_counter() - started)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        list(pool.map(lambda _: post(url, api_key, inputs), range(batches)))
+    served = batch * batches / (time.perf_counter() - started)
+    return {
+        "batch": batch,
+        "embeddings_per_s_runtime_direct": round(direct, 1),
+        "embeddings_per_s_through_service": round(served, 1),
+        "service_vs_direct": round(served / direct, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--unique", type=int, default=200, help="unique requests in the retry storm")
+    parser.add_argument("--samples", type=int, default=200, help="sequential requests per latency series")
+    parser.add_argument("--batch", type=int, default=32, help="sentences per request in the throughput run")
+    parser.add_argument("--batches", type=int, default=20)
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder, database() as database_url:
+        onnx_file = Path(folder) / "all-MiniLM-L6-v2.onnx"
+        onnx_file.write_bytes(build_model().SerializeToString())
+        connections = SingleConnection(database_url)
+        api_key = ApiKeyStore(connections).create("bench", datetime.now(UTC)).key
+        connections.close()
+        embedder = Embedder.load(onnx_file)
+        with service(database_url, onnx_file) as url:
+            figures = {
+                "device": embedder.device,
+                "cpus": os.cpu_count(),
+                "retry_storm": retry_storm(url, api_key, arguments.unique),
+                "latency": overhead(url, api_key, arguments.samples),
+                "throughput": throughput(url, api_key, embedder, arguments.batch, arguments.batches),
+            }
+    print(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()
