@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from guardrails.idempotency import Lease, wait_intervals
-from lambdas.ledger.store import PooledConnections
+from lambdas.ledger.store import PooledConnections, SingleConnection
 from services.inference.idempotency import (
     COMPRESS_FROM_BYTES,
     Outcome,
@@ -20,6 +22,7 @@ from services.inference.idempotency import (
     Scope,
     StoredResponse,
 )
+from services.inference.keys import ApiKeyStore
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 LEASE = Lease(lease=timedelta(seconds=30), retention=timedelta(hours=24))
@@ -144,3 +147,36 @@ def test_wait_intervals_double_and_stay_within_the_bound():
     assert intervals[:4] == [0.01, 0.02, 0.04, 0.08]
     assert max(intervals) == 0.2
     assert sum(intervals) == pytest.approx(1.0)
+
+
+@pytest.fixture
+def service_role_url(ledger_url: str) -> Iterator[str]:
+    """A login role that is a member of parkbrake_inference, as the service's role is."""
+    name = f"parkbrake_inference_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(ledger_url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE parkbrake_inference")
+    yield make_conninfo(ledger_url, user=name)
+    with psycopg.connect(ledger_url, autocommit=True) as admin:
+        admin.execute(f"DROP ROLE {name}")
+
+
+def test_the_service_role_keeps_idempotency_rows_but_cannot_make_keys_or_touch_the_ledger(
+    ledger_url: str, service_role_url: str
+):
+    made = ApiKeyStore(SingleConnection(ledger_url)).create("acme", T0)
+    connections = SingleConnection(service_role_url)
+    store = PostgresIdempotencyStore(connections, LEASE)
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    assert store.complete(SCOPE, claim.owner, OK, T0)
+    assert store.sweep(T0 + LEASE.retention, batch=10) == 1
+    assert ApiKeyStore(connections).tenant_of(made.key) == ("acme", made.id)
+    connections.close()
+    with psycopg.connect(service_role_url, autocommit=True) as connection:
+        for statement in (
+            "INSERT INTO inference_api_keys VALUES ('key_x', 'acme', 'x', now(), NULL)",
+            "UPDATE inference_api_keys SET revoked_at = NULL",
+            "SELECT * FROM events",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                connection.execute(statement)
