@@ -1,0 +1,69 @@
+"""The Prometheus alerting rules in alerts/: valid, and each rule proven by promtool to fire and to stay quiet."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "alerts" / "parkbrake.rules.yml"
+RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.test.yml"))
+
+
+def promtool() -> str:
+    """promtool from Debian's prometheus package; CI (``.ci/run``) installs it, so there it must exist."""
+    found = shutil.which("promtool")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is not installed: .ci/run installs it with `apt-get install -y prometheus`")
+        pytest.skip("promtool is not installed here (apt-get install prometheus); CI runs these tests")
+    return found
+
+
+def run_promtool(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([promtool(), *arguments], capture_output=True, text=True, cwd=ROOT, check=False)
+
+
+def load(path: Path) -> Any:
+    return YAML(typ="safe").load(path.read_text())
+
+
+def test_the_rules_are_valid() -> None:
+    result = run_promtool("check", "rules", str(RULES))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+def test_the_rule_unit_tests_pass() -> None:
+    result = run_promtool("test", "rules", *map(str, RULE_TESTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("SUCCESS") == len(RULE_TESTS)
+
+
+def test_a_wrong_expectation_fails_the_unit_tests(tmp_path: Path) -> None:
+    """The unit tests can fail: the same cases, with one expected label changed, do."""
+    broken = tmp_path / "broken.test.yml"
+    text = RULE_TESTS[0].read_text().replace("../parkbrake.rules.yml", str(RULES))
+    broken.write_text(text.replace("severity: warning", "severity: page", 1))
+    assert run_promtool("test", "rules", str(broken)).returncode != 0
+
+
+def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
+    alerts = {rule["alert"] for group in load(RULES)["groups"] for rule in group["rules"] if "alert" in rule}
+    cases = [
+        case
+        for path in RULE_TESTS
+        for test in load(path)["tests"]
+        for case in test.get("alert_rule_test", [])
+    ]
+    firing = {case["alertname"] for case in cases if case.get("exp_alerts")}
+    quiet = {case["alertname"] for case in cases if not case.get("exp_alerts")}
+    assert alerts
+    assert alerts <= firing, f"alerts never shown firing: {sorted(alerts - firing)}"
+    assert alerts <= quiet, f"alerts never shown quiet: {sorted(alerts - quiet)}"
