@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 from ruamel.yaml import YAML
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.alerts.promtool import ROOT, run_promtool
+
 RULES = ROOT / "alerts" / "parkbrake.rules.yml"
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.test.yml"))
-
-
-def promtool() -> str:
-    """promtool from Debian's prometheus package; CI (``.ci/run``) installs it, so there it must exist."""
-    found = shutil.which("promtool")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("promtool is not installed: .ci/run installs it with `apt-get install -y prometheus`")
-        pytest.skip("promtool is not installed here (apt-get install prometheus); CI runs these tests")
-    return found
-
-
-def run_promtool(*arguments: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([promtool(), *arguments], capture_output=True, text=True, cwd=ROOT, check=False)
 
 
 def load(path: Path) -> Any:
@@ -67,3 +50,12 @@ def test_every_alert_has_a_firing_and_a_quiet_case() -> None:
     assert alerts
     assert alerts <= firing, f"alerts never shown firing: {sorted(alerts - firing)}"
     assert alerts <= quiet, f"alerts never shown quiet: {sorted(alerts - quiet)}"
+
+
+def test_the_example_prometheus_configuration_is_valid_and_names_the_jobs_the_rules_use() -> None:
+    example = ROOT / "alerts" / "prometheus.example.yml"
+    result = run_promtool("check", "config", str(example))
+    assert result.returncode == 0, result.stdout + result.stderr
+    jobs = {job["job_name"] for job in load(example)["scrape_configs"]}
+    assert jobs == {"parkbrake-agent", "parkbrake-exporter"}
+    assert all(f'job="{job}"' in RULES.read_text() for job in jobs)
