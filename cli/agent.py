@@ -10,7 +10,14 @@ from pathlib import Path
 import click
 
 from cli.host.job_wrapper import ShutdownCommand
-from cli.options import DURATION, output_option, release_from_group_option, shutdown_command_option
+from cli.options import (
+    DURATION,
+    OPTIONAL_DURATION,
+    api_stop_after_option,
+    output_option,
+    release_from_group_option,
+    shutdown_command_option,
+)
 
 
 @click.command()
@@ -29,12 +36,21 @@ from cli.options import DURATION, output_option, release_from_group_option, shut
     help="A GPU at or under this utilisation (percent) with no compute process is idle.",
 )
 @click.option(
+    "--hang-after",
+    type=OPTIONAL_DURATION,
+    default="10m",
+    show_default=True,
+    help="A GPU whose compute process has kept it at or under --threshold this long is hung and "
+    "counts as idle (a stuck job, a forgotten notebook). off: a compute process always keeps the GPU busy.",
+)
+@click.option(
     "--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="Port of /metrics."
 )
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
 @click.option("--interval", type=DURATION, default="10s", show_default=True, help="Time between two samples.")
 @shutdown_command_option
 @release_from_group_option
+@api_stop_after_option
 @click.option(
     "--replay",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -51,21 +67,25 @@ def agent(
     *,
     idle_after: timedelta,
     threshold: float,
+    hang_after: timedelta | None,
     port: int,
     address: str,
     interval: timedelta,
     shutdown_command: str,
     release_from_group: bool,
+    api_stop_after: timedelta | None,
     replay: Path | None,
     record: Path | None,
     output: str,
 ) -> None:
     """Export GPU metrics on /metrics and shut the host down when every GPU is idle.
 
-    A GPU is idle at or under --threshold percent utilisation with no compute process; the host
-    shuts down once every GPU has been idle for the whole --idle-after window. Needs an NVIDIA
-    driver (NVML), except with --replay.
+    A GPU is idle at or under --threshold percent utilisation with no compute process, or with one
+    that has kept it there for --hang-after; the host shuts down once every GPU has been idle for the
+    whole --idle-after window, and stops itself through the EC2 API if it is still up
+    --api-stop-after later. Needs an NVIDIA driver (NVML), except with --replay.
     """
+    from cli.host.api_stop import ApiFallback
     from cli.host.nvml_agent import (
         GpuMetrics,
         GpuSampler,
@@ -84,6 +104,7 @@ def agent(
         threshold_percent=threshold,
         # Three missed samples in a row: the agent was not running, so the window starts again.
         max_gap=interval * 3,
+        hang_after=hang_after,
     )
     command = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
@@ -116,6 +137,7 @@ def agent(
             metrics=metrics,
             shutdown_command=command,
             emit=lambda event: say(event.as_json(), f"{event.at:%H:%M:%S} {event.kind}: {event.message}"),
+            fallback=ApiFallback(after=api_stop_after),
             recording=recording,
         )
     click.get_current_context().exit(result.exit_status)

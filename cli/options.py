@@ -29,6 +29,22 @@ class Duration(click.ParamType):
 
 DURATION = Duration()
 
+
+class OptionalDuration(Duration):
+    """A duration, or ``off`` (None): for a guard that may be turned off."""
+
+    name = "duration|off"
+
+    def convert(  # type: ignore[override]  # None is this type's "off"
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> timedelta | None:
+        if value is None or (isinstance(value, str) and value.strip().lower() == "off"):
+            return None
+        return super().convert(value, param, ctx)
+
+
+OPTIONAL_DURATION = OptionalDuration()
+
 output_option = click.option(
     "--output",
     "-o",
@@ -68,6 +84,17 @@ release_from_group_option = click.option(
     show_default=True,
     help="Before shutting down, leave this host's Auto Scaling group with its desired capacity lowered "
     "(read from IMDSv2), so the group launches no replacement; the shutdown runs even if this fails.",
+)
+# The host's last resort when the OS shutdown was accepted but the host is still up.
+api_stop_after_option = click.option(
+    "--api-stop-after",
+    type=OPTIONAL_DURATION,
+    envvar="PARKBRAKE_API_STOP_AFTER",
+    default="120s",
+    show_default=True,
+    help="If the host is still running this long after the OS shutdown (at once if the shutdown "
+    "failed), stop it through the EC2 API; its instance role may stop only itself. off: never. "
+    "Also $PARKBRAKE_API_STOP_AFTER.",
 )
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 

@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import timedelta
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import DURATION, output_option, release_from_group_option, shutdown_command_option
+from cli.options import (
+    DURATION,
+    OPTIONAL_DURATION,
+    api_stop_after_option,
+    output_option,
+    release_from_group_option,
+    shutdown_command_option,
+)
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
+
+if TYPE_CHECKING:
+    from cli.host.job_wrapper import HangWatch
+    from guardrails.clock import Clock
 
 
 @click.command(context_settings={"allow_interspersed_args": False})
@@ -46,8 +61,35 @@ from guardrails.job_policy import OnExit
     envvar="PARKBRAKE_INSTANCE_TYPE",
     help="This host's instance type, to price the job for the budget check. Also $PARKBRAKE_INSTANCE_TYPE.",
 )
+@click.option(
+    "--hang-after",
+    type=OPTIONAL_DURATION,
+    default="off",
+    show_default=True,
+    help="End the job (SIGTERM, then SIGKILL after --grace) once every GPU has been at or under "
+    "--threshold for this long, whatever holds them: a hung job keeps its CUDA context at 0%. "
+    "Reads the GPUs through NVML.",
+)
+@click.option(
+    "--threshold",
+    type=click.FloatRange(0, 100),
+    default=5.0,
+    show_default=True,
+    help="A GPU at or under this utilisation (percent) is quiet, for --hang-after.",
+)
+@click.option(
+    "--interval", type=DURATION, default="10s", show_default=True, help="Time between two GPU samples."
+)
+@click.option(
+    "--replay",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="For tests and demos: judge --hang-after on a recorded sample sequence (the format "
+    "`parkbrake agent --record` writes) instead of NVML; the cap, grace and hang window then run in "
+    "the recording's own time.",
+)
 @shutdown_command_option
 @release_from_group_option
+@api_stop_after_option
 @output_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
@@ -57,8 +99,13 @@ def run(
     grace: timedelta,
     tenant: str | None,
     instance_type: str | None,
+    hang_after: timedelta | None,
+    threshold: float,
+    interval: timedelta,
+    replay: Path | None,
     shutdown_command: str,
     release_from_group: bool,
+    api_stop_after: timedelta | None,
     output: str,
     command: tuple[str, ...],
 ) -> None:
@@ -68,10 +115,13 @@ def run(
     Write the command after --, for example:
       parkbrake run --max-runtime 2h -- python train.py
 
-    SIGINT, SIGTERM and SIGHUP are passed on to the job. The summary goes to stderr, so the job
-    keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
+    SIGINT, SIGTERM and SIGHUP are passed on to the job. A watchdog process outlives a wrapper that
+    is killed (even with SIGKILL) and still ends the job at its cap and shuts the host down. If the
+    host is still up --api-stop-after the shutdown, it stops itself through the EC2 API. The summary
+    goes to stderr, so the job keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
     cover up to its cap is refused before it starts (exit 1; the host's own deadline still applies).
     """
+    from cli.host.api_stop import ApiFallback
     from cli.host.job_wrapper import ShutdownCommand, run_and_shut_down
     from guardrails.job_policy import CapPolicy
 
@@ -85,9 +135,21 @@ def run(
         if output == "text":
             click.echo(f"parkbrake run: {message}", err=True)
 
-    report = run_and_shut_down(
-        command, policy, on_exit=OnExit(on_exit), shutdown_command=parsed_shutdown, log=log
-    )
+    if replay is not None and hang_after is None:
+        raise InputError("--replay plays GPU samples for --hang-after; give --hang-after too")
+    fallback = ApiFallback(after=api_stop_after, terminate=on_exit == OnExit.TERMINATE)
+    with hang_watch(hang_after, threshold, interval, replay) as (hang, clock):
+        report = run_and_shut_down(
+            command,
+            policy,
+            on_exit=OnExit(on_exit),
+            shutdown_command=parsed_shutdown,
+            log=log,
+            hang=hang,
+            fallback=fallback,
+            clock=clock,
+            watchdog=True,
+        )
     if output == "json":
         click.echo(json.dumps(report.as_json()), err=True)
     else:
@@ -96,6 +158,31 @@ def run(
             f"exit status {report.exit_status}"
         )
     click.get_current_context().exit(report.exit_status)
+
+
+@contextmanager
+def hang_watch(
+    after: timedelta | None, threshold: float, interval: timedelta, replay: Path | None
+) -> Iterator[tuple[HangWatch | None, Clock | None]]:
+    """The GPUs --hang-after reads (NVML, or a replay in virtual time), and the clock that goes with them."""
+    from cli.host.job_wrapper import HangWatch
+    from cli.host.nvml_agent import NvmlSampler, TimedReplay, load_recording, observation_from
+    from guardrails.clock import ManualClock
+
+    if after is None:
+        yield None, None
+        return
+    if replay is not None:
+        start = datetime.now(UTC)
+        clock = ManualClock(start)
+        recorded = TimedReplay(load_recording(replay), clock, start)
+        yield HangWatch(lambda: observation_from(recorded), after, threshold, interval), clock
+        return
+    nvml = NvmlSampler()
+    try:
+        yield HangWatch(lambda: observation_from(nvml), after, threshold, interval), None
+    finally:
+        nvml.close()
 
 
 def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | None) -> None:

@@ -25,3 +25,16 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+class ManualClock:
+    """Time that moves only when slept through: replays, benchmarks and tests run in virtual time."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+
+    def now(self) -> datetime:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self._now += timedelta(seconds=max(seconds, 0.0))

@@ -53,12 +53,18 @@ class Step:
 
 
 def next_step(
-    policy: CapPolicy, *, elapsed: timedelta, terminating_for: timedelta | None, killed: bool
+    policy: CapPolicy,
+    *,
+    elapsed: timedelta,
+    terminating_for: timedelta | None,
+    killed: bool,
+    hung: bool = False,
 ) -> Step:
-    """Escalate a job that outlives its cap: SIGTERM at the cap, SIGKILL once the grace has passed.
+    """Escalate a job that outlives its cap or hangs: SIGTERM, then SIGKILL once the grace has passed.
 
-    ``terminating_for`` is the time since the job was first sent SIGTERM, by the cap or forwarded
-    from the wrapper's own SIGTERM: either way the job has the grace to finish, then it is killed.
+    ``terminating_for`` is the time since the job was first sent SIGTERM, by the cap, the hang
+    window or forwarded from the wrapper's own SIGTERM: either way the job has the grace to finish,
+    then it is killed. ``hung``: its GPUs have been quiet for the whole hang window.
     """
     if killed:
         return Step(Action.WAIT)
@@ -66,6 +72,8 @@ def next_step(
         if terminating_for >= policy.grace:
             return Step(Action.KILL)
         return Step(Action.WAIT, policy.grace - terminating_for)
+    if hung:
+        return Step(Action.TERMINATE)
     if policy.max_runtime is None:
         return Step(Action.WAIT)
     if elapsed >= policy.max_runtime:

@@ -8,6 +8,7 @@ time. The decision to shut down is :func:`guardrails.idle.observe`'s.
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import json
 from collections.abc import Callable, Iterator
@@ -19,11 +20,12 @@ from typing import Any, Protocol, TextIO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+from cli.host.api_stop import ApiFallback, ApiStopResult
 from cli.host.job_wrapper import ShutdownCommand, ShutdownResult
 from guardrails.clock import Clock
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError
-from guardrails.idle import GpuSample, IdlePolicy, IdleState, Observation, SampleFailure, observe
+from guardrails.idle import GpuSample, IdlePolicy, IdleState, IdleVerdict, Observation, SampleFailure, observe
 from stacks.validation import Problems, Section
 
 
@@ -234,6 +236,39 @@ class ReplaySampler:
         """Nothing: in a recording, time moves with the next sample."""
 
 
+class TimedReplay:
+    """A recording read at a clock's time: each sample is the record in force at that instant.
+
+    ``parkbrake run --replay`` and the fleet-day benchmark use it, where the clock moves on its own
+    (the job's waits) rather than with the samples.
+    """
+
+    def __init__(self, records: list[Recorded], clock: Clock, start: datetime) -> None:
+        self._records = records
+        self._times = [record.t for record in records]
+        self._clock = clock
+        self._start = start
+
+    def sample(self) -> list[GpuSample]:
+        t = (self._clock.now() - self._start).total_seconds()
+        if not self._records or t > self._times[-1]:
+            raise ReplayFinished
+        record = self._records[max(bisect.bisect_right(self._times, t) - 1, 0)]
+        if isinstance(record.observation, SampleFailure):
+            raise SamplingError(record.observation.reason)
+        return list(record.observation)
+
+
+def observation_from(sampler: GpuSampler) -> Observation | None:
+    """One sample as the idle logic takes it; None once a replay has no more samples."""
+    try:
+        return sampler.sample()
+    except SamplingError as error:
+        return SampleFailure(str(error))
+    except ReplayFinished:
+        return None
+
+
 # --- metrics
 
 
@@ -256,6 +291,13 @@ class GpuMetrics:
         self.compute_processes = Gauge(
             "parkbrake_gpu_compute_processes", "Compute processes on the GPU.", labels, registry=self.registry
         )
+        self.hung = Gauge(
+            "parkbrake_gpu_hung",
+            "1 when a process holds the GPU at or under the threshold for the whole hang window "
+            "(the GPU counts as idle).",
+            labels,
+            registry=self.registry,
+        )
         self.idle_seconds = Gauge(
             "parkbrake_agent_idle_seconds",
             "How long every GPU has been idle (0 while any is busy).",
@@ -270,16 +312,18 @@ class GpuMetrics:
             self.temperature,
             self.power,
             self.compute_processes,
+            self.hung,
         ]
         self._exported: set[tuple[str, str]] = set()
 
-    def update(self, observation: Observation, idle_for: timedelta) -> None:
+    def update(self, observation: Observation, idle_for: timedelta, hung: tuple[GpuSample, ...] = ()) -> None:
         """Export one observation; a GPU that is gone, or a failed sample, stops exporting its last values."""
         self.idle_seconds.set(idle_for.total_seconds())
         if isinstance(observation, SampleFailure):
             self.sample_errors.inc()
             observation = []
         exported: dict[tuple[str, str], dict[Gauge, float | None]] = {}
+        hung_uuids = {gpu.uuid for gpu in hung}
         for gpu in observation:
             labels = (str(gpu.index), gpu.uuid)
             exported[labels] = {
@@ -288,6 +332,7 @@ class GpuMetrics:
                 self.compute_processes: len(gpu.compute_pids),
                 self.temperature: gpu.temperature_celsius,
                 self.power: gpu.power_watts,
+                self.hung: 1.0 if gpu.uuid in hung_uuids else 0.0,
             }
         for labels in self._exported - exported.keys():
             for gauge in self._per_gpu:
@@ -347,16 +392,33 @@ class AgentEvent:
 @dataclass(frozen=True)
 class AgentResult:
     shutdown: ShutdownResult | None  # None: a replay ended before the window completed
+    api_stop: ApiStopResult | None = None  # None: the host went down, or no fallback was asked for
 
     @property
     def exit_status(self) -> int:
-        return 1 if self.shutdown is not None and not self.shutdown.ok else 0
+        from cli.host.job_wrapper import host_left_running
+
+        return 1 if host_left_running(self.shutdown, self.api_stop) else 0
 
 
-def _state_of(observation: Observation, idle: bool) -> str:
+def _state_of(observation: Observation, verdict: IdleVerdict) -> str:
     if isinstance(observation, SampleFailure):
         return "sample-failed"
-    return "idle" if idle else "busy"
+    if verdict.hung and verdict.idle:
+        return "hung"
+    return "idle" if verdict.idle else "busy"
+
+
+def _hung_message(verdict: IdleVerdict, policy: IdlePolicy) -> str:
+    held = "; ".join(
+        f"GPU {gpu.index} held by process {', '.join(str(pid) for pid in gpu.compute_pids)}"
+        for gpu in verdict.hung
+    )
+    return (
+        f"every GPU idle ({held}, but at or under {policy.threshold_percent:g}% for the hang window of "
+        f"{format_duration(policy.hang_after or timedelta(0))}: counted as idle); the host shuts down if "
+        f"this lasts {format_duration(policy.idle_after)}"
+    )
 
 
 def run_agent(
@@ -369,11 +431,13 @@ def run_agent(
     shutdown_command: ShutdownCommand,
     emit: Callable[[AgentEvent], None],
     recording: TextIO | None = None,
+    fallback: ApiFallback | None = None,
 ) -> AgentResult:
     """Sample, export and judge every ``interval`` until the host has been idle for the whole window.
 
-    Emits an event when the host changes between busy, idle and failing to sample, not every sample.
-    Returns once the shutdown command has run (or a replay has ended).
+    Emits an event when the host changes between busy, idle, hung and failing to sample, not every
+    sample. Returns once the shutdown command has run and, if the host is still up, the EC2 API was
+    asked to stop it (``fallback``), or once a replay has ended.
     """
     state = IdleState()
     first_at: datetime | None = None
@@ -400,15 +464,18 @@ def run_agent(
             recording.flush()
         verdict = observe(policy, state, observation, now)
         state = verdict.state
-        metrics.update(observation, verdict.idle_for)
+        metrics.update(observation, verdict.idle_for, verdict.hung)
         elapsed = now - first_at
-        current_state = _state_of(observation, verdict.idle)
+        current_state = _state_of(observation, verdict)
         if current_state != previous_state:
-            message = (
-                f"every GPU idle; the host shuts down if this lasts {format_duration(policy.idle_after)}"
-                if verdict.idle
-                else "; ".join(verdict.busy)
-            )
+            if current_state == "hung":
+                message = _hung_message(verdict, policy)
+            elif verdict.idle:
+                message = (
+                    f"every GPU idle; the host shuts down if this lasts {format_duration(policy.idle_after)}"
+                )
+            else:
+                message = "; ".join(verdict.busy)
             emit(AgentEvent(current_state, now, elapsed, message, {"reasons": list(verdict.busy)}))
             previous_state = current_state
         if verdict.shut_down:
@@ -436,5 +503,10 @@ def run_agent(
                     {"idle_since": idle_since.isoformat(), "shutdown": result.as_json()},
                 )
             )
-            return AgentResult(result)
+            # Announced before waiting: while the shutdown works, this process does not live to say more.
+            api_stop = (fallback or ApiFallback(after=None)).after_shutdown(result.ok, clock)
+            if api_stop is not None:
+                at = clock.now()
+                emit(AgentEvent("api-stop", at, at - first_at, api_stop.describe(), api_stop.as_json()))
+            return AgentResult(result, api_stop)
         clock.sleep(interval.total_seconds())

@@ -18,7 +18,7 @@ _RECORDER = """
 import json, os, sys
 calls, status = sys.argv[1], int(sys.argv[2])
 with open(calls, "a") as file:
-    settings = ("PARKBRAKE_SHUTDOWN_COMMAND", "PARKBRAKE_IMDS_ENDPOINT")  # the tests' own, not what was passed on
+    settings = ("PARKBRAKE_SHUTDOWN_COMMAND", "PARKBRAKE_IMDS_ENDPOINT", "PARKBRAKE_API_STOP_AFTER")  # the tests' own, not what was passed on
     variables = {k: v for k, v in os.environ.items() if k.startswith("PARKBRAKE_") and k not in settings}
     file.write(json.dumps({"argv": sys.argv[3:], "env": variables}) + "\\n")
 sys.exit(status)
@@ -50,6 +50,8 @@ def recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ShutdownRecorde
     script.write_text(_RECORDER)
     recording = ShutdownRecorder(script, tmp_path / "shutdown-calls.jsonl")
     monkeypatch.setenv("PARKBRAKE_SHUTDOWN_COMMAND", recording.command())
+    # The recorder leaves this machine running, so the EC2 API fallback would wait its 120s for nothing.
+    monkeypatch.setenv("PARKBRAKE_API_STOP_AFTER", "0s")
     return recording
 
 
