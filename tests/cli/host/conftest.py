@@ -6,11 +6,17 @@ import json
 import shlex
 import socket
 import sys
-from dataclasses import dataclass
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aws_fault_proxy import FaultProxy
+from guardrail_fleet import REGION
 
 RECORDINGS = Path(__file__).parent / "recordings"
 
@@ -50,8 +56,8 @@ def recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ShutdownRecorde
     script.write_text(_RECORDER)
     recording = ShutdownRecorder(script, tmp_path / "shutdown-calls.jsonl")
     monkeypatch.setenv("PARKBRAKE_SHUTDOWN_COMMAND", recording.command())
-    # The recorder leaves this machine running, so the EC2 API fallback would wait its 120s for nothing.
-    monkeypatch.setenv("PARKBRAKE_API_STOP_AFTER", "0s")
+    # The recorder leaves this machine running: the EC2 API fallback is off unless a test turns it on.
+    monkeypatch.setenv("PARKBRAKE_API_STOP_AFTER", "off")
     return recording
 
 
@@ -67,3 +73,86 @@ def no_instance_metadata(monkeypatch: pytest.MonkeyPatch) -> str:
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     monkeypatch.setenv("PARKBRAKE_IMDS_ENDPOINT", endpoint)
     return endpoint
+
+
+# --- IMDSv2 on 127.0.0.1, and the fault proxy in front of moto
+
+TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
+TOKEN_HEADER = "X-aws-ec2-metadata-token"
+TAGS_PREFIX = "/latest/meta-data/tags/instance/"
+
+
+@dataclass
+class FakeImds:
+    """IMDSv2 as EC2 serves it, for one instance: reads without a valid token get 401."""
+
+    instance_id: str
+    group: str | None  # None: the instance carries no aws:autoscaling:groupName tag (404)
+    region: str = REGION
+    issues_tokens: bool = True  # False: answers the token PUT with 403
+    requests: list[tuple[str, str, bool]] = field(default_factory=list)  # method, path, token presented
+    tokens: set[str] = field(default_factory=set)
+
+    def answer(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
+        presented = headers.get(TOKEN_HEADER.lower())
+        self.requests.append((method, path, presented is not None))
+        if method == "PUT" and path == "/latest/api/token":
+            if not self.issues_tokens:
+                return 403, "Forbidden"
+            if TOKEN_TTL_HEADER.lower() not in headers:
+                return 400, "Bad Request"
+            token = uuid.uuid4().hex
+            self.tokens.add(token)
+            return 200, token
+        if presented not in self.tokens:
+            return 401, "Unauthorized"
+        tags = {} if self.group is None else {"aws:autoscaling:groupName": self.group}
+        values = {
+            "/latest/meta-data/instance-id": self.instance_id,
+            "/latest/meta-data/placement/region": self.region,
+            **{f"{TAGS_PREFIX}{key}": value for key, value in tags.items()},
+        }
+        return (200, values[path]) if path in values else (404, "Not Found")
+
+
+@pytest.fixture
+def serve_imds(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Starts a :class:`FakeImds` on 127.0.0.1 and points $PARKBRAKE_IMDS_ENDPOINT at it."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(imds: FakeImds) -> FakeImds:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+            def _answer(self) -> None:
+                headers = {key.lower(): value for key, value in self.headers.items()}
+                status, body = imds.answer(self.command, self.path, headers)
+                payload = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_PUT = _answer
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        monkeypatch.setenv("PARKBRAKE_IMDS_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        return imds
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture
+def proxy(aws: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+    """The fault proxy in front of moto, as the endpoint the self-release's client uses."""
+    with FaultProxy(aws) as running:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", running.url)
+        yield running

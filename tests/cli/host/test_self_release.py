@@ -12,13 +12,9 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -27,81 +23,10 @@ from guardrail_fleet import REGION, client_factory, create_pool, group_instances
 
 from cli.host.group_release import InstanceMetadata, ReleaseResult, release_from_group
 from cli.host.job_wrapper import ShutdownCommand
-from tests.cli.host.conftest import RECORDINGS, ShutdownRecorder
+from tests.cli.host.conftest import RECORDINGS, TAGS_PREFIX, FakeImds, ShutdownRecorder
 from tests.conftest import REPO_ROOT
 
 PARKBRAKE = [sys.executable, "-c", "from cli.main import main; main()"]
-TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
-TOKEN_HEADER = "X-aws-ec2-metadata-token"
-TAGS_PREFIX = "/latest/meta-data/tags/instance/"
-
-
-@dataclass
-class FakeImds:
-    """IMDSv2 as EC2 serves it, for one instance: reads without a valid token get 401."""
-
-    instance_id: str
-    group: str | None  # None: the instance carries no aws:autoscaling:groupName tag (404)
-    region: str = REGION
-    issues_tokens: bool = True  # False: answers the token PUT with 403
-    requests: list[tuple[str, str, bool]] = field(default_factory=list)  # method, path, token presented
-    tokens: set[str] = field(default_factory=set)
-
-    def answer(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
-        presented = headers.get(TOKEN_HEADER.lower())
-        self.requests.append((method, path, presented is not None))
-        if method == "PUT" and path == "/latest/api/token":
-            if not self.issues_tokens:
-                return 403, "Forbidden"
-            if TOKEN_TTL_HEADER.lower() not in headers:
-                return 400, "Bad Request"
-            token = uuid.uuid4().hex
-            self.tokens.add(token)
-            return 200, token
-        if presented not in self.tokens:
-            return 401, "Unauthorized"
-        tags = {} if self.group is None else {"aws:autoscaling:groupName": self.group}
-        values = {
-            "/latest/meta-data/instance-id": self.instance_id,
-            "/latest/meta-data/placement/region": self.region,
-            **{f"{TAGS_PREFIX}{key}": value for key, value in tags.items()},
-        }
-        return (200, values[path]) if path in values else (404, "Not Found")
-
-
-@pytest.fixture
-def serve_imds(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """Starts a :class:`FakeImds` on 127.0.0.1 and points $PARKBRAKE_IMDS_ENDPOINT at it."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def start(imds: FakeImds) -> FakeImds:
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-            def _answer(self) -> None:
-                headers = {key.lower(): value for key, value in self.headers.items()}
-                status, body = imds.answer(self.command, self.path, headers)
-                payload = body.encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            do_GET = do_PUT = _answer
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        monkeypatch.setenv("PARKBRAKE_IMDS_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
-        return imds
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 @dataclass(frozen=True)
@@ -125,14 +50,6 @@ def pool(aws: str) -> Pool:
     autoscaling, ec2 = make("autoscaling", REGION), make("ec2", REGION)
     name = create_pool(autoscaling, ec2, pool="training", desired=2)
     return Pool(name, group_instances(autoscaling, name), autoscaling, ec2)
-
-
-@pytest.fixture
-def proxy(aws: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
-    """The fault proxy in front of moto, as the endpoint the self-release's client uses."""
-    with FaultProxy(aws) as running:
-        monkeypatch.setenv("AWS_ENDPOINT_URL", running.url)
-        yield running
 
 
 def shut_down(recorder: ShutdownRecorder) -> Any:
