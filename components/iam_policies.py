@@ -237,7 +237,8 @@ class HostGrants:
 
 
 def host_policy(grants: HostGrants) -> PolicyDocument:
-    """A GPU host's own permissions: leave its own (managed) group, Session Manager, its ECS cluster.
+    """A GPU host's own permissions: leave its own (managed) group, stop its own instance, Session
+    Manager, its ECS cluster.
 
     Auto Scaling has no condition key naming the instance a call acts on, so the narrowest grant for
     leaving the group is the host's own group.
@@ -248,6 +249,14 @@ def host_policy(grants: HostGrants) -> PolicyDocument:
             ["autoscaling:TerminateInstanceInAutoScalingGroup"],
             grants.autoscaling_group_arn,
             MANAGED_ONLY,
+        ),
+        # The self-stop's last resort when the OS shutdown did not happen: the EC2 API, on the
+        # instance the role's credentials were issued to, and no other.
+        statement(
+            "StopOwnInstanceOnly",
+            ["ec2:StopInstances", "ec2:TerminateInstances"],
+            grants.arn("ec2", "instance/*"),
+            {"StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}", **MANAGED_ONLY["StringEquals"]}},
         ),
         statement("SessionManager", SESSION_MANAGER_ACTIONS, "*"),
     ]

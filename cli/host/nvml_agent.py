@@ -233,7 +233,8 @@ class ReplaySampler:
         return self._start + timedelta(seconds=self._t)
 
     def sleep(self, seconds: float) -> None:
-        """Nothing: in a recording, time moves with the next sample."""
+        """Time passes without waiting; the next sample sets it to the recording's own time."""
+        self._t += seconds
 
 
 class TimedReplay:

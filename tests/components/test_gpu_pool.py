@@ -287,6 +287,18 @@ def test_the_host_role_may_leave_only_its_own_managed_group() -> None:
         assert group_tags(built.one(GROUP, pool))[tags.MANAGED] == "true"
 
 
+def test_the_host_role_may_stop_only_its_own_instance() -> None:
+    """The self-stop's EC2 API fallback: the instance the credentials were issued to, while managed."""
+    built = Built(pool_args())
+
+    statement = host_statements(built, "training")["StopOwnInstanceOnly"]
+    assert statement["Action"] == ["ec2:StopInstances", "ec2:TerminateInstances"]
+    assert statement["Resource"].endswith(":instance/*")
+    assert statement["Condition"] == {
+        "StringEquals": {"aws:ARN": "${ec2:SourceInstanceARN}", f"aws:ResourceTag/{tags.MANAGED}": "true"}
+    }
+
+
 def test_the_host_role_has_session_manager_but_no_broad_managed_policy() -> None:
     built = Built(pool_args())
 
@@ -294,5 +306,5 @@ def test_the_host_role_has_session_manager_but_no_broad_managed_policy() -> None
         built.run.of_type(POLICY_ATTACHMENT) == []
     )  # no AmazonSSMManagedInstanceCore: it reads every parameter
     grants = host_statements(built, "training")
-    assert set(grants) == {"LeaveOwnGroupOnly", "SessionManager"}
+    assert set(grants) == {"LeaveOwnGroupOnly", "StopOwnInstanceOnly", "SessionManager"}
     assert not any(action.startswith(("ssm:Get", "s3:")) for action in grants["SessionManager"]["Action"])
