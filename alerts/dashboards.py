@@ -240,11 +240,13 @@ def tenants_dashboard() -> dashboard.Dashboard:
         .with_row(dashboard.Row("This budget period"))
         .with_panel(
             graph(
-                "Spent, committed and limit",
-                "Spent since the period began; committed: what running hosts will cost up to their caps.",
+                "Spent, committed, reserved and limit",
+                "Spent since the period began; committed: what running hosts will cost up to their caps; "
+                "reserved: set aside by admissions for hosts not yet running.",
                 "currencyUSD",
                 query(f"parkbrake_budget_spent_usd{{{tenant}}}", "{{tenant}} spent"),
                 query(f"parkbrake_budget_committed_usd{{{tenant}}}", "{{tenant}} committed"),
+                query(f"parkbrake_budget_reserved_usd{{{tenant}}}", "{{tenant}} reserved"),
                 query(f"parkbrake_budget_limit_usd{{{tenant}}}", "{{tenant}} limit"),
             )
         )
@@ -312,6 +314,14 @@ def tenants_dashboard() -> dashboard.Dashboard:
                         "{{tenant}}",
                     ),
                 )
+            )
+        )
+        .with_panel(
+            number(
+                "Hosts without a price",
+                f"sum(parkbrake_unpriced_hosts{{{tenant}}})",
+                "none",
+                "Metered in seconds but not costed: burn and runway understate the spend (ParkbrakeUnpricedHosts).",
             )
         )
         .with_panel(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli.registry import COMMANDS
+from tests.exported_metrics import fleet_metrics, inference_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -93,3 +94,16 @@ def test_the_architecture_cli_table_lists_every_registered_command() -> None:
     rows = [line.split(" | ")[0] for line in table.splitlines() if line.startswith("| `")]
     documented = {span.split()[0] for row in rows for span in re.findall(r"`([^`]+)`", row)}
     assert documented == set(COMMANDS)
+
+
+def test_the_architecture_metric_table_matches_what_the_code_exports() -> None:
+    """Every name in the table is exported; every fleet metric (agent, exporter, guardrails) is in it."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`(parkbrake_\w+)`", table))
+    fleet, inference = fleet_metrics(), inference_metrics()
+    scraped = {name.removesuffix("_total") for name in fleet | inference if not name.endswith("_created")}
+    assert {name.removesuffix("_total") for name in documented} <= scraped
+    assert {name.removesuffix("_total") for name in fleet if not name.endswith("_created")} <= {
+        name.removesuffix("_total") for name in documented
+    }

@@ -9,28 +9,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
-from datetime import timedelta
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.metrics_core import Metric
 from ruamel.yaml import YAML
 
 from alerts.dashboards import DASHBOARDS, FOLDER, rendered
-from cli.exporter import LedgerCollector
-from cli.host.nvml_agent import GpuMetrics
-from lambdas.aws import heartbeat
-from lambdas.ledger.store import LedgerStore
 from tests.alerts.promtool import ROOT, run_promtool
+from tests.exported_metrics import fleet_metrics
 
 RULES = ROOT / "alerts" / "parkbrake.rules.yml"
 # Prometheus's own series, which every scrape job has: the only names not exported by parkbrake.
 PROMETHEUS_SYNTHETIC = {"up"}
-# Nothing listens on the discard port: the exporter answers `parkbrake_ledger_up 0` and still
-# describes every family it serves.
-UNREACHABLE_LEDGER = "postgresql://parkbrake@127.0.0.1:9/parkbrake?connect_timeout=2"
 
 KEYWORDS = {
     "by",
@@ -50,27 +42,6 @@ MATCHERS = re.compile(r"\{[^}]*\}")
 GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)")
 RANGE = re.compile(r"\[[^\]]*\]")
 IDENTIFIER = re.compile(r"(?<![\w.$])([a-zA-Z_:][\w:]*)(\s*\()?")
-
-
-def exposed_names(families: Iterable[Metric]) -> set[str]:
-    """The series names a scrape shows for each family: a counter ``x`` is ``x_total`` (and ``x_created``)."""
-    names = set()
-    for family in families:
-        names |= (
-            {f"{family.name}_total", f"{family.name}_created"} if family.type == "counter" else {family.name}
-        )
-    return names
-
-
-def exported_metrics() -> set[str]:
-    store = LedgerStore.connect(UNREACHABLE_LEDGER)
-    try:
-        ledger = list(LedgerCollector(store, default_cap=timedelta(minutes=90), cache_seconds=0).collect())
-    finally:
-        store.close()
-    agent = list(GpuMetrics().registry.collect())
-    guardrails = [*heartbeat.LAST_SUCCESS.collect(), *heartbeat.ACTIONS.collect()]
-    return exposed_names([*ledger, *agent, *guardrails])
 
 
 def recording_rules() -> set[str]:
@@ -125,7 +96,7 @@ def test_the_name_extraction_sees_metrics_and_skips_the_rest() -> None:
 
 
 def test_the_exported_names_come_from_the_code() -> None:
-    exported = exported_metrics()
+    exported = fleet_metrics()
     assert {"parkbrake_ledger_up", "parkbrake_gpu_seconds_total", "parkbrake_runway_seconds"} <= exported
     assert {"parkbrake_gpu_temperature_celsius", "parkbrake_agent_sample_errors_total"} <= exported
     assert {
@@ -142,8 +113,8 @@ def test_the_committed_dashboard_is_what_the_generator_writes(name: str) -> None
     )
 
 
-def test_every_dashboard_and_alert_queries_only_exported_metrics() -> None:
-    known = exported_metrics() | recording_rules() | PROMETHEUS_SYNTHETIC
+def test_every_dashboard_and_alert_queries_only_fleet_metrics() -> None:
+    known = fleet_metrics() | recording_rules() | PROMETHEUS_SYNTHETIC
     queries = [*alert_queries()]
     for name in DASHBOARDS:
         queries += [(f"{name} {where}", expr) for where, expr in dashboard_queries(committed(name))]

@@ -1,0 +1,51 @@
+"""The Prometheus series parkbrake exports, collected from the code that exports them (never a hand list).
+
+The agent's registry, the ledger exporter's collector, the guardrails' heartbeat metrics and the
+inference service's registry each describe their families; a scrape shows a counter ``x`` as
+``x_total`` (and ``x_created``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from prometheus_client.metrics_core import Metric
+
+from cli.exporter import LedgerCollector
+from cli.host.nvml_agent import GpuMetrics
+from lambdas.aws import heartbeat
+from lambdas.ledger.store import LedgerStore
+from services.inference.metrics import ServiceMetrics
+
+# Nothing listens on the discard port: the exporter answers `parkbrake_ledger_up 0` and still
+# describes every family it serves.
+UNREACHABLE_LEDGER = "postgresql://parkbrake@127.0.0.1:9/parkbrake?connect_timeout=2"
+
+
+def exposed_names(families: Iterable[Metric]) -> set[str]:
+    names = set()
+    for family in families:
+        names |= (
+            {f"{family.name}_total", f"{family.name}_created"} if family.type == "counter" else {family.name}
+        )
+    return names
+
+
+def ledger_exporter_families() -> list[Metric]:
+    store = LedgerStore.connect(UNREACHABLE_LEDGER)
+    try:
+        return list(LedgerCollector(store, default_cap=timedelta(minutes=90), cache_seconds=0).collect())
+    finally:
+        store.close()
+
+
+def fleet_metrics() -> set[str]:
+    """What the agent, the ledger exporter and the guardrails export: what alerts and dashboards may read."""
+    agent = list(GpuMetrics().registry.collect())
+    guardrails = [*heartbeat.LAST_SUCCESS.collect(), *heartbeat.ACTIONS.collect()]
+    return exposed_names([*ledger_exporter_families(), *agent, *guardrails])
+
+
+def inference_metrics() -> set[str]:
+    return exposed_names(ServiceMetrics().registry.collect())
