@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pulumi
-import pulumi_aws as aws
 
 from guardrails import tags
 
@@ -31,29 +30,3 @@ def named_child_of(parent: pulumi.Resource, **options: object) -> pulumi.Resourc
     """Options for a child with an explicit physical name: AWS refuses a second resource of the same name,
     so a replacement must delete the old one first instead of colliding with it."""
     return child_of(parent, delete_before_replace=True, **options)
-
-
-def vpc_only_security_group(
-    parent: pulumi.Resource,
-    name: str,
-    *,
-    description: str,
-    vpc_id: pulumi.Input[str],
-    port: int,
-    cidr: pulumi.Input[str],
-    protocol_label: str,
-    tags: Mapping[str, str],
-) -> aws.ec2.SecurityGroup:
-    """A security group admitting one TCP port from the VPC's own range, and nothing else."""
-    return aws.ec2.SecurityGroup(
-        name,
-        description=description,
-        vpc_id=vpc_id,
-        ingress=[
-            aws.ec2.SecurityGroupIngressArgs(
-                protocol="tcp", from_port=port, to_port=port, cidr_blocks=[cidr], description=protocol_label
-            )
-        ],
-        tags=dict(tags),
-        opts=child_of(parent),
-    )

@@ -1,42 +1,35 @@
-"""The control-plane service: a Fargate ECS service behind a public ALB, scaled on CPU.
+"""The control-plane service: a Fargate ECS service behind its endpoint (``components.ecs_service``), scaled on CPU.
 
-Parking is the program's business: it passes ``capacity`` already parked (min 0, desired 0), and
-this component applies it to the ECS service and the autoscaling target alike.
-
-The load balancer, execution role and log group helpers are shared with the inference service.
+Parking is the program's business: it passes ``capacity`` already parked (min 0, desired 0). Unparked,
+Application Auto Scaling owns the desired count (Pulumi declares it once, then ignores it, so a
+``pulumi up`` never resets what scaling chose); parked, Pulumi holds it at 0, and on unparking the
+scaling minimum brings the tasks back.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
-from components.common import child_of, type_token
+from components.common import child_of, named_child_of, type_token
+from components.ecs_service import (
+    ALL_EGRESS,
+    EndpointArgs,
+    endpoint,
+    health_check,
+    scalable_resource_id,
+    service_basics,
+)
+from components.iam_policies import document, statement
 from guardrails import names, tags
 from guardrails.capacity import Capacity
 
-HTTP_PORT = 80
-LOG_RETENTION_DAYS = 30
 CPU_TARGET_PERCENT = 60.0
-EXECUTION_ROLE_POLICY = "arn:aws:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
-ECS_TASKS_TRUST = json.dumps(
-    {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": "ecs-tasks.amazonaws.com"},
-                "Action": "sts:AssumeRole",
-            }
-        ],
-    }
-)
-ANYWHERE = "0.0.0.0/0"
-ALL_EGRESS = [{"protocol": "-1", "from_port": 0, "to_port": 0, "cidr_blocks": [ANYWHERE]}]
+# libpq reads these: TLS verified against the RDS CA bundle, which the image carries at this path.
+RDS_CA_BUNDLE = "/etc/ssl/certs/rds-global-bundle.pem"
 
 
 @dataclass
@@ -57,104 +50,10 @@ class ControlPlaneServiceArgs:
     database_secret_arn: pulumi.Input[str] | None
     cache_endpoint: pulumi.Input[str] | None
     tags: Mapping[str, str]
+    cache_secret_arn: pulumi.Input[str] | None = None
+    parked: bool = False
+    endpoint: EndpointArgs = field(default_factory=EndpointArgs)
     cpu_target_percent: float = CPU_TARGET_PERCENT
-
-
-@dataclass(frozen=True)
-class PublicLoadBalancer:
-    load_balancer: aws.lb.LoadBalancer
-    security_group: aws.ec2.SecurityGroup
-
-
-def public_load_balancer(
-    parent: pulumi.Resource,
-    *,
-    stack: str,
-    service: str,
-    vpc_id: pulumi.Input[str],
-    subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]],
-    resource_tags: Mapping[str, str],
-) -> PublicLoadBalancer:
-    """An internet-facing ALB in the public subnets, open on HTTP only."""
-    security_group = aws.ec2.SecurityGroup(
-        f"{service}-alb",
-        description=f"{service} load balancer: HTTP from anywhere",
-        vpc_id=vpc_id,
-        ingress=[
-            {"protocol": "tcp", "from_port": HTTP_PORT, "to_port": HTTP_PORT, "cidr_blocks": [ANYWHERE]}
-        ],
-        egress=ALL_EGRESS,
-        tags=dict(resource_tags),
-        opts=child_of(parent),
-    )
-    load_balancer = aws.lb.LoadBalancer(
-        service,
-        name=names.load_balancer(stack, service),
-        load_balancer_type="application",
-        internal=False,
-        subnets=subnet_ids,
-        security_groups=[security_group.id],
-        drop_invalid_header_fields=True,
-        tags=dict(resource_tags),
-        opts=child_of(parent),
-    )
-    return PublicLoadBalancer(load_balancer, security_group)
-
-
-def health_check(path: str) -> dict[str, object]:
-    return {
-        "path": path,
-        "protocol": "HTTP",
-        "matcher": "200-399",
-        "interval": 15,
-        "timeout": 5,
-        "healthy_threshold": 2,
-        "unhealthy_threshold": 3,
-    }
-
-
-def task_execution_role(
-    parent: pulumi.Resource, service: str, resource_tags: Mapping[str, str]
-) -> aws.iam.Role:
-    """The role ECS uses to pull the image and write logs (AWS's managed policy for exactly that)."""
-    role = aws.iam.Role(
-        f"{service}-execution",
-        assume_role_policy=ECS_TASKS_TRUST,
-        tags=dict(resource_tags),
-        opts=child_of(parent),
-    )
-    aws.iam.RolePolicyAttachment(
-        f"{service}-execution", role=role.name, policy_arn=EXECUTION_ROLE_POLICY, opts=child_of(parent)
-    )
-    return role
-
-
-def container_log_group(
-    parent: pulumi.Resource, stack: str, service: str, resource_tags: Mapping[str, str]
-) -> aws.cloudwatch.LogGroup:
-    return aws.cloudwatch.LogGroup(
-        f"{service}-logs",
-        name=f"/ecs/{names.prefix(stack)}/{service}",
-        retention_in_days=LOG_RETENTION_DAYS,
-        tags=dict(resource_tags),
-        opts=child_of(parent),
-    )
-
-
-def awslogs(log_group: aws.cloudwatch.LogGroup, region: pulumi.Input[str], service: str) -> dict[str, object]:
-    return {
-        "logDriver": "awslogs",
-        "options": {
-            "awslogs-group": log_group.name,
-            "awslogs-region": region,
-            "awslogs-stream-prefix": service,
-        },
-    }
-
-
-def scalable_resource_id(stack: str, service: aws.ecs.Service) -> pulumi.Output[str]:
-    """Application Auto Scaling's id of an ECS service; the cluster is always ``names.ecs_cluster``."""
-    return pulumi.Output.concat("service/", names.ecs_cluster(stack), "/", service.name)
 
 
 class ControlPlaneService(pulumi.ComponentResource):
@@ -163,22 +62,17 @@ class ControlPlaneService(pulumi.ComponentResource):
     load_balancer_arn: pulumi.Output[str]
     target_group_arn: pulumi.Output[str]
     task_definition_arn: pulumi.Output[str]
+    # What the database and the cache admit the service's tasks by.
+    tasks_security_group_id: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: ControlPlaneServiceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(type_token("ControlPlaneService"), name, None, opts)
+        self._args = args
         service = names.CONTROL_PLANE_SERVICE
-        service_tags = {**args.tags, tags.REVISION: args.revision, tags.SERVICE: service}
-        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self)).region
-
-        alb = public_load_balancer(
-            self,
-            stack=args.stack,
-            service=service,
-            vpc_id=args.vpc_id,
-            subnet_ids=args.public_subnet_ids,
-            resource_tags=service_tags,
+        basics = service_basics(
+            self, stack=args.stack, service=service, revision=args.revision, base_tags=args.tags
         )
         target_group = aws.lb.TargetGroup(
             service,
@@ -189,17 +83,19 @@ class ControlPlaneService(pulumi.ComponentResource):
             vpc_id=args.vpc_id,
             deregistration_delay=30,
             health_check=health_check(args.health_path),
-            tags=service_tags,
-            opts=child_of(self),
+            tags=basics.tags,
+            opts=named_child_of(self),
         )
-        listener = aws.lb.Listener(
-            service,
-            load_balancer_arn=alb.load_balancer.arn,
-            port=HTTP_PORT,
-            protocol="HTTP",
+        front = endpoint(
+            self,
+            stack=args.stack,
+            service=service,
+            args=args.endpoint,
+            vpc_id=args.vpc_id,
+            public_subnet_ids=args.public_subnet_ids,
+            private_subnet_ids=args.private_subnet_ids,
             default_actions=[{"type": "forward", "target_group_arn": target_group.arn}],
-            tags=service_tags,
-            opts=child_of(self),
+            resource_tags=basics.tags,
         )
         tasks_security_group = aws.ec2.SecurityGroup(
             f"{service}-tasks",
@@ -210,35 +106,14 @@ class ControlPlaneService(pulumi.ComponentResource):
                     "protocol": "tcp",
                     "from_port": args.port,
                     "to_port": args.port,
-                    "security_groups": [alb.security_group.id],
+                    "security_groups": [front.security_group.id],
                 }
             ],
             egress=ALL_EGRESS,
-            tags=service_tags,
+            tags=basics.tags,
             opts=child_of(self),
         )
-
-        execution_role = task_execution_role(self, service, service_tags)
-        if args.database_secret_arn is not None:
-            # The execution role injects the secret at task start; it may read that secret and no other.
-            aws.iam.RolePolicy(
-                f"{service}-read-database-secret",
-                role=execution_role.id,
-                policy=pulumi.Output.json_dumps(
-                    {
-                        "Version": "2012-10-17",
-                        "Statement": [
-                            {
-                                "Effect": "Allow",
-                                "Action": "secretsmanager:GetSecretValue",
-                                "Resource": args.database_secret_arn,
-                            }
-                        ],
-                    }
-                ),
-                opts=child_of(self),
-            )
-        log_group = container_log_group(self, args.stack, service, service_tags)
+        self._read_secrets(service, basics.execution_role)
         task_definition = aws.ecs.TaskDefinition(
             service,
             family=f"{names.prefix(args.stack)}-{service}",
@@ -246,7 +121,8 @@ class ControlPlaneService(pulumi.ComponentResource):
             network_mode="awsvpc",
             cpu=str(args.cpu),
             memory=str(args.memory),
-            execution_role_arn=execution_role.arn,
+            execution_role_arn=basics.execution_role.arn,
+            task_role_arn=basics.task_role.arn,
             runtime_platform={"operating_system_family": "LINUX", "cpu_architecture": "X86_64"},
             container_definitions=pulumi.Output.json_dumps(
                 [
@@ -256,16 +132,70 @@ class ControlPlaneService(pulumi.ComponentResource):
                         "essential": True,
                         "portMappings": [{"containerPort": args.port, "protocol": "tcp"}],
                         "environment": control_plane_environment(args),
-                        "secrets": database_secrets(args.database_secret_arn),
+                        "secrets": service_secrets(args),
                         "dockerLabels": {tags.REVISION: args.revision},
-                        "logConfiguration": awslogs(log_group, region, service),
+                        "logConfiguration": basics.awslogs(service),
                     }
                 ]
             ),
-            tags=service_tags,
+            tags=basics.tags,
             opts=child_of(self),
         )
-        ecs_service = aws.ecs.Service(
+        ecs_service = self._service(
+            service,
+            task_definition=task_definition,
+            target_group=target_group,
+            tasks_security_group=tasks_security_group,
+            listener=front.listener,
+            service_tags=basics.tags,
+        )
+        self._autoscaling(service, ecs_service, basics.tags)
+
+        self.url = front.url
+        self.service_name = ecs_service.name
+        self.load_balancer_arn = front.load_balancer.arn
+        self.target_group_arn = target_group.arn
+        self.task_definition_arn = task_definition.arn
+        self.tasks_security_group_id = tasks_security_group.id
+        self.register_outputs(
+            {
+                "url": self.url,
+                "service_name": self.service_name,
+                "load_balancer_arn": self.load_balancer_arn,
+                "target_group_arn": self.target_group_arn,
+                "task_definition_arn": self.task_definition_arn,
+                "tasks_security_group_id": self.tasks_security_group_id,
+            }
+        )
+
+    def _read_secrets(self, service: str, execution_role: aws.iam.Role) -> None:
+        """The execution role injects the secrets at task start; it may read those secrets and no other."""
+        secrets = [
+            arn for arn in (self._args.database_secret_arn, self._args.cache_secret_arn) if arn is not None
+        ]
+        if not secrets:
+            return
+        aws.iam.RolePolicy(
+            f"{service}-read-secrets",
+            role=execution_role.id,
+            policy=pulumi.Output.json_dumps(
+                document([statement("ReadServiceSecrets", ["secretsmanager:GetSecretValue"], secrets)])
+            ),
+            opts=child_of(self),
+        )
+
+    def _service(
+        self,
+        service: str,
+        *,
+        task_definition: aws.ecs.TaskDefinition,
+        target_group: aws.lb.TargetGroup,
+        tasks_security_group: aws.ec2.SecurityGroup,
+        listener: aws.lb.Listener,
+        service_tags: Mapping[str, str],
+    ) -> aws.ecs.Service:
+        args = self._args
+        return aws.ecs.Service(
             service,
             name=names.ecs_service(service),
             cluster=args.cluster_arn,
@@ -286,10 +216,18 @@ class ControlPlaneService(pulumi.ComponentResource):
             deployment_maximum_percent=200,
             enable_ecs_managed_tags=True,
             propagate_tags="SERVICE",
-            tags=service_tags,
-            # ECS refuses a service whose target group is not yet attached to a load balancer.
-            opts=child_of(self, depends_on=[listener]),
+            tags=dict(service_tags),
+            # ECS refuses a service whose target group is not yet attached to a load balancer. Unparked,
+            # Application Auto Scaling owns the desired count.
+            opts=named_child_of(
+                self, depends_on=[listener], ignore_changes=[] if args.parked else ["desiredCount"]
+            ),
         )
+
+    def _autoscaling(
+        self, service: str, ecs_service: aws.ecs.Service, service_tags: Mapping[str, str]
+    ) -> None:
+        args = self._args
         scaling_target = aws.appautoscaling.Target(
             service,
             service_namespace="ecs",
@@ -297,7 +235,7 @@ class ControlPlaneService(pulumi.ComponentResource):
             resource_id=scalable_resource_id(args.stack, ecs_service),
             min_capacity=args.capacity.min,
             max_capacity=args.capacity.max,
-            tags=service_tags,
+            tags=dict(service_tags),
             opts=child_of(self),
         )
         aws.appautoscaling.Policy(
@@ -317,21 +255,6 @@ class ControlPlaneService(pulumi.ComponentResource):
             opts=child_of(self),
         )
 
-        self.url = pulumi.Output.concat("http://", alb.load_balancer.dns_name)
-        self.service_name = ecs_service.name
-        self.load_balancer_arn = alb.load_balancer.arn
-        self.target_group_arn = target_group.arn
-        self.task_definition_arn = task_definition.arn
-        self.register_outputs(
-            {
-                "url": self.url,
-                "service_name": self.service_name,
-                "load_balancer_arn": self.load_balancer_arn,
-                "target_group_arn": self.target_group_arn,
-                "task_definition_arn": self.task_definition_arn,
-            }
-        )
-
 
 def control_plane_environment(args: ControlPlaneServiceArgs) -> list[dict[str, pulumi.Input[str]]]:
     """Plain settings; credentials come through ``secrets``, never here."""
@@ -341,16 +264,24 @@ def control_plane_environment(args: ControlPlaneServiceArgs) -> list[dict[str, p
     }
     if args.database_endpoint is not None:
         environment["DATABASE_ENDPOINT"] = args.database_endpoint
+        # libpq's own variables: the cluster refuses plain connections, and the client verifies it.
+        environment["PGSSLMODE"] = "verify-full"
+        environment["PGSSLROOTCERT"] = RDS_CA_BUNDLE
     if args.cache_endpoint is not None:
         environment["CACHE_ENDPOINT"] = args.cache_endpoint
     return [{"name": key, "value": value} for key, value in environment.items()]
 
 
-def database_secrets(secret_arn: pulumi.Input[str] | None) -> list[dict[str, pulumi.Input[str]]]:
-    """The database credentials, read by ECS from the secret's JSON keys at task start."""
-    if secret_arn is None:
-        return []
-    return [
-        {"name": f"DATABASE_{key.upper()}", "valueFrom": pulumi.Output.concat(secret_arn, f":{key}::")}
-        for key in ("username", "password")
-    ]
+def service_secrets(args: ControlPlaneServiceArgs) -> list[dict[str, pulumi.Input[str]]]:
+    """The database and cache credentials, read by ECS from the secrets' JSON keys at task start."""
+    found: list[dict[str, pulumi.Input[str]]] = []
+    for prefix, secret_arn in (("DATABASE", args.database_secret_arn), ("CACHE", args.cache_secret_arn)):
+        if secret_arn is not None:
+            found += [
+                {
+                    "name": f"{prefix}_{key.upper()}",
+                    "valueFrom": pulumi.Output.concat(secret_arn, f":{key}::"),
+                }
+                for key in ("username", "password")
+            ]
+    return found

@@ -77,7 +77,7 @@ class DatabaseAccess:
     """How the functions that use the ledger reach it: the secret, and the VPC security group they run in."""
 
     secret_arn: pulumi.Input[str]
-    security_group_id: pulumi.Input[str]
+    security_group_id: pulumi.Output[str]
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,8 @@ class Guardrails(pulumi.ComponentResource):
     function_names: dict[str, pulumi.Output[str]]
     scheduler_role_arn: pulumi.Output[str]
     park_parameter_name: pulumi.Output[str]
+    # The security group the ledger's functions run in (None without a database): what the database admits.
+    database_security_group_id: pulumi.Output[str] | None
 
     def __init__(self, name: str, args: GuardrailsArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(type_token("Guardrails"), name, None, opts)
@@ -209,6 +211,7 @@ class Guardrails(pulumi.ComponentResource):
             scheduler_role_arn=scheduler_role.arn,
         )
         database = self._database_access()
+        self.database_security_group_id = database.security_group_id if database else None
         code = lambda_archive()
         deployed = {
             function.guardrail: self._function(function, grants, environment, code, database)

@@ -10,20 +10,13 @@ changes to ``taskDefinition``: a ``pulumi up`` never rolls back what a deploy ro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_aws as aws
 
-from components.common import child_of, type_token
-from components.control_plane_service import (
-    HTTP_PORT,
-    awslogs,
-    container_log_group,
-    health_check,
-    public_load_balancer,
-    task_execution_role,
-)
+from components.common import child_of, named_child_of, type_token
+from components.ecs_service import EndpointArgs, endpoint, health_check, service_basics
 from guardrails import names, tags
 from guardrails.errors import InputError
 
@@ -50,6 +43,11 @@ class InferenceServiceArgs:
     live_colour: str = "blue"
     # The GPU hosts' security group: when given, it admits the ALB on ECS's dynamic host ports.
     host_security_group_id: pulumi.Input[str] | None = None
+    private_subnet_ids: pulumi.Input[Sequence[pulumi.Input[str]]] = ()
+    endpoint: EndpointArgs = field(default_factory=EndpointArgs)
+    # ECS refuses a service on a capacity provider the cluster is not associated with yet (and on destroy,
+    # a provider still in use): the services wait for this association.
+    capacity_provider_association: pulumi.Resource | None = None
 
 
 def colour_weights(live_colour: str) -> dict[str, int]:
@@ -72,51 +70,21 @@ class InferenceService(pulumi.ComponentResource):
         super().__init__(type_token("InferenceService"), name, None, opts)
         if args.capacity_provider_name is None:
             raise InputError("the inference service needs its GPU pool's ECS capacity provider")
+        self._args = args
         weights = colour_weights(args.live_colour)
         service = names.INFERENCE_SERVICE
-        service_tags = {**args.tags, tags.REVISION: args.revision, tags.SERVICE: service}
-        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self)).region
-
-        alb = public_load_balancer(
+        basics = service_basics(
+            self, stack=args.stack, service=service, revision=args.revision, base_tags=args.tags
+        )
+        target_groups = self._target_groups(service, basics.tags)
+        front = endpoint(
             self,
             stack=args.stack,
             service=service,
+            args=args.endpoint,
             vpc_id=args.vpc_id,
-            subnet_ids=args.public_subnet_ids,
-            resource_tags=service_tags,
-        )
-        if args.host_security_group_id is not None:
-            aws.vpc.SecurityGroupIngressRule(
-                f"{service}-alb-to-hosts",
-                security_group_id=args.host_security_group_id,
-                referenced_security_group_id=alb.security_group.id,
-                ip_protocol="tcp",
-                from_port=DYNAMIC_PORTS[0],
-                to_port=DYNAMIC_PORTS[1],
-                description="inference load balancer to the tasks' dynamic host ports",
-                tags=service_tags,
-                opts=child_of(self),
-            )
-        target_groups = {
-            colour: aws.lb.TargetGroup(
-                f"{service}-{colour}",
-                name=names.target_group(args.stack, service, colour),
-                port=args.port,
-                protocol="HTTP",
-                target_type="instance",  # bridge mode: tasks register as host:dynamic-port
-                vpc_id=args.vpc_id,
-                deregistration_delay=60,  # the drain a deploy waits for before scaling a colour in
-                health_check=health_check(args.health_path),
-                tags={**service_tags, tags.COLOUR: colour},
-                opts=child_of(self),
-            )
-            for colour in names.COLOURS
-        }
-        listener = aws.lb.Listener(
-            service,
-            load_balancer_arn=alb.load_balancer.arn,
-            port=HTTP_PORT,
-            protocol="HTTP",
+            public_subnet_ids=args.public_subnet_ids,
+            private_subnet_ids=args.private_subnet_ids,
             default_actions=[
                 {
                     "type": "forward",
@@ -129,19 +97,28 @@ class InferenceService(pulumi.ComponentResource):
                     },
                 }
             ],
-            tags=service_tags,
-            opts=child_of(self),
+            resource_tags=basics.tags,
         )
-
-        execution_role = task_execution_role(self, service, service_tags)
-        log_group = container_log_group(self, args.stack, service, service_tags)
+        if args.host_security_group_id is not None:
+            aws.vpc.SecurityGroupIngressRule(
+                f"{service}-alb-to-hosts",
+                security_group_id=args.host_security_group_id,
+                referenced_security_group_id=front.security_group.id,
+                ip_protocol="tcp",
+                from_port=DYNAMIC_PORTS[0],
+                to_port=DYNAMIC_PORTS[1],
+                description="inference load balancer to the dynamic host ports of the tasks",
+                tags=basics.tags,
+                opts=child_of(self),
+            )
         # The first revision; later ones are registered by `parkbrake deploy`, pinned to a digest.
         task_definition = aws.ecs.TaskDefinition(
             service,
             family=f"{names.prefix(args.stack)}-{service}",
             requires_compatibilities=["EC2"],
             network_mode="bridge",
-            execution_role_arn=execution_role.arn,
+            execution_role_arn=basics.execution_role.arn,
+            task_role_arn=basics.task_role.arn,
             container_definitions=pulumi.Output.json_dumps(
                 [
                     {
@@ -156,53 +133,30 @@ class InferenceService(pulumi.ComponentResource):
                             {"name": "PARKBRAKE_REVISION", "value": args.revision},
                         ],
                         "dockerLabels": {names.CONTAINER_REVISION_LABEL: args.revision},
-                        "logConfiguration": awslogs(log_group, region, service),
+                        "logConfiguration": basics.awslogs(service),
                     }
                 ]
             ),
-            tags=service_tags,
+            tags=basics.tags,
             opts=child_of(self),
         )
         services = {
-            colour: aws.ecs.Service(
-                f"{service}-{colour}",
-                name=names.ecs_service(service, colour),
-                cluster=args.cluster_arn,
-                task_definition=task_definition.arn,
-                desired_count=args.desired_per_colour if colour == args.live_colour else 0,
-                capacity_provider_strategies=[
-                    {"capacity_provider": args.capacity_provider_name, "weight": 1, "base": 0}
-                ],
-                load_balancers=[
-                    {
-                        "target_group_arn": target_groups[colour].arn,
-                        "container_name": service,
-                        "container_port": args.port,
-                    }
-                ],
-                # One task per GPU host first (a host failure takes one task), then fill by GPUs.
-                ordered_placement_strategies=[
-                    {"type": "spread", "field": "attribute:ecs.availability-zone"},
-                    {"type": "binpack", "field": "memory"},
-                ],
-                health_check_grace_period_seconds=120,
-                deployment_circuit_breaker={"enable": True, "rollback": True},
-                # No spare GPU host is assumed: replace tasks in place rather than surge.
-                deployment_minimum_healthy_percent=0 if args.desired_per_colour <= 1 else 50,
-                deployment_maximum_percent=100,
-                enable_ecs_managed_tags=True,
-                propagate_tags="SERVICE",
-                tags={**service_tags, tags.COLOUR: colour},
-                opts=child_of(self, depends_on=[listener], ignore_changes=["taskDefinition"]),
+            colour: self._colour_service(
+                service,
+                colour,
+                task_definition=task_definition,
+                target_group=target_groups[colour],
+                listener=front.listener,
+                service_tags=basics.tags,
             )
             for colour in names.COLOURS
         }
 
-        self.url = pulumi.Output.concat("http://", alb.load_balancer.dns_name)
+        self.url = front.url
         self.service_names = {colour: ecs_service.name for colour, ecs_service in services.items()}
         self.target_group_arns = {colour: group.arn for colour, group in target_groups.items()}
-        self.listener_arn = listener.arn
-        self.load_balancer_security_group_id = alb.security_group.id
+        self.listener_arn = front.listener.arn
+        self.load_balancer_security_group_id = front.security_group.id
         self.register_outputs(
             {
                 "url": self.url,
@@ -211,4 +165,67 @@ class InferenceService(pulumi.ComponentResource):
                 "listener_arn": self.listener_arn,
                 "load_balancer_security_group_id": self.load_balancer_security_group_id,
             }
+        )
+
+    def _target_groups(self, service: str, service_tags: Mapping[str, str]) -> dict[str, aws.lb.TargetGroup]:
+        args = self._args
+        return {
+            colour: aws.lb.TargetGroup(
+                f"{service}-{colour}",
+                name=names.target_group(args.stack, service, colour),
+                port=args.port,
+                protocol="HTTP",
+                target_type="instance",  # bridge mode: tasks register as host:dynamic-port
+                vpc_id=args.vpc_id,
+                deregistration_delay=60,  # the drain a deploy waits for before scaling a colour in
+                health_check=health_check(args.health_path),
+                tags={**service_tags, tags.COLOUR: colour},
+                opts=named_child_of(self),
+            )
+            for colour in names.COLOURS
+        }
+
+    def _colour_service(
+        self,
+        service: str,
+        colour: str,
+        *,
+        task_definition: aws.ecs.TaskDefinition,
+        target_group: aws.lb.TargetGroup,
+        listener: aws.lb.Listener,
+        service_tags: Mapping[str, str],
+    ) -> aws.ecs.Service:
+        args = self._args
+        waits_for = [
+            listener,
+            *([args.capacity_provider_association] if args.capacity_provider_association else []),
+        ]
+        return aws.ecs.Service(
+            f"{service}-{colour}",
+            name=names.ecs_service(service, colour),
+            cluster=args.cluster_arn,
+            task_definition=task_definition.arn,
+            # Pulumi owns both colours' counts (no autoscaling here); a deploy records its end state in
+            # the stack file (live_colour), so the next `pulumi up` agrees with it.
+            desired_count=args.desired_per_colour if colour == args.live_colour else 0,
+            capacity_provider_strategies=[
+                {"capacity_provider": args.capacity_provider_name, "weight": 1, "base": 0}
+            ],
+            load_balancers=[
+                {"target_group_arn": target_group.arn, "container_name": service, "container_port": args.port}
+            ],
+            # One task per GPU host first (a host failure takes one task), then fill by GPUs.
+            ordered_placement_strategies=[
+                {"type": "spread", "field": "attribute:ecs.availability-zone"},
+                {"type": "binpack", "field": "memory"},
+            ],
+            health_check_grace_period_seconds=120,
+            deployment_circuit_breaker={"enable": True, "rollback": True},
+            # No spare GPU host is assumed: replace tasks in place rather than surge.
+            deployment_minimum_healthy_percent=0 if args.desired_per_colour <= 1 else 50,
+            deployment_maximum_percent=100,
+            enable_ecs_managed_tags=True,
+            propagate_tags="SERVICE",
+            tags={**service_tags, tags.COLOUR: colour},
+            opts=named_child_of(self, depends_on=waits_for, ignore_changes=["taskDefinition"]),
         )

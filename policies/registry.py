@@ -10,6 +10,7 @@ from policies.rules import (
     gpu_pool_size_ceiling,
     instance_types_allowed,
     no_unconditional_stop,
+    public_endpoints_https_behind_waf,
     reaper_is_deployed,
     required_tags,
 )
@@ -22,5 +23,6 @@ RULES: tuple[PolicyRule, ...] = (
     required_tags.RULE,
     data_stores_encrypted_and_private.RULE,
     no_unconditional_stop.RULE,
+    public_endpoints_https_behind_waf.RULE,
     cost_within_budgets.RULE,
 )

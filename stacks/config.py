@@ -53,6 +53,8 @@ PLACEHOLDER_SUFFIXES = (
     ".example.org",
 )
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
+CERTIFICATE_ARN = re.compile(r"arn:aws[\w-]*:acm:[a-z0-9-]+:\d{12}:certificate/[\w-]+")
+ENDPOINT_KEYS = {"internal", "certificate_arn", "requests_per_ip"}
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
 AURORA_ACU_STEP = 0.5
 
@@ -83,6 +85,15 @@ class NightlyConfig:
 
 
 @dataclass(frozen=True)
+class EndpointConfig:
+    """How a service is reached: ``internal`` (VPC only), or public behind HTTPS and a WAF rate limit."""
+
+    internal: bool = False
+    certificate_arn: str | None = None
+    requests_per_ip: int = 2000  # per five minutes, WAF's window
+
+
+@dataclass(frozen=True)
 class ControlPlaneConfig:
     image: str
     cpu: int
@@ -90,6 +101,7 @@ class ControlPlaneConfig:
     capacity: Capacity
     health_path: str = "/healthz"
     port: int = 8080
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,7 @@ class InferenceConfig:
     port: int = 8000
     # Which colour serves; `parkbrake deploy` flips it after a successful blue-green deploy.
     live_colour: str = "blue"
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
 @dataclass(frozen=True)
@@ -351,7 +364,8 @@ def _control_plane(root: Section) -> ControlPlaneConfig | None:
     if not root.has("control_plane"):
         return None
     section = root.section(
-        "control_plane", {"image", "cpu", "memory", "min", "desired", "max", "health_path", "port"}
+        "control_plane",
+        {"image", "cpu", "memory", "min", "desired", "max", "health_path", "port", *ENDPOINT_KEYS},
     )
     cpu = section.integer("cpu", 512, minimum=256)
     memory = section.integer("memory", 1024, minimum=512)
@@ -375,6 +389,20 @@ def _control_plane(root: Section) -> ControlPlaneConfig | None:
             "health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"
         ),
         port=section.integer("port", 8080, minimum=1, maximum=65535),
+        endpoint=_endpoint(section),
+    )
+
+
+def _endpoint(section: Section) -> EndpointConfig:
+    """A public endpoint without a certificate parses: the policy pack, not the parser, refuses it."""
+    return EndpointConfig(
+        internal=section.boolean("internal", False),
+        certificate_arn=section.string(
+            "certificate_arn", None, pattern=CERTIFICATE_ARN, hint="an ACM certificate ARN"
+        )
+        or None,
+        # WAF's rate-based rules accept 10 to 2,000,000,000 requests per window.
+        requests_per_ip=section.integer("requests_per_ip", 2000, minimum=10, maximum=2_000_000_000),
     )
 
 
@@ -394,6 +422,7 @@ def _inference(
             "health_path",
             "port",
             "live_colour",
+            *ENDPOINT_KEYS,
         },
     )
     pool_name = section.string("pool", hint="the name of an inference pool")
@@ -431,6 +460,7 @@ def _inference(
         ),
         port=section.integer("port", 8000, minimum=1, maximum=65535),
         live_colour=section.choice("live_colour", COLOURS, "blue"),
+        endpoint=_endpoint(section),
     )
 
 

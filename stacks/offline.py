@@ -19,6 +19,7 @@ from pulumi.runtime.sync_await import _sync_await
 
 ACCOUNT_ID = "123456789012"
 MOCK_AMI = "ami-0mockgpuoptimized0"
+MOCK_VPC_CIDR = "10.40.0.0/16"
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class RegisteredResource:
     custom: bool
     inputs: dict[str, Any]
     ignore_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
+    # URNs of the resources it explicitly depends on (``depends_on``).
+    dependencies: tuple[str, ...] = ()
 
     @property
     def is_component(self) -> bool:
@@ -74,6 +78,8 @@ class OfflineMocks(mocks.Mocks):
         outputs: dict[str, Any] = {"id": resource_id, "arn": arn, "name": args.name, **args.inputs}
         if package == "aws":
             outputs.update(_service_outputs(args.typ, args.name, arn, self.region))
+        elif package == "random":
+            outputs.update(_random_outputs(args.typ, resource_id))
         return resource_id, outputs
 
     def call(self, args: mocks.MockCallArgs) -> dict[str, Any]:  # type: ignore[override]
@@ -86,9 +92,20 @@ class OfflineMocks(mocks.Mocks):
             return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/plan", "id": ACCOUNT_ID}
         if args.token in ("aws:index/getRegion:getRegion", "aws:index/region:Region"):
             return {"name": self.region, "region": self.region, "id": self.region}
+        if args.token == "aws:ec2/getVpc:getVpc":
+            return {"id": args.args.get("id"), "cidrBlock": MOCK_VPC_CIDR}
         if args.token == "aws:index/getPartition:getPartition":
             return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         return {}
+
+
+def _random_outputs(type_token: str, resource_id: str) -> dict[str, Any]:
+    """The values pulumi-random generates, derived from the resource so every run is the same."""
+    if type_token == "random:index/randomId:RandomId":
+        return {"hex": resource_id[-8:]}
+    if type_token == "random:index/randomPassword:RandomPassword":
+        return {"result": f"offline-{resource_id}"}
+    return {}
 
 
 def _service_outputs(type_token: str, name: str, arn: str, region: str) -> dict[str, Any]:
@@ -125,6 +142,8 @@ class RecordingMonitor(mocks.MockMonitor):
         self.custom: dict[str, bool] = {}
         self.inputs: dict[str, dict[str, Any]] = {}
         self.ignore_changes: dict[str, tuple[str, ...]] = {}
+        self.delete_before_replace: dict[str, bool] = {}
+        self.dependencies: dict[str, tuple[str, ...]] = {}
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -133,6 +152,8 @@ class RecordingMonitor(mocks.MockMonitor):
             self.custom[response.urn] = bool(request.custom)
             self.inputs[response.urn] = dict(rpc.deserialize_properties(request.object))
             self.ignore_changes[response.urn] = tuple(request.ignoreChanges)
+            self.delete_before_replace[response.urn] = bool(request.deleteBeforeReplace)
+            self.dependencies[response.urn] = tuple(request.dependencies)
         return response
 
 
@@ -160,6 +181,8 @@ def run_offline(
             custom=monitor.custom.get(urn, True),
             inputs=monitor.inputs.get(urn, {}),
             ignore_changes=monitor.ignore_changes.get(urn, ()),
+            delete_before_replace=monitor.delete_before_replace.get(urn, False),
+            dependencies=monitor.dependencies.get(urn, ()),
         )
         for urn, registration in monitor.get_registered_resources().items()
     ]

@@ -6,6 +6,8 @@ the nightly schedule is disabled, and the guardrails are built exactly as when u
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pulumi
 import pulumi_aws as aws
 
@@ -13,17 +15,45 @@ from components.cache import Cache, CacheArgs
 from components.common import base_tags, child_of
 from components.control_plane_service import ControlPlaneService, ControlPlaneServiceArgs
 from components.database import Database, DatabaseArgs
+from components.ecs_service import EndpointArgs
 from components.gpu_pool import GpuPool, GpuPoolArgs
 from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
 from guardrails import names
-from stacks.config import StackConfig
+from stacks.config import EndpointConfig, StackConfig
 
 
 def build_platform(config: StackConfig) -> None:
     tags = base_tags(config.stack, config.revision)
-    network = Network(
+    network = _network(config, tags)
+    cluster = aws.ecs.Cluster(
+        "cluster",
+        name=names.ecs_cluster(config.stack),
+        settings=[{"name": "containerInsights", "value": "enabled"}],
+        tags=tags,
+        opts=pulumi.ResourceOptions(delete_before_replace=True),
+    )
+    pools = _pools(config, network, cluster, tags)
+    association = _capacity_providers(cluster, pools)
+    database, cache = _data_stores(config, network, tags)
+    control_plane = _control_plane(config, network, cluster, database=database, cache=cache, tags=tags)
+    _inference(config, network, cluster, pools=pools, association=association, tags=tags)
+    guardrails = _guardrails(config, network, pools, database, tags)
+    _admit_clients(database, cache, control_plane, guardrails)
+
+    pulumi.export("parked", config.parked)
+    pulumi.export("vpcId", network.vpc_id)
+    pulumi.export("clusterName", cluster.name)
+    pulumi.export("autoscalingGroups", {name: pool.autoscaling_group_name for name, pool in pools.items()})
+    pulumi.export("alarmTopicArn", guardrails.topic_arn)
+    if database:
+        pulumi.export("databaseEndpoint", database.endpoint)
+        pulumi.export("databaseSecretArn", database.secret_arn)
+
+
+def _network(config: StackConfig, tags: Mapping[str, str]) -> Network:
+    return Network(
         "network",
         NetworkArgs(
             stack=config.stack,
@@ -34,14 +64,13 @@ def build_platform(config: StackConfig) -> None:
             tags=tags,
         ),
     )
-    cluster = aws.ecs.Cluster(
-        "cluster",
-        name=names.ecs_cluster(config.stack),
-        settings=[{"name": "containerInsights", "value": "enabled"}],
-        tags=tags,
-    )
+
+
+def _pools(
+    config: StackConfig, network: Network, cluster: aws.ecs.Cluster, tags: Mapping[str, str]
+) -> dict[str, GpuPool]:
     serving_pool = config.inference.pool if config.inference else None
-    pools = {
+    return {
         name: GpuPool(
             name,
             GpuPoolArgs(
@@ -63,19 +92,29 @@ def build_platform(config: StackConfig) -> None:
         )
         for name, pool in config.pools.items()
     }
-    capacity_providers = [
-        pool.capacity_provider_name for pool in pools.values() if pool.capacity_provider_name
-    ]
-    if capacity_providers:
-        aws.ecs.ClusterCapacityProviders(
-            "cluster-capacity-providers",
-            cluster_name=cluster.name,
-            capacity_providers=capacity_providers,
-            opts=child_of(cluster),
-        )
 
-    database = (
-        Database(
+
+def _capacity_providers(
+    cluster: aws.ecs.Cluster, pools: Mapping[str, GpuPool]
+) -> aws.ecs.ClusterCapacityProviders | None:
+    """The cluster's association with the serving pools' capacity providers, which services must wait for."""
+    providers = [pool.capacity_provider_name for pool in pools.values() if pool.capacity_provider_name]
+    if not providers:
+        return None
+    return aws.ecs.ClusterCapacityProviders(
+        "cluster-capacity-providers",
+        cluster_name=cluster.name,
+        capacity_providers=providers,
+        opts=child_of(cluster, delete_before_replace=True),
+    )
+
+
+def _data_stores(
+    config: StackConfig, network: Network, tags: Mapping[str, str]
+) -> tuple[Database | None, Cache | None]:
+    database = cache = None
+    if config.database:
+        database = Database(
             "database",
             DatabaseArgs(
                 stack=config.stack,
@@ -85,15 +124,11 @@ def build_platform(config: StackConfig) -> None:
                 parked=config.parked,
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,
-                ingress_cidr=config.network.cidr,
                 tags=tags,
             ),
         )
-        if config.database
-        else None
-    )
-    cache = (
-        Cache(
+    if config.cache:
+        cache = Cache(
             "cache",
             CacheArgs(
                 stack=config.stack,
@@ -101,60 +136,103 @@ def build_platform(config: StackConfig) -> None:
                 nodes=config.cache.nodes,
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,
-                ingress_cidr=config.network.cidr,
                 tags=tags,
             ),
         )
-        if config.cache
-        else None
-    )
-    if config.control_plane:
-        ControlPlaneService(
-            "control-plane",
-            ControlPlaneServiceArgs(
-                stack=config.stack,
-                image=config.control_plane.image,
-                cpu=config.control_plane.cpu,
-                memory=config.control_plane.memory,
-                capacity=config.service_capacity(config.control_plane.capacity),
-                health_path=config.control_plane.health_path,
-                port=config.control_plane.port,
-                revision=config.revision,
-                cluster_arn=cluster.arn,
-                vpc_id=network.vpc_id,
-                public_subnet_ids=network.public_subnet_ids,
-                private_subnet_ids=network.private_subnet_ids,
-                database_endpoint=database.endpoint if database else None,
-                database_secret_arn=database.secret_arn if database else None,
-                cache_endpoint=cache.endpoint if cache else None,
-                tags=tags,
-            ),
-        )
-    if config.inference:
-        serving = pools[config.inference.pool]
-        InferenceService(
-            "inference",
-            InferenceServiceArgs(
-                stack=config.stack,
-                image=config.inference.image,
-                desired_per_colour=0 if config.parked else config.inference.desired_per_colour,
-                gpus_per_task=config.inference.gpus_per_task,
-                memory=config.inference.memory,
-                health_path=config.inference.health_path,
-                port=config.inference.port,
-                revision=config.revision,
-                cluster_arn=cluster.arn,
-                capacity_provider_name=serving.capacity_provider_name,
-                host_security_group_id=serving.security_group_id,
-                live_colour=config.inference.live_colour,
-                vpc_id=network.vpc_id,
-                public_subnet_ids=network.public_subnet_ids,
-                tags=tags,
-            ),
-        )
+    return database, cache
 
+
+def _endpoint(endpoint: EndpointConfig) -> EndpointArgs:
+    return EndpointArgs(
+        internal=endpoint.internal,
+        certificate_arn=endpoint.certificate_arn,
+        requests_per_ip=endpoint.requests_per_ip,
+    )
+
+
+def _control_plane(
+    config: StackConfig,
+    network: Network,
+    cluster: aws.ecs.Cluster,
+    *,
+    database: Database | None,
+    cache: Cache | None,
+    tags: Mapping[str, str],
+) -> ControlPlaneService | None:
+    if not config.control_plane:
+        return None
+    return ControlPlaneService(
+        "control-plane",
+        ControlPlaneServiceArgs(
+            stack=config.stack,
+            image=config.control_plane.image,
+            cpu=config.control_plane.cpu,
+            memory=config.control_plane.memory,
+            capacity=config.service_capacity(config.control_plane.capacity),
+            parked=config.parked,
+            health_path=config.control_plane.health_path,
+            port=config.control_plane.port,
+            revision=config.revision,
+            cluster_arn=cluster.arn,
+            vpc_id=network.vpc_id,
+            public_subnet_ids=network.public_subnet_ids,
+            private_subnet_ids=network.private_subnet_ids,
+            database_endpoint=database.endpoint if database else None,
+            database_secret_arn=database.secret_arn if database else None,
+            cache_endpoint=cache.endpoint if cache else None,
+            cache_secret_arn=cache.secret_arn if cache else None,
+            endpoint=_endpoint(config.control_plane.endpoint),
+            tags=tags,
+        ),
+    )
+
+
+def _inference(
+    config: StackConfig,
+    network: Network,
+    cluster: aws.ecs.Cluster,
+    *,
+    pools: Mapping[str, GpuPool],
+    association: pulumi.Resource | None,
+    tags: Mapping[str, str],
+) -> InferenceService | None:
+    if not config.inference:
+        return None
+    serving = pools[config.inference.pool]
+    return InferenceService(
+        "inference",
+        InferenceServiceArgs(
+            stack=config.stack,
+            image=config.inference.image,
+            desired_per_colour=0 if config.parked else config.inference.desired_per_colour,
+            gpus_per_task=config.inference.gpus_per_task,
+            memory=config.inference.memory,
+            health_path=config.inference.health_path,
+            port=config.inference.port,
+            revision=config.revision,
+            cluster_arn=cluster.arn,
+            capacity_provider_name=serving.capacity_provider_name,
+            capacity_provider_association=association,
+            host_security_group_id=serving.security_group_id,
+            live_colour=config.inference.live_colour,
+            vpc_id=network.vpc_id,
+            public_subnet_ids=network.public_subnet_ids,
+            private_subnet_ids=network.private_subnet_ids,
+            endpoint=_endpoint(config.inference.endpoint),
+            tags=tags,
+        ),
+    )
+
+
+def _guardrails(
+    config: StackConfig,
+    network: Network,
+    pools: Mapping[str, GpuPool],
+    database: Database | None,
+    tags: Mapping[str, str],
+) -> Guardrails:
     nightly = config.nightly
-    guardrails = Guardrails(
+    return Guardrails(
         "guardrails",
         GuardrailsArgs(
             stack=config.stack,
@@ -187,11 +265,17 @@ def build_platform(config: StackConfig) -> None:
         ),
     )
 
-    pulumi.export("parked", config.parked)
-    pulumi.export("vpcId", network.vpc_id)
-    pulumi.export("clusterName", cluster.name)
-    pulumi.export("autoscalingGroups", {name: pool.autoscaling_group_name for name, pool in pools.items()})
-    pulumi.export("alarmTopicArn", guardrails.topic_arn)
-    if database:
-        pulumi.export("databaseEndpoint", database.endpoint)
-        pulumi.export("databaseSecretArn", database.secret_arn)
+
+def _admit_clients(
+    database: Database | None,
+    cache: Cache | None,
+    control_plane: ControlPlaneService | None,
+    guardrails: Guardrails,
+) -> None:
+    """Who may reach the data stores: their clients' security groups, never a CIDR."""
+    if control_plane is not None:
+        for store in (database, cache):
+            if store is not None:
+                store.admit("control-plane", control_plane.tasks_security_group_id)
+    if database is not None and guardrails.database_security_group_id is not None:
+        database.admit("guardrails", guardrails.database_security_group_id)

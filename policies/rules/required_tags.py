@@ -41,6 +41,8 @@ TAGGABLE_TYPES = frozenset({
     "aws:elasticache/parameterGroup:ParameterGroup",
     "aws:elasticache/replicationGroup:ReplicationGroup",
     "aws:elasticache/subnetGroup:SubnetGroup",
+    "aws:elasticache/user:User",
+    "aws:elasticache/userGroup:UserGroup",
     "aws:iam/instanceProfile:InstanceProfile",
     "aws:iam/policy:Policy",
     "aws:iam/role:Role",
@@ -63,6 +65,7 @@ TAGGABLE_TYPES = frozenset({
     "aws:ssm/parameter:Parameter",
     "aws:vpc/securityGroupEgressRule:SecurityGroupEgressRule",
     "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule",
+    "aws:wafv2/webAcl:WebAcl",
 })  # fmt: skip
 
 

@@ -19,6 +19,8 @@ TARGET_GROUP = "aws:lb/targetGroup:TargetGroup"
 LOAD_BALANCER = "aws:lb/loadBalancer:LoadBalancer"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
+ROLE = "aws:iam/role:Role"
+CACHE_SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:parkbrake-dev-cache-Zz9"
 SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:parkbrake-dev-db-AbCdEf"
 CONFIGURED = Capacity(min=1, desired=2, max=4)
 
@@ -53,7 +55,7 @@ def build(capacity: Capacity = CONFIGURED, **overrides: Any) -> OfflineRun:
 @functools.cache
 def configured(parked: bool = False) -> OfflineRun:
     """The default arguments' run, built once per module: tests read it and never change it."""
-    return build(CONFIGURED.parked() if parked else CONFIGURED)
+    return build(CONFIGURED.parked(), parked=True) if parked else build(CONFIGURED)
 
 
 def only(run: OfflineRun, type_token: str) -> RegisteredResource:
@@ -137,15 +139,45 @@ def test_endpoints_are_plain_environment_and_credentials_come_from_the_secret() 
     ]
 
 
-def test_execution_role_may_read_only_the_database_secret() -> None:
-    run = configured()
+def test_execution_role_may_read_only_the_service_secrets() -> None:
+    run = build(cache_secret_arn=CACHE_SECRET_ARN)
 
     (policy,) = [json.loads(resource.inputs["policy"]) for resource in run.of_type(ROLE_POLICY)]
     assert policy["Statement"] == [
-        {"Effect": "Allow", "Action": "secretsmanager:GetSecretValue", "Resource": SECRET_ARN}
+        {
+            "Sid": "ReadServiceSecrets",
+            "Effect": "Allow",
+            "Action": ["secretsmanager:GetSecretValue"],
+            "Resource": [SECRET_ARN, CACHE_SECRET_ARN],
+        }
     ]
     task_definition = only(run, TASK_DEFINITION).inputs
     assert task_definition["executionRoleArn"].endswith("control-plane-execution")
+    secrets = {entry["name"]: entry["valueFrom"] for entry in container(run)["secrets"]}
+    assert secrets["CACHE_PASSWORD"] == f"{CACHE_SECRET_ARN}:password::"
+
+
+def test_tasks_run_with_a_task_role_of_their_own_that_grants_nothing() -> None:
+    run = configured()
+
+    task_role = run.named(ROLE, "control-plane-task")
+    assert only(run, TASK_DEFINITION).inputs["taskRoleArn"].endswith(":control-plane-task")
+    assert json.loads(task_role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {
+        "Service": "ecs-tasks.amazonaws.com"
+    }
+    assert not [policy for policy in run.of_type(ROLE_POLICY) if policy.inputs["role"] == task_role.name]
+
+
+def test_clients_verify_the_database_over_tls() -> None:
+    environment = {entry["name"]: entry["value"] for entry in container(configured())["environment"]}
+
+    assert environment["PGSSLMODE"] == "verify-full"
+    assert environment["PGSSLROOTCERT"].endswith(".pem")
+
+
+def test_unparked_application_auto_scaling_owns_the_desired_count() -> None:
+    assert only(configured(), SERVICE).ignore_changes == ("desiredCount",)
+    assert only(build(CONFIGURED.parked(), parked=True), SERVICE).ignore_changes == ()
 
 
 def test_without_database_or_cache_there_are_no_secrets_and_no_secret_permission() -> None:

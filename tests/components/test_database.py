@@ -17,6 +17,8 @@ CLUSTER = "aws:rds/cluster:Cluster"
 INSTANCE = "aws:rds/clusterInstance:ClusterInstance"
 SUBNET_GROUP = "aws:rds/subnetGroup:SubnetGroup"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+PARAMETER_GROUP = "aws:rds/clusterParameterGroup:ClusterParameterGroup"
+RANDOM_ID = "random:index/randomId:RandomId"
 
 
 def database_args(**overrides: Any) -> DatabaseArgs:
@@ -28,7 +30,6 @@ def database_args(**overrides: Any) -> DatabaseArgs:
         "parked": False,
         "vpc_id": "vpc-0abc",
         "subnet_ids": ["subnet-private-a", "subnet-private-b"],
-        "ingress_cidr": "10.40.0.0/16",
         "tags": TAGS,
     }
     return DatabaseArgs(**{**fields, **overrides})
@@ -74,7 +75,11 @@ def test_parked_database_drops_to_zero_acu_and_pauses_but_keeps_its_data() -> No
     assert only(run, INSTANCE).inputs["instanceClass"] == "db.serverless"
     assert cluster.inputs["deletionProtection"] is True
     assert cluster.inputs["skipFinalSnapshot"] is False
-    assert cluster.inputs["finalSnapshotIdentifier"] == "parkbrake-dev-postgres-final"
+    # A suffix of its own per cluster: a second destroy of the stack must not collide with the first snapshot.
+    suffix = only(run, RANDOM_ID)
+    assert suffix.inputs["byteLength"] == 4
+    assert cluster.inputs["finalSnapshotIdentifier"].startswith("parkbrake-dev-postgres-final-")
+    assert cluster.inputs["finalSnapshotIdentifier"] != "parkbrake-dev-postgres-final-"
     assert cluster.inputs["applyImmediately"] is True, "parking must not wait for a maintenance window"
 
 
@@ -90,8 +95,22 @@ def test_cluster_is_aurora_postgresql_serverless_v2_that_can_reach_zero_acu() ->
     cluster = only(run, CLUSTER)
     assert cluster.inputs["engine"] == only(run, INSTANCE).inputs["engine"] == "aurora-postgresql"
     assert cluster.inputs["engineMode"] == "provisioned"
-    major, minor = map(int, cluster.inputs["engineVersion"].split("."))
-    assert (major, minor) >= (16, 3), "0 ACU needs Aurora PostgreSQL 16.3 or later"
+    # A major version with automatic minor upgrades: a pinned minor would make `pulumi up` downgrade.
+    assert cluster.inputs["engineVersion"] == "16"
+    assert cluster.inputs["allowMajorVersionUpgrade"] is False
+    assert only(run, INSTANCE).inputs["autoMinorVersionUpgrade"] is True
+    assert "engineVersion" not in only(run, INSTANCE).inputs
+
+
+def test_the_cluster_refuses_connections_without_tls() -> None:
+    run, _ = build(database_args())
+
+    parameters = only(run, PARAMETER_GROUP)
+    assert parameters.inputs["family"] == "aurora-postgresql16"
+    assert parameters.inputs["parameters"] == [
+        {"name": "rds.force_ssl", "value": "1", "applyMethod": "immediate"}
+    ]
+    assert only(run, CLUSTER).inputs["dbClusterParameterGroupName"] == parameters.name
 
 
 def test_database_is_encrypted_and_private() -> None:
@@ -103,10 +122,7 @@ def test_database_is_encrypted_and_private() -> None:
     assert only(run, SUBNET_GROUP).inputs["subnetIds"] == ["subnet-private-a", "subnet-private-b"]
     access = only(run, SECURITY_GROUP)
     assert access.inputs["vpcId"] == "vpc-0abc"
-    assert [
-        (rule["protocol"], rule["fromPort"], rule["toPort"], rule["cidrBlocks"])
-        for rule in access.inputs["ingress"]
-    ] == [("tcp", 5432, 5432, ["10.40.0.0/16"])]
+    assert "ingress" not in access.inputs  # clients are admitted by security group (test_data_store), no CIDR
     assert cluster.inputs["vpcSecurityGroupIds"] == [outputs["security_group_id"]]
 
 
@@ -136,11 +152,13 @@ def test_every_database_resource_is_a_tagged_child_of_the_component() -> None:
 
     (component,) = run.of_type("parkbrake:aws:Database")
     children = list(run.children_of(component))
-    assert {child.type for child in children} == {CLUSTER, INSTANCE, SUBNET_GROUP, SECURITY_GROUP}
+    assert {child.type for child in children} == {
+        CLUSTER, INSTANCE, SUBNET_GROUP, SECURITY_GROUP, PARAMETER_GROUP, RANDOM_ID,
+    }  # fmt: skip
     assert [child.urn for child in children] == [
         resource.urn for resource in run.resources if resource.custom
     ]
-    assert all(TAGS.items() <= child.inputs["tags"].items() for child in children)
+    assert all(TAGS.items() <= child.inputs["tags"].items() for child in children if child.type != RANDOM_ID)
     (cluster,) = (child for child in children if child.type == CLUSTER)
     assert cluster.inputs["tags"]["parkbrake:storage-gb"] == "20"  # priced by the estimate
 

@@ -190,7 +190,21 @@ def database() -> list[RegisteredResource]:
         resource(
             "aws:rds/cluster:Cluster",
             "database",
-            {"engine": "aurora-postgresql", "storageEncrypted": True, "tags": base_tags()},
+            {
+                "engine": "aurora-postgresql",
+                "storageEncrypted": True,
+                "dbClusterParameterGroupName": "database-parameters",
+                "tags": base_tags(),
+            },
+        ),
+        resource(
+            "aws:rds/clusterParameterGroup:ClusterParameterGroup",
+            "database-parameters",
+            {
+                "family": "aurora-postgresql16",
+                "parameters": [{"name": "rds.force_ssl", "value": "1", "applyMethod": "immediate"}],
+                "tags": base_tags(),
+            },
         ),
         resource(
             "aws:rds/clusterInstance:ClusterInstance",
@@ -208,6 +222,8 @@ def cache() -> RegisteredResource:
             "nodeType": "cache.t4g.small",
             "atRestEncryptionEnabled": True,
             "transitEncryptionEnabled": True,
+            "transitEncryptionMode": "required",
+            "userGroupIds": ["cache-users"],
             "tags": base_tags(),
         },
     )

@@ -118,7 +118,7 @@ def test_encrypted_private_data_stores_pass() -> None:
     [
         (with_inputs(database()[0], storageEncrypted=None), "storageEncrypted is not set; it must be true"),
         (with_inputs(database()[0], storageEncrypted=False), "storageEncrypted is False; it must be true"),
-        (with_inputs(database()[1], publiclyAccessible=True), "publiclyAccessible is true; data stores stay inside the VPC"),
+        (with_inputs(database()[2], publiclyAccessible=True), "publiclyAccessible is true; data stores stay inside the VPC"),
         (with_inputs(cache(), transitEncryptionEnabled=False), "transitEncryptionEnabled is False; it must be true"),
         (with_inputs(cache(), atRestEncryptionEnabled=None), "atRestEncryptionEnabled is not set; it must be true"),
     ],
@@ -128,6 +128,68 @@ def test_unencrypted_or_public_data_stores_are_violations(broken: RegisteredReso
     assert messages(data_stores_encrypted_and_private, replacing(compliant_stack(), broken)) == [
         (broken.urn, expected)
     ]
+
+
+@pytest.mark.parametrize(
+    ("broken", "expected"),
+    [
+        (with_inputs(cache(), transitEncryptionMode="preferred"), "transitEncryptionMode is 'preferred'"),
+        (with_inputs(cache(), userGroupIds=None), "no RBAC user group (userGroupIds) and no authToken"),
+        (with_inputs(cache(), userGroupIds=[]), "no RBAC user group (userGroupIds) and no authToken"),
+        (with_inputs(database()[0], dbClusterParameterGroupName=None), "accepts connections without TLS"),
+        (with_inputs(database()[0], dbClusterParameterGroupName="default.aurora-postgresql16"),
+         "accepts connections without TLS"),
+    ],
+    ids=["cache-tls-preferred", "cache-no-auth", "cache-empty-user-groups", "aurora-no-parameter-group",
+         "aurora-default-parameter-group"],
+)  # fmt: skip
+def test_plain_or_unauthenticated_connections_are_violations(
+    broken: RegisteredResource, expected: str
+) -> None:
+    (found,) = messages(data_stores_encrypted_and_private, replacing(compliant_stack(), broken))
+    assert found[0] == broken.urn
+    assert expected in found[1]
+
+
+def test_aurora_needs_a_parameter_group_that_forces_tls() -> None:
+    cluster, parameters, instance = database()
+    lax = with_inputs(parameters, parameters=[{"name": "rds.force_ssl", "value": "0"}])
+    (found,) = messages(data_stores_encrypted_and_private, [cluster, lax, instance])
+    assert found == (
+        cluster.urn,
+        "it accepts connections without TLS; give it a cluster parameter group with rds.force_ssl = 1",
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule_resource", "expected"),
+    [
+        (resource("aws:ec2/securityGroup:SecurityGroup", "db", {"ingress": [
+            {"protocol": "tcp", "fromPort": 5432, "toPort": 5432, "cidrBlocks": ["10.40.0.0/16"]}]}),
+         "admits 10.40.0.0/16 to the PostgreSQL port"),
+        (resource("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "cache-from-vpn",
+                  {"ipProtocol": "tcp", "fromPort": 6000, "toPort": 7000, "cidrIpv4": "172.16.0.0/12"}),
+         "admits 172.16.0.0/12 to the Valkey port"),
+        (resource("aws:ec2/securityGroupRule:SecurityGroupRule", "db-any", {
+            "type": "ingress", "fromPort": 0, "toPort": 65535, "cidrBlocks": ["0.0.0.0/0"]}),
+         "admits 0.0.0.0/0 to the PostgreSQL and Valkey port"),
+    ],
+    ids=["inline-cidr", "rule-range-cidr", "legacy-rule-everything"],
+)  # fmt: skip
+def test_a_cidr_admitted_to_a_data_port_is_a_violation(
+    rule_resource: RegisteredResource, expected: str
+) -> None:
+    (found,) = messages(data_stores_encrypted_and_private, [rule_resource])
+    assert found[0] == rule_resource.urn
+    assert found[1].startswith(expected)
+
+
+def test_security_group_clients_and_other_ports_pass() -> None:
+    by_group = resource("aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule", "db-from-app",
+                        {"ipProtocol": "tcp", "fromPort": 5432, "toPort": 5432, "referencedSecurityGroupId": "sg-1"})  # fmt: skip
+    https = resource("aws:ec2/securityGroup:SecurityGroup", "alb", {"ingress": [
+        {"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["0.0.0.0/0"]}]})  # fmt: skip
+    assert messages(data_stores_encrypted_and_private, [by_group, https]) == []
 
 
 def test_a_standalone_rds_instance_must_be_both_encrypted_and_private() -> None:
