@@ -188,12 +188,81 @@ class LedgerCollector:
         yield from (limit, spent, committed, remaining, runway, burn, reserved, unpriced)
 
 
-def serve_exporter(collector: LedgerCollector, *, port: int, address: str) -> tuple[Any, threading.Thread]:
+class HeartbeatCollector:
+    """The guardrails' last successes, read back from CloudWatch: Lambda cannot be scraped, this can.
+
+    Serves ``parkbrake_guardrail_last_success_timestamp_seconds{guardrail}`` (to the minute) for each
+    guardrail with a heartbeat in the last day, and ``parkbrake_guardrail_heartbeats_up`` (0 when
+    CloudWatch could not be read), at most one ``GetMetricData`` per ``cache_seconds``.
+    """
+
+    def __init__(
+        self,
+        cloudwatch: Any,
+        *,
+        stack: str,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        cache_seconds: float = 15.0,
+    ) -> None:
+        self._cloudwatch = cloudwatch
+        self._stack = stack
+        self._clock = clock
+        self._cache_seconds = cache_seconds
+        self._lock = threading.Lock()
+        self._cached: tuple[float, dict[str, datetime] | None] | None = None
+
+    def last_successes(self) -> dict[str, datetime] | None:
+        """By guardrail; None when CloudWatch could not be read."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from lambdas.aws.heartbeat import last_successes
+
+        with self._lock:
+            if self._cached is not None and time.monotonic() - self._cached[0] < self._cache_seconds:
+                return self._cached[1]
+            found: dict[str, datetime] | None
+            try:
+                found = last_successes(self._cloudwatch, stack=self._stack, now=self._clock())
+            except (BotoCoreError, ClientError) as error:
+                log.error("cannot read the guardrails' heartbeats from CloudWatch: %s", error)
+                found = None
+            self._cached = (time.monotonic(), found)
+            return found
+
+    def describe(self) -> list[Metric]:
+        return []  # registering must not call AWS
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from lambdas.aws.heartbeat import LAST_SUCCESS_METRIC
+
+        found = self.last_successes()
+        yield GaugeMetricFamily(
+            "parkbrake_guardrail_heartbeats_up",
+            "1 when the last read of the guardrails' heartbeats from CloudWatch succeeded.",
+            value=int(found is not None),
+        )
+        last = GaugeMetricFamily(
+            LAST_SUCCESS_METRIC,
+            "When the guardrail last completed without an error (Unix time, to the minute; from CloudWatch).",
+            labels=["guardrail"],
+        )
+        for guardrail, when in sorted((found or {}).items()):
+            last.add_metric([guardrail], when.timestamp())
+        yield last
+
+
+def serve_exporter(
+    collector: LedgerCollector, *, port: int, address: str, heartbeats: HeartbeatCollector | None = None
+) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` on a background thread; returns the server (``server_port``) and the thread."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()
     registry.register(collector)
+    if heartbeats is not None:
+        registry.register(heartbeats)
     server, thread = start_http_server(port, addr=address, registry=registry)
     return server, thread
 
@@ -208,17 +277,27 @@ def serve_exporter(collector: LedgerCollector, *, port: int, address: str) -> tu
     type=click.FloatRange(0),
     help="Reuse a read this long.",
 )
+@click.option(
+    "--stack",
+    envvar="PARKBRAKE_STACK",
+    help="Also republish this stack's guardrail heartbeats from CloudWatch (the Lambdas cannot be scraped). "
+    "Also $PARKBRAKE_STACK; without it, no heartbeats are served.",
+)
 @output_option
-def exporter(port: int, address: str, cache_seconds: float, output: str) -> None:
+def exporter(port: int, address: str, cache_seconds: float, stack: str | None, output: str) -> None:
     """Serve the ledger's metrics for Prometheus: GPU-seconds, cost, running GPUs, budget remaining, runway."""
     from cli.ledger import metering_settings
+    from lambdas.aws.clients import client
     from lambdas.ledger.store import store_from_environment
 
     store = store_from_environment(pooled=True)
     collector = LedgerCollector(
         store, default_cap=metering_settings(os.environ).default_max_runtime, cache_seconds=cache_seconds
     )
-    server, thread = serve_exporter(collector, port=port, address=address)
+    heartbeats = (
+        HeartbeatCollector(client("cloudwatch"), stack=stack, cache_seconds=cache_seconds) if stack else None
+    )
+    server, thread = serve_exporter(collector, port=port, address=address, heartbeats=heartbeats)
     url = f"http://{address}:{server.server_port}/metrics"
     click.echo(
         json.dumps({"listening": url}) if output == "json" else f"serving the ledger's metrics on {url}"

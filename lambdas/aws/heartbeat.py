@@ -2,12 +2,14 @@
 
 A CloudWatch alarm that treats missing data as breaching pages when the heartbeat stops, so a
 guardrail that errors (a missing IAM permission, say) pages within one period instead of failing
-silently. The same facts go to prometheus-client for processes that are scraped.
+silently. The same facts go to prometheus-client for processes that are scraped, and
+:func:`last_successes` reads them back from CloudWatch for ``parkbrake exporter`` to republish.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -18,12 +20,17 @@ from guardrails import names
 REAPER = "reaper"
 DEADLINE = "deadline"
 LAUNCHER = "launcher"
+# The ledger's guardrails name themselves (lambdas.meter, lambdas.budget); every heartbeat writer, in order.
+GUARDRAILS = (REAPER, DEADLINE, LAUNCHER, "meter", "budget")
+# How far back the exporter looks for a guardrail's last success (a day of minute datapoints).
+LOOKBACK = timedelta(days=1)
 GUARDRAIL_DIMENSION = "Guardrail"
 # The stack's own dimension: two stacks in one region must not mask each other's silent guardrail.
 STACK_DIMENSION = "Stack"
 
+LAST_SUCCESS_METRIC = "parkbrake_guardrail_last_success_timestamp_seconds"
 LAST_SUCCESS = Gauge(
-    "parkbrake_guardrail_last_success_timestamp_seconds",
+    LAST_SUCCESS_METRIC,
     "When the guardrail last completed without an error (Unix time).",
     ["guardrail"],
 )
@@ -45,9 +52,7 @@ def record_success(guardrail: str, *, stack: str | None, cloudwatch: Any, now: d
 
     ``stack`` is the guardrail's own (``PARKBRAKE_STACK``): the stack's alarm watches that dimension.
     """
-    dimensions = [{"Name": GUARDRAIL_DIMENSION, "Value": guardrail}]
-    if stack:
-        dimensions.append({"Name": STACK_DIMENSION, "Value": stack})
+    dimensions = _dimensions(guardrail, stack)
     cloudwatch.put_metric_data(
         Namespace=names.heartbeat_namespace(),
         MetricData=[
@@ -61,3 +66,50 @@ def record_success(guardrail: str, *, stack: str | None, cloudwatch: Any, now: d
         ],
     )
     LAST_SUCCESS.labels(guardrail=guardrail).set(now.timestamp())
+
+
+def _dimensions(guardrail: str, stack: str | None) -> list[dict[str, str]]:
+    dimensions = [{"Name": GUARDRAIL_DIMENSION, "Value": guardrail}]
+    if stack:
+        dimensions.append({"Name": STACK_DIMENSION, "Value": stack})
+    return dimensions
+
+
+def last_successes(
+    cloudwatch: Any, *, stack: str | None, now: datetime, guardrails: Sequence[str] = GUARDRAILS
+) -> dict[str, datetime]:
+    """When each guardrail last succeeded within :data:`LOOKBACK`, to the minute (CloudWatch's period start).
+
+    A guardrail with no heartbeat in that window is absent from the answer. One ``GetMetricData``
+    call (paginated) for all of them.
+    """
+    by_id = {f"guardrail{index}": guardrail for index, guardrail in enumerate(guardrails)}
+    queries = [
+        {
+            "Id": query_id,
+            "Label": guardrail,
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": names.heartbeat_namespace(),
+                    "MetricName": names.HEARTBEAT_METRIC,
+                    "Dimensions": _dimensions(guardrail, stack),
+                },
+                "Period": 60,
+                "Stat": "SampleCount",
+            },
+        }
+        for query_id, guardrail in by_id.items()
+    ]
+    latest: dict[str, datetime] = {}
+    pages = cloudwatch.get_paginator("get_metric_data").paginate(
+        MetricDataQueries=queries, StartTime=now - LOOKBACK, EndTime=now, ScanBy="TimestampDescending"
+    )
+    for page in pages:
+        for result in page["MetricDataResults"]:
+            guardrail = by_id[result["Id"]]
+            seen = [
+                stamp for stamp, value in zip(result["Timestamps"], result["Values"], strict=True) if value
+            ]
+            if seen:
+                latest[guardrail] = max([*seen, latest.get(guardrail, seen[0])])
+    return latest
