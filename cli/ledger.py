@@ -378,6 +378,69 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
     console().print(table)
 
 
+@ledger.command()
+@click.option("--tenant", required=True, help="Who pays.")
+@click.option("--instance-type", required=True, help="The instance type of the hosts about to start.")
+@click.option("--count", default=1, show_default=True, type=click.IntRange(1, 10_000), help="How many hosts.")
+@click.option("--max-runtime", required=True, help="Each host's cap (90m, 2h): what it can cost at most.")
+@click.option(
+    "--lease", default="30m", show_default=True, help="How long the money is held for hosts to start."
+)
+@output_option
+def admit(tenant: str, output: str, **flags: Any) -> None:
+    """Reserve what COUNT hosts can cost before starting them: exit 0 with the reservation id, or 1
+    with what remains and what is needed. For any launcher (workflow engine, CI) that starts GPUs."""
+    from guardrails.durations import DurationError, parse_duration
+    from guardrails.launch import AdmissionRequest
+    from lambdas.ledger.store import store_from_environment
+
+    instance_type, count = str(flags["instance_type"]), int(flags["count"])
+    problems, durations = [], {}
+    for option, text in (("--max-runtime", flags["max_runtime"]), ("--lease", flags["lease"])):
+        try:
+            durations[option] = parse_duration(text)
+        except DurationError as error:
+            problems.append(f"{option}: {error}")
+    if problems:
+        raise InputError("invalid admission:\n  " + "\n  ".join(problems))
+    store = store_from_environment()
+    try:
+        admission = store.admit(
+            AdmissionRequest(tenant, instance_type, count, durations["--max-runtime"]),
+            now=datetime.now(UTC),
+            default_cap=metering_settings(os.environ).default_max_runtime,
+            lease=durations["--lease"],
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps({"tenant": tenant} | admission.as_dict()))
+    elif admission.granted:
+        held = f"reservation {admission.reservation_id}" if admission.reservation_id else "nothing to reserve"
+        click.echo(f"granted: {held} (${admission.needed_usd:.2f} for {count} x {instance_type})")
+    else:
+        click.echo(f"refused: {admission.reason}", err=True)
+    if not admission.granted:
+        click.get_current_context().exit(1)
+
+
+@ledger.command()
+@click.argument("reservation_id", type=int)
+@output_option
+def release(reservation_id: int, output: str) -> None:
+    """Give back what reservation RESERVATION_ID still holds (its started hosts stay committed)."""
+    from lambdas.ledger.store import store_from_environment
+
+    store = store_from_environment()
+    try:
+        released = store.release(reservation_id, now=datetime.now(UTC))
+    finally:
+        store.close()
+    if not released:
+        raise InputError(f"reservation {reservation_id} does not exist or was already released")
+    click.echo(json.dumps({"released": reservation_id}) if output == "json" else f"released {reservation_id}")
+
+
 @ledger.command("budget")
 @click.argument("tenant")
 @click.option("--limit-usd", required=True, help="The hard limit for each period, in USD.")

@@ -7,7 +7,6 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -186,28 +185,43 @@ def hang_watch(
 
 
 def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | None) -> None:
-    """Deny new work the way the nightly launcher does: through the ledger's budget gate."""
+    """Deny new work the way the nightly launcher does: through the ledger's admission.
+
+    The job runs on this host. Once the ledger has the host running, its cost up to its cap is
+    already committed in the tenant's runway, so the admission (told the host's id by the instance
+    metadata service) counts it only while the ledger has not yet metered it: never twice.
+    """
     from lambdas.aws.environment import ledger_configured
 
     if not ledger_configured():
         return
     if instance_type is None:
         raise InputError(
-            f"--instance-type (or PARKBRAKE_INSTANCE_TYPE) is needed to price the job for tenant {tenant}'s budget"
+            f"--instance-type (or PARKBRAKE_INSTANCE_TYPE) is needed to check tenant {tenant}'s budget"
         )
     from guardrails.durations import parse_duration
-    from guardrails.pricing import load_price_table
+    from guardrails.launch import AdmissionRequest
     from lambdas.aws.environment import utc_now
     from lambdas.budget import LedgerBudgetGate
     from lambdas.ledger.store import store_from_environment
 
     default_cap = parse_duration(os.environ.get("PARKBRAKE_DEFAULT_MAX_RUNTIME", "90m"))
-    hours = Decimal(int((cap or default_cap).total_seconds())) / 3600
-    required = load_price_table().instance(instance_type).usd_per_hour * hours
     store = store_from_environment()
     try:
-        reason = LedgerBudgetGate(store, default_cap=default_cap).refusal_for(tenant, required, utc_now())
+        admission = LedgerBudgetGate(store, default_cap=default_cap).admit(
+            AdmissionRequest(tenant, instance_type, 1, cap or default_cap, this_instance_id()), utc_now()
+        )
     finally:
         store.close()
-    if reason is not None:
-        raise ParkbrakeError(f"not starting the job: {reason}")
+    if not admission.granted:
+        raise ParkbrakeError(f"not starting the job: {admission.reason}")
+
+
+def this_instance_id() -> str | None:
+    """This host's instance id from the instance metadata service; None when not on EC2."""
+    from cli.host.group_release import InstanceMetadata, MetadataError, MetadataUnreachable
+
+    try:
+        return InstanceMetadata.from_environment().identity().instance_id
+    except (MetadataUnreachable, MetadataError):
+        return None

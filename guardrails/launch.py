@@ -1,7 +1,9 @@
 """The nightly launcher's decision: start a pool's hosts, or refuse and say why.
 
 Refusals, in the order they are checked: the stack is parked; the pool is already at the capacity
-asked for; the tenant's runway cannot pay for the hosts to be started running up to their cap.
+asked for; the ledger does not admit the hosts (the tenant's remaining budget cannot cover them
+running up to their cap). An admission reserves that money until the hosts' `running` events claim
+it, so two launches can never both spend the same remainder.
 """
 
 from __future__ import annotations
@@ -9,19 +11,58 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from guardrails.durations import format_duration
+from guardrails.ledger import billable_ms, usd
+from guardrails.runway import TenantRunway, refusal
 
 RefusalKind = Literal["parked", "at-capacity", "budget"]
 SECONDS_PER_HOUR = Decimal(3600)
 
 
-class BudgetGate(Protocol):
-    """The ledger's answer to "may this tenant commit this much money now?"."""
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """Hosts about to start for a tenant, each able to run up to ``cap``."""
 
-    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
-        """None when the tenant's runway covers ``required_usd``; otherwise why not, for people."""
+    tenant: str
+    instance_type: str
+    hosts: int
+    cap: timedelta
+    # The host asking for itself (``parkbrake run``): once the ledger has it running, its cost to
+    # its cap is already committed and it is not counted again.
+    instance_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The ledger's answer: granted (with the reservation that holds the money) or refused (why)."""
+
+    granted: bool
+    needed_usd: Decimal  # hosts x price x cap (billed per second, 60 s minimum)
+    remaining_usd: Decimal | None  # before this admission; None: no budget
+    reservation_id: int | None = None
+    reason: str | None = None  # why it was refused
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "granted": self.granted,
+            "reservation_id": self.reservation_id,
+            "needed_usd": str(self.needed_usd),
+            "remaining_usd": None if self.remaining_usd is None else str(self.remaining_usd),
+            "reason": self.reason,
+        }
+
+
+class BudgetGate(Protocol):
+    """The ledger's admission: reserve what hosts about to start can cost, atomically per tenant."""
+
+    def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
+        """Granted with a reservation when the tenant's remaining budget covers the request."""
+        ...
+
+    def release(self, reservation_id: int, now: datetime) -> None:
+        """Give back a reservation whose hosts will not start."""
         ...
 
 
@@ -50,6 +91,7 @@ class LaunchDecision:
     required_usd: Decimal  # start x hourly price x cap hours: the most the started hosts can cost
     refusal: Refusal | None
     budget_checked: bool
+    reservation_id: int | None = None  # the ledger's reservation for the hosts started
 
 
 def required_cost(hosts: int, usd_per_hour: Decimal, cap: timedelta) -> Decimal:
@@ -69,8 +111,12 @@ def decide_launch(
     start = max(target - pool.desired, 0)
     required = required_cost(start, usd_per_hour, pool.cap)
 
-    def decision(refusal: Refusal | None, *, budget_checked: bool = False) -> LaunchDecision:
-        return LaunchDecision(pool.pool, target, 0 if refusal else start, required, refusal, budget_checked)
+    def decision(
+        refusal: Refusal | None, *, budget_checked: bool = False, reservation_id: int | None = None
+    ) -> LaunchDecision:
+        return LaunchDecision(
+            pool.pool, target, 0 if refusal else start, required, refusal, budget_checked, reservation_id
+        )
 
     if parked:
         return decision(Refusal("parked", "the stack is parked; unpark it to run the nightly pools"))
@@ -91,14 +137,34 @@ def decide_launch(
             ),
             budget_checked=True,
         )
-    refusal = gate.refusal_for(pool.tenant, required, now)
-    if refusal is not None:
+    admission = gate.admit(AdmissionRequest(pool.tenant, pool.instance_type, start, pool.cap), now)
+    if not admission.granted:
         return decision(
             Refusal(
                 "budget",
                 f"tenant {pool.tenant} cannot cover {start} x {pool.instance_type} for "
-                f"{format_duration(pool.cap)} (${required:.2f}): {refusal}",
+                f"{format_duration(pool.cap)} (${admission.needed_usd:.2f}): {admission.reason}",
             ),
             budget_checked=True,
         )
-    return decision(None, budget_checked=True)
+    return decision(None, budget_checked=True, reservation_id=admission.reservation_id)
+
+
+def decide_admission(
+    request: AdmissionRequest, status: TenantRunway | None, usd_per_hour: Decimal | None
+) -> Admission:
+    """Whether ``status`` (the tenant's runway, None for a tenant the ledger has never seen) covers
+    ``request`` at ``usd_per_hour`` (None: the ledger has no price for the type)."""
+    remaining = status.remaining_usd if status is not None else None
+    cap_ms = request.cap // timedelta(milliseconds=1)
+    if usd_per_hour is None:
+        enforced = status is not None and remaining is not None and "deny" in status.budget.actions
+        unpriced = (
+            f"the ledger has no price for {request.instance_type}, so its cost cannot be reserved against "
+            f"tenant {request.tenant}'s budget; record one (`parkbrake ledger migrate` after "
+            "`parkbrake pricing refresh`)"
+        )
+        return Admission(not enforced, Decimal(0), remaining, reason=unpriced if enforced else None)
+    needed = usd(request.hosts * usd_per_hour * billable_ms(cap_ms)) if request.hosts else Decimal(0)
+    reason = refusal(status, needed) if status is not None else None
+    return Admission(reason is None, needed, remaining, reason=reason)

@@ -26,6 +26,7 @@ from typing import Any
 from guardrails import tags
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
+from guardrails.launch import Admission, AdmissionRequest
 from guardrails.runway import (
     BudgetDecision,
     Enforcer,
@@ -33,7 +34,6 @@ from guardrails.runway import (
     TenantRunway,
     budget_decisions,
     budget_notice,
-    refusal,
 )
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
@@ -49,6 +49,8 @@ from lambdas.ledger.store import LedgerStore, container_store
 
 log = logging.getLogger(__name__)
 GUARDRAIL = "budget"
+# How long an admission holds its money for hosts that have not started yet.
+DEFAULT_LEASE = timedelta(minutes=30)
 
 
 class AwsEnforcer:
@@ -222,16 +224,21 @@ def _act(
 
 
 class LedgerBudgetGate:
-    """guardrails.launch.BudgetGate from the ledger: may ``tenant`` commit ``required_usd`` now?"""
+    """guardrails.launch.BudgetGate from the ledger: reserve, atomically per tenant, what hosts about
+    to start can cost."""
 
-    def __init__(self, store: LedgerStore, *, default_cap: timedelta) -> None:
+    def __init__(
+        self, store: LedgerStore, *, default_cap: timedelta, lease: timedelta = DEFAULT_LEASE
+    ) -> None:
         self._store = store
         self._default_cap = default_cap
+        self._lease = lease
 
-    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
-        statuses = self._store.runways(now=now, default_cap=self._default_cap, tenants=[tenant])
-        # A tenant the ledger has never seen has no budget, so nothing to refuse on.
-        return refusal(statuses[0], required_usd) if statuses else None
+    def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
+        return self._store.admit(request, now=now, default_cap=self._default_cap, lease=self._lease)
+
+    def release(self, reservation_id: int, now: datetime) -> None:
+        self._store.release(reservation_id, now=now)
 
 
 def gate_from_environment(settings: Settings) -> LedgerBudgetGate | None:

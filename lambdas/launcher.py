@@ -119,9 +119,15 @@ def launch(
         log.warning("refused to start pool %s: %s: %s", pool, decision.refusal.kind, decision.refusal.reason)
         heartbeat.count_action(heartbeat.LAUNCHER, "refuse", decision.refusal.kind)
         return decision
-    autoscaling.set_desired_capacity(
-        AutoScalingGroupName=state.group_name, DesiredCapacity=target, HonorCooldown=False
-    )
+    try:
+        autoscaling.set_desired_capacity(
+            AutoScalingGroupName=state.group_name, DesiredCapacity=target, HonorCooldown=False
+        )
+    except Exception:
+        # The hosts will not start: the money reserved for them goes back to the tenant.
+        if gate is not None and decision.reservation_id is not None:
+            gate.release(decision.reservation_id, now)
+        raise
     log.info(
         "started pool %s: %s desired %d -> %d (%s)",
         pool,
@@ -144,6 +150,7 @@ def result_of(decision: LaunchDecision) -> dict[str, Any]:
         ),
         "budget": "checked" if decision.budget_checked else "not checked",
         "required_usd": str(decision.required_usd.quantize(CENTS)),
+        "reservation_id": decision.reservation_id,
     }
 
 

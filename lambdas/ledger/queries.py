@@ -216,6 +216,8 @@ SELECT ledger_set_budget(%s, %s::text[], %s, %s, %s::numeric[])
 
 LOCK_TENANT = "SELECT ledger_lock_tenant(%s)"
 
+IS_RUNNING = "SELECT EXISTS (SELECT 1 FROM intervals WHERE instance_id = %s AND ended_ms IS NULL)"
+
 RESERVE = "SELECT ledger_reserve(%s, %s, %s, %s, %s, %s)"
 
 RELEASE = "SELECT ledger_release(%s, %s)"

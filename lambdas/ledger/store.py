@@ -16,7 +16,7 @@ import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import cache
@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.launch import Admission, AdmissionRequest, decide_admission
 from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usage, UsageKey, from_ms, to_ms
 from guardrails.pricing import PriceTable
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_bounds_ms
@@ -408,48 +409,50 @@ class LedgerStore:
         self, *, now: datetime, default_cap: timedelta, tenants: Sequence[str] | None = None
     ) -> list[TenantRunway]:
         """Every known tenant's (or just ``tenants``') budget and runway at ``now``."""
-        starts = period_bounds_ms(now)
-        parameters = {
-            "now_ms": to_ms(now),
-            "default_cap_ms": default_cap // timedelta(milliseconds=1),
-            "tenants": list(tenants) if tenants is not None else None,
-            "day_ms": starts["day"],
-            "week_ms": starts["week"],
-            "month_ms": starts["month"],
-        }
         with self._connections.connection() as connection:
-            rows = connection.execute(sql.RUNWAYS, parameters).fetchall()
-        runways = []
-        for row in rows:
-            (
-                tenant,
-                actions,
-                limit,
-                period,
-                thresholds,
-                spent,
-                committed,
-                burn,
-                hosts,
-                gpus,
-                reserved,
-                unpriced,
-            ) = row
-            if limit is None:  # no budget: usage is shown against the calendar month
-                budget = Budget(tenant, None, actions=frozenset(actions))
-            else:
-                budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions))
-            totals = RunwayTotals(
-                Decimal(spent),
-                Decimal(committed),
-                Decimal(burn),
-                int(hosts),
-                int(gpus),
-                Decimal(reserved),
-                int(unpriced),
-            )
-            runways.append(TenantRunway(budget, now, totals))
-        return runways
+            return _runways(connection, now=now, default_cap=default_cap, tenants=tenants)
+
+    def admit(
+        self, request: AdmissionRequest, *, now: datetime, default_cap: timedelta, lease: timedelta
+    ) -> Admission:
+        """Reserve what ``request``'s hosts can cost, if the tenant's remaining budget covers it.
+
+        Admissions of one tenant are serialised (an advisory lock held to the commit), so the runway
+        read here already counts every reservation granted before: 20 concurrent admissions against
+        a budget that covers k grant exactly k. A reservation lapses after ``lease`` unless hosts'
+        `running` events claim it first.
+        """
+        with self._transaction() as connection:
+            connection.execute(sql.LOCK_TENANT, (request.tenant,))
+            if request.instance_id is not None:
+                (running,) = connection.execute(sql.IS_RUNNING, (request.instance_id,)).fetchone() or (False,)
+                if running:  # already committed in the runway: never counted twice
+                    request = replace(request, hosts=0)
+            ((_, price, _),) = connection.execute(
+                sql.PRICES_AT, {"types": [request.instance_type], "at_ms": to_ms(now)}
+            ).fetchall()
+            statuses = _runways(connection, now=now, default_cap=default_cap, tenants=[request.tenant])
+            admission = decide_admission(request, statuses[0] if statuses else None, price)
+            if not admission.granted or price is None or request.hosts == 0:
+                return admission
+            reserved = connection.execute(
+                sql.RESERVE,
+                (
+                    request.tenant,
+                    request.instance_type,
+                    request.hosts,
+                    request.cap // timedelta(milliseconds=1),
+                    to_ms(now),
+                    lease // timedelta(milliseconds=1),
+                ),
+            ).fetchone()
+        return replace(admission, reservation_id=reserved[0] if reserved else None)
+
+    def release(self, reservation_id: int, *, now: datetime) -> bool:
+        """Give back what a reservation still holds; False when it was unknown or already released."""
+        with self._transaction() as connection:
+            row = connection.execute(sql.RELEASE, (reservation_id, to_ms(now))).fetchone()
+        return bool(row and row[0])
 
     def set_budget(self, budget: Budget) -> None:
         """Create or replace a tenant's budget and the actions it takes."""
@@ -505,6 +508,55 @@ class LedgerStore:
             cursor = connection.execute(sql.ACTIONS, {"tenant": tenant})
             names = [column.name for column in cursor.description or ()]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _runways(
+    connection: psycopg.Connection[Any],
+    *,
+    now: datetime,
+    default_cap: timedelta,
+    tenants: Sequence[str] | None,
+) -> list[TenantRunway]:
+    starts = period_bounds_ms(now)
+    parameters = {
+        "now_ms": to_ms(now),
+        "default_cap_ms": default_cap // timedelta(milliseconds=1),
+        "tenants": list(tenants) if tenants is not None else None,
+        "day_ms": starts["day"],
+        "week_ms": starts["week"],
+        "month_ms": starts["month"],
+    }
+    runways = []
+    for row in connection.execute(sql.RUNWAYS, parameters).fetchall():
+        (
+            tenant,
+            actions,
+            limit,
+            period,
+            thresholds,
+            spent,
+            committed,
+            burn,
+            hosts,
+            gpus,
+            reserved,
+            unpriced,
+        ) = row
+        if limit is None:  # no budget: usage is shown against the calendar month
+            budget = Budget(tenant, None, actions=frozenset(actions))
+        else:
+            budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions))
+        totals = RunwayTotals(
+            Decimal(spent),
+            Decimal(committed),
+            Decimal(burn),
+            int(hosts),
+            int(gpus),
+            Decimal(reserved),
+            int(unpriced),
+        )
+        runways.append(TenantRunway(budget, now, totals))
+    return runways
 
 
 def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from guardrails.launch import PoolState, decide_launch, required_cost
+from guardrails.launch import Admission, AdmissionRequest, PoolState, decide_launch, required_cost
 
 NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 POOL = PoolState("training", "parkbrake-prod-training", 1, 4, "g5.xlarge", "research", timedelta(minutes=90))
@@ -16,11 +16,15 @@ PRICE = Decimal("1.006")
 @dataclass
 class RecordingGate:
     refusal: str | None = None
-    asked: list[tuple[str, Decimal, datetime]] = field(default_factory=list)
+    asked: list[tuple[AdmissionRequest, datetime]] = field(default_factory=list)
 
-    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
-        self.asked.append((tenant, required_usd, now))
-        return self.refusal
+    def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
+        self.asked.append((request, now))
+        needed = required_cost(request.hosts, PRICE, request.cap)
+        return Admission(self.refusal is None, needed, None, None if self.refusal else 7, self.refusal)
+
+    def release(self, reservation_id: int, now: datetime) -> None:
+        raise AssertionError("nothing to release")
 
 
 def test_required_cost_is_exact() -> None:
@@ -53,7 +57,7 @@ def test_at_capacity_refuses() -> None:
 def test_gate_is_asked_for_the_hosts_to_start_at_their_cap() -> None:
     gate = RecordingGate(refusal="runway 40m, needs 1h30m")
     decision = decide_launch(POOL, parked=False, target=4, usd_per_hour=PRICE, gate=gate, now=NOW)
-    assert gate.asked == [("research", Decimal("4.527"), NOW)]
+    assert gate.asked == [(AdmissionRequest("research", "g5.xlarge", 3, timedelta(minutes=90)), NOW)]
     assert decision.refusal is not None
     assert decision.refusal.kind == "budget"
     assert decision.refusal.reason == (
@@ -65,6 +69,7 @@ def test_gate_is_asked_for_the_hosts_to_start_at_their_cap() -> None:
 def test_gate_allowing_starts_and_says_it_checked() -> None:
     decision = decide_launch(POOL, parked=False, target=4, usd_per_hour=PRICE, gate=RecordingGate(), now=NOW)
     assert (decision.start, decision.refusal, decision.budget_checked) == (3, None, True)
+    assert decision.reservation_id == 7
 
 
 def test_no_tenant_means_no_budget_to_check_and_refuses() -> None:

@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from aws_fault_proxy import FaultProxy
+from botocore.exceptions import ClientError
 from guardrail_fleet import (
     REGION,
     STACK,
@@ -22,6 +24,7 @@ from prometheus_client import REGISTRY
 
 from guardrails import names
 from guardrails.errors import ParkbrakeError
+from guardrails.launch import Admission, AdmissionRequest, required_cost
 from guardrails.pricing import load_price_table
 from lambdas import launcher
 from lambdas.aws.environment import ClientFactory
@@ -33,10 +36,16 @@ NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 class Gate:
     refusal: str | None = None
     asked: list[tuple[str, Decimal]] = field(default_factory=list)
+    released: list[int] = field(default_factory=list)
 
-    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
-        self.asked.append((tenant, required_usd))
-        return self.refusal
+    def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
+        price = load_price_table().instance(request.instance_type).usd_per_hour
+        needed = required_cost(request.hosts, price, request.cap)
+        self.asked.append((request.tenant, needed))
+        return Admission(self.refusal is None, needed, None, None if self.refusal else 1, self.refusal)
+
+    def release(self, reservation_id: int, now: datetime) -> None:
+        self.released.append(reservation_id)
 
 
 @pytest.fixture
@@ -90,6 +99,7 @@ def test_starts_the_pool_when_unparked(clients: ClientFactory) -> None:
         "refused": None,
         "budget": "not checked",
         "required_usd": str((3 * price * 2).quantize(Decimal("0.01"))),
+        "reservation_id": None,
     }
     assert desired(clients) == 3
     assert (
@@ -137,8 +147,19 @@ def test_refuses_when_the_budget_gate_refuses(clients: ClientFactory) -> None:
 def test_gate_allowing_starts_and_says_so(clients: ClientFactory) -> None:
     park(clients, "false")
     result = start(clients, {"pool": "training", "capacity": 1}, Gate())
-    assert (result["started"], result["budget"]) == (1, "checked")
+    assert (result["started"], result["budget"], result["reservation_id"]) == (1, "checked", 1)
     assert desired(clients) == 1
+
+
+def test_a_failed_start_gives_the_reservation_back(clients: ClientFactory, aws: str) -> None:
+    park(clients, "false")
+    gate = Gate()
+    with FaultProxy(aws) as proxy:
+        proxy.fail("SetDesiredCapacity", "AccessDenied", "not allowed", status=403)
+        with pytest.raises(ClientError, match="AccessDenied"):
+            start(client_factory(proxy.url), {"pool": "training", "capacity": 1}, gate)
+    assert gate.released == [1]
+    assert desired(clients) == 0
 
 
 def test_capacity_beyond_the_group_maximum_is_clamped(clients: ClientFactory) -> None:

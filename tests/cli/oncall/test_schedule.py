@@ -17,6 +17,7 @@ from ops_fleet import REGION, STACK, aws_client, capacity, project_copy, schedul
 from cli.main import parkbrake
 from cli.oncall.nightly import next_occurrence, run_now
 from guardrails import names
+from guardrails.launch import Admission, AdmissionRequest, required_cost
 
 GROUP = names.schedule_group(STACK)
 NIGHTLY = names.nightly_schedule(STACK, "training")
@@ -135,9 +136,12 @@ class RefusingGate:
     def __init__(self) -> None:
         self.asked: list[tuple[str, Decimal]] = []
 
-    def refusal_for(self, tenant: str, required_usd: Decimal, now: datetime) -> str | None:
-        self.asked.append((tenant, required_usd))
-        return "runway 0s: the month's budget is spent"
+    def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
+        self.asked.append((request.tenant, required_cost(request.hosts, Decimal("5.672"), request.cap)))
+        return Admission(False, Decimal(1), Decimal(0), reason="runway 0s: the month's budget is spent")
+
+    def release(self, reservation_id: int, now: datetime) -> None:
+        raise AssertionError("a refused admission holds nothing")
 
 
 def test_run_now_obeys_the_runway_refusal_of_the_budget_gate(aws: str, fleet: Any) -> None:

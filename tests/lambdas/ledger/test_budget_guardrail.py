@@ -25,7 +25,7 @@ from guardrail_fleet import (
 )
 from ledger_streams import T0, at, ms, step, who
 
-from guardrails.launch import PoolState, decide_launch
+from guardrails.launch import AdmissionRequest, PoolState, decide_launch
 from guardrails.ledger import state_change_from_event, to_ms
 from guardrails.runway import Budget, StopReport
 from lambdas import budget, launcher, meter
@@ -161,20 +161,81 @@ def test_two_budget_runs_at_once_notify_once(ledger_url: str) -> None:
     assert enforcer.notices == [("research", "parkbrake: research at 50% of budget")]
 
 
-def test_the_gate_refuses_work_the_budget_cannot_cover_and_says_why(store: LedgerStore) -> None:
+def test_the_gate_reserves_what_it_grants_and_refuses_with_the_numbers(store: LedgerStore) -> None:
     store.set_budget(Budget("research", Decimal(100), "month"))
     store.set_budget(Budget("product", Decimal(10), "month", actions=frozenset({"notify"})))
     start_p4d(store, "i-1", 0, cap_minutes=90)  # $49.16 committed
     gate = budget.LedgerBudgetGate(store, default_cap=CAP)
-    assert gate.refusal_for("research", Decimal(50), at(1)) is None
-    reason = gate.refusal_for("research", Decimal(60), at(1))
-    assert reason is not None
-    assert reason == (
-        "the monthly budget of tenant research is $100.00: $0.55 spent and $48.61 committed to running "
-        "hosts' caps leave $50.84, less than the $60.00 needed"
+    p4d = AdmissionRequest("research", "p4d.24xlarge", 1, CAP)
+    first = gate.admit(p4d, at(1))
+    assert (first.granted, first.needed_usd, first.remaining_usd) == (
+        True,
+        Decimal("49.158900"),
+        Decimal("50.841100"),
     )
-    assert gate.refusal_for("product", Decimal(1000), at(1)) is None  # deny is not one of its actions
-    assert gate.refusal_for("nobody", Decimal(1000), at(1)) is None  # no budget, nothing to enforce
+    assert first.reservation_id is not None
+    second = gate.admit(p4d, at(1))
+    assert not second.granted
+    assert second.reason == (
+        "the monthly budget of tenant research is $100.00: $0.55 spent and $48.61 committed to running "
+        "hosts' caps, $49.16 reserved for hosts starting leave $1.68, less than the $49.16 needed"
+    )
+    gate.release(first.reservation_id, at(2))
+    assert gate.admit(p4d, at(2)).granted  # released: the money is back
+    assert gate.admit(
+        AdmissionRequest("product", "p4d.24xlarge", 9, CAP), at(1)
+    ).granted  # deny is not its action
+    assert gate.admit(AdmissionRequest("nobody", "p4d.24xlarge", 9, CAP), at(1)).granted  # no budget
+
+
+def test_a_reservation_becomes_the_hosts_commitment_when_it_starts_and_lapses_otherwise(
+    store: LedgerStore,
+) -> None:
+    store.set_budget(Budget("research", Decimal(1000), "month"))
+    granted = store.admit(AdmissionRequest("research", "p4d.24xlarge", 2, CAP), now=at(0), default_cap=CAP,
+                          lease=timedelta(minutes=30))  # fmt: skip
+    (before,) = store.runways(now=at(0), default_cap=CAP)
+    assert before.reserved_usd == Decimal("98.317800")
+    start_p4d(store, "i-1", 1, cap_minutes=90)  # one of the two hosts starts: it claims its share
+    (one,) = store.runways(now=at(1), default_cap=CAP)
+    assert one.reserved_usd == Decimal("49.158900")
+    assert one.committed_usd + one.spent_usd == Decimal("49.158900")  # counted once, as the running host
+    start_p4d(store, "i-1", 1, cap_minutes=90)  # redelivered: still once
+    (lapsed,) = store.runways(now=at(31), default_cap=CAP)  # the other never started: the lease ran out
+    assert lapsed.reserved_usd == 0
+    assert granted.reservation_id is not None
+
+
+def test_twenty_concurrent_admissions_grant_exactly_what_the_budget_covers(
+    ledger_url: str, store: LedgerStore
+) -> None:
+    covered = 7
+    store.set_budget(Budget("research", Decimal("49.1589") * covered + Decimal("0.01"), "month"))
+    barrier = threading.Barrier(20)
+    results: list[bool] = []
+    errors: list[BaseException] = []
+
+    def admit() -> None:
+        mine = LedgerStore.connect(ledger_url)
+        try:
+            barrier.wait()
+            admission = mine.admit(AdmissionRequest("research", "p4d.24xlarge", 1, CAP), now=at(0),
+                                   default_cap=CAP, lease=timedelta(minutes=30))  # fmt: skip
+            results.append(admission.granted)
+        except BaseException as error:  # collected: the assertion below names it
+            errors.append(error)
+        finally:
+            mine.close()
+
+    threads = [threading.Thread(target=admit) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert (results.count(True), results.count(False)) == (covered, 20 - covered)
+    (status,) = store.runways(now=at(0), default_cap=CAP)
+    assert status.reserved_usd == Decimal("49.158900") * covered
 
 
 def test_the_nightly_launcher_refuses_a_tenant_whose_runway_cannot_cover_the_cap(store: LedgerStore) -> None:
@@ -258,7 +319,7 @@ def test_the_launcher_gets_a_gate_only_when_a_ledger_is_configured(
     try:
         gate = budget.gate_from_environment(guardrail_settings())
         assert gate is not None
-        assert gate.refusal_for("research", Decimal(1), at(0)) is None
+        assert gate.admit(AdmissionRequest("research", "g5.xlarge", 1, CAP), at(0)).granted
         # The nightly Lambda's own entry point picks the same gate up from its environment.
         monkeypatch.setenv("PARKBRAKE_STACK", "dev")
         monkeypatch.setenv("PARKBRAKE_REGIONS", "us-east-1")

@@ -198,3 +198,37 @@ def test_no_database_configured_says_what_to_set(monkeypatch: pytest.MonkeyPatch
     result = invoke("ledger", "report")
     assert result.exit_code == 1
     assert "set PARKBRAKE_DATABASE_URL" in result.stderr
+
+
+def test_admit_grants_with_an_id_refuses_with_the_numbers_and_release_gives_back(ledger_env: str) -> None:
+    assert invoke("ledger", "budget", "research", "--limit-usd", "100").exit_code == 0
+    args = [
+        "ledger",
+        "admit",
+        "--tenant",
+        "research",
+        "--instance-type",
+        "p4d.24xlarge",
+        "--max-runtime",
+        "90m",
+    ]
+    granted = invoke(*args, "--output", "json")
+    assert granted.exit_code == 0, granted.output
+    answer = json.loads(granted.stdout)
+    assert (answer["granted"], answer["needed_usd"], answer["remaining_usd"]) == (True, "49.158900", "100.000000")
+    refused = invoke(*args, "--count", "2", "--output", "json")
+    assert refused.exit_code == 1
+    assert (json.loads(refused.stdout)["needed_usd"], json.loads(refused.stdout)["remaining_usd"]) == (
+        "98.317800",
+        "50.841100",
+    )
+    assert invoke("ledger", "release", str(answer["reservation_id"])).exit_code == 0
+    assert invoke(*args, "--count", "2").exit_code == 0
+    again = invoke("ledger", "release", str(answer["reservation_id"]))
+    assert again.exit_code == 2
+    assert "already released" in again.output
+    bad = invoke(
+        "ledger", "admit", "--tenant", "t", "--instance-type", "p4d.24xlarge", "--max-runtime", "soon"
+    )
+    assert bad.exit_code == 2
+    assert "--max-runtime" in bad.output
