@@ -215,7 +215,11 @@ def test_admit_grants_with_an_id_refuses_with_the_numbers_and_release_gives_back
     granted = invoke(*args, "--output", "json")
     assert granted.exit_code == 0, granted.output
     answer = json.loads(granted.stdout)
-    assert (answer["granted"], answer["needed_usd"], answer["remaining_usd"]) == (True, "49.158900", "100.000000")
+    assert (answer["granted"], answer["needed_usd"], answer["remaining_usd"]) == (
+        True,
+        "49.158900",
+        "100.000000",
+    )
     refused = invoke(*args, "--count", "2", "--output", "json")
     assert refused.exit_code == 1
     assert (json.loads(refused.stdout)["needed_usd"], json.loads(refused.stdout)["remaining_usd"]) == (
