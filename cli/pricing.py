@@ -1,4 +1,4 @@
-"""``parkbrake pricing``: rebuild guardrails/prices.json from the AWS Price List API."""
+"""``parkbrake pricing``: rebuild guardrails/prices.json from EC2 and the AWS Price List API."""
 
 from __future__ import annotations
 
@@ -18,16 +18,15 @@ PRICE_LIST_ENDPOINT_REGION = "us-east-1"
 
 @click.group()
 def pricing() -> None:
-    """On-demand prices used by plan, status and the ledger."""
+    """On-demand and spot prices used by plan, status and the ledger."""
 
 
 @pricing.command()
-@click.option("--region", default="us-east-1", show_default=True, help="Region whose prices to take.")
 @click.option(
-    "--family",
-    "families",
+    "--region",
+    "regions",
     multiple=True,
-    help="Instance family to include (repeatable); default: the families parkbrake plans with.",
+    help="Region to refresh (repeatable); default: every commercial region the Price List prices.",
 )
 @click.option(
     "--file",
@@ -38,48 +37,101 @@ def pricing() -> None:
 )
 @dry_run_option
 @output_option
-def refresh(
-    region: str, families: tuple[str, ...], price_file: Path | None, dry_run: bool, output: str
-) -> None:
-    """Rebuild the instance prices from the AWS Price List API (needs pricing:GetProducts).
+def refresh(regions: tuple[str, ...], price_file: Path | None, dry_run: bool, output: str) -> None:
+    """Rebuild accelerator counts, on-demand prices and the spot snapshot from AWS.
 
-    Keeps the non-instance prices (Aurora, ElastiCache, Fargate, ALB, NAT) as they are.
+    Needs ec2:DescribeInstanceTypes, ec2:DescribeSpotPriceHistory and pricing:GetProducts. Keeps
+    each region's service prices (Aurora, ElastiCache, Fargate, ALB, NAT, IPv4, EBS) as they are.
     """
-    from guardrails.price_list import DEFAULT_FAMILIES
     from guardrails.pricing import PRICES_FILE
 
     path = price_file or PRICES_FILE
-    document = refresh_prices(path, region=region, families=families or DEFAULT_FAMILIES, write=not dry_run)
+    document = refresh_prices(path, regions=regions or None, write=not dry_run)
     if output == "json":
         click.echo(json.dumps(document, indent=2))
         return
     verb = "would write" if dry_run else "wrote"
-    click.echo(f"{verb} {len(document['instances'])} instance prices for {region} to {path}")
+    refreshed = sorted(regions) if regions else sorted(document["regions"])
+    priced = sum(len(document["regions"][region]["on_demand"]) for region in refreshed)
+    click.echo(
+        f"{verb} {priced} on-demand prices in {len(refreshed)} region(s), "
+        f"{len(document['accelerators']['types'])} accelerator counts and the spot snapshot to {path}"
+    )
 
 
-def price_list_products(region: str) -> Iterator[str]:
-    """Every accelerated-instance product document of ``region``, paginated server-side."""
+def price_list_products(regions: tuple[str, ...] | None) -> Iterator[str]:
+    """Every accelerated-instance product document (of ``regions``, or of all), paginated server-side."""
     from guardrails.price_list import ACCELERATED_INSTANCE_FAMILIES, SHARED_LINUX_FILTERS
     from lambdas.aws.clients import client
 
     paginator = client("pricing", PRICE_LIST_ENDPOINT_REGION).get_paginator("get_products")
-    common = [{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}] + [
+    common = [
         {"Type": "TERM_MATCH", "Field": field, "Value": value}
         for field, value in SHARED_LINUX_FILTERS.items()
     ]
-    for family in ACCELERATED_INSTANCE_FAMILIES:
-        filters = [*common, {"Type": "TERM_MATCH", "Field": "instanceFamily", "Value": family}]
-        for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"):
-            yield from page["PriceList"]
+    scopes: list[list[dict[str, str]]] = (
+        [[{"Type": "TERM_MATCH", "Field": "regionCode", "Value": region}] for region in regions]
+        if regions
+        else [[]]
+    )
+    for scope in scopes:
+        for family in ACCELERATED_INSTANCE_FAMILIES:
+            filters = [*common, *scope, {"Type": "TERM_MATCH", "Field": "instanceFamily", "Value": family}]
+            for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"):
+                yield from page["PriceList"]
 
 
-def refresh_prices(path: Path, *, region: str, families: tuple[str, ...], write: bool) -> dict[str, Any]:
-    from guardrails.price_list import refreshed_price_document
+def accelerated_instance_types(regions: list[str]) -> dict[str, dict[str, Any]]:
+    """Accelerator info of every accelerated instance type offered in ``regions`` (filtered server-side)."""
+    from guardrails.instance_types import accelerator_filter_values
+    from guardrails.price_list import accelerator_counts
+    from lambdas.aws.clients import client
 
+    descriptions: dict[str, dict[str, Any]] = {}
+    for region in regions:
+        paginator = client("ec2", region).get_paginator("describe_instance_types")
+        filters = [{"Name": "instance-type", "Values": accelerator_filter_values()}]
+        for page in paginator.paginate(Filters=filters):
+            descriptions.update({entry["InstanceType"]: entry for entry in page["InstanceTypes"]})
+    return accelerator_counts(descriptions.values())
+
+
+def spot_price_history(region: str, instance_types: list[str], now: datetime) -> Iterator[dict[str, Any]]:
+    """The spot price in effect at ``now`` for each type and zone of ``region``."""
+    from guardrails.price_list import SPOT_LINUX_PRODUCTS
+    from lambdas.aws.clients import client
+
+    paginator = client("ec2", region).get_paginator("describe_spot_price_history")
+    for page in paginator.paginate(
+        InstanceTypes=instance_types,
+        ProductDescriptions=list(SPOT_LINUX_PRODUCTS),
+        StartTime=now,
+        EndTime=now,
+    ):
+        yield from page["SpotPriceHistory"]
+
+
+def refresh_prices(path: Path, *, regions: tuple[str, ...] | None, write: bool) -> dict[str, Any]:
+    from guardrails.price_list import on_demand_prices, refreshed_price_document
+
+    now = datetime.now(UTC)
     current = json.loads(path.read_text())
+    products = list(price_list_products(regions))
+    answered = on_demand_prices(products)
+    refreshed = sorted(region for region in answered if regions is None or region in regions)
+    counts = accelerated_instance_types(refreshed)
+    spot = {
+        region: list(spot_price_history(region, sorted(set(answered[region]) & set(counts)), now))
+        for region in refreshed
+    }
     document = refreshed_price_document(
-        current, price_list_products(region), region=region, taken=datetime.now(UTC).date(), families=families
+        current,
+        accelerators=counts,
+        products=products,
+        spot_history=spot,
+        regions=regions,
+        taken=now.date(),
     )
     if write:
-        path.write_text(json.dumps(document, indent=2) + "\n")
+        path.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
     return document

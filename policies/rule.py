@@ -61,6 +61,8 @@ class PolicyContext:
     # The stack's monthly cost unparked, when the caller has it (``plan`` prices the unparked program);
     # None: the cost rule estimates the resources it is given.
     monthly_estimate_usd: Decimal | None = None
+    # Whose prices the cost rule uses when it estimates itself (None: the price table's home region).
+    region: str | None = None
     # The longest ``parkbrake:max-runtime`` a GPU host may carry.
     max_runtime_ceiling: timedelta = DEFAULT_CEILING
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from cli.oncall.stack_file import ConfigEdit, read_config_value, set_config_value
 from guardrails.errors import InputError, ParkbrakeError
-from guardrails.estimate import CostChange, compare_estimates, estimate_monthly_cost
+from guardrails.estimate import CostChange, CostEstimate, compare_estimates
 from guardrails.settings import aws_region
 from stacks.config import StackConfig, load_stack_config, stack_file
 from stacks.offline import InputChange, OfflineRun, input_changes
@@ -140,7 +140,7 @@ def plan_park(stack: str, project_dir: Path, *, parked: bool) -> ParkPlan:
     config = load_stack_config(stack, project_dir)
     before = _offline(config)
     after = before if parked == config.parked else _offline(config.with_parked(parked))
-    estimates = (estimate_monthly_cost(before.resources), estimate_monthly_cost(after.resources))
+    estimates = (estimate(config, before), estimate(config, after))
     return ParkPlan(
         stack=stack,
         file=stack_file(stack, project_dir),
@@ -160,6 +160,12 @@ def _offline(config: StackConfig) -> OfflineRun:
     from cli.preview.plan_report import offline_run
 
     return offline_run(config)
+
+
+def estimate(config: StackConfig, run: OfflineRun) -> CostEstimate:
+    from cli.preview.plan_report import estimate as plan_estimate
+
+    return plan_estimate(config, run)
 
 
 def write_parked(plan: ParkPlan, *, dry_run: bool) -> ConfigEdit:

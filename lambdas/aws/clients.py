@@ -24,12 +24,14 @@ RETRIES = Config(
 def client(service: str, region: str | None = None) -> Any:
     """One client per service, region and endpoint for the life of the process (a Lambda container reuses it)."""
     # AWS_REGION is honoured even where botocore reads only AWS_DEFAULT_REGION.
-    return _client(service, region or aws_region(os.environ), os.environ.get("AWS_ENDPOINT_URL"))
+    endpoints = (os.environ.get("AWS_ENDPOINT_URL"), os.environ.get(f"AWS_ENDPOINT_URL_{service.upper()}"))
+    return _client(service, region or aws_region(os.environ), endpoints)
 
 
 @cache
-def _client(service: str, region: str | None, endpoint_url: str | None) -> Any:
-    # botocore reads AWS_ENDPOINT_URL itself; the endpoint is part of the key so a changed
-    # environment (a test's own server) never gets a client bound to the old one.
+def _client(service: str, region: str | None, endpoints: tuple[str | None, str | None]) -> Any:
+    # botocore reads AWS_ENDPOINT_URL (and the per-service AWS_ENDPOINT_URL_<SERVICE>) itself; the
+    # endpoints are part of the key so a changed environment (a test's own server) never gets a
+    # client bound to the old one.
     session: Any = boto3.session.Session()  # typed Any: the service name is a runtime value, not a literal
     return session.client(service, region_name=region, config=RETRIES)

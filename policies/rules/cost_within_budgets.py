@@ -24,8 +24,9 @@ def monthly_estimate_usd(resources: Sequence[ResourceView], context: PolicyConte
     if context.monthly_estimate_usd is not None:
         return context.monthly_estimate_usd
     from guardrails.estimate import estimate_monthly_cost
+    from guardrails.pricing import HOME_REGION
 
-    return estimate_monthly_cost(resources).total_usd
+    return estimate_monthly_cost(resources, region=context.region or HOME_REGION).total_usd
 
 
 def budget_problems(resources: Sequence[ResourceView], context: PolicyContext) -> Iterator[Violation]:

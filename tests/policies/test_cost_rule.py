@@ -66,5 +66,5 @@ def test_a_stack_that_cannot_be_priced_is_reported_not_passed() -> None:
     (violation,) = found(stack, PolicyContext(tenant_budget_usd=Decimal(100_000)))
     assert violation[0] == STACK_URN
     assert violation[1].startswith(
-        "the stack cannot be priced: no on-demand price for instance type 'p9.96xlarge'"
+        "the stack cannot be priced: no on-demand price for p9.96xlarge in us-east-1"
     )

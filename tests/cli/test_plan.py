@@ -1,0 +1,163 @@
+"""`parkbrake plan` end to end through the CLI: the real program under the mock engine, every output
+format, the exit codes, byte-identical output, and `--against` a file or a git ref."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from ruamel.yaml import YAML
+
+from cli.main import parkbrake
+from tests.conftest import REPO_ROOT
+
+DEV = REPO_ROOT / "Pulumi.dev.yaml"
+
+
+def dev_config() -> dict[str, Any]:
+    document: dict[str, Any] = YAML(typ="safe").load(DEV.read_text())
+    return document
+
+
+def write_stack(folder: Path, change: Callable[[dict[str, Any]], None] | None = None) -> Path:
+    document = dev_config()
+    if change is not None:
+        change(document["config"])
+    path = folder / "Pulumi.dev.yaml"
+    yaml = YAML(typ="safe")
+    yaml.default_flow_style = False
+    with path.open("w") as stream:
+        yaml.dump(document, stream)
+    return path
+
+
+def plan(*arguments: str) -> Result:
+    return CliRunner().invoke(parkbrake, ["plan", "--stack", "dev", *arguments])
+
+
+def test_json_carries_resources_costs_and_verdicts_and_exits_0() -> None:
+    result = plan("--project-dir", str(REPO_ROOT), "--output", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert (report["stack"], report["parked"], report["region"]) == ("dev", False, "us-east-1")
+    urns = [resource["urn"] for resource in report["resources"]]
+    assert urns == sorted(urns)
+    monthly = report["cost"]["monthly_usd"]
+    assert 0 < monthly["parked"] < monthly["unparked"] <= monthly["worst_case"]
+    items = {(item["kind"], item["name"]): item for item in report["cost"]["items"]}
+    assert items[("gpu-pool", "training")]["detail"].endswith("(covering 5d)")
+    assert items[("public-ipv4", "public-ipv4")]["parked"] > 0
+    assert "held awake" in items[("database", "database-cluster")]["parked_detail"]
+    assert sum(item["unparked"] for item in items.values()) == pytest.approx(monthly["unparked"])
+    assert all(verdict["passed"] for verdict in report["policies"] if verdict["enforcement"] == "mandatory")
+
+
+def test_text_shows_the_tree_the_costs_and_the_verdicts() -> None:
+    result = plan("--project-dir", str(REPO_ROOT))
+    assert result.exit_code == 0, result.output
+    assert "Stack dev (us-east-1), unparked" in result.output
+    assert "Monthly cost estimate (USD, us-east-1 prices, 730 h)" in result.output
+    assert "parkbrake:aws:GpuPool training" in result.output
+    assert "gpu-hosts-have-a-cap" in result.output
+
+
+def test_markdown_is_a_pull_request_comment() -> None:
+    result = plan("--project-dir", str(REPO_ROOT), "--output", "markdown")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "### parkbrake plan: stack `dev` (us-east-1, unparked)"
+    assert "| monthly cost | USD |" in lines
+    assert any(line.startswith("| training | gpu-pool | $") for line in lines)
+    assert "<details><summary>Cost items</summary>" in lines
+
+
+def test_a_mandatory_violation_exits_1_and_names_the_policy(tmp_path: Path) -> None:
+    def only_small_hosts(config: dict[str, Any]) -> None:
+        config["parkbrake:policy"]["allowed_instance_types"] = ["g5.xlarge"]
+
+    stack = write_stack(tmp_path, only_small_hosts)
+    result = plan("--config", str(stack), "--output", "markdown")
+    assert result.exit_code == 1, result.output
+    assert "**Mandatory policies failed: `instance-types-allowed`**" in result.output
+    assert "g5.12xlarge" in result.output
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda config: config.update({"parkbrake:nighty": {}}), "nighty: unknown key"),
+        (
+            lambda config: config.update({"aws:region": "eu-central-1"}),
+            "no prices for region eu-central-1 in prices.json",
+        ),
+    ],
+    ids=["unknown-key", "unpriced-region"],
+)
+def test_bad_input_exits_2_without_a_traceback(
+    tmp_path: Path, change: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    result = plan("--config", str(write_stack(tmp_path, change)))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def run_cli(*arguments: str, seed: str) -> bytes:
+    environment = {**os.environ, "PYTHONHASHSEED": seed}
+    command = [sys.executable, "-c", "from cli.main import main; main()", *arguments]
+    return subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("output", ["json", "text"])
+def test_the_same_input_gives_the_same_bytes(output: str) -> None:
+    runs = {run_cli("plan", "--stack", "dev", "--output", output, seed=seed) for seed in ("1", "2")}
+    assert len(runs) == 1
+
+
+def bigger_training_pool(config: dict[str, Any]) -> None:
+    config["parkbrake:pools"]["training"]["max"] = 4
+
+
+def test_against_another_file_prints_the_resource_and_cost_difference(tmp_path: Path) -> None:
+    current = write_stack(tmp_path, bigger_training_pool)
+    result = plan("--config", str(current), "--against", str(DEV), "--output", "json")
+    assert result.exit_code == 0, result.output
+    diff = json.loads(result.output)["diff"]
+    assert diff["against"] == str(DEV)
+    updates = {(change["type"], change["name"]): change for change in diff["resources"]}
+    group = updates[("aws:autoscaling/group:Group", "training-group")]
+    assert {"input": "maxSize", "before": 2, "after": 4} in group["inputs"]
+    # the training line's expected cost is unchanged (nightly capacity 1), so the month's total is too
+    assert diff["monthly_usd"]["difference"] == 0
+    text = plan("--config", str(current), "--against", str(DEV))
+    assert f"Against {DEV}: monthly cost" in text.output
+    assert "~ aws:autoscaling/group:Group training-group (maxSize: 2 → 4" in text.output
+
+
+def test_against_a_git_ref_reads_the_stack_file_at_that_ref(tmp_path: Path) -> None:
+    def git(*arguments: str) -> None:
+        subprocess.run(["git", *arguments], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    write_stack(tmp_path)
+    git("add", "Pulumi.dev.yaml")
+    git("-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-q", "-m", "base")
+
+    def bigger_inference_pool(config: dict[str, Any]) -> None:
+        config["parkbrake:pools"]["inference"]["desired"] = 2
+
+    write_stack(tmp_path, bigger_inference_pool)
+    result = plan("--project-dir", str(tmp_path), "--against", "HEAD", "--output", "markdown")
+    assert result.exit_code == 0, result.output
+    assert "**Against `HEAD`**: monthly cost" in result.output
+    assert "| inference | gpu-pool | $742.38 | $1,484.76 | +$742.38 |" in result.output
+    missing = plan("--project-dir", str(tmp_path), "--against", "no-such-ref")
+    assert missing.exit_code == 2
+    assert "neither a file nor a git ref" in missing.output
