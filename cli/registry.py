@@ -25,7 +25,9 @@ COMMANDS: dict[str, LazyCommand] = {
     "reap": LazyCommand(
         "cli.reap:reap", "Run the sweep now: stop every running managed GPU host past its deadline."
     ),
-    "pricing": LazyCommand("cli.pricing:pricing", "On-demand prices used by plan, status and the ledger."),
+    "pricing": LazyCommand(
+        "cli.pricing:pricing", "On-demand and spot prices used by plan, status and the ledger."
+    ),
     "run": LazyCommand(
         "cli.run:run", "Run COMMAND, stop it at its cap, exit with its status, then shut the host down."
     ),
