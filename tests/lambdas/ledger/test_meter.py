@@ -171,7 +171,7 @@ def test_a_type_missing_from_the_price_table_is_metered_in_seconds_and_repriced_
     store: LedgerStore, clients: ClientFactory
 ) -> None:
     ec2 = clients("ec2", None)
-    (new,) = launch(ec2, "p6-b200.48xlarge", managed_tags(tenant="research"))
+    (new,) = launch(ec2, "p5e.48xlarge", managed_tags(tenant="research"))
     (known,) = launch(ec2, "g5.xlarge", managed_tags(tenant="research"))
     result = metered(
         [state_change(new, "running", at(0)), state_change(known, "running", at(0)),
@@ -181,23 +181,21 @@ def test_a_type_missing_from_the_price_table_is_metered_in_seconds_and_repriced_
     assert result.inserted == 4  # the rest of the batch is never lost
     assert [note["instance_id"] for note in result.unpriced] == [new]
     rows = {row.instance_type: row for row in store.usage_rows(now=at(60))}
-    assert (
-        rows["p6-b200.48xlarge"].usage.accelerator_ms == 8 * 10 * 60_000
-    )  # 8 GPUs, from DescribeInstanceTypes
-    assert (rows["p6-b200.48xlarge"].unpriced_ms, rows["p6-b200.48xlarge"].usage.usd_hour_ms) == (600_000, 0)
+    assert rows["p5e.48xlarge"].usage.accelerator_ms == 8 * 10 * 60_000  # 8 GPUs, from DescribeInstanceTypes
+    assert (rows["p5e.48xlarge"].unpriced_ms, rows["p5e.48xlarge"].usage.usd_hour_ms) == (600_000, 0)
     assert rows["g5.xlarge"].unpriced_ms == 0
-    store.add_price("p6-b200.48xlarge", Decimal("113.9328"), None, "test: first price")
-    repriced = {row.instance_type: row for row in store.usage_rows(now=at(60))}["p6-b200.48xlarge"]
+    store.add_price("p5e.48xlarge", Decimal("113.9328"), None, "test: first price")
+    repriced = {row.instance_type: row for row in store.usage_rows(now=at(60))}["p5e.48xlarge"]
     assert (repriced.unpriced_ms, repriced.usage.cost_usd) == (0, Decimal("18.988800"))
 
 
 def test_an_unpriced_start_reaches_a_person_by_sns(store: LedgerStore, clients: ClientFactory) -> None:
     topic, queue = sns_queue(clients)
-    (new,) = launch(clients("ec2", None), "p6-b200.48xlarge", managed_tags())
+    (new,) = launch(clients("ec2", None), "p5e.48xlarge", managed_tags())
     result = metered([state_change(new, "running", at(0))], store=store, clients=clients)
     meter.alert_unpriced(result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients)
     (message,) = published(clients, queue)
-    assert "p6-b200.48xlarge" in message["Message"]
+    assert "p5e.48xlarge" in message["Message"]
     assert new in message["Message"]
 
 
