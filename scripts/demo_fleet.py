@@ -33,6 +33,9 @@ from guardrails import names, tags
 
 ACCOUNT = "123456789012"
 AMI = "ami-12c6146b"  # one of moto's built-in images
+INFERENCE_PORT = 8080  # the port `parkbrake-inference` listens on in its image
+# services/inference/Dockerfile built at the demo's revision (docs/deploy.md shows the build).
+INFERENCE_IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/parkbrake-inference:0123abcd"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 Clients = Callable[[str], Any]
 
@@ -158,23 +161,37 @@ def _create_services(ecs: Any, scaling: Any, stack: str, target_groups: Mapping[
         names.ecs_service(names.INFERENCE_SERVICE, "green"): 0,
     }
     for service, count in desired.items():
-        family = f"{names.prefix(stack)}-{service}"
+        colour = service.removeprefix(f"{names.INFERENCE_SERVICE}-")
+        # As the Pulumi program: both colours run one task-definition family whose container is named
+        # after the service, not the colour, so a deploy's copy of the live colour's definition
+        # matches the other colour's load balancer (containerName) and does not roll back.
+        container = names.INFERENCE_SERVICE if colour in target_groups else service
         revision_tags = [{"key": tags.REVISION, "value": "0123abcd"}, {"key": tags.STACK, "value": stack}]
         definition = ecs.register_task_definition(
-            family=family,
+            family=f"{names.prefix(stack)}-{container}",
             containerDefinitions=[
                 {
-                    "name": service,
-                    "image": f"public.ecr.aws/parkbrake/{service}:0.1.0",
+                    "name": container,
+                    "image": INFERENCE_IMAGE
+                    if container != service
+                    else f"public.ecr.aws/parkbrake/{container}:0.1.0",
                     "memory": 1024,
+                    "portMappings": [{"containerPort": INFERENCE_PORT, "hostPort": 0}]
+                    if container != service
+                    else [],
                     "dockerLabels": {"parkbrake.revision": "0123abcd"},
                 }
             ],
             tags=revision_tags,
         )["taskDefinition"]
-        colour = service.removeprefix(f"{names.INFERENCE_SERVICE}-")
         balancing = (
-            [{"targetGroupArn": target_groups[colour], "containerName": service, "containerPort": 8000}]
+            [
+                {
+                    "targetGroupArn": target_groups[colour],
+                    "containerName": container,
+                    "containerPort": INFERENCE_PORT,
+                }
+            ]
             if colour in target_groups
             else []
         )
@@ -209,7 +226,8 @@ def inference_load_balancer(
         group = elbv2.create_target_group(
             Name=names.target_group(stack, names.INFERENCE_SERVICE, colour),
             Protocol="HTTP",
-            Port=8000,
+            Port=INFERENCE_PORT,
+            HealthCheckPath="/healthz",
             VpcId=vpc,
             TargetType="instance",
             Tags=[

@@ -94,7 +94,7 @@ def test_services_park_state_and_next_start_through_the_cli(aws: str, fleet: Any
         "inference-blue": (1, "0123abcd"),
         "inference-green": (0, "0123abcd"),
     }
-    assert services["inference-blue"]["task_definition"] == f"{names.prefix(STACK)}-inference-blue:1"
+    assert services["inference-blue"]["task_definition"] == f"{names.prefix(STACK)}-inference:1"
     [stack] = document["stacks"]
     assert (stack["stack"], stack["parked"]) == (STACK, False)
     assert stack["next_start"]["pool"] == "training"

@@ -336,3 +336,12 @@ def test_healthz_is_503_until_the_model_is_loaded(start_server, service_database
     assert loading.headers["Retry-After"] == "5"
     assert refused.status == 503
     assert call(server.url, "/healthz").json() == {"status": "ok"}
+
+
+def test_verify_reads_the_running_revision_from_version(service: InferenceServer):
+    from cli.oncall.revision_checks import check_version_endpoint
+
+    assert check_version_endpoint(service.url, "test-revision").passed
+    wrong = check_version_endpoint(service.url, "0123abc")
+    assert not wrong.passed
+    assert "test-revision" in wrong.detail
