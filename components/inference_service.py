@@ -16,13 +16,19 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import child_of, named_child_of, type_token
-from components.ecs_service import EndpointArgs, endpoint, health_check, service_basics
+from components.ecs_service import EndpointArgs, endpoint, health_check, scalable_resource_id, service_basics
 from guardrails import names, tags
 from guardrails.errors import InputError
 
 # The ephemeral range ECS draws dynamic host ports from in bridge mode.
 DYNAMIC_PORTS = (32768, 65535)
 LIVE_WEIGHT = 100
+# How long a stopping task keeps serving its in-flight requests: the target group's deregistration
+# delay and the service's own drain on SIGTERM (PARKBRAKE_INFERENCE_DRAIN) are this one number, and
+# ECS waits a little longer before SIGKILL.
+DRAIN_SECONDS = 60
+STOP_TIMEOUT_SECONDS = DRAIN_SECONDS + 15
+IDLE_PERIOD_SECONDS = 60
 
 
 @dataclass
@@ -48,6 +54,9 @@ class InferenceServiceArgs:
     # ECS refuses a service on a capacity provider the cluster is not associated with yet (and on destroy,
     # a provider still in use): the services wait for this association.
     capacity_provider_association: pulumi.Resource | None = None
+    # Scale the live colour to zero after this many seconds without a request, and wake it on the
+    # load balancer's 503s (no healthy target); None keeps desired_per_colour always running.
+    idle_after_seconds: int | None = None
 
 
 def colour_weights(live_colour: str) -> dict[str, int]:
@@ -131,7 +140,9 @@ class InferenceService(pulumi.ComponentResource):
                         "environment": [
                             {"name": "PARKBRAKE_STACK", "value": args.stack},
                             {"name": "PARKBRAKE_REVISION", "value": args.revision},
+                            {"name": "PARKBRAKE_INFERENCE_DRAIN", "value": f"{DRAIN_SECONDS}s"},
                         ],
+                        "stopTimeout": STOP_TIMEOUT_SECONDS,
                         "dockerLabels": {names.CONTAINER_REVISION_LABEL: args.revision},
                         "logConfiguration": basics.awslogs(service),
                     }
@@ -151,6 +162,9 @@ class InferenceService(pulumi.ComponentResource):
             )
             for colour in names.COLOURS
         }
+
+        if args.idle_after_seconds is not None and args.desired_per_colour > 0:
+            scale_to_zero(self, args, services[args.live_colour], front.load_balancer.arn_suffix, basics.tags)
 
         self.url = front.url
         self.service_names = {colour: ecs_service.name for colour, ecs_service in services.items()}
@@ -177,7 +191,7 @@ class InferenceService(pulumi.ComponentResource):
                 protocol="HTTP",
                 target_type="instance",  # bridge mode: tasks register as host:dynamic-port
                 vpc_id=args.vpc_id,
-                deregistration_delay=60,  # the drain a deploy waits for before scaling a colour in
+                deregistration_delay=DRAIN_SECONDS,  # also the drain a deploy waits for before scaling in
                 health_check=health_check(args.health_path),
                 tags={**service_tags, tags.COLOUR: colour},
                 opts=named_child_of(self),
@@ -205,8 +219,9 @@ class InferenceService(pulumi.ComponentResource):
             name=names.ecs_service(service, colour),
             cluster=args.cluster_arn,
             task_definition=task_definition.arn,
-            # Pulumi owns both colours' counts (no autoscaling here); a deploy records its end state in
-            # the stack file (live_colour), so the next `pulumi up` agrees with it.
+            # Pulumi owns both colours' counts; a deploy records its end state in the stack file
+            # (live_colour), so the next `pulumi up` agrees with it. Scale-to-zero moves the live
+            # colour's count between 0 and this; a `pulumi up` sets it again (and so wakes it).
             desired_count=args.desired_per_colour if colour == args.live_colour else 0,
             capacity_provider_strategies=[
                 {"capacity_provider": args.capacity_provider_name, "weight": 1, "base": 0}
@@ -229,3 +244,81 @@ class InferenceService(pulumi.ComponentResource):
             tags={**service_tags, tags.COLOUR: colour},
             opts=named_child_of(self, depends_on=waits_for, ignore_changes=["taskDefinition"]),
         )
+
+
+def scale_to_zero(
+    parent: pulumi.Resource,
+    args: InferenceServiceArgs,
+    live: aws.ecs.Service,
+    load_balancer: pulumi.Input[str],
+    resource_tags: Mapping[str, str],
+) -> None:
+    """Idle → zero tasks (the capacity provider then empties the GPU pool); a request at zero → wake.
+
+    At zero the load balancer has no healthy target and answers 503 itself; its
+    ``HTTPCode_ELB_503_Count`` alarm sets the live colour back to ``desired_per_colour``. The idle
+    alarm treats missing data (no requests at all) as idle.
+    """
+    assert args.idle_after_seconds is not None
+    service = names.INFERENCE_SERVICE
+    target = aws.appautoscaling.Target(
+        service,
+        service_namespace="ecs",
+        scalable_dimension="ecs:service:DesiredCount",
+        resource_id=scalable_resource_id(args.stack, live),
+        min_capacity=0,
+        max_capacity=args.desired_per_colour,
+        tags=dict(resource_tags),
+        opts=child_of(parent),
+    )
+
+    def exact(name: str, capacity: int, bound: dict[str, str]) -> aws.appautoscaling.Policy:
+        return aws.appautoscaling.Policy(
+            f"{service}-{name}",
+            policy_type="StepScaling",
+            service_namespace=target.service_namespace,
+            scalable_dimension=target.scalable_dimension,
+            resource_id=target.resource_id,
+            step_scaling_policy_configuration={
+                "adjustment_type": "ExactCapacity",
+                "cooldown": IDLE_PERIOD_SECONDS,
+                "metric_aggregation_type": "Maximum",
+                "step_adjustments": [{**bound, "scaling_adjustment": capacity}],
+            },
+            opts=child_of(parent),
+        )
+
+    idle = exact("idle-to-zero", 0, {"metric_interval_upper_bound": "0"})
+    wake = exact("wake", args.desired_per_colour, {"metric_interval_lower_bound": "0"})
+    periods = max(1, -(-args.idle_after_seconds // IDLE_PERIOD_SECONDS))
+    common = {
+        "namespace": "AWS/ApplicationELB",
+        "statistic": "Sum",
+        "period": IDLE_PERIOD_SECONDS,
+        "dimensions": {"LoadBalancer": load_balancer},
+        "tags": dict(resource_tags),
+    }
+    aws.cloudwatch.MetricAlarm(
+        f"{service}-idle",
+        alarm_description=f"no request for {args.idle_after_seconds}s: scale {service} to zero",
+        metric_name="RequestCount",
+        comparison_operator="LessThanThreshold",
+        threshold=1,
+        evaluation_periods=periods,
+        treat_missing_data="breaching",  # no datapoints is what idle looks like
+        alarm_actions=[idle.arn],
+        opts=child_of(parent),
+        **common,
+    )
+    aws.cloudwatch.MetricAlarm(
+        f"{service}-wake",
+        alarm_description=f"requests answered 503 by the load balancer (no healthy task): wake {service}",
+        metric_name="HTTPCode_ELB_503_Count",
+        comparison_operator="GreaterThanOrEqualToThreshold",
+        threshold=1,
+        evaluation_periods=1,
+        treat_missing_data="notBreaching",
+        alarm_actions=[wake.arn],
+        opts=child_of(parent),
+        **common,
+    )

@@ -53,6 +53,7 @@ PLACEHOLDER_SUFFIXES = (
     ".example.org",
 )
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
+DEFAULT_IDLE_AFTER = timedelta(minutes=15)  # inference.idle_after: scale to zero after this long idle
 CERTIFICATE_ARN = re.compile(r"arn:aws[\w-]*:acm:[a-z0-9-]+:\d{12}:certificate/[\w-]+")
 ENDPOINT_KEYS = {"internal", "certificate_arn", "requests_per_ip"}
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
@@ -111,10 +112,12 @@ class InferenceConfig:
     desired_per_colour: int
     gpus_per_task: int = 1
     memory: int = 8192
-    health_path: str = "/health"
-    port: int = 8000
+    health_path: str = "/healthz"
+    port: int = 8080
     # Which colour serves; `parkbrake deploy` flips it after a successful blue-green deploy.
     live_colour: str = "blue"
+    # No request for this long → the service (and so its GPU pool) scales to zero; None: never.
+    idle_after: timedelta | None = DEFAULT_IDLE_AFTER
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
@@ -422,10 +425,14 @@ def _inference(
             "health_path",
             "port",
             "live_colour",
+            "idle_after",
+            "scale_to_zero",
             *ENDPOINT_KEYS,
         },
     )
     pool_name = section.string("pool", hint="the name of an inference pool")
+    # CloudWatch evaluates an alarm over at most a day.
+    idle_after = section.duration("idle_after", DEFAULT_IDLE_AFTER, ceiling=timedelta(days=1))
     pool = pools.get(pool_name)
     gpus = section.integer("gpus_per_task", 1, minimum=1, maximum=16)
     desired = section.integer("desired_per_colour", minimum=1)
@@ -455,11 +462,13 @@ def _inference(
         desired_per_colour=desired,
         gpus_per_task=gpus,
         memory=section.integer("memory", 8192, minimum=512),
+        # parkbrake-inference's own: /healthz turns 200 once the model is warm; port 8080 in its image.
         health_path=section.string(
-            "health_path", "/health", pattern=HEALTH_PATH, hint="a path such as /health"
+            "health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"
         ),
-        port=section.integer("port", 8000, minimum=1, maximum=65535),
+        port=section.integer("port", 8080, minimum=1, maximum=65535),
         live_colour=section.choice("live_colour", COLOURS, "blue"),
+        idle_after=idle_after if section.boolean("scale_to_zero", True) else None,
         endpoint=_endpoint(section),
     )
 

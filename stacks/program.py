@@ -215,6 +215,9 @@ def _inference(
             capacity_provider_association=association,
             host_security_group_id=serving.security_group_id,
             live_colour=config.inference.live_colour,
+            idle_after_seconds=(
+                int(config.inference.idle_after.total_seconds()) if config.inference.idle_after else None
+            ),
             vpc_id=network.vpc_id,
             public_subnet_ids=network.public_subnet_ids,
             private_subnet_ids=network.private_subnet_ids,

@@ -200,3 +200,62 @@ def test_long_stack_names_still_give_valid_distinct_load_balancer_names() -> Non
     assert groups["blue"] != groups["green"]
     assert groups == {colour: names.target_group(stack, "inference", colour) for colour in names.COLOURS}
     assert len(names.load_balancer(stack, "control-plane")) <= 32
+
+
+SCALING_TARGET = "aws:appautoscaling/target:Target"
+SCALING_POLICY = "aws:appautoscaling/policy:Policy"
+ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
+
+
+def test_an_idle_service_scales_to_zero_and_a_request_at_zero_wakes_it() -> None:
+    run = build(idle_after_seconds=900)
+    target = only(run, SCALING_TARGET)
+    policies = {policy.name: policy.inputs for policy in run.of_type(SCALING_POLICY)}
+    alarms = {alarm.name: alarm.inputs for alarm in run.of_type(ALARM)}
+
+    assert target.inputs["resourceId"] == "service/parkbrake-dev/inference-blue"  # the live colour
+    assert (target.inputs["minCapacity"], target.inputs["maxCapacity"]) == (0, 2)
+    idle, wake = policies["inference-idle-to-zero"], policies["inference-wake"]
+    assert idle["stepScalingPolicyConfiguration"]["adjustmentType"] == "ExactCapacity"
+    assert idle["stepScalingPolicyConfiguration"]["stepAdjustments"] == [
+        {"metricIntervalUpperBound": "0", "scalingAdjustment": 0}
+    ]
+    assert wake["stepScalingPolicyConfiguration"]["stepAdjustments"] == [
+        {"metricIntervalLowerBound": "0", "scalingAdjustment": 2}
+    ]
+    # The mock engine's ARNs: arn:aws:<service>:<region>:<account>:<logical name>; suffixes likewise.
+    balancer = {"LoadBalancer": f"app/{only(run, LOAD_BALANCER).name}/0123456789abcdef"}
+    assert alarms["inference-idle"]["metricName"] == "RequestCount"
+    assert alarms["inference-idle"]["dimensions"] == balancer
+    assert alarms["inference-idle"]["evaluationPeriods"] * alarms["inference-idle"]["period"] == 900
+    assert alarms["inference-idle"]["treatMissingData"] == "breaching"  # no traffic is no datapoints
+    assert alarms["inference-idle"]["alarmActions"] == [policy_arn(run, "inference-idle-to-zero")]
+    assert alarms["inference-wake"]["metricName"] == "HTTPCode_ELB_503_Count"
+    assert alarms["inference-wake"]["comparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    assert alarms["inference-wake"]["alarmActions"] == [policy_arn(run, "inference-wake")]
+
+
+def policy_arn(run: OfflineRun, name: str) -> str:
+    (policy,) = [policy for policy in run.of_type(SCALING_POLICY) if policy.name == name]
+    return f"arn:aws:appautoscaling:us-east-1:123456789012:{policy.name}"
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"idle_after_seconds": None}, {"idle_after_seconds": 900, "desired_per_colour": 0}]
+)
+def test_no_scale_to_zero_when_off_or_parked(overrides: dict[str, Any]) -> None:
+    run = build(**overrides)
+    assert run.of_type(SCALING_TARGET) == []
+    assert run.of_type(ALARM) == []
+
+
+def test_the_load_balancer_waits_as_long_as_the_service_drains() -> None:
+    from components.inference_service import DRAIN_SECONDS
+
+    run = configured()
+    (container,) = json.loads(only(run, TASK_DEFINITION).inputs["containerDefinitions"])
+    environment = {item["name"]: item["value"] for item in container["environment"]}
+
+    assert {group.inputs["deregistrationDelay"] for group in run.of_type(TARGET_GROUP)} == {DRAIN_SECONDS}
+    assert environment["PARKBRAKE_INFERENCE_DRAIN"] == f"{DRAIN_SECONDS}s"
+    assert container["stopTimeout"] > DRAIN_SECONDS  # SIGKILL only after the drain could finish
