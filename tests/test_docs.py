@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cli.registry import COMMANDS
+from guardrails import settings
 from tests.exported_metrics import fleet_metrics, inference_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,3 +108,15 @@ def test_the_architecture_metric_table_matches_what_the_code_exports() -> None:
     assert {name.removesuffix("_total") for name in fleet if not name.endswith("_created")} <= {
         name.removesuffix("_total") for name in documented
     }
+
+
+def test_the_architecture_lambda_environment_table_names_every_variable_of_the_settings() -> None:
+    variables = {
+        value
+        for name, value in vars(settings).items()
+        if name.isupper() and str(value).startswith("PARKBRAKE_")
+    }
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("\n## The Lambda environment\n", 1)[1].split("\n## ", 1)[0]
+    assert variables
+    assert variables <= set(re.findall(r"`(PARKBRAKE_\w+)`", table))
