@@ -417,7 +417,6 @@ def test_park_then_unpark_flips_only_the_value_and_shows_the_plan(project: Path)
     assert "DISABLED" in parked.output
     # The list wraps at the console's width, wherever an item happens to fall.
     assert "reaper (schedule, stays enabled)" in " ".join(parked.output.split())
-    assert "database-cluster (database, $2.00/month)" in parked.output  # paused, still paying for storage
 
     unparked = invoke("unpark", "--yes", "--stack", STACK, "--project-dir", str(project), "--output", "json")
 
