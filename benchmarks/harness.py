@@ -36,6 +36,16 @@ CUSTODIAN_POLICY: dict[str, Any] = {
     ],
     "actions": ["stop"],
 }
+
+
+def custodian_policy(pools: tuple[str, ...] | None) -> dict[str, Any]:
+    """The uptime policy, limited to hosts of ``pools`` by their ``parkbrake:pool`` tag (None: every GPU host)."""
+    if pools is None:
+        return CUSTODIAN_POLICY
+    pool_filter = {"type": "value", "key": "tag:parkbrake:pool", "op": "in", "value": list(pools)}
+    return {**CUSTODIAN_POLICY, "filters": [*CUSTODIAN_POLICY["filters"], pool_filter]}
+
+
 # Runs inside Cloud Custodian's own virtual environment: one policy run per line read from stdin.
 CUSTODIAN_WORKER = """
 import json, sys, time

@@ -16,14 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
-from cli.host.group_release import InstanceMetadata, MetadataError, MetadataUnreachable
+from cli.host.group_release import HostIdentity, InstanceMetadata, MetadataError, MetadataUnreachable
 from guardrails.clock import Clock
 
 DEFAULT_API_STOP_AFTER = timedelta(seconds=120)
 
 Ec2For = Callable[[str], Any]  # region -> an EC2 client
+
+
+class IdentitySource(Protocol):
+    """Who this host is: IMDSv2 on EC2 (:class:`InstanceMetadata`)."""
+
+    def identity(self) -> HostIdentity: ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ def _ec2_client(region: str) -> Any:
 
 
 def stop_through_api(
-    *, terminate: bool = False, metadata: InstanceMetadata | None = None, ec2_for: Ec2For = _ec2_client
+    *, terminate: bool = False, metadata: IdentitySource | None = None, ec2_for: Ec2For = _ec2_client
 ) -> ApiStopResult:
     """Stop (or terminate) this host's own instance through EC2 now; never raises."""
     metadata = metadata or InstanceMetadata.from_environment()
@@ -96,7 +102,7 @@ class ApiFallback:
 
     after: timedelta | None = DEFAULT_API_STOP_AFTER
     terminate: bool = False
-    metadata: InstanceMetadata | None = None
+    metadata: IdentitySource | None = None
     ec2_for: Ec2For = _ec2_client
 
     def after_shutdown(self, shutdown_ok: bool, clock: Clock) -> ApiStopResult | None:

@@ -465,11 +465,11 @@ def run_and_shut_down(
         own session outlives this one and enforces the cap and the shutdown if this one is killed
         (:mod:`cli.host.watchdog`).
     """
-    from cli.host.watchdog import Watchdog
+    from cli.host.watchdog import Charge, Watchdog
 
     fallback = fallback or ApiFallback(after=None)
     guard = (
-        Watchdog.spawn(policy, on_exit, shutdown_command, fallback)
+        Watchdog.spawn(Charge(policy, on_exit, shutdown_command, fallback))
         if watchdog and (on_exit.shuts_down or policy.max_runtime is not None)
         else None
     )

@@ -23,13 +23,13 @@ import sys
 import time
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from cli.host.api_stop import ApiFallback
 from cli.host.job_wrapper import (
     JobProcess,
+    Log,
     ShutdownCommand,
     SupervisedJob,
     host_left_running,
@@ -83,20 +83,9 @@ class Watchdog:
     process: subprocess.Popen[str]
 
     @classmethod
-    def spawn(
-        cls, policy: CapPolicy, on_exit: OnExit, shutdown_command: ShutdownCommand, fallback: ApiFallback
-    ) -> Watchdog:
-        settings = {
-            "max_runtime_seconds": None if policy.max_runtime is None else policy.max_runtime.total_seconds(),
-            "grace_seconds": policy.grace.total_seconds(),
-            "on_exit": on_exit.value,
-            "shutdown_argv": list(shutdown_command.argv),
-            "release_from_group": shutdown_command.release_from_group,
-            "api_stop_after_seconds": None if fallback.after is None else fallback.after.total_seconds(),
-            "terminate": fallback.terminate,
-        }
+    def spawn(cls, charge: Charge) -> Watchdog:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cli.host.watchdog", json.dumps(settings)],
+            [sys.executable, "-m", "cli.host.watchdog", charge.as_json()],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             text=True,
@@ -124,45 +113,74 @@ class Watchdog:
             self.process.stdin.flush()
 
 
-def log(message: str) -> None:
+def say(message: str) -> None:
     print(f"parkbrake run (watchdog): {message}", file=sys.stderr, flush=True)
 
 
-def take_over(settings: dict[str, Any], pgid: int, started_monotonic: float, clock: Clock) -> int:
+@dataclass(frozen=True)
+class Charge:
+    """What the wrapper hands its watchdog at spawn: the cap, and how to shut the host down."""
+
+    policy: CapPolicy
+    on_exit: OnExit
+    shutdown_command: ShutdownCommand
+    fallback: ApiFallback
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "max_runtime_seconds": None
+                if self.policy.max_runtime is None
+                else self.policy.max_runtime.total_seconds(),
+                "grace_seconds": self.policy.grace.total_seconds(),
+                "on_exit": self.on_exit.value,
+                "shutdown_argv": list(self.shutdown_command.argv),
+                "release_from_group": self.shutdown_command.release_from_group,
+                "api_stop_after_seconds": None
+                if self.fallback.after is None
+                else self.fallback.after.total_seconds(),
+                "terminate": self.fallback.terminate,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Charge:
+        settings = json.loads(text)
+        max_runtime, after = settings["max_runtime_seconds"], settings["api_stop_after_seconds"]
+        return cls(
+            CapPolicy(
+                max_runtime=None if max_runtime is None else timedelta(seconds=max_runtime),
+                grace=timedelta(seconds=settings["grace_seconds"]),
+            ),
+            OnExit(settings["on_exit"]),
+            ShutdownCommand(tuple(settings["shutdown_argv"]), settings["release_from_group"]),
+            ApiFallback(
+                after=None if after is None else timedelta(seconds=after), terminate=settings["terminate"]
+            ),
+        )
+
+
+def take_over(charge: Charge, job: JobProcess, started: datetime, clock: Clock, *, log: Log = say) -> int:
     """The wrapper is gone: cap the job, then shut the host down as the wrapper would have."""
-    max_runtime = settings["max_runtime_seconds"]
-    policy = CapPolicy(
-        max_runtime=None if max_runtime is None else timedelta(seconds=max_runtime),
-        grace=timedelta(seconds=settings["grace_seconds"]),
-    )
-    log(f"the wrapper died; enforcing the job's cap on process group {pgid} and shutting down after it")
-    job = SupervisedJob(clock)
-    job.started(OrphanedGroup(pgid, clock))
-    started = clock.now() - timedelta(seconds=time.monotonic() - started_monotonic)
-    outcome = supervise(job, policy, started=started, log=log)
-    on_exit = OnExit(settings["on_exit"])
-    if not on_exit.shuts_down:
+    log(f"the wrapper died; enforcing the job's cap on process group {job.pid} and shutting down after it")
+    supervised = SupervisedJob(clock)
+    supervised.started(job)
+    outcome = supervise(supervised, charge.policy, started=started, log=log, recheck=None)
+    if not charge.on_exit.shuts_down:
         return 0
-    after = settings["api_stop_after_seconds"]
+    ending = "cap-reached" if outcome.cap_reached else "job-ended"
     shutdown, api_stop = shut_down_host(
-        ShutdownCommand(tuple(settings["shutdown_argv"]), settings["release_from_group"]),
-        {
-            "PARKBRAKE_ON_EXIT": on_exit.value,
-            "PARKBRAKE_SHUTDOWN_REASON": "wrapper-killed-"
-            + ("cap-reached" if outcome.cap_reached else "job-ended"),
-        },
-        fallback=ApiFallback(
-            after=None if after is None else timedelta(seconds=after), terminate=settings["terminate"]
-        ),
+        charge.shutdown_command,
+        {"PARKBRAKE_ON_EXIT": charge.on_exit.value, "PARKBRAKE_SHUTDOWN_REASON": f"wrapper-killed-{ending}"},
+        fallback=charge.fallback,
         clock=clock,
         log=log,
     )
-
     return 1 if host_left_running(shutdown, api_stop) else 0
 
 
 def main(argv: list[str]) -> int:
-    settings = json.loads(argv[0])
+    charge = Charge.from_json(argv[0])
     handed: tuple[int, float] | None = None
     for line in sys.stdin:
         words = line.split()
@@ -172,7 +190,10 @@ def main(argv: list[str]) -> int:
             handed = (int(words[1]), float(words[2]))
     if handed is None:
         return 0  # the wrapper died before starting the job: nothing runs
-    return take_over(settings, *handed, SystemClock())
+    pgid, started_monotonic = handed
+    clock = SystemClock()
+    started = clock.now() - timedelta(seconds=time.monotonic() - started_monotonic)
+    return take_over(charge, OrphanedGroup(pgid, clock), started, clock)
 
 
 if __name__ == "__main__":
