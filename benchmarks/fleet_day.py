@@ -492,10 +492,11 @@ def print_goal(results: Iterable[DayResult]) -> None:
         overrun, host = r.worst_overrun
         assert r.delay is not None
         share = 100 * r.waste / r.needed
+        where = f" on {host}" if overrun else ""
         print(
             f"goal, {r.configuration.name} at {r.delay:g} s delay: waste {share:.2f} % of the GPU-hours needed "
             f"(goal <= 1 %: {'met' if share <= 1 else 'NOT met'}); unserved {r.unserved:.2f} GPU-h "
-            f"(goal 0: {'met' if r.unserved == 0 else 'NOT met'}); worst overrun {overrun:.0f} s on {host} "
+            f"(goal 0: {'met' if r.unserved == 0 else 'NOT met'}); worst overrun {overrun:.0f} s{where} "
             f"(goal <= delay + 60 s = {r.delay + 60:g} s: {'met' if overrun <= r.delay + 60 else 'NOT met'})"
         )
 
