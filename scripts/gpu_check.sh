@@ -56,7 +56,7 @@ fi
 echo "== parkbrake agent --idle-after 10s --interval 2s --port $PORT (at most 25 s)"
 timeout 25 "$PY" -c "from cli.main import main; main()" agent \
     --idle-after 10s --interval 2s --port "$PORT" --address 127.0.0.1 \
-    --shutdown-command "$PY $WORK/record_shutdown.py $WORK/shutdown.jsonl -h now" \
+    --shutdown-command "$PY $WORK/record_shutdown.py $WORK/shutdown.jsonl -h now" --api-stop-after off \
     --record "$WORK/samples.jsonl" --output json >"$WORK/agent.log" 2>&1 &
 AGENT=$!
 
