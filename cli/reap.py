@@ -61,8 +61,9 @@ def run_reap(
     plan = reaper.plan_sweep(settings, now=now, clients=clients)
     if output == "text":
         print_plan(plan, dry_run=dry_run, now=now)
-    if plan.to_stop and not dry_run:
-        confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s)?", assume_yes=assume_yes)
+    if (plan.to_stop or plan.to_rotate) and not dry_run:
+        rotating = f" and rotate {len(plan.to_rotate)} serving host(s)" if plan.to_rotate else ""
+        confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}?", assume_yes=assume_yes)
     report = reaper.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
     if output == "json":
         result = report.as_dict()

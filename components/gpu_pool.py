@@ -79,6 +79,8 @@ def host_tags(args: GpuPoolArgs) -> dict[str, str]:
         tags.TENANT: args.tenant,
         tags.MAX_RUNTIME: format_duration(args.max_runtime),
         tags.REVISION: args.revision,
+        # The sweep rotates serving hosts at their lifetime rather than stopping them.
+        **({tags.SERVING: "true"} if args.role == "inference" else {}),
     }
 
 

@@ -19,6 +19,10 @@ PARKED_CAPACITY = "parkbrake:parked-capacity"
 STORAGE_GB = "parkbrake:storage-gb"
 # On a GPU pool's group while `deploy` holds an extra host there, so a later deploy can remove it.
 DEPLOY_SURGE = "parkbrake:deploy-surge"
+# On an inference pool's hosts: the sweep rotates them at their lifetime instead of stopping them, and
+# marks one whose replacement it asked for (the instant, ISO-8601 UTC).
+SERVING = "parkbrake:serving"
+ROTATING_SINCE = "parkbrake:rotating-since"
 # On a task definition a deploy verified serving (the instant, ISO-8601 UTC): what `rollback` goes back to.
 VERIFIED = "parkbrake:verified"
 

@@ -17,12 +17,14 @@ from typing import Any
 
 from guardrails.hosts import Host
 from guardrails.instance_types import accelerator_filter_values, is_accelerator
+from guardrails.rotation import is_serving
 from guardrails.rules.base import instant
 from guardrails.settings import Settings
 from guardrails.sweep import Verdict, judge, owner_stack, policy_from_settings
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
 from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
 
 log = logging.getLogger(__name__)
@@ -37,7 +39,16 @@ class SweepPlan:
 
     @property
     def to_stop(self) -> list[Verdict]:
-        return [verdict for verdict in self.verdicts if verdict.action == "stop"]
+        return [verdict for verdict in self.verdicts if verdict.action == "stop" and not _rotated(verdict)]
+
+    @property
+    def to_rotate(self) -> list[Verdict]:
+        """Serving hosts in a group past their lifetime: replaced first, never just stopped."""
+        return [verdict for verdict in self.verdicts if verdict.action == "stop" and _rotated(verdict)]
+
+
+def _rotated(verdict: Verdict) -> bool:
+    return is_serving(verdict.host.tags) and verdict.host.autoscaling_group is not None
 
 
 @dataclass
@@ -47,6 +58,7 @@ class SweepReport:
     dry_run: bool
     errors: list[dict[str, str]] = field(default_factory=list)
     rearmed: list[str] = field(default_factory=list)
+    rotation: RotationOutcome | None = None
 
     def as_dict(self) -> dict[str, Any]:
         acted = set(self.outcome.acted)
@@ -61,6 +73,7 @@ class SweepReport:
                 if verdict.action == "skip"
             ],
             "errors": self.errors,
+            "rotations": self.rotation.steps if self.rotation else [],
             "dry_run": self.dry_run,
             "hosts": [_host_row(verdict, self.outcome, acted, failed) for verdict in self.plan.verdicts],
         }
@@ -181,7 +194,10 @@ def execute_sweep(
         outcome.terminated += result.terminated
         outcome.removed_from_group += result.removed_from_group
         outcome.errors += result.errors
-    report = SweepReport(plan, outcome, dry_run, errors=[*plan.errors, *outcome.errors])
+    rotation = _rotate(plan, now=now, clients=clients, dry_run=dry_run)
+    report = SweepReport(
+        plan, outcome, dry_run, errors=[*plan.errors, *outcome.errors, *rotation.errors], rotation=rotation
+    )
     if dry_run:
         return report
     _count(plan, outcome)
@@ -190,6 +206,27 @@ def execute_sweep(
     if outcome.acted and settings.sns_topic_arn:
         _notify(report, settings, clients=clients)
     return report
+
+
+def _rotate(plan: SweepPlan, *, now: datetime, clients: ClientFactory, dry_run: bool) -> RotationOutcome:
+    by_region: dict[str, list[Host]] = defaultdict(list)
+    for verdict in plan.to_rotate:
+        by_region[verdict.host.region].append(verdict.host)
+    rotation = RotationOutcome(dry_run=dry_run)
+    for region, hosts in by_region.items():
+        result = rotate_serving_hosts(
+            hosts,
+            ec2=clients("ec2", region),
+            autoscaling=clients("autoscaling", region),
+            now=now,
+            dry_run=dry_run,
+        )
+        rotation.steps += result.steps
+        rotation.errors += result.errors
+    if not dry_run:
+        for step in rotation.steps:
+            heartbeat.count_action(heartbeat.REAPER, f"rotate-{step['step']}", "past-deadline")
+    return rotation
 
 
 def sweep(
