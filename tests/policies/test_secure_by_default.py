@@ -48,9 +48,15 @@ def public_control_plane_without_certificate(config: dict[str, Any]) -> None:
     config["config"]["parkbrake:control_plane"]["internal"] = False
 
 
+def revision_with_an_apostrophe(config: dict[str, Any]) -> None:
+    config["config"]["parkbrake:revision"] = "feat/ann's-fix"
+
+
 @pytest.mark.parametrize(
     ("trip", "policy", "message"),
     [
+        (revision_with_an_apostrophe, "names-fit-aws",
+         "cluster: tags.parkbrake:revision: \"feat/ann's-fix\" is not accepted as a tag value"),
         (public_inference_without_certificate, "public-endpoints-https-behind-waf",
          "public load balancer inference: its HTTP listener on port 80 serves traffic in the clear"),
         (public_control_plane_without_certificate, "public-endpoints-https-behind-waf",
