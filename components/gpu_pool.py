@@ -18,9 +18,9 @@ import base64
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_aws as aws
@@ -37,11 +37,41 @@ SHUTDOWN_BEHAVIOR = "terminate"
 ROOT_DEVICE = "/dev/xvda"
 AGENT_VENV = "/opt/parkbrake"
 AGENT_UNIT = "parkbrake-agent.service"
+TOOLS_DIR = "/opt/parkbrake-tools"
 # ECS adds this tag to a group it manages; declaring it keeps `pulumi up` from removing it again.
 ECS_MANAGED_TAG = "AmazonECSManaged"
 # Containers run with their own ECS task roles and never need the host's: one hop keeps IMDS (and the
 # host role's credentials) out of their reach.
 IMDS_HOP_LIMIT = 1
+
+
+@dataclass(frozen=True)
+class ToolsArtifact:
+    """The host tools as the stack uploads them: a tarball of wheels with a hash-pinned requirements.txt."""
+
+    bucket: pulumi.Input[str]
+    key: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class BakedAmi:
+    """An AMI with the host tools already installed in ``/opt/parkbrake`` (and the GPU stack of the ECS AMI)."""
+
+    ami_id: str
+
+
+@dataclass(frozen=True)
+class PublicIndex:
+    """``pip install`` of a requirement from the public index at every boot: unpinned and unchecked.
+
+    Declared as it is so ``plan`` can show it; the policy pack fails it.
+    """
+
+    requirement: str
+
+
+HostTools = ToolsArtifact | BakedAmi | PublicIndex
 
 
 @dataclass
@@ -64,7 +94,8 @@ class GpuPoolArgs:
     ecs_cluster_name: pulumi.Input[str] | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
     root_volume_gb: int = 100  # GPU images are large; the AMI's 30 GB fills with one model image
-    agent_package: str = "parkbrake"  # pip requirement the host installs the agent from
+    # Where the host tools (``parkbrake agent``) come from: the stack's pinned artifact, or a baked AMI.
+    host_tools: HostTools | None = None
     agent_idle_after: timedelta | None = None  # None: the agent's own default
 
 
@@ -85,18 +116,22 @@ def host_tags(args: GpuPoolArgs) -> dict[str, str]:
 
 
 def agent_user_data(
-    *, ecs_cluster_name: str | None, agent_package: str, agent_idle_after: timedelta | None
+    *, ecs_cluster_name: str | None, host_tools: HostTools | None, agent_idle_after: timedelta | None
 ) -> str:
-    """The boot script: join the ECS cluster (or keep the ECS agent off), then run ``parkbrake agent``.
+    """The boot script: join the ECS cluster (or keep the ECS agent off), install the host tools, run the agent.
 
-    The cluster is joined first so a failed agent install never keeps a host out of service; the
-    deadline schedule and the sweep still cap a host whose agent did not start.
+    The cluster is joined first so a failed install never keeps a host out of service; the deadline
+    schedule and the sweep still cap a host whose agent did not start. Nothing comes from a public
+    package index: the tools are the stack's artifact, checked against its SHA-256 before anything in
+    it runs, and installed with ``--no-index --require-hashes`` (or they are already in the AMI).
     """
     if ecs_cluster_name is None:
         # The AMI's ECS agent would otherwise keep trying to join a cluster called "default".
         ecs = "systemctl disable --now --no-block ecs.service\n"
     else:
         ecs = f"cat >> /etc/ecs/ecs.config <<'ECS'\nECS_CLUSTER={ecs_cluster_name}\nECS_ENABLE_GPU_SUPPORT=true\nECS\n"
+    if host_tools is None:
+        return f"#!/bin/bash\nset -euo pipefail\n{ecs}"
     agent_command = f"{AGENT_VENV}/bin/parkbrake agent"
     if agent_idle_after is not None:
         agent_command += f" --idle-after {format_duration(agent_idle_after)}"
@@ -104,9 +139,7 @@ def agent_user_data(
         "#!/bin/bash\n"
         "set -euo pipefail\n"
         f"{ecs}"
-        "dnf install -y python3.11 python3.11-pip\n"
-        f"python3.11 -m venv {AGENT_VENV}\n"
-        f"{AGENT_VENV}/bin/pip install --quiet {shlex.quote(agent_package)}\n"
+        f"{_install(host_tools)}"
         f"cat > /etc/systemd/system/{AGENT_UNIT} <<'UNIT'\n"
         "[Unit]\n"
         "Description=parkbrake agent: GPU metrics and idle self-stop\n"
@@ -122,6 +155,35 @@ def agent_user_data(
         "systemctl daemon-reload\n"
         f"systemctl enable --now {AGENT_UNIT}\n"
     )
+
+
+def _install(host_tools: HostTools) -> str:
+    if isinstance(host_tools, BakedAmi):
+        return ""
+    if isinstance(host_tools, PublicIndex):
+        return (
+            "dnf install -y python3.11 python3.11-pip\n"
+            f"python3.11 -m venv {AGENT_VENV}\n"
+            f"{AGENT_VENV}/bin/pip install --quiet {shlex.quote(host_tools.requirement)}\n"
+        )
+    archive = "/tmp/parkbrake-host-tools.tar.gz"
+    return (
+        "dnf install -y python3.11\n"
+        f"aws s3 cp {shlex.quote(f's3://{host_tools.bucket}/{host_tools.key}')} {archive}\n"
+        f"echo '{host_tools.sha256}  {archive}' | sha256sum --check --strict\n"
+        f"mkdir -p {TOOLS_DIR} && tar -xzf {archive} -C {TOOLS_DIR}\n"
+        f"python3.11 -m venv {AGENT_VENV}\n"
+        f"{AGENT_VENV}/bin/pip install --quiet --no-index --no-deps --find-links {TOOLS_DIR} "
+        f"--require-hashes -r {TOOLS_DIR}/requirements.txt\n"
+    )
+
+
+def host_grants(known: dict[str, Any], host_tools: HostTools | None) -> dict[str, Any]:
+    """The HostGrants fields, the tools bucket resolved into the one object the hosts may read."""
+    bucket = known.pop("tools_bucket")
+    if isinstance(host_tools, ToolsArtifact):
+        known["tools_object_arn"] = f"arn:{known['partition']}:s3:::{bucket}/{host_tools.key}"
+    return known
 
 
 def _base64(text: str) -> str:
@@ -206,7 +268,8 @@ class GpuPool(pulumi.ComponentResource):
             region=aws.get_region_output(opts=invoke).region,
             autoscaling_group_arn=group.arn,
             ecs_cluster_name=args.ecs_cluster_name,
-        ).apply(lambda known: HostGrants(**known))
+            tools_bucket=args.host_tools.bucket if isinstance(args.host_tools, ToolsArtifact) else None,
+        ).apply(lambda known: HostGrants(**host_grants(known, args.host_tools)))
         return aws.iam.RolePolicy(
             f"{self._name}-host",
             role=role.name,
@@ -221,11 +284,13 @@ class GpuPool(pulumi.ComponentResource):
         ami = aws.ssm.get_parameter_output(
             name=GPU_AMI_PARAMETER, opts=pulumi.InvokeOutputOptions(parent=self)
         )
-        user_data = pulumi.Output.from_input(args.ecs_cluster_name).apply(
-            lambda cluster: _base64(
+        tools = args.host_tools
+        bucket = tools.bucket if isinstance(tools, ToolsArtifact) else None
+        user_data = pulumi.Output.all(args.ecs_cluster_name, bucket).apply(
+            lambda known: _base64(
                 agent_user_data(
-                    ecs_cluster_name=cluster,
-                    agent_package=args.agent_package,
+                    ecs_cluster_name=known[0],
+                    host_tools=replace(tools, bucket=known[1]) if isinstance(tools, ToolsArtifact) else tools,
                     agent_idle_after=args.agent_idle_after,
                 )
             )
@@ -234,7 +299,7 @@ class GpuPool(pulumi.ComponentResource):
         return aws.ec2.LaunchTemplate(
             f"{self._name}-launch-template",
             description=f"parkbrake {args.stack} {args.pool} ({args.role}): {args.instance_type}",
-            image_id=ami.value,
+            image_id=args.host_tools.ami_id if isinstance(args.host_tools, BakedAmi) else ami.value,
             instance_type=args.instance_type,
             instance_initiated_shutdown_behavior=SHUTDOWN_BEHAVIOR,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile.arn),

@@ -7,6 +7,7 @@ from policies.rules import (
     cost_within_budgets,
     data_stores_encrypted_and_private,
     gpu_hosts_have_a_cap,
+    gpu_hosts_locked_down,
     gpu_pool_size_ceiling,
     instance_types_allowed,
     names_fit_aws,
@@ -18,6 +19,7 @@ from policies.rules import (
 
 RULES: tuple[PolicyRule, ...] = (
     gpu_hosts_have_a_cap.RULE,
+    gpu_hosts_locked_down.RULE,
     reaper_is_deployed.RULE,
     gpu_pool_size_ceiling.RULE,
     instance_types_allowed.RULE,

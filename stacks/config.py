@@ -21,25 +21,24 @@ from guardrails.capacity import Capacity
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator, is_instance_type
-from guardrails.names import COLOURS
 from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
+from stacks.service_config import (
+    ControlPlaneConfig,
+    HostsConfig,
+    InferenceConfig,
+    capacity,
+    control_plane,
+    hosts,
+    inference,
+)
 from stacks.validation import Problems, Section
 
 NAMESPACE = "parkbrake"
 PoolRole = Literal["training", "inference"]
 CapacityType = Literal["on-demand", "spot"]
 
-# Fargate's allowed memory (MiB) for each CPU size (units of 1/1024 vCPU).
-FARGATE_MEMORY = {
-    256: range(512, 2048 + 1, 512),
-    512: range(1024, 4096 + 1, 1024),
-    1024: range(2048, 8192 + 1, 1024),
-    2048: range(4096, 16384 + 1, 1024),
-    4096: range(8192, 30720 + 1, 1024),
-}
 REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d")
-IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
 # Reserved for documentation and testing (RFC 2606, RFC 6761): mail there reaches nobody.
 PLACEHOLDER_DOMAINS = frozenset({"example.com", "example.net", "example.org"})
@@ -52,10 +51,6 @@ PLACEHOLDER_SUFFIXES = (
     ".example.net",
     ".example.org",
 )
-HEALTH_PATH = re.compile(r"/[\w\-./]*")
-DEFAULT_IDLE_AFTER = timedelta(minutes=15)  # inference.idle_after: scale to zero after this long idle
-CERTIFICATE_ARN = re.compile(r"arn:aws[\w-]*:acm:[a-z0-9-]+:\d{12}:certificate/[\w-]+")
-ENDPOINT_KEYS = {"internal", "certificate_arn", "requests_per_ip"}
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
 AURORA_ACU_STEP = 0.5
 
@@ -83,42 +78,6 @@ class NightlyConfig:
     cron: str
     timezone: str
     capacity: int
-
-
-@dataclass(frozen=True)
-class EndpointConfig:
-    """How a service is reached: ``internal`` (VPC only), or public behind HTTPS and a WAF rate limit."""
-
-    internal: bool = False
-    certificate_arn: str | None = None
-    requests_per_ip: int = 2000  # per five minutes, WAF's window
-
-
-@dataclass(frozen=True)
-class ControlPlaneConfig:
-    image: str
-    cpu: int
-    memory: int
-    capacity: Capacity
-    health_path: str = "/healthz"
-    port: int = 8080
-    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
-
-
-@dataclass(frozen=True)
-class InferenceConfig:
-    image: str
-    pool: str
-    desired_per_colour: int
-    gpus_per_task: int = 1
-    memory: int = 8192
-    health_path: str = "/healthz"
-    port: int = 8080
-    # Which colour serves; `parkbrake deploy` flips it after a successful blue-green deploy.
-    live_colour: str = "blue"
-    # No request for this long → the service (and so its GPU pool) scales to zero; None: never.
-    idle_after: timedelta | None = DEFAULT_IDLE_AFTER
-    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
 @dataclass(frozen=True)
@@ -180,6 +139,7 @@ class StackConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     revision: str = "unversioned"
+    hosts: HostsConfig = field(default_factory=HostsConfig)
 
     def with_parked(self, parked: bool) -> StackConfig:
         return replace(self, parked=parked)
@@ -197,7 +157,7 @@ class StackConfig:
 
 TOP_LEVEL_KEYS = {
     "parked", "revision", "tenants", "pools", "nightly", "control_plane", "inference",
-    "database", "cache", "guardrails", "network", "policy",
+    "database", "cache", "guardrails", "network", "policy", "hosts",
 }  # fmt: skip
 
 
@@ -208,8 +168,15 @@ GUARDRAILS_KEYS = {
 }  # fmt: skip
 
 
-def parse_stack_config(stack: str, config: dict[str, Any], source: str) -> StackConfig:
-    """Build the model from the ``config:`` mapping of a stack file; raise ConfigError listing every problem."""
+def parse_stack_config(
+    stack: str, config: dict[str, Any], source: str, *, project_dir: Path | None = None
+) -> StackConfig:
+    """Build the model from the ``config:`` mapping of a stack file; raise ConfigError listing every problem.
+
+    Paths in the config (the host-tools artifact) are relative to ``project_dir``, by default the
+    current directory (where ``pulumi up`` runs the program).
+    """
+    project_dir = project_dir or Path.cwd()
     problems = Problems()
     own: dict[str, Any] = {}
     for key, value in config.items():
@@ -245,31 +212,17 @@ def parse_stack_config(stack: str, config: dict[str, Any], source: str) -> Stack
         tenants=tenants,
         pools=pools,
         nightly=_nightly(root, pools),
-        control_plane=_control_plane(root),
-        inference=_inference(root, pools, prices.instances),
+        control_plane=control_plane(root),
+        inference=inference(root, pools, prices.instances),
         database=_database(root),
         cache=_cache(root, prices.known_service_variants("elasticache_node_hour")),
         guardrails=guardrails,
         network=_network(root),
         policy=policy,
+        hosts=hosts(root, project_dir),
     )
     problems.raise_if_any(source)
     return parsed
-
-
-def _capacity(section: Section, *, minimum_max: int = 1) -> Capacity:
-    capacity = Capacity(
-        min=section.integer("min", 0),
-        desired=section.integer("desired"),
-        max=section.integer("max", minimum=minimum_max, maximum=1000),
-    )
-    if section.has("desired") and section.has("max") and not capacity.min <= capacity.desired <= capacity.max:
-        section.problems.add(
-            section.path,
-            f"capacities must satisfy min ≤ desired ≤ max; got min {capacity.min}, "
-            f"desired {capacity.desired}, max {capacity.max}",
-        )
-    return capacity
 
 
 def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[str, Any]) -> GpuPoolConfig:
@@ -297,7 +250,7 @@ def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[
         role=section.choice("role", ("training", "inference")),  # type: ignore[arg-type]
         instance_type=instance_type,
         tenant=tenant,
-        capacity=_capacity(section),
+        capacity=capacity(section),
         max_runtime=section.duration("max_runtime"),
         capacity_type=section.choice("capacity_type", ("on-demand", "spot"), "on-demand"),  # type: ignore[arg-type]
     )
@@ -361,116 +314,6 @@ def _nightly(root: Section, pools: dict[str, GpuPoolConfig]) -> NightlyConfig | 
             section.at("capacity"), f"{capacity} is above pools.{pool_name}.max ({pool.capacity.max})"
         )
     return NightlyConfig(pool=pool_name, cron=cron, timezone=timezone, capacity=capacity)
-
-
-def _control_plane(root: Section) -> ControlPlaneConfig | None:
-    if not root.has("control_plane"):
-        return None
-    section = root.section(
-        "control_plane",
-        {"image", "cpu", "memory", "min", "desired", "max", "health_path", "port", *ENDPOINT_KEYS},
-    )
-    cpu = section.integer("cpu", 512, minimum=256)
-    memory = section.integer("memory", 1024, minimum=512)
-    if cpu not in FARGATE_MEMORY:
-        section.problems.add(
-            section.at("cpu"),
-            f"{cpu} is not a Fargate CPU size; use one of {', '.join(map(str, FARGATE_MEMORY))}",
-        )
-    elif memory not in FARGATE_MEMORY[cpu]:
-        allowed = FARGATE_MEMORY[cpu]
-        section.problems.add(
-            section.at("memory"),
-            f"{memory} MiB does not fit cpu {cpu}; use {allowed.start}–{allowed.stop - 1} in steps of {allowed.step}",
-        )
-    return ControlPlaneConfig(
-        image=section.string("image", pattern=IMAGE, hint="a container image reference"),
-        cpu=cpu,
-        memory=memory,
-        capacity=_capacity(section),
-        health_path=section.string(
-            "health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"
-        ),
-        port=section.integer("port", 8080, minimum=1, maximum=65535),
-        endpoint=_endpoint(section),
-    )
-
-
-def _endpoint(section: Section) -> EndpointConfig:
-    """A public endpoint without a certificate parses: the policy pack, not the parser, refuses it."""
-    return EndpointConfig(
-        internal=section.boolean("internal", False),
-        certificate_arn=section.string(
-            "certificate_arn", None, pattern=CERTIFICATE_ARN, hint="an ACM certificate ARN"
-        )
-        or None,
-        # WAF's rate-based rules accept 10 to 2,000,000,000 requests per window.
-        requests_per_ip=section.integer("requests_per_ip", 2000, minimum=10, maximum=2_000_000_000),
-    )
-
-
-def _inference(
-    root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str, Any]
-) -> InferenceConfig | None:
-    if not root.has("inference"):
-        return None
-    section = root.section(
-        "inference",
-        {
-            "image",
-            "pool",
-            "desired_per_colour",
-            "gpus_per_task",
-            "memory",
-            "health_path",
-            "port",
-            "live_colour",
-            "idle_after",
-            "scale_to_zero",
-            *ENDPOINT_KEYS,
-        },
-    )
-    pool_name = section.string("pool", hint="the name of an inference pool")
-    # CloudWatch evaluates an alarm over at most a day.
-    idle_after = section.duration("idle_after", DEFAULT_IDLE_AFTER, ceiling=timedelta(days=1))
-    pool = pools.get(pool_name)
-    gpus = section.integer("gpus_per_task", 1, minimum=1, maximum=16)
-    desired = section.integer("desired_per_colour", minimum=1)
-    if pool_name and pool is None:
-        section.problems.add(
-            section.at("pool"), f'"{pool_name}" is not a pool; use one of {", ".join(sorted(pools))}'
-        )
-    elif pool is not None:
-        if pool.role != "inference":
-            section.problems.add(
-                section.at("pool"), f'"{pool_name}" is a {pool.role} pool; use an inference pool'
-            )
-        accelerators = priced[pool.instance_type].accelerators if pool.instance_type in priced else None
-        if accelerators is not None and gpus > accelerators:
-            section.problems.add(
-                section.at("gpus_per_task"),
-                f"{gpus} is more than the {accelerators} GPU(s) of {pool.instance_type}",
-            )
-        if desired > pool.capacity.max:
-            section.problems.add(
-                section.at("desired_per_colour"),
-                f"{desired} is above pools.{pool_name}.max ({pool.capacity.max})",
-            )
-    return InferenceConfig(
-        image=section.string("image", pattern=IMAGE, hint="a container image reference"),
-        pool=pool_name,
-        desired_per_colour=desired,
-        gpus_per_task=gpus,
-        memory=section.integer("memory", 8192, minimum=512),
-        # parkbrake-inference's own: /healthz turns 200 once the model is warm; port 8080 in its image.
-        health_path=section.string(
-            "health_path", "/healthz", pattern=HEALTH_PATH, hint="a path such as /healthz"
-        ),
-        port=section.integer("port", 8080, minimum=1, maximum=65535),
-        live_colour=section.choice("live_colour", COLOURS, "blue"),
-        idle_after=idle_after if section.boolean("scale_to_zero", True) else None,
-        endpoint=_endpoint(section),
-    )
 
 
 def _database(root: Section) -> DatabaseConfig | None:
@@ -623,7 +466,7 @@ def load_stack_config(stack: str, project_dir: Path, *, config_file: Path | None
     config = (document or {}).get("config") if isinstance(document, dict) else None
     if not isinstance(config, dict):
         raise InputError(f"{path.name} has no 'config:' mapping; see Pulumi.dev.yaml for the layout")
-    return parse_stack_config(stack, config, path.name)
+    return parse_stack_config(stack, config, path.name, project_dir=project_dir)
 
 
 __all__ = [

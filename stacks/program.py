@@ -16,12 +16,13 @@ from components.common import base_tags, child_of
 from components.control_plane_service import ControlPlaneService, ControlPlaneServiceArgs
 from components.database import Database, DatabaseArgs
 from components.ecs_service import EndpointArgs
-from components.gpu_pool import GpuPool, GpuPoolArgs
+from components.gpu_pool import BakedAmi, GpuPool, GpuPoolArgs, HostTools, PublicIndex, ToolsArtifact
 from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
 from guardrails import names
-from stacks.config import EndpointConfig, StackConfig
+from stacks.config import StackConfig
+from stacks.service_config import EndpointConfig, HostsConfig
 
 
 def build_platform(config: StackConfig) -> None:
@@ -34,7 +35,7 @@ def build_platform(config: StackConfig) -> None:
         tags=tags,
         opts=pulumi.ResourceOptions(delete_before_replace=True),
     )
-    pools = _pools(config, network, cluster, tags)
+    pools = _pools(config, network, cluster, _host_tools(config.hosts, tags), tags)
     association = _capacity_providers(cluster, pools)
     database, cache = _data_stores(config, network, tags)
     control_plane = _control_plane(config, network, cluster, database=database, cache=cache, tags=tags)
@@ -66,8 +67,43 @@ def _network(config: StackConfig, tags: Mapping[str, str]) -> Network:
     )
 
 
+def _host_tools(hosts: HostsConfig, tags: Mapping[str, str]) -> HostTools | None:
+    """The host tools' source; the pinned artifact is uploaded to a private bucket of the stack's."""
+    if hosts.ami_id is not None:
+        return BakedAmi(hosts.ami_id)
+    if hosts.agent_package is not None:
+        return PublicIndex(hosts.agent_package)
+    if hosts.tools_artifact is None or hosts.tools_sha256 is None:
+        return None
+    bucket = aws.s3.Bucket("host-tools", force_destroy=True, tags=dict(tags))
+    aws.s3.BucketPublicAccessBlock(
+        "host-tools",
+        bucket=bucket.id,
+        block_public_acls=True,
+        block_public_policy=True,
+        ignore_public_acls=True,
+        restrict_public_buckets=True,
+        opts=pulumi.ResourceOptions(parent=bucket),
+    )
+    # Addressed by its hash: a new artifact is a new object, and a host checks what it downloads against it.
+    key = f"host-tools/{hosts.tools_sha256}.tar.gz"
+    aws.s3.BucketObjectv2(
+        "host-tools",
+        bucket=bucket.id,
+        key=key,
+        source=pulumi.FileAsset(str(hosts.tools_artifact)),
+        tags=dict(tags),
+        opts=pulumi.ResourceOptions(parent=bucket),
+    )
+    return ToolsArtifact(bucket=bucket.bucket, key=key, sha256=hosts.tools_sha256)
+
+
 def _pools(
-    config: StackConfig, network: Network, cluster: aws.ecs.Cluster, tags: Mapping[str, str]
+    config: StackConfig,
+    network: Network,
+    cluster: aws.ecs.Cluster,
+    host_tools: HostTools | None,
+    tags: Mapping[str, str],
 ) -> dict[str, GpuPool]:
     serving_pool = config.inference.pool if config.inference else None
     return {
@@ -87,6 +123,7 @@ def _pools(
                 vpc_id=network.vpc_id,
                 subnet_ids=network.private_subnet_ids,
                 ecs_cluster_name=cluster.name if name == serving_pool else None,
+                host_tools=host_tools,
                 tags=tags,
             ),
         )

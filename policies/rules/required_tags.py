@@ -58,6 +58,8 @@ TAGGABLE_TYPES = frozenset({
     "aws:rds/instance:Instance",
     "aws:rds/parameterGroup:ParameterGroup",
     "aws:rds/subnetGroup:SubnetGroup",
+    "aws:s3/bucket:Bucket",
+    "aws:s3/bucketObjectv2:BucketObjectv2",
     "aws:scheduler/scheduleGroup:ScheduleGroup",
     "aws:secretsmanager/secret:Secret",
     "aws:sns/topic:Topic",

@@ -14,7 +14,16 @@ import pulumi
 import pytest
 from offline_outputs import capture
 
-from components.gpu_pool import GPU_AMI_PARAMETER, GpuPool, GpuPoolArgs, agent_user_data
+from components.gpu_pool import (
+    GPU_AMI_PARAMETER,
+    BakedAmi,
+    GpuPool,
+    GpuPoolArgs,
+    HostTools,
+    PublicIndex,
+    ToolsArtifact,
+    agent_user_data,
+)
 from guardrails import names, tags
 from guardrails.durations import parse_duration
 from policies.rules.no_unconditional_stop import document_problems
@@ -227,24 +236,54 @@ def test_a_serving_pool_joins_the_cluster_through_a_capacity_provider() -> None:
     assert "ecs.service" not in script
 
 
-def test_user_data_installs_and_starts_the_agent_as_a_systemd_unit() -> None:
-    script = user_data(Built(pool_args(agent_idle_after=timedelta(minutes=30))).one(LAUNCH_TEMPLATE))
+ARTIFACT = ToolsArtifact(bucket="parkbrake-dev-host-tools", key="host-tools/ab12.tar.gz", sha256="ab12" * 16)
+
+
+def test_user_data_installs_the_pinned_artifact_and_starts_the_agent_as_a_systemd_unit() -> None:
+    built = Built(pool_args(agent_idle_after=timedelta(minutes=30), host_tools=ARTIFACT))
+    script = user_data(built.one(LAUNCH_TEMPLATE))
 
     assert script.startswith("#!/bin/bash\n")
-    assert "pip install --quiet parkbrake\n" in script
+    assert (
+        "aws s3 cp s3://parkbrake-dev-host-tools/host-tools/ab12.tar.gz /tmp/parkbrake-host-tools.tar.gz\n"
+        in script
+    )
+    assert (
+        f"echo '{ARTIFACT.sha256}  /tmp/parkbrake-host-tools.tar.gz' | sha256sum --check --strict\n" in script
+    )
+    assert (
+        "/opt/parkbrake/bin/pip install --quiet --no-index --no-deps --find-links /opt/parkbrake-tools "
+        "--require-hashes -r /opt/parkbrake-tools/requirements.txt\n"
+    ) in script
+    assert script.index("sha256sum") < script.index("tar -xzf") < script.index("pip install")
     assert "ExecStart=/opt/parkbrake/bin/parkbrake agent --idle-after 30m\n" in script
     assert "systemctl enable --now parkbrake-agent.service\n" in script
+    # The host may read that one object, and no other.
+    assert host_statements(built, "training")["ReadHostTools"]["Resource"] == (
+        "arn:aws:s3:::parkbrake-dev-host-tools/host-tools/ab12.tar.gz"
+    )
+
+
+def test_a_baked_ami_replaces_the_recommended_one_and_installs_nothing() -> None:
+    template = Built(pool_args(host_tools=BakedAmi("ami-0f1e2d3c4b5a69788"))).one(LAUNCH_TEMPLATE)
+
+    assert template.inputs["imageId"] == "ami-0f1e2d3c4b5a69788"
+    script = user_data(template)
+    assert "install" not in script
+    assert "ExecStart=/opt/parkbrake/bin/parkbrake agent\n" in script
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to check the script's syntax")
 @pytest.mark.parametrize("cluster", [None, "parkbrake-dev"])
-def test_user_data_is_valid_bash_and_quotes_the_package_spec(cluster: str | None) -> None:
-    script = agent_user_data(
-        ecs_cluster_name=cluster, agent_package="parkbrake[agent]>=0.1; rm -rf /", agent_idle_after=None
-    )
+@pytest.mark.parametrize(
+    "tools", [ARTIFACT, BakedAmi("ami-0abc1234"), PublicIndex("parkbrake[agent]>=0.1; rm -rf /")]
+)
+def test_user_data_is_valid_bash_and_quotes_what_it_is_given(cluster: str | None, tools: HostTools) -> None:
+    script = agent_user_data(ecs_cluster_name=cluster, host_tools=tools, agent_idle_after=None)
 
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-    assert "pip install --quiet 'parkbrake[agent]>=0.1; rm -rf /'\n" in script
+    if isinstance(tools, PublicIndex):
+        assert "pip install --quiet 'parkbrake[agent]>=0.1; rm -rf /'\n" in script
     assert "ExecStart=/opt/parkbrake/bin/parkbrake agent\n" in script
 
 

@@ -61,6 +61,7 @@ def gpu_launch_template(
         {
             "instanceType": instance_type,
             "instanceInitiatedShutdownBehavior": "terminate",
+            "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1},
             "tagSpecifications": [
                 {"resourceType": "instance", "tags": launched},
                 {"resourceType": "volume", "tags": launched},

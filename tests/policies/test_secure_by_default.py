@@ -48,6 +48,10 @@ def public_control_plane_without_certificate(config: dict[str, Any]) -> None:
     config["config"]["parkbrake:control_plane"]["internal"] = False
 
 
+def hosts_installing_from_the_public_index(config: dict[str, Any]) -> None:
+    config["config"]["parkbrake:hosts"] = {"agent_package": "parkbrake"}
+
+
 def revision_with_an_apostrophe(config: dict[str, Any]) -> None:
     config["config"]["parkbrake:revision"] = "feat/ann's-fix"
 
@@ -55,6 +59,8 @@ def revision_with_an_apostrophe(config: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("trip", "policy", "message"),
     [
+        (hosts_installing_from_the_public_index, "gpu-hosts-locked-down",
+         "its user data installs from a public package index at boot ('pip install --quiet parkbrake')"),
         (revision_with_an_apostrophe, "names-fit-aws",
          "cluster: tags.parkbrake:revision: \"feat/ann's-fix\" is not accepted as a tag value"),
         (public_inference_without_certificate, "public-endpoints-https-behind-waf",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -219,3 +220,34 @@ def test_inference_scales_to_zero_after_idle_after_unless_turned_off() -> None:
     assert always_on is not None
     assert always_on.idle_after is None
     assert "inference.idle_after" in problems_of(config)
+
+
+@pytest.mark.parametrize(
+    ("hosts", "message"),
+    [
+        (None, "is required"),
+        ({}, "needs exactly one of tools_artifact"),
+        ({"ami_id": "ami-0abc1234", "agent_package": "parkbrake"}, "got ami_id, agent_package"),
+        ({"tools_artifact": "dist/tools.tar.gz", "tools_sha256": "abc"}, "64 hex digits"),
+        ({"tools_artifact": "dist/tools.tar.gz"}, "is required"),
+        ({"ami_id": "image-1"}, "an AMI id"),
+    ],
+)
+def test_hosts_take_their_tools_from_exactly_one_source(hosts: dict[str, Any] | None, message: str) -> None:
+    config = example()
+    config["parkbrake:hosts"] = hosts
+    problems = problems_of(config)
+    assert any(message in text for path, text in problems.items() if path.startswith("hosts")), problems
+
+
+def test_an_artifact_on_disk_must_match_its_hash(tmp_path: Path) -> None:
+    artifact = tmp_path / "tools.tar.gz"
+    artifact.write_bytes(b"the tools")
+    config = example()
+    config["parkbrake:hosts"] = {"tools_artifact": str(artifact), "tools_sha256": "0" * 64}
+
+    problem = problems_of(config)["hosts.tools_sha256"]
+    assert "is not the SHA-256 of" in problem
+    assert "scripts/build_host_tools.py" in problem
+    config["parkbrake:hosts"]["tools_sha256"] = hashlib.sha256(b"the tools").hexdigest()
+    assert parse_stack_config("dev", config, "Pulumi.dev.yaml").hosts.tools_artifact == artifact
