@@ -28,6 +28,10 @@ from guardrails.schedules import eventbridge_cron, rate_expression
 RUNTIME = "python3.12"
 LOG_RETENTION_DAYS = 30
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
+# libpq's own variables for the functions that use the ledger: the cluster refuses plain connections and
+# the client verifies it against AWS's RDS CA bundle, which a layer of ``database_layer_arns`` carries
+# (layers unpack under /opt).
+DATABASE_TLS = {"PGSSLMODE": "verify-full", "PGSSLROOTCERT": "/opt/rds-ca/global-bundle.pem"}
 # The states the deadline and the ledger act on (``pending`` changes nothing). The event carries only the
 # instance id and state, not its type, so EventBridge cannot filter on accelerator types: the handlers
 # drop other hosts after one DescribeInstances.
@@ -443,6 +447,7 @@ class Guardrails(pulumi.ComponentResource):
         variables = dict(environment)
         if database is not None:
             variables[settings.DATABASE_SECRET_ARN] = database.secret_arn
+            variables.update(DATABASE_TLS)
             permissions.append(
                 aws.iam.RolePolicyAttachment(
                     f"{guardrail}-vpc-access",

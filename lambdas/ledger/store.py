@@ -111,20 +111,40 @@ class Connections(Protocol):
     def close(self) -> None: ...
 
 
-class SingleConnection:
-    """One connection, made on first use and remade when broken: what a Lambda container keeps."""
+# SQLSTATE invalid_password and invalid_authorization_specification: the credentials, not the server.
+LOGIN_FAILURES = frozenset({"28P01", "28000"})
 
-    def __init__(self, url: str) -> None:
+
+def is_login_failure(error: psycopg.OperationalError) -> bool:
+    return error.sqlstate in LOGIN_FAILURES or "password authentication failed" in str(error)
+
+
+class SingleConnection:
+    """One connection, made on first use and remade when broken: what a Lambda container keeps.
+
+    ``reread`` gives the current URL again (from the Secrets Manager secret): RDS rotates the master
+    password every seven days, so a login that fails is retried once with the credentials read anew.
+    """
+
+    def __init__(self, url: str, *, reread: Callable[[], str] | None = None) -> None:
         self.url = url
+        self._reread = reread
         self._connection: psycopg.Connection[Any] | None = None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.OperationalError as error:
+            if self._reread is None or not is_login_failure(error):
+                raise
+            self.url = self._reread()
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         try:
             if self._connection is None or self._connection.closed or self._connection.broken:
-                self._connection = psycopg.connect(
-                    self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-                )
+                self._connection = self._connect()
             yield self._connection
         except psycopg.OperationalError as error:
             raise _unavailable(self.url, error) from error
@@ -589,7 +609,13 @@ def _action_row(decision: BudgetDecision, now: datetime, period_start: datetime 
 
 
 def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: bool = False) -> LedgerStore:
-    return LedgerStore.connect(database_url(os.environ if environ is None else environ), pooled=pooled)
+    environ = os.environ if environ is None else environ
+    url = database_url(environ)
+    if pooled:
+        return LedgerStore(PooledConnections(url))
+    # Credentials from a secret are read again when a login fails (the secret was rotated).
+    from_secret = not environ.get(DATABASE_URL, "").strip()
+    return LedgerStore(SingleConnection(url, reread=(lambda: database_url(environ)) if from_secret else None))
 
 
 @cache

@@ -282,6 +282,9 @@ def test_only_the_database_functions_get_the_secret_and_run_in_the_private_subne
     for guardrail in ("launcher", "meter", "budget"):
         inputs = run.named(FUNCTION, guardrail).inputs
         assert environment_of(run, guardrail)["PARKBRAKE_DATABASE_SECRET_ARN"] == SECRET_ARN
+        # libpq verifies the TLS-only cluster against the RDS CA bundle.
+        assert environment_of(run, guardrail)["PGSSLMODE"] == "verify-full"
+        assert environment_of(run, guardrail)["PGSSLROOTCERT"] == "/opt/rds-ca/global-bundle.pem"
         assert inputs["vpcConfig"]["subnetIds"] == ["subnet-private-a", "subnet-private-b"]
     for guardrail in ("reaper", "deadline"):
         assert "PARKBRAKE_DATABASE_SECRET_ARN" not in environment_of(run, guardrail)
