@@ -40,7 +40,7 @@ def query(expr: str, legend: str = "__auto", ref_id: str = "A") -> prometheus.Da
     return prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref_id).datasource(DATASOURCE)
 
 
-def number(title: str, expr: str, unit: str, description: str) -> stat.Panel:
+def number(title: str, expr: str, unit: str, description: str, legend: str = "__auto") -> stat.Panel:
     """One big figure (the latest value), for the row of totals at the top."""
     return (
         stat.Panel()
@@ -52,7 +52,7 @@ def number(title: str, expr: str, unit: str, description: str) -> stat.Panel:
         .span(6)
         .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]))
         .graph_mode(BigValueGraphMode.AREA)
-        .with_target(query(expr))
+        .with_target(query(expr, legend))
     )
 
 
@@ -108,10 +108,18 @@ def fleet_dashboard() -> dashboard.Dashboard:
         )
         .with_panel(
             number(
-                "Unattributed accelerators",
-                'sum(parkbrake_running_gpus{tenant="unattributed"}) or vector(0)',
+                "Outside the guardrails",
+                "sum(parkbrake_unmanaged_accelerator_hosts) or vector(0)",
                 "none",
-                "Accelerators running without parkbrake's tags: nobody is billed, no tag caps them.",
+                "Running accelerator hosts without parkbrake:managed=true (no guardrail caps them), and "
+                "accelerators the ledger cannot bill to a tenant.",
+                legend="unmanaged hosts",
+            ).with_target(
+                query(
+                    'sum(parkbrake_running_gpus{tenant="unattributed"}) or vector(0)',
+                    "unattributed accelerators",
+                    ref_id="B",
+                )
             )
         )
         .with_panel(

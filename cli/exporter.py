@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -34,6 +34,7 @@ from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
+    from prometheus_client.registry import Collector
 
     from guardrails.runway import TenantRunway
     from lambdas.ledger.store import LedgerStore, UsageRow
@@ -188,81 +189,16 @@ class LedgerCollector:
         yield from (limit, spent, committed, remaining, runway, burn, reserved, unpriced)
 
 
-class HeartbeatCollector:
-    """The guardrails' last successes, read back from CloudWatch: Lambda cannot be scraped, this can.
-
-    Serves ``parkbrake_guardrail_last_success_timestamp_seconds{guardrail}`` (to the minute) for each
-    guardrail with a heartbeat in the last day, and ``parkbrake_guardrail_heartbeats_up`` (0 when
-    CloudWatch could not be read), at most one ``GetMetricData`` per ``cache_seconds``.
-    """
-
-    def __init__(
-        self,
-        cloudwatch: Any,
-        *,
-        stack: str,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        cache_seconds: float = 15.0,
-    ) -> None:
-        self._cloudwatch = cloudwatch
-        self._stack = stack
-        self._clock = clock
-        self._cache_seconds = cache_seconds
-        self._lock = threading.Lock()
-        self._cached: tuple[float, dict[str, datetime] | None] | None = None
-
-    def last_successes(self) -> dict[str, datetime] | None:
-        """By guardrail; None when CloudWatch could not be read."""
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from lambdas.aws.heartbeat import last_successes
-
-        with self._lock:
-            if self._cached is not None and time.monotonic() - self._cached[0] < self._cache_seconds:
-                return self._cached[1]
-            found: dict[str, datetime] | None
-            try:
-                found = last_successes(self._cloudwatch, stack=self._stack, now=self._clock())
-            except (BotoCoreError, ClientError) as error:
-                log.error("cannot read the guardrails' heartbeats from CloudWatch: %s", error)
-                found = None
-            self._cached = (time.monotonic(), found)
-            return found
-
-    def describe(self) -> list[Metric]:
-        return []  # registering must not call AWS
-
-    def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily
-
-        from lambdas.aws.heartbeat import LAST_SUCCESS_METRIC
-
-        found = self.last_successes()
-        yield GaugeMetricFamily(
-            "parkbrake_guardrail_heartbeats_up",
-            "1 when the last read of the guardrails' heartbeats from CloudWatch succeeded.",
-            value=int(found is not None),
-        )
-        last = GaugeMetricFamily(
-            LAST_SUCCESS_METRIC,
-            "When the guardrail last completed without an error (Unix time, to the minute; from CloudWatch).",
-            labels=["guardrail"],
-        )
-        for guardrail, when in sorted((found or {}).items()):
-            last.add_metric([guardrail], when.timestamp())
-        yield last
-
-
 def serve_exporter(
-    collector: LedgerCollector, *, port: int, address: str, heartbeats: HeartbeatCollector | None = None
+    collector: LedgerCollector, *, port: int, address: str, fleet: Sequence[Collector] = ()
 ) -> tuple[Any, threading.Thread]:
     """Serve ``/metrics`` on a background thread; returns the server (``server_port``) and the thread."""
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()
     registry.register(collector)
-    if heartbeats is not None:
-        registry.register(heartbeats)
+    for extra in fleet:
+        registry.register(extra)
     server, thread = start_http_server(port, addr=address, registry=registry)
     return server, thread
 
@@ -280,13 +216,16 @@ def serve_exporter(
 @click.option(
     "--stack",
     envvar="PARKBRAKE_STACK",
-    help="Also republish this stack's guardrail heartbeats from CloudWatch (the Lambdas cannot be scraped). "
-    "Also $PARKBRAKE_STACK; without it, no heartbeats are served.",
+    help="Also serve this stack's guardrail heartbeats (read back from CloudWatch: the Lambdas cannot be "
+    "scraped) and the running accelerator hosts of PARKBRAKE_REGIONS without parkbrake:managed=true. "
+    "Also $PARKBRAKE_STACK; without it, the exporter reads only the ledger.",
 )
 @output_option
 def exporter(port: int, address: str, cache_seconds: float, stack: str | None, output: str) -> None:
     """Serve the ledger's metrics for Prometheus: GPU-seconds, cost, running GPUs, budget remaining, runway."""
     from cli.ledger import metering_settings
+    from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
+    from guardrails.settings import settings_from_environment
     from lambdas.aws.clients import client
     from lambdas.ledger.store import store_from_environment
 
@@ -294,10 +233,14 @@ def exporter(port: int, address: str, cache_seconds: float, stack: str | None, o
     collector = LedgerCollector(
         store, default_cap=metering_settings(os.environ).default_max_runtime, cache_seconds=cache_seconds
     )
-    heartbeats = (
-        HeartbeatCollector(client("cloudwatch"), stack=stack, cache_seconds=cache_seconds) if stack else None
-    )
-    server, thread = serve_exporter(collector, port=port, address=address, heartbeats=heartbeats)
+    fleet: list[Collector] = []
+    if stack:
+        regions = settings_from_environment(os.environ).regions
+        fleet = [
+            HeartbeatCollector(client("cloudwatch"), stack=stack, cache_seconds=cache_seconds),
+            UnmanagedHostsCollector(client, regions=regions, cache_seconds=cache_seconds),
+        ]
+    server, thread = serve_exporter(collector, port=port, address=address, fleet=fleet)
     url = f"http://{address}:{server.server_port}/metrics"
     click.echo(
         json.dumps({"listening": url}) if output == "json" else f"serving the ledger's metrics on {url}"

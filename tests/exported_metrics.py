@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
+from typing import Any
 
 import boto3
 from botocore.config import Config
 from prometheus_client.metrics_core import Metric
 
-from cli.exporter import HeartbeatCollector, LedgerCollector
+from cli.exporter import LedgerCollector
 from cli.host.nvml_agent import GpuMetrics
+from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
 from lambdas.aws import heartbeat
 from lambdas.ledger.store import LedgerStore
 from services.inference.metrics import ServiceMetrics
@@ -42,24 +44,30 @@ def ledger_exporter_families() -> list[Metric]:
         store.close()
 
 
-def heartbeat_exporter_families() -> list[Metric]:
-    """The exporter's heartbeat families, described with a CloudWatch that cannot be reached (one fast try)."""
-    unreachable = boto3.session.Session().client(
-        "cloudwatch",
-        endpoint_url="http://127.0.0.1:9",
-        region_name="us-east-1",
-        aws_access_key_id="unused",
-        aws_secret_access_key="unused",
-        config=Config(retries={"total_max_attempts": 1}, connect_timeout=1),
-    )
-    return list(HeartbeatCollector(unreachable, stack="any").collect())
+def aws_exporter_families() -> list[Metric]:
+    """The exporter's AWS-side families, described with an AWS that cannot be reached (one fast try each)."""
+
+    def unreachable(service: str, region: str | None = None) -> Any:
+        return boto3.session.Session().client(
+            service,
+            endpoint_url="http://127.0.0.1:9",
+            region_name=region or "us-east-1",
+            aws_access_key_id="unused",
+            aws_secret_access_key="unused",
+            config=Config(retries={"total_max_attempts": 1}, connect_timeout=1),
+        )
+
+    return [
+        *HeartbeatCollector(unreachable("cloudwatch"), stack="any").collect(),
+        *UnmanagedHostsCollector(unreachable, regions=["us-east-1"]).collect(),
+    ]
 
 
 def fleet_metrics() -> set[str]:
     """What the agent, the ledger exporter and the guardrails export: what alerts and dashboards may read."""
     agent = list(GpuMetrics().registry.collect())
     guardrails = [*heartbeat.LAST_SUCCESS.collect(), *heartbeat.ACTIONS.collect()]
-    exporter = [*ledger_exporter_families(), *heartbeat_exporter_families()]
+    exporter = [*ledger_exporter_families(), *aws_exporter_families()]
     return exposed_names([*exporter, *agent, *guardrails])
 
 
