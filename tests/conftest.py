@@ -30,7 +30,8 @@ def moto_server() -> Iterator[str]:
 def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """A fresh, empty emulated AWS account for one test; boto3 finds it through the environment."""
     request = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
-    urllib.request.urlopen(request, timeout=10).close()
+    # Generous: resetting after a large fleet takes seconds on a busy 2-core machine.
+    urllib.request.urlopen(request, timeout=120).close()
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
