@@ -18,6 +18,7 @@ from components.common import child_of, named_child_of, type_token
 from components.ecs_service import (
     ALL_EGRESS,
     EndpointArgs,
+    ServiceBasics,
     endpoint,
     health_check,
     scalable_resource_id,
@@ -74,18 +75,7 @@ class ControlPlaneService(pulumi.ComponentResource):
         basics = service_basics(
             self, stack=args.stack, service=service, revision=args.revision, base_tags=args.tags
         )
-        target_group = aws.lb.TargetGroup(
-            service,
-            name=names.target_group(args.stack, service),
-            port=args.port,
-            protocol="HTTP",
-            target_type="ip",  # Fargate tasks register by their awsvpc address
-            vpc_id=args.vpc_id,
-            deregistration_delay=30,
-            health_check=health_check(args.health_path),
-            tags=basics.tags,
-            opts=named_child_of(self),
-        )
+        target_group = self._target_group(service, basics.tags)
         front = endpoint(
             self,
             stack=args.stack,
@@ -97,50 +87,9 @@ class ControlPlaneService(pulumi.ComponentResource):
             default_actions=[{"type": "forward", "target_group_arn": target_group.arn}],
             resource_tags=basics.tags,
         )
-        tasks_security_group = aws.ec2.SecurityGroup(
-            f"{service}-tasks",
-            description=f"{service} tasks: the service port from its load balancer only",
-            vpc_id=args.vpc_id,
-            ingress=[
-                {
-                    "protocol": "tcp",
-                    "from_port": args.port,
-                    "to_port": args.port,
-                    "security_groups": [front.security_group.id],
-                }
-            ],
-            egress=ALL_EGRESS,
-            tags=basics.tags,
-            opts=child_of(self),
-        )
+        tasks_security_group = self._tasks_security_group(service, front.security_group, basics.tags)
         self._read_secrets(service, basics.execution_role)
-        task_definition = aws.ecs.TaskDefinition(
-            service,
-            family=f"{names.prefix(args.stack)}-{service}",
-            requires_compatibilities=["FARGATE"],
-            network_mode="awsvpc",
-            cpu=str(args.cpu),
-            memory=str(args.memory),
-            execution_role_arn=basics.execution_role.arn,
-            task_role_arn=basics.task_role.arn,
-            runtime_platform={"operating_system_family": "LINUX", "cpu_architecture": "X86_64"},
-            container_definitions=pulumi.Output.json_dumps(
-                [
-                    {
-                        "name": service,
-                        "image": args.image,
-                        "essential": True,
-                        "portMappings": [{"containerPort": args.port, "protocol": "tcp"}],
-                        "environment": control_plane_environment(args),
-                        "secrets": service_secrets(args),
-                        "dockerLabels": {tags.REVISION: args.revision},
-                        "logConfiguration": basics.awslogs(service),
-                    }
-                ]
-            ),
-            tags=basics.tags,
-            opts=child_of(self),
-        )
+        task_definition = self._task_definition(service, basics)
         ecs_service = self._service(
             service,
             task_definition=task_definition,
@@ -166,6 +115,68 @@ class ControlPlaneService(pulumi.ComponentResource):
                 "task_definition_arn": self.task_definition_arn,
                 "tasks_security_group_id": self.tasks_security_group_id,
             }
+        )
+
+    def _target_group(self, service: str, service_tags: Mapping[str, str]) -> aws.lb.TargetGroup:
+        args = self._args
+        return aws.lb.TargetGroup(
+            service,
+            name=names.target_group(args.stack, service),
+            port=args.port,
+            protocol="HTTP",
+            target_type="ip",  # Fargate tasks register by their awsvpc address
+            vpc_id=args.vpc_id,
+            deregistration_delay=30,
+            health_check=health_check(args.health_path),
+            tags=dict(service_tags),
+            opts=named_child_of(self),
+        )
+
+    def _tasks_security_group(
+        self, service: str, load_balancer: aws.ec2.SecurityGroup, service_tags: Mapping[str, str]
+    ) -> aws.ec2.SecurityGroup:
+        """The service port from its load balancer only."""
+        port = self._args.port
+        return aws.ec2.SecurityGroup(
+            f"{service}-tasks",
+            description=f"{service} tasks: the service port from its load balancer only",
+            vpc_id=self._args.vpc_id,
+            ingress=[
+                {"protocol": "tcp", "from_port": port, "to_port": port, "security_groups": [load_balancer.id]}
+            ],
+            egress=ALL_EGRESS,
+            tags=dict(service_tags),
+            opts=child_of(self),
+        )
+
+    def _task_definition(self, service: str, basics: ServiceBasics) -> aws.ecs.TaskDefinition:
+        args = self._args
+        return aws.ecs.TaskDefinition(
+            service,
+            family=f"{names.prefix(args.stack)}-{service}",
+            requires_compatibilities=["FARGATE"],
+            network_mode="awsvpc",
+            cpu=str(args.cpu),
+            memory=str(args.memory),
+            execution_role_arn=basics.execution_role.arn,
+            task_role_arn=basics.task_role.arn,
+            runtime_platform={"operating_system_family": "LINUX", "cpu_architecture": "X86_64"},
+            container_definitions=pulumi.Output.json_dumps(
+                [
+                    {
+                        "name": service,
+                        "image": args.image,
+                        "essential": True,
+                        "portMappings": [{"containerPort": args.port, "protocol": "tcp"}],
+                        "environment": control_plane_environment(args),
+                        "secrets": service_secrets(args),
+                        "dockerLabels": {tags.REVISION: args.revision},
+                        "logConfiguration": basics.awslogs(service),
+                    }
+                ]
+            ),
+            tags=basics.tags,
+            opts=child_of(self),
         )
 
     def _read_secrets(self, service: str, execution_role: aws.iam.Role) -> None:

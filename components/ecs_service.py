@@ -155,6 +155,43 @@ def endpoint(
         tags=dict(resource_tags),
         opts=named_child_of(parent),
     )
+    listener = _listeners(
+        parent,
+        service,
+        load_balancer,
+        args.certificate_arn,
+        default_actions=default_actions,
+        resource_tags=resource_tags,
+    )
+    if not args.internal:
+        _rate_limited_web_acl(
+            parent,
+            stack,
+            service=service,
+            load_balancer=load_balancer,
+            requests_per_ip=args.requests_per_ip,
+            resource_tags=resource_tags,
+        )
+    scheme = "https://" if https else "http://"
+    return Endpoint(
+        load_balancer, security_group, listener, pulumi.Output.concat(scheme, load_balancer.dns_name)
+    )
+
+
+def _listeners(
+    parent: pulumi.Resource,
+    service: str,
+    load_balancer: aws.lb.LoadBalancer,
+    certificate_arn: str | None,
+    *,
+    default_actions: Sequence[Mapping[str, object]],
+    resource_tags: Mapping[str, str],
+) -> aws.lb.Listener:
+    """With a certificate: HTTPS on 443 (TLS 1.2+) and 80 redirecting to it; without: HTTP on 80.
+
+    Returns the listener that serves.
+    """
+    https = certificate_arn is not None
     if https:
         listener = aws.lb.Listener(
             f"{service}-https",
@@ -162,7 +199,7 @@ def endpoint(
             port=HTTPS_PORT,
             protocol="HTTPS",
             ssl_policy=TLS_POLICY,
-            certificate_arn=args.certificate_arn,
+            certificate_arn=certificate_arn,
             default_actions=list(default_actions),
             tags=dict(resource_tags),
             opts=child_of(parent),
@@ -191,19 +228,7 @@ def endpoint(
             tags=dict(resource_tags),
             opts=child_of(parent),
         )
-    if not args.internal:
-        _rate_limited_web_acl(
-            parent,
-            stack,
-            service=service,
-            load_balancer=load_balancer,
-            requests_per_ip=args.requests_per_ip,
-            resource_tags=resource_tags,
-        )
-    scheme = "https://" if https else "http://"
-    return Endpoint(
-        load_balancer, security_group, listener, pulumi.Output.concat(scheme, load_balancer.dns_name)
-    )
+    return listener
 
 
 def _load_balancer_security_group(

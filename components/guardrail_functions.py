@@ -424,23 +424,7 @@ class Guardrails(pulumi.ComponentResource):
         guardrail = function.guardrail
         function_name = names.function_name(args.stack, guardrail)
         function_tags = dict(args.tags)
-        role = aws.iam.Role(
-            guardrail,
-            name=function_name,
-            description=f"the {guardrail} guardrail Lambda",
-            assume_role_policy=json.dumps(trust_policy("lambda.amazonaws.com")),
-            tags=function_tags,
-            opts=named_child_of(self),
-        )
-        build_policy = GUARDRAIL_POLICIES[guardrail]
-        permissions = [
-            aws.iam.RolePolicy(
-                guardrail,
-                role=role.id,
-                policy=grants.apply(lambda known: json.dumps(build_policy(known))),
-                opts=child_of(self),
-            )
-        ]
+        role, permissions = self._role(function, grants)
         # The functions that reach the ledger database run in the VPC; the reaper and the deadlines stay
         # outside it, so a network or database outage can never silence them.
         database = database if function.uses_database else None
@@ -482,6 +466,28 @@ class Guardrails(pulumi.ComponentResource):
             tags=function_tags,
             opts=named_child_of(self, depends_on=[log_group, *permissions]),
         )
+
+    def _role(
+        self, function: Function, grants: pulumi.Output[Grants]
+    ) -> tuple[aws.iam.Role, list[pulumi.CustomResource]]:
+        """The function's own role, with its policy document (``components.iam_policies``)."""
+        guardrail = function.guardrail
+        role = aws.iam.Role(
+            guardrail,
+            name=names.function_name(self._args.stack, guardrail),
+            description=f"the {guardrail} guardrail Lambda",
+            assume_role_policy=json.dumps(trust_policy("lambda.amazonaws.com")),
+            tags=dict(self._args.tags),
+            opts=named_child_of(self),
+        )
+        build_policy = GUARDRAIL_POLICIES[guardrail]
+        policy = aws.iam.RolePolicy(
+            guardrail,
+            role=role.id,
+            policy=grants.apply(lambda known: json.dumps(build_policy(known))),
+            opts=child_of(self),
+        )
+        return role, [policy]
 
     def _trigger(
         self, function: Function, source: str, rule: aws.cloudwatch.EventRule, target: aws.lambda_.Function

@@ -16,7 +16,15 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import child_of, named_child_of, type_token
-from components.ecs_service import EndpointArgs, endpoint, health_check, scalable_resource_id, service_basics
+from components.ecs_service import (
+    Endpoint,
+    EndpointArgs,
+    ServiceBasics,
+    endpoint,
+    health_check,
+    scalable_resource_id,
+    service_basics,
+)
 from guardrails import names, tags
 from guardrails.errors import InputError
 
@@ -80,13 +88,59 @@ class InferenceService(pulumi.ComponentResource):
         if args.capacity_provider_name is None:
             raise InputError("the inference service needs its GPU pool's ECS capacity provider")
         self._args = args
-        weights = colour_weights(args.live_colour)
+        colour_weights(args.live_colour)  # refuses an unknown colour before anything is declared
         service = names.INFERENCE_SERVICE
         basics = service_basics(
             self, stack=args.stack, service=service, revision=args.revision, base_tags=args.tags
         )
         target_groups = self._target_groups(service, basics.tags)
-        front = endpoint(
+        front = self._endpoint(service, target_groups, basics.tags)
+        if args.host_security_group_id is not None:
+            self._admit_load_balancer(service, args.host_security_group_id, front.security_group, basics.tags)
+        task_definition = self._task_definition(service, basics)
+        services = {
+            colour: self._colour_service(
+                service,
+                colour,
+                task_definition=task_definition,
+                target_group=target_groups[colour],
+                listener=front.listener,
+                service_tags=basics.tags,
+            )
+            for colour in names.COLOURS
+        }
+
+        if self._scales_to_zero(args.live_colour):
+            scale_to_zero(self, args, services[args.live_colour], front.load_balancer.arn_suffix, basics.tags)
+
+        self.url = front.url
+        self.service_names = {colour: ecs_service.name for colour, ecs_service in services.items()}
+        self.target_group_arns = {colour: group.arn for colour, group in target_groups.items()}
+        self.listener_arn = front.listener.arn
+        self.load_balancer_security_group_id = front.security_group.id
+        self.register_outputs(
+            {
+                "url": self.url,
+                "service_names": self.service_names,
+                "target_group_arns": self.target_group_arns,
+                "listener_arn": self.listener_arn,
+                "load_balancer_security_group_id": self.load_balancer_security_group_id,
+            }
+        )
+
+    def _scales_to_zero(self, colour: str) -> bool:
+        args = self._args
+        return (
+            colour == args.live_colour and args.idle_after_seconds is not None and args.desired_per_colour > 0
+        )
+
+    def _endpoint(
+        self, service: str, target_groups: Mapping[str, aws.lb.TargetGroup], service_tags: Mapping[str, str]
+    ) -> Endpoint:
+        """The endpoint, its serving listener a weighted forward: all to the live colour, none to the idle."""
+        args = self._args
+        weights = colour_weights(args.live_colour)
+        return endpoint(
             self,
             stack=args.stack,
             service=service,
@@ -106,22 +160,33 @@ class InferenceService(pulumi.ComponentResource):
                     },
                 }
             ],
-            resource_tags=basics.tags,
+            resource_tags=service_tags,
         )
-        if args.host_security_group_id is not None:
-            aws.vpc.SecurityGroupIngressRule(
-                f"{service}-alb-to-hosts",
-                security_group_id=args.host_security_group_id,
-                referenced_security_group_id=front.security_group.id,
-                ip_protocol="tcp",
-                from_port=DYNAMIC_PORTS[0],
-                to_port=DYNAMIC_PORTS[1],
-                description="inference load balancer to the dynamic host ports of the tasks",
-                tags=basics.tags,
-                opts=child_of(self),
-            )
-        # The first revision; later ones are registered by `parkbrake deploy`, pinned to a digest.
-        task_definition = aws.ecs.TaskDefinition(
+
+    def _admit_load_balancer(
+        self,
+        service: str,
+        host_security_group_id: pulumi.Input[str],
+        load_balancer: aws.ec2.SecurityGroup,
+        service_tags: Mapping[str, str],
+    ) -> None:
+        """The GPU hosts admit the load balancer on ECS's dynamic host ports (bridge mode), and nothing else."""
+        aws.vpc.SecurityGroupIngressRule(
+            f"{service}-alb-to-hosts",
+            security_group_id=host_security_group_id,
+            referenced_security_group_id=load_balancer.id,
+            ip_protocol="tcp",
+            from_port=DYNAMIC_PORTS[0],
+            to_port=DYNAMIC_PORTS[1],
+            description="inference load balancer to the dynamic host ports of the tasks",
+            tags=dict(service_tags),
+            opts=child_of(self),
+        )
+
+    def _task_definition(self, service: str, basics: ServiceBasics) -> aws.ecs.TaskDefinition:
+        """The first revision; later ones are registered by `parkbrake deploy`, pinned to a digest."""
+        args = self._args
+        return aws.ecs.TaskDefinition(
             service,
             family=f"{names.prefix(args.stack)}-{service}",
             requires_compatibilities=["EC2"],
@@ -148,37 +213,8 @@ class InferenceService(pulumi.ComponentResource):
                     }
                 ]
             ),
-            tags=basics.tags,
+            tags=dict(basics.tags),
             opts=child_of(self),
-        )
-        services = {
-            colour: self._colour_service(
-                service,
-                colour,
-                task_definition=task_definition,
-                target_group=target_groups[colour],
-                listener=front.listener,
-                service_tags=basics.tags,
-            )
-            for colour in names.COLOURS
-        }
-
-        if args.idle_after_seconds is not None and args.desired_per_colour > 0:
-            scale_to_zero(self, args, services[args.live_colour], front.load_balancer.arn_suffix, basics.tags)
-
-        self.url = front.url
-        self.service_names = {colour: ecs_service.name for colour, ecs_service in services.items()}
-        self.target_group_arns = {colour: group.arn for colour, group in target_groups.items()}
-        self.listener_arn = front.listener.arn
-        self.load_balancer_security_group_id = front.security_group.id
-        self.register_outputs(
-            {
-                "url": self.url,
-                "service_names": self.service_names,
-                "target_group_arns": self.target_group_arns,
-                "listener_arn": self.listener_arn,
-                "load_balancer_security_group_id": self.load_balancer_security_group_id,
-            }
         )
 
     def _target_groups(self, service: str, service_tags: Mapping[str, str]) -> dict[str, aws.lb.TargetGroup]:
@@ -219,9 +255,9 @@ class InferenceService(pulumi.ComponentResource):
             name=names.ecs_service(service, colour),
             cluster=args.cluster_arn,
             task_definition=task_definition.arn,
-            # Pulumi owns both colours' counts; a deploy records its end state in the stack file
-            # (live_colour), so the next `pulumi up` agrees with it. Scale-to-zero moves the live
-            # colour's count between 0 and this; a `pulumi up` sets it again (and so wakes it).
+            # One owner per count. Pulumi owns the idle colour's (0), and the live colour's unless it scales
+            # to zero; then Application Auto Scaling owns it (idle → 0, a 503 → desired_per_colour) and
+            # `pulumi up` leaves it alone. A deploy records its end state in the stack file (live_colour).
             desired_count=args.desired_per_colour if colour == args.live_colour else 0,
             capacity_provider_strategies=[
                 {"capacity_provider": args.capacity_provider_name, "weight": 1, "base": 0}
@@ -242,7 +278,14 @@ class InferenceService(pulumi.ComponentResource):
             enable_ecs_managed_tags=True,
             propagate_tags="SERVICE",
             tags={**service_tags, tags.COLOUR: colour},
-            opts=named_child_of(self, depends_on=waits_for, ignore_changes=["taskDefinition"]),
+            opts=named_child_of(
+                self,
+                depends_on=waits_for,
+                ignore_changes=[
+                    "taskDefinition",
+                    *(["desiredCount"] if self._scales_to_zero(colour) else []),
+                ],
+            ),
         )
 
 

@@ -126,9 +126,34 @@ class Network(pulumi.ComponentResource):
             tags=named_tags(args, "nat"),
             opts=child_of(self, depends_on=[gateway]),
         )
+        self._route_tables(name, args, vpc, public=(public, gateway), private=(private, nat))
+
+        self.vpc_id = vpc.id
+        self.public_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in public])
+        self.private_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in private])
+
+    def _route_tables(
+        self,
+        name: str,
+        args: NetworkArgs,
+        vpc: aws.ec2.Vpc,
+        *,
+        public: tuple[list[aws.ec2.Subnet], aws.ec2.InternetGateway],
+        private: tuple[list[aws.ec2.Subnet], aws.ec2.NatGateway],
+    ) -> None:
+        """The public tier routes out through the internet gateway, the private tier through the NAT."""
+        (public_subnets, gateway), (private_subnets, nat) = public, private
         for tier, subnets, target in (
-            ("public", public, aws.ec2.RouteTableRouteArgs(cidr_block=ANYWHERE, gateway_id=gateway.id)),
-            ("private", private, aws.ec2.RouteTableRouteArgs(cidr_block=ANYWHERE, nat_gateway_id=nat.id)),
+            (
+                "public",
+                public_subnets,
+                aws.ec2.RouteTableRouteArgs(cidr_block=ANYWHERE, gateway_id=gateway.id),
+            ),
+            (
+                "private",
+                private_subnets,
+                aws.ec2.RouteTableRouteArgs(cidr_block=ANYWHERE, nat_gateway_id=nat.id),
+            ),
         ):
             table = aws.ec2.RouteTable(
                 f"{name}-{tier}-routes",
@@ -144,7 +169,3 @@ class Network(pulumi.ComponentResource):
                     subnet_id=subnet.id,
                     opts=child_of(self),
                 )
-
-        self.vpc_id = vpc.id
-        self.public_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in public])
-        self.private_subnet_ids = pulumi.Output.all(*[subnet.id for subnet in private])

@@ -235,6 +235,24 @@ def test_an_idle_service_scales_to_zero_and_a_request_at_zero_wakes_it() -> None
     assert alarms["inference-wake"]["alarmActions"] == [policy_arn(run, "inference-wake")]
 
 
+@pytest.mark.parametrize(
+    ("overrides", "live_ignores"),
+    [
+        ({"idle_after_seconds": 900}, ("taskDefinition", "desiredCount")),
+        ({"idle_after_seconds": None}, ("taskDefinition",)),
+    ],
+)
+def test_one_owner_of_each_colours_desired_count(
+    overrides: dict[str, Any], live_ignores: tuple[str, ...]
+) -> None:
+    """Scaling to zero, Application Auto Scaling owns the live count and `pulumi up` leaves it alone."""
+    run = build(**overrides)
+    services = {service.name: service for service in run.of_type(SERVICE)}
+
+    assert services["inference-blue"].ignore_changes == live_ignores
+    assert services["inference-green"].ignore_changes == ("taskDefinition",)
+
+
 def policy_arn(run: OfflineRun, name: str) -> str:
     (policy,) = [policy for policy in run.of_type(SCALING_POLICY) if policy.name == name]
     return f"arn:aws:appautoscaling:us-east-1:123456789012:{policy.name}"
