@@ -22,6 +22,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "cli.plan:plan",
         "Preview a stack offline: resources, monthly cost parked and unparked, policy verdicts.",
     ),
+    "package": LazyCommand(
+        "cli.package:package",
+        "Write the Lambda archives and layers `pulumi up` uploads, and DIR/manifest.json.",
+    ),
     "reap": LazyCommand(
         "cli.reap:reap", "Run the sweep now: stop every running managed GPU host past its deadline."
     ),

@@ -19,13 +19,18 @@ import pulumi_aws as aws
 
 from components.common import child_of, named_child_of, type_token
 from components.iam_policies import GUARDRAIL_POLICIES, Grants, scheduler_policy, trust_policy
-from components.lambda_archive import lambda_archive
+from components.lambda_archive import (
+    CODE_ARCHIVE,
+    DEPENDENCY_LAYER,
+    RUNTIME,
+    FunctionSpec,
+    lambda_functions,
+    package_dir,
+)
 from guardrails import names, settings
 from guardrails.durations import format_duration
 from guardrails.schedules import eventbridge_cron, rate_expression
 
-# An Amazon Linux 2023 runtime: python3.11 runs on Amazon Linux 2, deprecated with it (2026-06-30).
-RUNTIME = "python3.12"
 LOG_RETENTION_DAYS = 30
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
 # libpq's own variables for the functions that use the ledger: the cluster refuses plain connections and
@@ -216,9 +221,28 @@ class Guardrails(pulumi.ComponentResource):
         )
         database = self._database_access()
         self.database_security_group_id = database.security_group_id if database else None
-        code = lambda_archive()
+        # The artifacts `parkbrake package` writes, built by stacks/__main__.py before the program runs.
+        artifacts = package_dir(args.stack)
+        specs = {spec.name: spec for spec in lambda_functions(function.guardrail for function in functions)}
+        code = pulumi.FileArchive(str(artifacts / CODE_ARCHIVE))
+        layer = aws.lambda_.LayerVersion(
+            "dependencies",
+            layer_name=f"{names.prefix(args.stack)}-dependencies",
+            description="the guardrail Lambdas' libraries (components/lambda_requirements.txt)",
+            code=pulumi.FileArchive(str(artifacts / DEPENDENCY_LAYER)),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=sorted({spec.architecture for spec in specs.values()}),
+            opts=child_of(self),
+        )
         deployed = {
-            function.guardrail: self._function(function, grants, environment, code, database)
+            function.guardrail: self._function(
+                function,
+                spec=specs[function.guardrail],
+                grants=grants,
+                environment=environment,
+                artifacts=(code, layer.arn),
+                database=database,
+            )
             for function in functions
         }
         self._schedules(deployed, scheduler_role.arn, scheduler_permission)
@@ -415,9 +439,11 @@ class Guardrails(pulumi.ComponentResource):
     def _function(
         self,
         function: Function,
+        *,
+        spec: FunctionSpec,
         grants: pulumi.Output[Grants],
         environment: Mapping[str, pulumi.Input[str]],
-        code: pulumi.Archive,
+        artifacts: tuple[pulumi.Archive, pulumi.Output[str]],
         database: DatabaseAccess | None,
     ) -> aws.lambda_.Function:
         args = self._args
@@ -451,9 +477,10 @@ class Guardrails(pulumi.ComponentResource):
             guardrail,
             name=function_name,
             role=role.arn,
-            runtime=RUNTIME,
-            handler=f"lambdas.{guardrail}.handler",
-            code=code,
+            runtime=spec.runtime,
+            handler=spec.handler,
+            architectures=[spec.architecture],
+            code=artifacts[0],
             timeout=function.timeout_s,
             memory_size=256,
             environment={"variables": variables},
@@ -462,7 +489,7 @@ class Guardrails(pulumi.ComponentResource):
                 if database is not None
                 else None
             ),
-            layers=list(args.database_layer_arns) if database is not None else None,
+            layers=[artifacts[1], *(args.database_layer_arns if database is not None else ())],
             tags=function_tags,
             opts=named_child_of(self, depends_on=[log_group, *permissions]),
         )

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import pulumi
 
-from guardrails.errors import InputError
+from components.lambda_archive import (
+    DEFAULT_ARCHITECTURE,
+    RUNTIME,
+    build_artifacts,
+    package_dir,
+    python_version_of,
+)
+from guardrails.errors import InputError, ParkbrakeError
 from stacks.config import StackConfig, config_from_engine, parse_stack_config
 from stacks.program import build_platform
 
@@ -23,4 +30,16 @@ def stack_config() -> StackConfig:
         raise pulumi.RunError(str(error)) from None
 
 
-build_platform(stack_config())
+def build_lambda_artifacts(stack: str) -> None:
+    """The archives the Guardrails component uploads, built as `parkbrake package` builds them."""
+    try:
+        build_artifacts(
+            package_dir(stack), python_version=python_version_of(RUNTIME), architecture=DEFAULT_ARCHITECTURE
+        )
+    except ParkbrakeError as error:
+        raise pulumi.RunError(str(error)) from None
+
+
+config = stack_config()
+build_lambda_artifacts(config.stack)
+build_platform(config)

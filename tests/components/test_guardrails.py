@@ -295,10 +295,16 @@ def test_database_layers_reach_only_the_database_functions() -> None:
     layer = f"arn:aws:lambda:us-east-1:{ACCOUNT}:layer:parkbrake-psycopg:3"
     run = build(database_layer_arns=[layer])
 
-    assert {function.name for function in run.of_type(FUNCTION) if function.inputs.get("layers")} == {
+    assert {function.name for function in run.of_type(FUNCTION) if layer in function.inputs["layers"]} == {
         "launcher",
         "meter",
         "budget",
+    }
+    # every function has the dependency layer `parkbrake package` writes, first
+    dependencies = run.named("aws:lambda/layerVersion:LayerVersion", "dependencies")
+    assert dependencies.inputs["compatibleRuntimes"] == ["python3.12"]
+    assert {function.inputs["layers"][0] for function in run.of_type(FUNCTION)} == {
+        f"arn:aws:lambda:us-east-1:{ACCOUNT}:dependencies"
     }
 
 
