@@ -62,9 +62,10 @@ def trust_policy(service: str, condition: object = None) -> PolicyDocument:
 # --- statement groups the guardrails share -----------------------------------------------------------
 
 
-def _basics(guardrail: str, grants: Grants) -> list[Statement]:
-    """Every guardrail: its own log group, its heartbeat and the alarm topic."""
+def _basics(guardrail: str, grants: Grants, *, notifies: bool) -> list[Statement]:
+    """Every guardrail: its own log group and its heartbeat; the alarm topic for those that publish."""
     name = names.function_name(grants.stack, guardrail)
+    notify = [statement("Notify", ["sns:Publish"], grants.topic_arn)] if notifies else []
     return [
         statement(
             "OwnLogs",
@@ -77,22 +78,14 @@ def _basics(guardrail: str, grants: Grants) -> list[Statement]:
             "*",  # PutMetricData has no resource-level permissions; the namespace condition scopes it
             {"StringEquals": {"cloudwatch:namespace": names.heartbeat_namespace()}},
         ),
-        statement("Notify", ["sns:Publish"], grants.topic_arn),
+        *notify,
     ]
 
 
 def _stop_path(grants: Grants) -> list[Statement]:
     """The one stop path: managed hosts only, stand-alone or in the stack's pools' Auto Scaling groups."""
     statements = [
-        statement(
-            "Describe",
-            [
-                "ec2:DescribeInstances",
-                "autoscaling:DescribeAutoScalingInstances",
-                "autoscaling:DescribeAutoScalingGroups",
-            ],
-            "*",  # Describe calls have no resource-level permissions
-        ),
+        statement("Describe", ["ec2:DescribeInstances"], "*"),  # no resource-level permissions
         statement(
             "StopManagedInstancesOnly",
             ["ec2:StopInstances", "ec2:TerminateInstances"],
@@ -104,7 +97,7 @@ def _stop_path(grants: Grants) -> list[Statement]:
         statements.append(
             statement(
                 "ShrinkManagedGroupsOnly",
-                ["autoscaling:TerminateInstanceInAutoScalingGroup", "autoscaling:SetDesiredCapacity"],
+                ["autoscaling:TerminateInstanceInAutoScalingGroup"],  # decrementing the desired capacity
                 list(grants.autoscaling_group_arns),
                 MANAGED_ONLY,
             )
@@ -112,13 +105,14 @@ def _stop_path(grants: Grants) -> list[Statement]:
     return statements
 
 
-def _deadline_schedules(grants: Grants) -> list[Statement]:
-    """Create, move and delete the per-host deadline schedules, in their group only, as the scheduler role."""
+def _deadline_schedules(grants: Grants, *, disarms: bool) -> list[Statement]:
+    """Create and move (and, for ``disarms``, delete) the per-host deadline schedules, in their group
+    only, as the scheduler role."""
+    actions = ["scheduler:CreateSchedule", "scheduler:UpdateSchedule"]
     return [
         statement(
             "DeadlineSchedulesOnly",
-            ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule",
-             "scheduler:GetSchedule"],
+            [*actions, "scheduler:DeleteSchedule"] if disarms else actions,
             grants.arn("scheduler", f"schedule/{names.deadline_schedule_group(grants.stack)}/*"),
         ),
         statement(
@@ -141,18 +135,30 @@ def _ledger(grants: Grants) -> list[Statement]:
 
 def reaper_policy(grants: Grants) -> PolicyDocument:
     """The sweep: stops hosts past their deadline and re-arms deadline schedules."""
-    return document([*_basics("reaper", grants), *_stop_path(grants), *_deadline_schedules(grants)])
+    return document(
+        [
+            *_basics("reaper", grants, notifies=True),
+            *_stop_path(grants),
+            *_deadline_schedules(grants, disarms=False),
+        ]
+    )
 
 
 def deadline_policy(grants: Grants) -> PolicyDocument:
     """Per-host deadlines: arms them on ``running``, and stops a host already past its cap."""
-    return document([*_basics("deadline", grants), *_stop_path(grants), *_deadline_schedules(grants)])
+    return document(
+        [
+            *_basics("deadline", grants, notifies=False),
+            *_stop_path(grants),
+            *_deadline_schedules(grants, disarms=True),
+        ]
+    )
 
 
 def launcher_policy(grants: Grants) -> PolicyDocument:
     """The nightly start: reads the park state and the pool, consults the ledger, sets the pool's capacity."""
     statements = [
-        *_basics("launcher", grants),
+        *_basics("launcher", grants, notifies=False),
         statement(
             "ReadParkState",
             ["ssm:GetParameter"],
@@ -174,13 +180,17 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
 
 
 def meter_policy(grants: Grants) -> PolicyDocument:
-    """The usage ledger's meter: records state changes and enforces budgets through the stop path."""
-    return document([*_basics("meter", grants), *_stop_path(grants), *_ledger(grants)])
+    """The usage ledger's meter: attributes each state change from EC2 (the host, its type's accelerators),
+    records it, and tells people about hosts it cannot price."""
+    describe = statement(
+        "DescribeHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"
+    )  # no resource-level permissions
+    return document([*_basics("meter", grants, notifies=True), describe, *_ledger(grants)])
 
 
 def budget_policy(grants: Grants) -> PolicyDocument:
     """The budget check: spend caps per tenant, enforced through the stop path."""
-    return document([*_basics("budget", grants), *_stop_path(grants), *_ledger(grants)])
+    return document([*_basics("budget", grants, notifies=True), *_stop_path(grants), *_ledger(grants)])
 
 
 GUARDRAIL_POLICIES: dict[str, Callable[[Grants], PolicyDocument]] = {

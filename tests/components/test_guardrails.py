@@ -329,11 +329,8 @@ def test_reaper_may_stop_instances_and_shrink_only_the_stack_pools() -> None:
 
     assert grants["StopManagedInstancesOnly"]["Resource"] == f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/*"
     assert grants["ShrinkManagedGroupsOnly"]["Resource"] == [TRAINING_GROUP, SERVING_GROUP]
-    assert actions(grants["Describe"]) == {
-        "ec2:DescribeInstances",
-        "autoscaling:DescribeAutoScalingInstances",
-        "autoscaling:DescribeAutoScalingGroups",
-    }
+    assert actions(grants["Describe"]) == {"ec2:DescribeInstances"}
+    assert actions(grants["ShrinkManagedGroupsOnly"]) == {"autoscaling:TerminateInstanceInAutoScalingGroup"}
     assert grants["Notify"]["Resource"] == "arn:aws:sns:us-east-1:123456789012:alarms"
     assert grants["Heartbeat"]["Condition"] == {
         "StringEquals": {"cloudwatch:namespace": "Parkbrake/Guardrails"}
@@ -344,17 +341,17 @@ def test_reaper_may_stop_instances_and_shrink_only_the_stack_pools() -> None:
     assert "ReadDatabaseSecret" not in grants
 
 
-@pytest.mark.parametrize("guardrail", ["deadline", "reaper"])
-def test_deadline_schedules_only_in_their_group_passing_only_the_scheduler_role(guardrail: str) -> None:
+@pytest.mark.parametrize(
+    ("guardrail", "disarms"), [("deadline", {"scheduler:DeleteSchedule"}), ("reaper", set())]
+)
+def test_deadline_schedules_only_in_their_group_passing_only_the_scheduler_role(
+    guardrail: str, disarms: set[str]
+) -> None:
     grants = by_sid(statements_of(configured(), guardrail))
 
     schedules = grants["DeadlineSchedulesOnly"]
-    assert actions(schedules) == {
-        "scheduler:CreateSchedule",
-        "scheduler:UpdateSchedule",
-        "scheduler:DeleteSchedule",
-        "scheduler:GetSchedule",
-    }
+    # only the deadline disarms (deletes) a schedule; the reaper arms and moves them
+    assert actions(schedules) == {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", *disarms}
     deadline_group = f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule/parkbrake-dev-deadlines/*"
     assert schedules["Resource"] == deadline_group
     assert grants["PassSchedulerRole"]["Resource"] == "arn:aws:iam:us-east-1:123456789012:scheduler"
@@ -372,8 +369,8 @@ def test_only_the_functions_that_act_through_the_stop_path_may_stop_hosts() -> N
         for function in run.of_type(FUNCTION)
         if any(actions(statement) & stop_path for statement in statements_of(run, function.name))
     }
-    # The deadline stops a host already past its cap when its event arrives; the meter enforces budgets.
-    assert may_stop == {"reaper", "deadline", "meter", "budget"}
+    # The deadline stops a host already past its cap when its event arrives; the budget enforces budgets.
+    assert may_stop == {"reaper", "deadline", "budget"}
     assert "ShrinkManagedGroupsOnly" not in by_sid(statements_of(run, "launcher"))
 
 

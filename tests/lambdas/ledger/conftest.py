@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -10,10 +11,26 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from guardrails.pricing import load_price_table
+from guardrails.pricing import PRICES_FILE, PriceTable, price_table_from_document
 from lambdas.ledger.store import LedgerStore
 
 PRICE_SOURCE = "prices.json"
+# The on-demand prices these tests' figures were worked out with, fixed so that a refresh of the
+# shipped table (`parkbrake pricing refresh`) never changes what they expect.
+TEST_ON_DEMAND = {
+    "g4dn.xlarge": "0.526",
+    "g5.xlarge": "1.006",
+    "g5.12xlarge": "5.672",
+    "p4d.24xlarge": "32.7726",
+}
+
+
+def fixed_price_table() -> PriceTable:
+    """The shipped table's accelerator counts, with the fixed on-demand prices above in every region."""
+    shipped = json.loads(PRICES_FILE.read_text())
+    for region in shipped["regions"].values():
+        region["on_demand"] = dict(TEST_ON_DEMAND)
+    return price_table_from_document(shipped)
 
 
 def _admin(database_url: str) -> psycopg.Connection[tuple[object, ...]]:
@@ -42,7 +59,7 @@ def ledger_template(database_url: str) -> Iterator[str]:
         admin.execute(f"CREATE DATABASE {name}")
     store = LedgerStore.connect(make_conninfo(database_url, dbname=name))
     store.migrate()
-    store.sync_prices(load_price_table(), source=PRICE_SOURCE)
+    store.sync_prices(fixed_price_table(), source=PRICE_SOURCE)
     store.close()
     yield name
     _drop_database(database_url, name)
