@@ -41,6 +41,9 @@ class Embedder:
         tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest input of the batch
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
+        # Worker threads sleep between runs instead of spinning: the same cores serve the request's
+        # database round trips right after the pass.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         available = set(onnxruntime.get_available_providers())
         if "CUDAExecutionProvider" in available and hasattr(onnxruntime, "preload_dlls"):
             onnxruntime.preload_dlls()  # the CUDA/cuDNN wheels' libraries, as the image installs them
