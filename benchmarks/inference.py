@@ -8,7 +8,7 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
 - retry storm: every unique request sent 3 times, two of them at once (a retry racing the original)
   and one after; model passes per unique request, read from the service's own
   ``parkbrake_inference_model_passes_total`` (target exactly 1.00);
-- the idempotency layer's added latency: the same one-sentence request sequentially, alternately with
+- the idempotency layer's added latency: the same request (one sentence; again with 16) sequentially, alternately with
   a fresh ``Idempotency-Key`` (claim + run + store: the layer's whole cost) and without one (the same
   service, the layer skipped); the ratio of the medians (target ≤ 1.05), and a replay's median;
 - throughput in embeddings per second through the service (batches of ``--batch`` sentences, two
@@ -145,18 +145,22 @@ def retry_storm(url: str, api_key: str, unique: int) -> dict[str, float]:
     }
 
 
-def overhead(url: str, api_key: str, samples: int) -> dict[str, float]:
+def overhead(url: str, api_key: str, samples: int, sentences: int) -> dict[str, float]:
     with_key, without_key, replays = [], [], []
+    inputs = [f"{SENTENCE} ({n})" for n in range(sentences)]
     replay_key = str(uuid.uuid4())
-    post(url, api_key, [SENTENCE], replay_key)
+    post(url, api_key, inputs, replay_key)
     for _ in range(5):  # warm connections and caches on both paths
-        post(url, api_key, [SENTENCE]), post(url, api_key, [SENTENCE], str(uuid.uuid4()))
-    for _ in range(samples):  # alternated, so drift in the machine's load hits both alike
-        without_key.append(post(url, api_key, [SENTENCE])[1])
-        with_key.append(post(url, api_key, [SENTENCE], str(uuid.uuid4()))[1])
-        replays.append(post(url, api_key, [SENTENCE], replay_key)[1])
+        post(url, api_key, inputs), post(url, api_key, inputs, str(uuid.uuid4()))
+    for index in range(samples):  # alternated (and which goes first too), so load drift hits both alike
+        pair = [lambda: without_key.append(post(url, api_key, inputs)[1])]
+        pair.append(lambda: with_key.append(post(url, api_key, inputs, str(uuid.uuid4()))[1]))
+        for send in pair if index % 2 else reversed(pair):
+            send()
+        replays.append(post(url, api_key, inputs, replay_key)[1])
     p50_with, p50_without = statistics.median(with_key), statistics.median(without_key)
     return {
+        "sentences_per_request": sentences,
         "samples": samples,
         "p50_ms_without_idempotency": round(p50_without * 1000, 2),
         "p50_ms_with_idempotency": round(p50_with * 1000, 2),
@@ -205,7 +209,8 @@ def main() -> None:
                 "device": embedder.device,
                 "cpus": os.cpu_count(),
                 "retry_storm": retry_storm(url, api_key, arguments.unique),
-                "latency": overhead(url, api_key, arguments.samples),
+                "latency": overhead(url, api_key, arguments.samples, 1),
+                "latency_batch_of_16": overhead(url, api_key, max(20, arguments.samples // 4), 16),
                 "throughput": throughput(url, api_key, embedder, arguments.batch, arguments.batches),
             }
     print(json.dumps(figures, indent=2))

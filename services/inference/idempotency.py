@@ -86,7 +86,9 @@ def encode_body(body: bytes, limit: int) -> tuple[bytes, bool]:
     if len(body) < COMPRESS_FROM_BYTES:
         stored, compressed = body, False
     else:
-        stored, compressed = zlib.compress(body, 6), True
+        # Level 1: on embeddings' JSON it keeps within a tenth of level 6's size at a tenth of its time
+        # (128 KiB: 62 KB in 3 ms against 58 KB in 27 ms), and this runs on every stored response.
+        stored, compressed = zlib.compress(body, 1), True
     if len(stored) > limit:
         raise ResponseTooLarge(len(stored), limit)
     return stored, compressed
