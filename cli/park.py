@@ -22,6 +22,7 @@ from cli.options import (
 
 if TYPE_CHECKING:
     from cli.oncall.emergency_park import EmergencyResult
+    from cli.oncall.park_records import ParkedBy
     from cli.oncall.park_switch import ParkPlan
 
 
@@ -44,6 +45,12 @@ def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
             click.option(
                 "--region",
                 help="With --now: the stack's region [default: aws:region of the stack file, else AWS_REGION].",
+            ),
+            click.option(
+                "--force",
+                is_flag=True,
+                help="With unpark --now: restore the recorded capacities even where someone changed them "
+                "since parking (shown as drift).",
             ),
             dry_run_option,
             yes_option,
@@ -94,6 +101,7 @@ def _run(
     apply: bool,
     now: bool,
     region: str | None,
+    force: bool,
     dry_run: bool,
     yes: bool,
     output: str,
@@ -104,12 +112,17 @@ def _run(
         )
     if region and not now:
         raise click.UsageError("--region goes with --now; the config path uses the stack file's aws:region")
+    if force and (parked or not now):
+        raise click.UsageError(
+            "--force goes with unpark --now: it restores records over capacities changed since"
+        )
     if now:
         _run_now(
             parked=parked,
             stack=stack,
             project_dir=project_dir,
             region=region,
+            force=force,
             dry_run=dry_run,
             yes=yes,
             output=output,
@@ -165,33 +178,73 @@ def _run_config(
 
 
 def _run_now(
-    *, parked: bool, stack: str, project_dir: Path, region: str | None, dry_run: bool, yes: bool, output: str
+    *,
+    parked: bool,
+    stack: str,
+    project_dir: Path,
+    region: str | None,
+    force: bool,
+    dry_run: bool,
+    yes: bool,
+    output: str,
 ) -> None:
     from cli.oncall.emergency_park import park_now, unpark_now
     from cli.oncall.park_switch import config_parked, stack_region
     from lambdas.aws.clients import client
 
     region = stack_region(stack, project_dir, region)
-    act = partial(
-        park_now if parked else unpark_now,
-        stack,
-        region=region,
-        clients=client,
-        config_parked=config_parked(stack, project_dir),
+    recorded = config_parked(stack, project_dir)
+    act: Callable[..., EmergencyResult] = (
+        partial(
+            park_now,
+            stack,
+            region=region,
+            clients=client,
+            config_parked=recorded,
+            parked_by=_parked_by(region),
+        )
+        if parked
+        else partial(unpark_now, stack, region=region, clients=client, config_parked=recorded)
     )
     if not (dry_run or yes):
-        preview = act(dry_run=True)
+        preview = act(dry_run=True) if parked else act(dry_run=True, force=force)
         if output == "text":
             _print_emergency(preview)
         verb = "Park" if parked else "Unpark"
+        drifted = [action for action in preview.actions if action.status == "drift"]
+        if drifted and not force:
+            force = _ask(
+                f"{len(drifted)} resource(s) changed since parking (drift, above). Restore the recorded "
+                "capacities over them?"
+            )
         confirm_or_abort(f"{verb} stack {stack} in {region} now, as listed?", assume_yes=False)
-    result = act(dry_run=dry_run)
+    result = act(dry_run=dry_run) if parked else act(dry_run=dry_run, force=force)
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         _print_emergency(result)
     if result.failed:
         sys.exit(1)
+
+
+def _ask(question: str) -> bool:
+    return sys.stdin.isatty() and click.confirm(question, default=False)
+
+
+def _parked_by(region: str) -> ParkedBy:
+    """Who is parking: the caller's ARN as STS reports it (recorded with the capacities)."""
+    from datetime import UTC, datetime
+
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from cli.oncall.park_records import ParkedBy
+    from lambdas.aws.clients import client
+
+    try:
+        arn = str(client("sts", region).get_caller_identity()["Arn"])
+    except (BotoCoreError, ClientError) as error:
+        arn = f"unknown ({type(error).__name__})"
+    return ParkedBy(arn, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
 def _word(value: bool) -> str:
@@ -237,8 +290,15 @@ def _print_plan(plan: ParkPlan) -> None:
     for cost in plan.costs:
         costs.add_row(cost.name, cost.kind, f"${cost.before:,.2f}", f"${cost.after:,.2f}")
     console.print(costs)
-    console.print("[bold]Goes to zero:[/] " + (", ".join(plan.goes_to_zero) or "nothing"))
-    console.print("[bold]Stays on:[/] " + (", ".join(plan.stays_on) or "nothing"))
+    lists = (
+        [("Goes to zero", plan.goes_to_zero), ("Switched off", plan.switched)]
+        if plan.parked_after
+        else [("Comes back", plan.comes_back), ("Switched on", plan.switched)]
+    )
+    for heading, items in [*lists, ("Stays on", plan.stays_on)]:
+        console.print(f"[bold]{heading}:[/]" + ("" if items else " nothing"))
+        for item in items:
+            console.print(f"  • {item}", soft_wrap=True)
 
 
 def _print_emergency(result: EmergencyResult) -> None:
@@ -260,6 +320,7 @@ def _print_emergency(result: EmergencyResult) -> None:
         "unchanged": "dim",
         "skipped": "yellow",
         "failed": "bold red",
+        "drift": "bold yellow",
     }
     for action in result.actions:
         status = f"[{colours[action.status]}]{action.status}[/]" + (
@@ -270,4 +331,7 @@ def _print_emergency(result: EmergencyResult) -> None:
     for note in result.reconcile:
         console.print(f"[bold]Next pulumi up:[/] {note}")
     if result.failed:
-        console.print(f"[bold red]{len(result.failed)} action(s) failed[/]; the others went ahead.")
+        console.print(
+            f"[bold red]{len(result.failed)} action(s) failed or held back[/]; the others went ahead. "
+            "Fix what the status column says, then run the same command again."
+        )

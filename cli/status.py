@@ -6,9 +6,9 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -16,7 +16,6 @@ from cli.options import output_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
-    from cli.oncall.fleet import FleetStatus, HostStatus
     from guardrails.runway import TenantRunway
 
 
@@ -29,21 +28,46 @@ if TYPE_CHECKING:
     help="Comma-separated regions to read at once [default: PARKBRAKE_REGIONS, else the stack file's "
     "aws:region, else AWS_REGION].",
 )
+@click.option(
+    "--filter",
+    "filters",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only hosts with this tenant, pool, state (overdue, unmanaged, bad-tags, running, exempt), stack, "
+    "region or type; repeat it (one key's values are alternatives, different keys must all hold).",
+)
+@click.option(
+    "--sort",
+    type=click.Choice(["action", "cost", "age", "deadline", "tenant", "pool", "id"]),
+    default="action",
+    show_default=True,
+    help="Order of the hosts: action puts overdue and unmanaged first, then the nearest deadline.",
+)
 @output_option
-def status(stack: str | None, regions: str | None, output: str) -> None:
+def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str) -> None:
     """Every running GPU host and what it costs; services, park state, next nightly start.
 
     \b
-    Hosts: pool, tenant, type, age, deadline and time left, exemption, cost so far at the
-    on-demand price. Services: desired/running counts and revisions. Stacks: the SSM park
-    state and the next nightly start. Totals and burn rate per hour; with the ledger configured
-    (PARKBRAKE_DATABASE_URL), spend and runway per tenant. Exit 1 when a region could not be read.
+    First a summary: hosts, accelerators, burn per hour, spend today, overdue, unmanaged, exempt,
+    parked stacks. Then the hosts, overdue and unmanaged first (deadline, time left, tenant, pool,
+    cost), the GPU pools' Auto Scaling capacities and park records (who parked, when), the
+    services (what the PRIMARY deployment runs, where the load balancer sends traffic), the
+    stacks (SSM park state, next nightly start) and the tenants; with the ledger configured
+    (PARKBRAKE_DATABASE_URL), spend and runway per tenant. Instance ids and timestamps are never
+    cut: at a narrow width, less important columns fold or are left out (and named).
+    Exit 1 when a region could not be read.
+
+    \b
+    Example:
+      parkbrake status --stack dev --filter state=overdue --filter tenant=research
     """
     from cli.oncall.fleet import fleet_status
     from cli.oncall.park_switch import config_region
+    from cli.oncall.status_view import parse_filters, select
     from guardrails.settings import REGIONS, aws_region, ledger_configured, settings_from_environment
     from lambdas.aws.clients import client
 
+    wanted = parse_filters(filters)
     chosen = _regions(regions) or _regions(os.environ.get(REGIONS))
     if not chosen and stack:
         chosen = [region] if (region := config_region(stack, Path("."))) else []
@@ -60,10 +84,15 @@ def status(stack: str | None, regions: str | None, output: str) -> None:
         now=datetime.now(UTC),
         ledger=_ledger_runways if ledger_configured(os.environ) else None,
     )
+    # JSON keeps its order (region, stack, instance id); only people get the hosts by --sort.
+    shown = select(report, wanted, sort if output == "text" else None)
     if output == "json":
-        click.echo(json.dumps(report.as_dict(), indent=2))
+        click.echo(json.dumps(shown.as_dict(), indent=2))
     else:
-        print_status(report)
+        from cli.console import console as make_console
+        from cli.oncall.status_view import print_status
+
+        print_status(make_console(), shown, filters=filters)
     if report.errors:
         sys.exit(1)
 
@@ -76,139 +105,3 @@ def _ledger_runways(tenants: Sequence[str]) -> list[TenantRunway]:
     from cli.ledger import tenant_runways
 
     return tenant_runways(now=datetime.now(UTC), tenants=list(tenants) or None)
-
-
-def _span(duration: timedelta) -> str:
-    from guardrails.durations import format_duration
-
-    seconds = int(duration.total_seconds())
-    return format_duration(timedelta(seconds=seconds)) if seconds > 0 else "0s"
-
-
-def _deadline_cell(host: HostStatus) -> str:
-    left = host.time_left
-    if host.deadline is None or left is None:
-        return "[yellow]not managed[/]"
-    when = host.deadline.enforce_at.strftime("%d %b %H:%M UTC")
-    return (
-        f"{when} ({_span(left)} left)"
-        if left.total_seconds() > 0
-        else f"[red]{when} (overdue {_span(-left)})[/]"
-    )
-
-
-def _exempt_cell(host: HostStatus) -> str:
-    exempt_until = host.deadline.exempt_until if host.deadline else None
-    return f"until {exempt_until:%H:%M} UTC" if host.exempt and exempt_until else "no"
-
-
-def _ledger_cells(ledger: dict[str, Any] | None) -> tuple[str, ...]:
-    """Spent, remaining and runway from the ledger's row for a tenant (``TenantRunway.as_dict``)."""
-    if ledger is None:
-        return ("-", "-", "-")
-    remaining, runway = ledger["remaining_usd"], ledger["runway_seconds"]
-    return (
-        f"{ledger['spent_usd']:,.2f}",
-        "no budget" if remaining is None else f"{remaining:,.2f}",
-        "unbounded" if runway is None else _span(timedelta(seconds=runway)),
-    )
-
-
-def print_status(report: FleetStatus) -> None:
-    from rich.table import Table
-
-    from cli.console import console as make_console
-
-    console = make_console()
-    hosts = Table(title=f"GPU hosts running ({', '.join(report.regions)})", title_justify="left")
-    for column in (
-        "instance",
-        "stack/pool",
-        "tenant",
-        "type",
-        "GPUs",
-        "age",
-        "deadline",
-        "exempt",
-        "$/h",
-        "so far",
-    ):
-        hosts.add_column(column, justify="right" if column in ("GPUs", "$/h", "so far") else "left")
-    for host in report.hosts:
-        facts = host.host
-        hosts.add_row(
-            f"{facts.instance_id} [dim]{facts.region}[/]",
-            f"{facts.tags.get('parkbrake:stack', '-')}/{facts.pool or '-'}",
-            facts.tenant or "[yellow]untagged[/]",
-            facts.instance_type,
-            str(host.accelerators or "?"),
-            _span(host.age),
-            _deadline_cell(host),
-            _exempt_cell(host),
-            f"{host.usd_per_hour:.2f}" if host.usd_per_hour is not None else "?",
-            f"{host.cost_so_far:.2f}" if host.cost_so_far is not None else "?",
-        )
-    console.print(hosts)
-    if report.services:
-        services = Table(title="Services", title_justify="left")
-        for column in (
-            "stack",
-            "service",
-            "desired",
-            "running",
-            "pending",
-            "task definition",
-            "revision",
-            "rollout",
-        ):
-            services.add_column(column)
-        for service in report.services:
-            services.add_row(
-                service.stack,
-                service.name,
-                str(service.desired),
-                str(service.running),
-                str(service.pending),
-                service.task_definition or "-",
-                service.revision or "-",
-                service.rollout or "-",
-            )
-        console.print(services)
-    stacks = Table(title="Stacks", title_justify="left")
-    for column in ("stack", "region", "parked", "next nightly start"):
-        stacks.add_column(column)
-    for stack in report.stacks:
-        start = stack.next_start(report.now)
-        parked = {True: "[bold]yes[/]", False: "no", None: f"[yellow]unknown ({stack.park_value})[/]"}[
-            stack.parked
-        ]
-        next_start = (
-            f"{start[0].pool} at {start[1]:%Y-%m-%d %H:%M} UTC (in {_span(start[1] - report.now)})"
-            if start
-            else "none"
-        )
-        stacks.add_row(stack.stack, stack.region, parked, next_start)
-    console.print(stacks)
-    console.print(
-        f"[bold]Totals:[/] {len(report.hosts)} GPU hosts, {report.accelerators} accelerators, "
-        f"burning ${report.burn_usd_per_hour:,.2f}/hour, ${report.cost_so_far:,.2f} since their last start"
-    )
-    tenants = Table(title="By tenant", title_justify="left")
-    ledger_columns = ("spent", "remaining", "runway") if report.ledger is not None else ()
-    for column in ("tenant", "hosts", "GPUs", "$/h", "so far", *ledger_columns):
-        tenants.add_column(column, justify="left" if column == "tenant" else "right")
-    for row in report.tenant_rows():
-        extra = _ledger_cells(row["ledger"]) if report.ledger is not None else ()
-        tenants.add_row(
-            row["tenant"],
-            str(row["hosts"]),
-            str(row["accelerators"]),
-            f"{row['usd_per_hour']:,.2f}",
-            f"{row['cost_so_far_usd']:,.2f}",
-            *extra,
-        )
-    console.print(tenants)
-    if report.ledger is None:
-        console.print("[dim]ledger not configured (PARKBRAKE_DATABASE_URL): no spend or runway per tenant[/]")
-    for error in report.errors:
-        console.print(f"[bold red]error:[/] {error}")

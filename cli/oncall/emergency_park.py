@@ -15,7 +15,6 @@ and the others are still processed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -24,6 +23,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 
 from cli.oncall.nightly import Schedule, list_schedules, set_state
+from cli.oncall.park_records import ParkedBy, decode_record, encode_record
 from cli.oncall.stack_inventory import (
     ECS_DESIRED_COUNT,
     cluster_services,
@@ -38,8 +38,8 @@ from guardrails.errors import ParkbrakeError
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import describe_error
 
-Status = Literal["done", "planned", "unchanged", "skipped", "failed"]
-TAG_VALUE_LIMIT = 256  # AWS's limit on a tag value, for every service used here
+# drift: changed by hand since parking, so not restored without --force
+Status = Literal["done", "planned", "unchanged", "skipped", "failed", "drift"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ class EmergencyResult:
 
     @property
     def failed(self) -> list[Action]:
-        return [action for action in self.actions if action.status == "failed"]
+        """Actions that failed or were held back (drift): each needs a person."""
+        return [action for action in self.actions if action.status in ("failed", "drift")]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,21 +84,6 @@ class EmergencyResult:
             "failed": len(self.failed),
             "reconcile": self.reconcile,
         }
-
-
-def encode_record(record: dict[str, Any]) -> str:
-    text = json.dumps(record, separators=(",", ":"), sort_keys=True)
-    if len(text) > TAG_VALUE_LIMIT:
-        raise ParkbrakeError(f"the parked-capacity record {text} is longer than a tag value may be")
-    return text
-
-
-def decode_record(text: str, required: tuple[str, ...]) -> dict[str, Any]:
-    """A record written by ``park --now``; ValueError when it is not one (edited by hand, truncated)."""
-    record = json.loads(text)
-    if not isinstance(record, dict) or any(key not in record for key in required):
-        raise ValueError(f"{text!r} lacks {', '.join(required)}")
-    return record
 
 
 class _PartlyDone(Exception):
@@ -112,6 +98,11 @@ class _Run:
     region: str
     clients: ClientFactory
     result: EmergencyResult
+    parked_by: ParkedBy | None = None
+    force: bool = False  # unpark: restore the record even over capacities changed since parking
+
+    def record_fields(self) -> dict[str, str]:
+        return self.parked_by.fields() if self.parked_by else {}
 
     def client(self, service: str) -> Any:
         return self.clients(service, self.region)
@@ -156,9 +147,16 @@ class _Inventory:
 
 
 def park_now(
-    stack: str, *, region: str, clients: ClientFactory, dry_run: bool, config_parked: bool | None
+    stack: str,
+    *,
+    region: str,
+    clients: ClientFactory,
+    dry_run: bool,
+    config_parked: bool | None,
+    parked_by: ParkedBy | None = None,
 ) -> EmergencyResult:
-    run = _Run(stack, region, clients, EmergencyResult(stack, region, parking=True, dry_run=dry_run))
+    result = EmergencyResult(stack, region, parking=True, dry_run=dry_run)
+    run = _Run(stack, region, clients, result, parked_by=parked_by)
     inventory = _inventory(run)
     _set_parameter(run, inventory, "true")
     _disable_nightly(run, inventory)
@@ -171,18 +169,43 @@ def park_now(
 
 
 def unpark_now(
-    stack: str, *, region: str, clients: ClientFactory, dry_run: bool, config_parked: bool | None
+    stack: str,
+    *,
+    region: str,
+    clients: ClientFactory,
+    dry_run: bool,
+    config_parked: bool | None,
+    force: bool = False,
 ) -> EmergencyResult:
-    run = _Run(stack, region, clients, EmergencyResult(stack, region, parking=False, dry_run=dry_run))
+    """Restore what parking recorded; the nightly schedules and the SSM flag follow only when every
+    group and service came back, so a partial unpark stays parked where the launcher looks."""
+    result = EmergencyResult(stack, region, parking=False, dry_run=dry_run)
+    run = _Run(stack, region, clients, result, force=force)
     inventory = _inventory(run)
     for group in inventory.groups:
         _unpark_group(run, group)
     for service in inventory.services:
         _unpark_service(run, service, inventory.scalable_targets.get(_resource_id(stack, service)))
-    _enable_recorded(run, inventory)
-    _set_parameter(run, inventory, "false")
+    if run.result.failed:
+        _stay_parked(run, inventory)
+    else:
+        _enable_recorded(run, inventory)
+        _set_parameter(run, inventory, "false")
     run.result.reconcile = reconcile_notes(stack, parking=False, config_parked=config_parked)
     return run.result
+
+
+def _stay_parked(run: _Run, inventory: _Inventory) -> None:
+    fix = (
+        f"{len(run.result.failed)} group(s)/service(s) not restored (above): fix them, or pass --force "
+        "for drift, then run unpark --now again"
+    )
+    for schedule in inventory.nightly:
+        run.add("schedule", schedule.name, f"left {schedule.state.lower()}", "skipped", fix)
+    if inventory.parameter is not None:
+        run.add(
+            "ssm-parameter", names.park_parameter(run.stack), f"left {inventory.parameter}", "skipped", fix
+        )
 
 
 def reconcile_notes(stack: str, *, parking: bool, config_parked: bool | None) -> list[str]:
@@ -312,7 +335,7 @@ def _disable_nightly(run: _Run, inventory: _Inventory) -> None:
     recorded = set((inventory.schedule_record or {}).get("enabled_schedules", []))
     enabled = {schedule.name for schedule in inventory.nightly if schedule.enabled}
     if inventory.schedule_record is None or not enabled <= recorded:
-        record = encode_record({"enabled_schedules": sorted(recorded | enabled)})
+        record = encode_record({"enabled_schedules": sorted(recorded | enabled)} | run.record_fields())
         run.attempt(
             "schedule",
             names.schedule_group(run.stack),
@@ -399,7 +422,7 @@ def _park_group(run: _Run, group: dict[str, Any]) -> None:
     if recorded and at_zero:
         run.add("autoscaling-group", name, "already at 0 (capacity recorded)", "unchanged")
         return
-    record = encode_record(current)
+    record = encode_record(current | run.record_fields())
     lowered = [f"{key} {current[key]}→0" for key in ("min", "desired") if current[key]]
     change = ", ".join(lowered or ["already at 0"]) + f", max {current['max']} kept"
     change += "" if recorded else f"; record {record}"
@@ -446,6 +469,14 @@ def _unpark_group(run: _Run, group: dict[str, Any]) -> None:
         run.add("autoscaling-group", name, f"left at {now}", "failed", f"unreadable record: {error}")
         return
     change = f"{now} → min {record['min']}, desired {record['desired']}, max {record['max']}"
+    left = {"min": 0, "desired": 0, "max": record["max"]}
+    current = {"min": group["MinSize"], "desired": group["DesiredCapacity"], "max": group["MaxSize"]}
+    drift = [
+        f"{key} {left[key]}→{current[key]}" for key in ("min", "desired", "max") if current[key] != left[key]
+    ]
+    if drift and not run.force:
+        run.add("autoscaling-group", name, change, "drift", _drift_message(drift))
+        return
 
     def operation() -> None:
         autoscaling.update_auto_scaling_group(
@@ -461,6 +492,13 @@ def _unpark_group(run: _Run, group: dict[str, Any]) -> None:
     run.attempt("autoscaling-group", name, change, operation)
 
 
+def _drift_message(drift: list[str]) -> str:
+    return (
+        f"changed since parking ({', '.join(drift)}); not restored: check who changed it, then "
+        "unpark --now --force restores the record over it"
+    )
+
+
 # --- ECS services ----------------------------------------------------------------------------------
 
 
@@ -473,7 +511,9 @@ def _park_service(run: _Run, service: dict[str, Any], target: dict[str, Any] | N
         run.add("ecs-service", name, "already at 0 (capacity recorded)", "unchanged")
         return
     record = encode_record(
-        {"desired": desired} | ({} if scaling_min is None else {"scaling_min": scaling_min})
+        {"desired": desired}
+        | ({} if scaling_min is None else {"scaling_min": scaling_min})
+        | run.record_fields()
     )
     change = f"desired {desired}→0" if desired else "already at 0"
     change += f", autoscaling min {scaling_min}→0" if scaling_min else ""
@@ -523,6 +563,10 @@ def _unpark_service(run: _Run, service: dict[str, Any], target: dict[str, Any] |
     change = f"{now} → {record['desired']}" + (
         f", autoscaling min → {scaling_min}" if scaling_min is not None else ""
     )
+    if service["desiredCount"] and not run.force:
+        drift = [f"desired 0→{service['desiredCount']}"]
+        run.add("ecs-service", name, change, "drift", _drift_message(drift))
+        return
 
     def operation() -> None:
         if scaling_min is not None:

@@ -7,7 +7,8 @@ number of calls grows with pages, not hosts. GPU hosts are listed exactly as the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from cli.oncall.fleet_capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.nightly import Schedule, list_schedules
+from cli.oncall.park_records import ParkRecord
 from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value, stacks_in_region
 from guardrails import names, tags
 from guardrails.deadlines import Deadline
@@ -68,6 +71,28 @@ class HostStatus:
         billed = max(self.age, MINIMUM_BILLED)
         return self.usd_per_hour * Decimal(int(billed.total_seconds())) / SECONDS_PER_HOUR
 
+    @property
+    def cost_today(self) -> Decimal:
+        """On-demand cost since midnight UTC (or the last start, if later); 0 when the price is unknown."""
+        if self.usd_per_hour is None:
+            return Decimal(0)
+        midnight = self.now.replace(hour=0, minute=0, second=0, microsecond=0)
+        billed = self.now - max(self.host.launch_time, midnight)
+        if self.host.launch_time >= midnight:
+            billed = max(billed, MINIMUM_BILLED)
+        return self.usd_per_hour * Decimal(int(billed.total_seconds())) / SECONDS_PER_HOUR
+
+    @property
+    def state(self) -> str:
+        """What it needs: overdue (past its deadline), unmanaged, tag problems, exempt, or running."""
+        if not self.host.managed or self.deadline is None:
+            return "unmanaged"
+        if self.deadline.due(self.now):
+            return "overdue"
+        if self.deadline.problems:
+            return "bad-tags"
+        return "exempt" if self.exempt else "running"
+
     def as_dict(self) -> dict[str, Any]:
         host, deadline, time_left = self.host, self.deadline, self.time_left
         return {
@@ -89,6 +114,7 @@ class HostStatus:
             "usd_per_hour": _number(self.usd_per_hour),
             "cost_so_far_usd": _number(self.cost_so_far),
             "problems": list(deadline.problems) if deadline else [],
+            "state": self.state,
         }
 
 
@@ -101,9 +127,11 @@ class ServiceStatus:
     desired: int
     running: int
     pending: int
-    task_definition: str | None  # family:revision
+    task_definition: str | None  # family:revision that the PRIMARY deployment runs
     revision: str | None  # the git commit, from the task definition's tag or label
     rollout: str | None  # the primary deployment's rollout state
+    traffic: str | None = None  # where the load balancer sends it traffic; None: behind none
+    park_record: ParkRecord | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -118,6 +146,8 @@ class ServiceStatus:
             "task_definition": self.task_definition,
             "revision": self.revision,
             "rollout": self.rollout,
+            "traffic": self.traffic,
+            "park_record": self.park_record.as_dict() if self.park_record else None,
         }
 
 
@@ -163,8 +193,25 @@ class FleetStatus:
     hosts: list[HostStatus] = field(default_factory=list)
     services: list[ServiceStatus] = field(default_factory=list)
     stacks: list[StackStatus] = field(default_factory=list)
+    groups: list[GroupStatus] = field(default_factory=list)
     ledger: list[TenantRunway] | None = None  # None: no ledger configured
     errors: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The counts an on-call engineer reads first."""
+        states = Counter(host.state for host in self.hosts)
+        return {
+            "hosts": len(self.hosts),
+            "accelerators": self.accelerators,
+            "usd_per_hour": _number(self.burn_usd_per_hour),
+            "spent_today_usd": _number(sum((host.cost_today for host in self.hosts), Decimal(0))),
+            "overdue": states["overdue"],
+            "unmanaged": states["unmanaged"],
+            "bad_tags": states["bad-tags"],
+            "exempt": states["exempt"],
+            "parked_stacks": sorted(stack.stack for stack in self.stacks if stack.parked),
+            "stacks": len(self.stacks),
+        }
 
     @property
     def burn_usd_per_hour(self) -> Decimal:
@@ -212,6 +259,8 @@ class FleetStatus:
             "hosts": [host.as_dict() for host in self.hosts],
             "services": [service.as_dict() for service in self.services],
             "stacks": [stack.as_dict(self.now) for stack in self.stacks],
+            "groups": [group.as_dict() for group in self.groups],
+            "summary": self.summary(),
             "totals": {
                 "hosts": len(self.hosts),
                 "accelerators": self.accelerators,
@@ -245,6 +294,7 @@ def fleet_status(
         status.hosts += part.hosts
         status.services += part.services
         status.stacks += part.stacks
+        status.groups += part.groups
         status.errors += part.errors
     status.hosts.sort(
         key=lambda host: (host.host.region, host.host.tags.get(tags.STACK) or "", host.host.instance_id)
@@ -266,35 +316,54 @@ class _RegionPart:
     hosts: list[HostStatus] = field(default_factory=list)
     services: list[ServiceStatus] = field(default_factory=list)
     stacks: list[StackStatus] = field(default_factory=list)
+    groups: list[GroupStatus] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
 
 def _region(
     region: str, stack: str | None, clients: ClientFactory, settings: Settings, now: datetime
 ) -> _RegionPart:
+    """One region: the host listing (the longest read) runs while the stacks are read."""
     part = _RegionPart()
-    try:
-        part.hosts = [
-            _host_status(host, settings, now)
-            for host in running_accelerator_hosts(clients("ec2", region), region, stack)
-        ]
-    except ClientError as error:
-        part.errors.append(f"{region}: cannot list instances: {describe_error(error)}")
-    stacks = [stack] if stack else _stacks_seen(clients("ssm", region), part.hosts, region, part.errors)
-    for name in stacks:
-        try:
-            part.services += services_of(clients("ecs", region), region, name)
-            part.stacks.append(
-                StackStatus(
-                    name,
-                    region,
-                    park_parameter_value(clients("ssm", region), name),
-                    list_schedules(clients("scheduler", region), name),
-                )
-            )
-        except ClientError as error:
-            part.errors.append(f"{region} stack {name}: {describe_error(error)}")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hosts-{region}") as pool:
+        listing = pool.submit(_hosts_of, region, stack, clients, settings, now)
+        deployed = [stack] if stack else _deployed_stacks(clients("ssm", region), region, part.errors)
+        for name in deployed:
+            _read_stack(part, name, region, clients)
+        hosts, errors = listing.result()
+    part.hosts, part.errors = hosts, errors + part.errors
+    named = {
+        host.host.tags[tags.STACK] for host in hosts if host.host.managed and tags.STACK in host.host.tags
+    }
+    for name in sorted(named - set(deployed)) if not stack else []:
+        _read_stack(part, name, region, clients)
     return part
+
+
+def _hosts_of(
+    region: str, stack: str | None, clients: ClientFactory, settings: Settings, now: datetime
+) -> tuple[list[HostStatus], list[str]]:
+    try:
+        listed = running_accelerator_hosts(clients("ec2", region), region, stack)
+    except ClientError as error:
+        return [], [f"{region}: cannot list instances: {describe_error(error)}"]
+    return [_host_status(host, settings, now) for host in listed], []
+
+
+def _read_stack(part: _RegionPart, name: str, region: str, clients: ClientFactory) -> None:
+    try:
+        part.services += services_of(clients("ecs", region), clients("elbv2", region), region, name)
+        part.groups += groups_of(clients("autoscaling", region), region, name)
+        part.stacks.append(
+            StackStatus(
+                name,
+                region,
+                park_parameter_value(clients("ssm", region), name),
+                list_schedules(clients("scheduler", region), name),
+            )
+        )
+    except ClientError as error:
+        part.errors.append(f"{region} stack {name}: {describe_error(error)}")
 
 
 def running_accelerator_hosts(ec2: Any, region: str, stack: str | None) -> list[Host]:
@@ -314,46 +383,44 @@ def _host_status(host: Host, settings: Settings, now: datetime) -> HostStatus:
     )
 
 
-def _stacks_seen(ssm: Any, hosts: Iterable[HostStatus], region: str, errors: list[str]) -> list[str]:
-    """Every stack deployed in the region (by its park parameter), and any a running host names."""
-    seen = {
-        host.host.tags[tags.STACK] for host in hosts if host.host.managed and tags.STACK in host.host.tags
-    }
+def _deployed_stacks(ssm: Any, region: str, errors: list[str]) -> list[str]:
+    """Every stack deployed in the region, known by its park parameter."""
     try:
-        seen |= set(stacks_in_region(ssm))
+        return stacks_in_region(ssm)
     except ClientError as error:
         errors.append(f"{region}: cannot list stacks: {describe_error(error)}")
-    return sorted(seen)
+        return []
 
 
-def services_of(ecs: Any, region: str, stack: str) -> list[ServiceStatus]:
+def services_of(ecs: Any, elbv2: Any, region: str, stack: str) -> list[ServiceStatus]:
     revisions: dict[str, tuple[str | None, str | None]] = {}
     statuses = []
-    for service in cluster_services(ecs, names.ecs_cluster(stack)):
-        arn = service.get("taskDefinition")
+    described = cluster_services(ecs, names.ecs_cluster(stack))
+    traffic = service_traffic(elbv2, described)
+    for service in described:
+        primary: dict[str, Any] = next(
+            (item for item in service.get("deployments", []) if item.get("status") == "PRIMARY"), {}
+        )
+        # What the PRIMARY deployment runs: after a rollback it differs from what was last asked for.
+        arn = primary.get("taskDefinition") or service.get("taskDefinition")
         if arn and arn not in revisions:
             revisions[arn] = _task_definition_revision(ecs, arn)
         family_revision, revision = revisions.get(arn, (None, None)) if arn else (None, None)
-        primary: dict[str, Any] = next(
-            (
-                deployment
-                for deployment in service.get("deployments", [])
-                if deployment.get("status") == "PRIMARY"
-            ),
-            {},
-        )
+        service_tags = ecs_tags(service)
         statuses.append(
             ServiceStatus(
                 region=region,
                 stack=stack,
                 name=service["serviceName"],
-                colour=ecs_tags(service).get(tags.COLOUR),
+                colour=service_tags.get(tags.COLOUR),
                 desired=int(service.get("desiredCount", 0)),
                 running=int(service.get("runningCount", 0)),
                 pending=int(service.get("pendingCount", 0)),
                 task_definition=family_revision,
-                revision=revision or ecs_tags(service).get(tags.REVISION),
+                revision=revision or service_tags.get(tags.REVISION),
                 rollout=primary.get("rolloutState"),
+                traffic=traffic.get(service["serviceName"]),
+                park_record=ParkRecord.parse(service_tags.get(tags.PARKED_CAPACITY)),
             )
         )
     return statuses

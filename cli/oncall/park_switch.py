@@ -53,15 +53,43 @@ class ParkPlan:
 
     @property
     def goes_to_zero(self) -> list[str]:
-        """Resources whose capacity or cost drops to nothing in the new state."""
-        zeroed = [f"{change.name} ({change.input})" for change in self.changes if change.to_zero]
+        """Capacities and costs that drop to nothing in the new state (schedules are switched, below)."""
+        zeroed = [
+            f"{change.name} ({change.input})"
+            for change in self.changes
+            if change.to_zero and not _is_switch(change)
+        ]
         zeroed += [f"{cost.name} ({cost.kind})" for cost in self.costs if cost.before and not cost.after]
         return list(dict.fromkeys(zeroed))
 
     @property
+    def comes_back(self) -> list[str]:
+        """Capacities and costs that rise from nothing in the new state (what unparking turns on)."""
+        raised = [
+            f"{change.name} ({change.input})"
+            for change in self.changes
+            if _is_zero(change.before) and not _is_zero(change.after) and not _is_switch(change)
+        ]
+        raised += [f"{cost.name} ({cost.kind})" for cost in self.costs if cost.after and not cost.before]
+        return list(dict.fromkeys(raised))
+
+    @property
+    def switched(self) -> list[str]:
+        """Schedules the new state turns off (park) or on (unpark)."""
+        return [
+            f"{change.name} ({change.before} → {change.after})"
+            for change in self.changes
+            if _is_switch(change)
+        ]
+
+    @property
     def stays_on(self) -> list[str]:
-        """What still costs money, or still runs, in the new state."""
-        priced = [f"{cost.name} ({cost.kind}, ${cost.after:.2f}/month)" for cost in self.costs if cost.after]
+        """What costs money, or runs, in both states."""
+        priced = [
+            f"{cost.name} ({cost.kind}, ${cost.after:.2f}/month)"
+            for cost in self.costs
+            if cost.after and cost.before
+        ]
         return priced + self.always_on
 
     def as_dict(self) -> dict[str, Any]:
@@ -93,8 +121,18 @@ class ParkPlan:
                 for change in self.changes
             ],
             "goes_to_zero": self.goes_to_zero,
+            "comes_back": self.comes_back,
+            "switched": self.switched,
             "stays_on": self.stays_on,
         }
+
+
+def _is_switch(change: InputChange) -> bool:
+    return change.type == SCHEDULE_TYPE and change.input == "state"
+
+
+def _is_zero(value: Any) -> bool:
+    return value in (0, "DISABLED", None)
 
 
 def _usd(value: Decimal) -> float:
@@ -149,11 +187,17 @@ def plan_park(stack: str, project_dir: Path, *, parked: bool) -> ParkPlan:
         changes=input_changes(before, after),
         costs=compare_estimates(*estimates),
         always_on=[
-            f"{resource.name} (schedule, stays enabled)"
-            for resource in after.of_type(SCHEDULE_TYPE)
-            if resource.inputs.get("state", "ENABLED") == "ENABLED"
+            f"{name} (schedule, stays enabled)" for name in sorted(_enabled(before) & _enabled(after))
         ],
     )
+
+
+def _enabled(run: OfflineRun) -> set[str]:
+    return {
+        resource.name
+        for resource in run.of_type(SCHEDULE_TYPE)
+        if resource.inputs.get("state", "ENABLED") == "ENABLED"
+    }
 
 
 def _offline(config: StackConfig) -> OfflineRun:

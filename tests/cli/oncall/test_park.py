@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,15 @@ PARKED = {
 }
 
 
+MOTO_CALLER = "arn:aws:sts::123456789012:user/moto"  # what moto's STS answers GetCallerIdentity with
+
+
+def capacities_recorded(endpoint: str, group: str) -> dict[str, Any]:
+    """The capacities in a group's park record, without who parked and when."""
+    record = json.loads(group_tag(endpoint, group, tags.PARKED_CAPACITY) or "")
+    return {key: value for key, value in record.items() if key not in ("by", "at")}
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return project_copy(tmp_path)
@@ -130,12 +140,12 @@ def test_park_now_then_another_engineers_unpark_now_restores_exact_capacities(
 
     assert parked.exit_code == 0, parked.output
     assert snapshot(aws) == PARKED
-    assert json.loads(group_tag(aws, TRAINING, tags.PARKED_CAPACITY) or "") == {
+    assert capacities_recorded(aws, TRAINING) == {
         "min": 0,
         "desired": 1,
         "max": 2,
     }
-    assert json.loads(group_tag(aws, INFERENCE, tags.PARKED_CAPACITY) or "") == {
+    assert capacities_recorded(aws, INFERENCE) == {
         "min": 1,
         "desired": 2,
         "max": 3,
@@ -143,8 +153,16 @@ def test_park_now_then_another_engineers_unpark_now_restores_exact_capacities(
     control_plane_tags = {
         t["key"]: t["value"] for t in service(aws, STACK, names.CONTROL_PLANE_SERVICE)["tags"]
     }
-    assert json.loads(control_plane_tags[tags.PARKED_CAPACITY]) == {"desired": 2, "scaling_min": 1}
+    service_record = json.loads(control_plane_tags[tags.PARKED_CAPACITY])
+    assert service_record == {"desired": 2, "scaling_min": 1, "by": MOTO_CALLER, "at": service_record["at"]}
+    group_record = json.loads(group_tag(aws, TRAINING, tags.PARKED_CAPACITY) or "")
+    assert group_record["by"] == MOTO_CALLER  # who parked: the caller, as STS names it
+    assert datetime.fromisoformat(group_record["at"]) > datetime.now(UTC) - timedelta(minutes=5)
     assert "Pulumi.dev.yaml still says parked: false" in parked.output
+    shown = json.loads(CliRunner().invoke(parkbrake, ["status", "--stack", STACK, "-o", "json"]).stdout)
+    groups = {group["name"]: group for group in shown["groups"]}
+    assert groups[TRAINING]["park_record"]["by"] == MOTO_CALLER
+    assert groups[TRAINING]["park_record"]["capacities"] == {"min": 0, "desired": 1, "max": 2}
 
     restored = unpark_in_fresh_process(project)
 
@@ -257,7 +275,7 @@ def test_one_groups_api_error_is_reported_and_the_rest_still_park(
     assert [(action["name"], "AccessDenied" in action["error"]) for action in failed] == [(TRAINING, True)]
     assert capacity(aws, TRAINING) == (0, 1, 2)
     # The record went in before the failed scale-down, so a later park or unpark still knows the truth.
-    assert json.loads(group_tag(aws, TRAINING, tags.PARKED_CAPACITY) or "") == {
+    assert capacities_recorded(aws, TRAINING) == {
         "min": 0,
         "desired": 1,
         "max": 2,
@@ -297,7 +315,7 @@ def test_two_engineers_parking_at_once_never_record_zeros(aws: str, fleet: Any) 
         thread.join()
 
     assert len(results) == 2
-    assert json.loads(group_tag(aws, INFERENCE, tags.PARKED_CAPACITY) or "") == {
+    assert capacities_recorded(aws, INFERENCE) == {
         "min": 1,
         "desired": 2,
         "max": 3,
@@ -338,6 +356,43 @@ def test_a_hand_edited_record_is_reported_not_guessed(aws: str, fleet: Any, proj
     assert [(a["name"], "unreadable record" in a["error"]) for a in failed] == [(INFERENCE, True)]
     assert capacity(aws, INFERENCE) == (0, 0, 3)
     assert capacity(aws, TRAINING) == (0, 1, 2)
+    # Not everything came back, so the stack stays parked where the launcher and the schedules look.
+    assert parameter(aws, names.park_parameter(STACK)) == "true"
+    assert schedule(aws, GROUP, NIGHTLY)["State"] == "DISABLED"
+    held = {a["name"]: a for a in json.loads(result.stdout)["actions"] if a["status"] == "skipped"}
+    assert "not restored" in held[names.park_parameter(STACK)]["error"]
+
+
+def test_unpark_now_shows_capacities_changed_since_parking_and_restores_them_only_with_force(
+    aws: str, fleet: Any, project: Path
+) -> None:
+    assert invoke("park", "--now", "--yes", "--stack", STACK, "--project-dir", str(project)).exit_code == 0
+    # Someone raised the inference pool's max by hand while it was parked.
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=INFERENCE, MaxSize=8)
+
+    held = invoke("unpark", "--now", "--yes", "--stack", STACK, "--project-dir", str(project), "-o", "json")
+
+    assert held.exit_code == 1
+    actions = {a["name"]: a for a in json.loads(held.stdout)["actions"]}
+    assert actions[INFERENCE]["status"] == "drift"
+    assert "max 3→8" in actions[INFERENCE]["error"]
+    assert capacity(aws, INFERENCE) == (0, 0, 8)  # the hand-made change is kept
+    assert capacity(aws, TRAINING) == (0, 1, 2)  # what did not drift came back
+    assert parameter(aws, names.park_parameter(STACK)) == "true"
+    assert schedule(aws, GROUP, NIGHTLY)["State"] == "DISABLED"
+
+    forced = invoke(
+        "unpark", "--now", "--yes", "--force", "--stack", STACK, "--project-dir", str(project), "-o", "json"
+    )
+
+    assert forced.exit_code == 0, forced.output
+    assert snapshot(aws) == UNPARKED
+
+
+def test_force_goes_only_with_unpark_now(aws: str, fleet: Any, project: Path) -> None:
+    result = invoke("park", "--now", "--force", "--yes", "--stack", STACK, "--project-dir", str(project))
+    assert result.exit_code == 2
+    assert "--force goes with unpark --now" in result.output
 
 
 def test_unknown_stack_is_a_clear_error(aws: str, fleet: Any, project: Path) -> None:
@@ -415,8 +470,10 @@ def test_park_then_unpark_flips_only_the_value_and_shows_the_plan(project: Path)
     assert "saves" in parked.output
     assert "desiredCapacity" in parked.output
     assert "DISABLED" in parked.output
-    # The list wraps at the console's width, wherever an item happens to fall.
-    assert "reaper (schedule, stays enabled)" in " ".join(parked.output.split())
+    assert "reaper (schedule, stays enabled)" in parked.output
+    switched_off = parked.output.split("Switched off:")[1].split("Stays on:")[0]
+    assert "nightly-training (ENABLED → DISABLED)" in switched_off
+    assert "nightly-training" not in parked.output.split("Goes to zero:")[1].split("Switched off:")[0]
 
     unparked = invoke("unpark", "--yes", "--stack", STACK, "--project-dir", str(project), "--output", "json")
 
@@ -439,6 +496,10 @@ def test_park_then_unpark_flips_only_the_value_and_shows_the_plan(project: Path)
         change["type"] == "aws:autoscaling/group:Group" and change["after"] == 1
         for change in report["changes"]
     )
+    # What unparking turns on is listed as coming back, never as staying on.
+    assert "inference-group (desiredCapacity)" in report["comes_back"]
+    assert report["switched"] == ["nightly-training (DISABLED → ENABLED)"]
+    assert not [item for item in report["stays_on"] if "nightly" in item or "gpu-pool" in item]
 
 
 def test_parking_a_parked_stack_says_so_and_changes_nothing(project: Path) -> None:

@@ -1,0 +1,242 @@
+"""``parkbrake status`` at 1,000 GPU hosts: client time, against a fixed recorded AWS response.
+
+moto answers 1,000 hosts slowly, and its time is not ours. So the fleet is built in moto once, every
+AWS answer ``status`` reads is recorded through a proxy, and the measured runs read those recorded
+answers from a replay server in another process, which only looks them up: what is measured is the
+client's own time (botocore's parsing included), and every run reads exactly the same response.
+
+    python -m benchmarks.status [--hosts 1000] [--runs 5]
+
+Figures: ``in-process`` is fleet_status + the text rendering at 80 columns with fresh clients (what
+one run of the command does after Python started); ``command`` is the whole ``parkbrake status``
+process (interpreter start and imports included), text at 80 columns and JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.client
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import AMI, REGION, Moto
+from guardrails import tags
+
+STACK = "dev"
+TENANTS = ("research", "product", "vision", "speech", "search")
+POOLS = ("training", "batch", "eval", "notebooks")
+GOAL_SECONDS = 2.0
+# Answers the recorded requests; one JSON line per request: key → status, headers, base64 body.
+REPLAY_SERVER = r"""
+import base64, json, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+answers = {}
+for line in open(sys.argv[1]):
+    item = json.loads(line)
+    answers[item["key"]] = item
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        key = "|".join([self.command, self.path, self.headers.get("x-amz-target", ""), body.decode("utf-8", "replace")])
+        item = answers.get(key)
+        payload = base64.b64decode(item["body"]) if item else b"not recorded"
+        self.send_response(item["status"] if item else 599)
+        for name, value in (item["headers"] if item else []):
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+    do_GET = do_POST
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+SKIPPED_HEADERS = {"content-length", "connection", "keep-alive", "transfer-encoding", "date", "server"}
+
+
+def request_key(method: str, path: str, target: str, body: bytes) -> str:
+    return "|".join([method, path, target, body.decode("utf-8", "replace")])
+
+
+class Recorder:
+    """A proxy on 127.0.0.1 in front of moto that keeps every answer, keyed by the request."""
+
+    def __init__(self, upstream: str) -> None:
+        self.answers: dict[str, dict[str, Any]] = {}
+        target = urllib.parse.urlsplit(upstream)
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                connection = http.client.HTTPConnection(target.hostname, target.port, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                connection.request(self.command, self.path, body=body, headers=headers)
+                answer = connection.getresponse()
+                payload = answer.read()
+                kept = [(k, v) for k, v in answer.getheaders() if k.lower() not in SKIPPED_HEADERS]
+                key = request_key(self.command, self.path, self.headers.get("x-amz-target", ""), body)
+                recorder.answers[key] = {
+                    "key": key,
+                    "status": answer.status,
+                    "headers": kept,
+                    "body": base64.b64encode(payload).decode(),
+                }
+                self.send_response(answer.status)
+                for name, value in kept:
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def save(self, path: Path) -> None:
+        path.write_text("".join(json.dumps(item) + "\n" for item in self.answers.values()))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def seed(moto: Moto, hosts: int) -> None:
+    """The demo stack (pools, services, schedules), then stand-alone GPU hosts up to ``hosts``:
+    45 % past their cap, 3 without the managed tag, 2 % exempt, the rest within their caps."""
+    from tests.cli.oncall.ops_fleet import demo_fleet
+
+    moto.reset()
+    clients = moto.clients(counted=False)
+    demo_fleet.seed_fleet(
+        lambda service: clients(service, REGION), stack=STACK, region=REGION, now=datetime.now(UTC)
+    )
+    ec2 = moto.backend("ec2")
+    now = datetime.now(UTC).replace(tzinfo=None)
+    for index in range(hosts - 4):  # the demo stack has four GPU hosts
+        overdue, unmanaged, exempt = index % 20 < 9, index < 3, index % 50 == 49
+        host_tags = {
+            tags.MANAGED: "false" if unmanaged else "true",
+            tags.STACK: STACK,
+            tags.POOL: POOLS[index % len(POOLS)],
+            tags.TENANT: TENANTS[index % len(TENANTS)],
+            tags.MAX_RUNTIME: "2h",
+            tags.REVISION: "bench",
+        }
+        if exempt:
+            host_tags[tags.EXEMPT_UNTIL] = (datetime.now(UTC) + timedelta(hours=6)).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+        reservation = ec2.run_instances(
+            AMI, 1, None, [], instance_type="g5.xlarge" if index % 3 else "g5.12xlarge",
+            is_instance_type_default=False, tags={"instance": host_tags},
+        )  # fmt: skip
+        for instance in reservation.instances:
+            instance.launch_time = now - timedelta(minutes=150 if overdue and not exempt else 40)
+
+
+def in_process_run(endpoint: str) -> float:
+    from rich.console import Console
+
+    from cli.oncall.fleet import fleet_status
+    from cli.oncall.status_view import print_status, select
+    from guardrails.settings import settings_from_environment
+    from lambdas.aws import clients
+
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    clients._client.cache_clear()  # fresh clients, as a new process makes them
+    started = time.perf_counter()
+    report = fleet_status(
+        stack=None, regions=[REGION], clients=clients.client,
+        settings=settings_from_environment({"PARKBRAKE_REGIONS": REGION}), now=datetime.now(UTC),
+    )  # fmt: skip
+    output = io.StringIO()
+    print_status(Console(file=output, width=80), select(report, {}, "action"))
+    elapsed = time.perf_counter() - started
+    assert len(report.hosts) >= 1000 or report.hosts, "no hosts read"
+    return elapsed
+
+
+def command_run(endpoint: str, *arguments: str) -> tuple[float, str]:
+    environment = {**os.environ, "AWS_ENDPOINT_URL": endpoint, "COLUMNS": "80"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "parkbrake"), "status", "--regions", REGION, *arguments],
+        capture_output=True, text=True, env=environment, check=False,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"parkbrake status failed ({done.returncode}): {done.stderr[-2000:]}")
+    return elapsed, done.stdout
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=5)
+    options = parser.parse_args(argv)
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION=REGION)
+    os.environ.pop("PARKBRAKE_DATABASE_URL", None)
+    moto = Moto()
+    recorder = Recorder(moto.url)
+    recording = Path(tempfile.mkdtemp(prefix="parkbrake-status-bench-")) / "answers.jsonl"
+    try:
+        seed(moto, options.hosts)
+        in_process_run(recorder.url)  # records every answer status reads
+        recorder.save(recording)
+    finally:
+        recorder.close()
+        moto.close()
+    replay = subprocess.Popen(
+        [sys.executable, "-c", REPLAY_SERVER, str(recording)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert replay.stdout is not None
+        endpoint = f"http://127.0.0.1:{replay.stdout.readline().strip()}"
+        in_process = [in_process_run(endpoint) for _ in range(options.runs)]
+        text = [command_run(endpoint) for _ in range(options.runs)]
+        as_json = [command_run(endpoint, "--output", "json") for _ in range(options.runs)]
+    finally:
+        replay.terminate()
+        replay.wait(timeout=10)
+    hosts = len(json.loads(as_json[0][1])["hosts"])
+    print(
+        f"status at {hosts} GPU hosts, {len(recorder.answers)} recorded AWS answers replayed (moto excluded)"
+    )
+    for label, seconds in (
+        ("in-process: reads + text at 80 columns", in_process),
+        ("command: parkbrake status (text, 80 columns)", [item[0] for item in text]),
+        ("command: parkbrake status --output json", [item[0] for item in as_json]),
+    ):
+        median = statistics.median(seconds)
+        verdict = "meets" if median < GOAL_SECONDS else "MISSES"
+        print(
+            f"  {label:<48} median {median:.2f} s, best {min(seconds):.2f} s ({verdict} the < {GOAL_SECONDS:.0f} s goal)"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+"""``parkbrake status`` for people: a summary first, then tables sorted by what needs action.
+
+Filtering and sorting are plain functions over the :class:`FleetStatus` the AWS reads produced, so
+the JSON output and the text output show the same hosts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from rich.console import Console
+
+from cli.oncall.fitted_table import Column, fitted_table
+from cli.oncall.fleet import FleetStatus, HostStatus
+from guardrails import tags
+from guardrails.durations import format_duration
+from guardrails.errors import InputError
+
+HOST_STATES = ("overdue", "unmanaged", "bad-tags", "running", "exempt")  # in the order they need action
+FILTERS: dict[str, Callable[[HostStatus], str | None]] = {
+    "tenant": lambda host: host.host.tenant,
+    "pool": lambda host: host.host.pool,
+    "state": lambda host: host.state,
+    "stack": lambda host: host.host.tags.get(tags.STACK),
+    "region": lambda host: host.host.region,
+    "type": lambda host: host.host.instance_type,
+}
+SORTS: dict[str, Callable[[HostStatus], Any]] = {
+    "action": lambda host: (HOST_STATES.index(host.state), _seconds_left(host), host.host.instance_id),
+    "cost": lambda host: (-(host.usd_per_hour or 0), host.host.instance_id),
+    "age": lambda host: (-host.age.total_seconds(), host.host.instance_id),
+    "deadline": lambda host: (_seconds_left(host), host.host.instance_id),
+    "tenant": lambda host: (host.host.tenant or "", host.host.instance_id),
+    "pool": lambda host: (host.host.pool or "", host.host.instance_id),
+    "id": lambda host: host.host.instance_id,
+}
+STATE_STYLES = {"overdue": "red", "unmanaged": "yellow", "bad-tags": "yellow"}
+TIMESTAMP = "%m-%d %H:%M"
+
+
+def parse_filters(texts: Sequence[str]) -> dict[str, set[str]]:
+    """``KEY=VALUE`` filters: values of one key are alternatives, different keys must all hold."""
+    wanted: dict[str, set[str]] = {}
+    errors = []
+    for text in texts:
+        key, _, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in FILTERS or not value:
+            errors.append(f"--filter {text!r}: use KEY=VALUE with KEY one of {', '.join(FILTERS)}")
+        elif key == "state" and value not in HOST_STATES:
+            errors.append(f"--filter {text!r}: state is one of {', '.join(HOST_STATES)}")
+        else:
+            wanted.setdefault(key, set()).add(value)
+    if errors:
+        raise InputError("; ".join(errors))
+    return wanted
+
+
+def select(report: FleetStatus, filters: dict[str, set[str]], sort: str | None) -> FleetStatus:
+    """The report narrowed to the hosts (and pools) the filters name, hosts in ``sort`` order if given."""
+    hosts = [
+        host for host in report.hosts if all(FILTERS[key](host) in values for key, values in filters.items())
+    ]
+    groups = [
+        group
+        for group in report.groups
+        if all(
+            value in values
+            for key, values in filters.items()
+            if key in ("pool", "stack", "region")
+            for value in [getattr(group, key)]
+        )
+    ]
+    return replace(report, hosts=sorted(hosts, key=SORTS[sort]) if sort else hosts, groups=groups)
+
+
+def _seconds_left(host: HostStatus) -> float:
+    left = host.time_left
+    return float("inf") if left is None else left.total_seconds()
+
+
+def _span(duration: timedelta) -> str:
+    """A duration for people: to the second under a minute, else to the minute."""
+    seconds = int(duration.total_seconds())
+    if seconds >= 60:
+        seconds -= seconds % 60
+    return format_duration(timedelta(seconds=seconds)) if seconds > 0 else "0s"
+
+
+def _money(value: Any) -> str:
+    return "?" if value is None else f"{value:,.2f}"
+
+
+def print_status(console: Console, report: FleetStatus, *, filters: Sequence[str] = ()) -> None:
+    width = console.width
+    _print_summary(console, report, filters)
+    for error in report.errors:
+        console.print(f"[bold red]error:[/] {error}")
+    _print_hosts(console, report, width)
+    _print_groups(console, report, width)
+    _print_services(console, report, width)
+    _print_stacks(console, report, width)
+    _print_tenants(console, report, width)
+
+
+def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]) -> None:
+    summary = report.summary()
+    scope = f" ({', '.join(filters)})" if filters else ""
+    console.print(
+        f"[bold]GPU fleet{scope}[/] in {', '.join(report.regions)} at {report.now:%Y-%m-%d %H:%M} UTC"
+    )
+    needs = [
+        f"[red]{summary['overdue']} overdue[/]" if summary["overdue"] else "0 overdue",
+        f"[yellow]{summary['unmanaged']} unmanaged[/]" if summary["unmanaged"] else "0 unmanaged",
+    ]
+    if summary["bad_tags"]:
+        needs.append(f"[yellow]{summary['bad_tags']} with bad tags[/]")
+    needs.append(f"{summary['exempt']} exempt")
+    console.print(
+        f"  hosts {summary['hosts']:,} · accelerators {summary['accelerators']:,} · {' · '.join(needs)}"
+    )
+    parked = ", ".join(summary["parked_stacks"]) or "none"
+    console.print(
+        f"  burn ${_money(summary['usd_per_hour'])}/h · spent today ${_money(summary['spent_today_usd'])} · "
+        f"parked stacks {parked} (of {summary['stacks']})"
+    )
+
+
+def _print_fitted(console: Console, fitted: Any) -> None:
+    console.print(fitted.table)
+    if fitted.dropped:
+        console.print(
+            f"[dim]  not shown at this width: {', '.join(fitted.dropped)} (--output json has all)[/]"
+        )
+
+
+def _print_hosts(console: Console, report: FleetStatus, width: int) -> None:
+    if not report.hosts:
+        console.print("No GPU hosts running.")
+        return
+    several_regions = len(report.regions) > 1
+    columns = [
+        Column("instance", 0, whole=True),
+        Column("state", 0, whole=True),
+        Column("left", 1, whole=True, justify="right"),
+        Column("tenant", 2),
+        Column("deadline UTC", 3, whole=True),
+        Column("stack/pool", 4),
+        Column("$/h", 5, whole=True, justify="right"),
+        Column("type", 6),
+        Column("GPUs", 7, justify="right"),
+        Column("age", 8, whole=True, justify="right"),
+        Column("so far $", 9, whole=True, justify="right"),
+        *([Column("region", 10, whole=True)] if several_regions else []),
+    ]
+    rows = [_host_row(host, several_regions) for host in report.hosts]
+    styles = [STATE_STYLES.get(host.state) for host in report.hosts]
+    title = f"GPU hosts ({len(rows):,}), most urgent first"
+    _print_fitted(console, fitted_table(title, columns, rows, width, styles))
+
+
+def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
+    facts, deadline, left = host.host, host.deadline, host.time_left
+    if deadline is None or left is None:
+        left_text, deadline_text = "-", "-"
+    else:
+        deadline_text = f"{deadline.enforce_at:{TIMESTAMP}}"
+        left_text = _span(left) if left.total_seconds() > 0 else f"{_span(-left)} over"
+    row = [
+        facts.instance_id,
+        host.state,
+        left_text,
+        facts.tenant or "untagged",
+        deadline_text,
+        f"{facts.tags.get(tags.STACK, '-')}/{facts.pool or '-'}",
+        _money(host.usd_per_hour),
+        facts.instance_type,
+        str(host.accelerators or "?"),
+        _span(host.age),
+        _money(host.cost_so_far),
+    ]
+    return [*row, facts.region] if several_regions else row
+
+
+def _print_groups(console: Console, report: FleetStatus, width: int) -> None:
+    if not report.groups:
+        return
+    columns = [
+        Column("Auto Scaling group", 0, whole=True),
+        Column("min/desired/max", 0, whole=True),
+        Column("in service", 1, justify="right"),
+        Column("park record", 2),
+        Column("deploy", 3),
+    ]
+    rows = [
+        [
+            group.name,
+            f"{group.minimum}/{group.desired}/{group.maximum}",
+            str(group.in_service),
+            group.park_record.summary() if group.park_record else "-",
+            f"extra host (surge to {group.surge})" if group.surge else "-",
+        ]
+        for group in report.groups
+    ]
+    _print_fitted(console, fitted_table("GPU pools", columns, rows, width))
+
+
+def _print_services(console: Console, report: FleetStatus, width: int) -> None:
+    if not report.services:
+        return
+    columns = [
+        Column("service", 0, whole=True),
+        Column("PRIMARY runs", 1, whole=True),
+        Column("revision", 1, whole=True),
+        Column("traffic", 2),
+        Column("desired/running", 3, whole=True),
+        Column("rollout", 4),
+        Column("park record", 5),
+        Column("stack", 6),
+    ]
+    rows = [
+        [
+            service.name,
+            service.task_definition or "-",
+            service.revision or "-",
+            service.traffic or "no load balancer",
+            f"{service.desired}/{service.running}"
+            + (f" (+{service.pending} pending)" if service.pending else ""),
+            service.rollout or "-",
+            service.park_record.summary() if service.park_record else "-",
+            service.stack,
+        ]
+        for service in report.services
+    ]
+    _print_fitted(console, fitted_table("Services", columns, rows, width))
+
+
+def _print_stacks(console: Console, report: FleetStatus, width: int) -> None:
+    columns = [
+        Column("stack", 0, whole=True),
+        Column("parked", 0, whole=True),
+        Column("next nightly start UTC", 1),
+        Column("region", 2, whole=True),
+    ]
+    rows = []
+    for stack in report.stacks:
+        start = stack.next_start(report.now)
+        parked = {True: "yes", False: "no", None: f"unknown ({stack.park_value})"}[stack.parked]
+        when = (
+            f"{start[0].pool} at {start[1]:{TIMESTAMP}} (in {_span(start[1] - report.now)})"
+            if start
+            else "none"
+        )
+        rows.append([stack.stack, parked, when, stack.region])
+    _print_fitted(console, fitted_table("Stacks", columns, rows, width))
+
+
+def _print_tenants(console: Console, report: FleetStatus, width: int) -> None:
+    ledger = report.ledger is not None
+    columns = [
+        Column("tenant", 0, whole=True),
+        Column("hosts", 1, justify="right"),
+        Column("GPUs", 2, justify="right"),
+        Column("$/h", 1, whole=True, justify="right"),
+        Column("so far $", 3, justify="right"),
+        *(
+            [
+                Column("spent $", 2, justify="right"),
+                Column("remaining $", 2, justify="right"),
+                Column("runway", 1),
+            ]
+            if ledger
+            else []
+        ),
+    ]
+    rows = []
+    for row in report.tenant_rows():
+        cells = [row["tenant"], str(row["hosts"]), str(row["accelerators"]), _money(row["usd_per_hour"]),
+                 _money(row["cost_so_far_usd"])]  # fmt: skip
+        rows.append(cells + (_ledger_cells(row["ledger"]) if ledger else []))
+    _print_fitted(console, fitted_table("By tenant", columns, rows, width))
+    if not ledger:
+        console.print("[dim]ledger not configured (PARKBRAKE_DATABASE_URL): no spend or runway per tenant[/]")
+
+
+def _ledger_cells(ledger: dict[str, Any] | None) -> list[str]:
+    """Spent, remaining and runway from the ledger's row for a tenant (``TenantRunway.as_dict``)."""
+    if ledger is None:
+        return ["-", "-", "-"]
+    remaining, runway = ledger["remaining_usd"], ledger["runway_seconds"]
+    return [
+        _money(ledger["spent_usd"]),
+        "no budget" if remaining is None else _money(remaining),
+        "unbounded" if runway is None else _span(timedelta(seconds=runway)),
+    ]
