@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -13,9 +14,11 @@ from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
 from ops_fleet import REGION, STACK, aws_client, project_copy, seed
+from rich.console import Console
 
 from cli.main import parkbrake
 from cli.oncall.fleet import fleet_status
+from cli.oncall.status_view import parse_filters, print_status, select
 from guardrails import names
 from guardrails.settings import Settings
 from lambdas.aws.clients import client
@@ -108,8 +111,10 @@ def test_text_output_and_park_state_after_parking(aws: str, fleet: Any) -> None:
     document = json.loads(invoke("--stack", STACK, "-o", "json").stdout)
 
     assert text.exit_code == 0
-    assert "GPU hosts running" in text.output
-    assert "Totals: 1 GPU hosts" in text.output
+    assert "GPU hosts (1), most urgent first" in text.output
+    assert "hosts 1 · accelerators 1 · 0 overdue · 0 unmanaged · 1 exempt" in text.output
+    assert "parked stacks dev (of 1)" in text.output
+    assert "parked by user/moto at" in text.output  # the pools' park records: who and when
     [stack] = document["stacks"]
     assert stack["parked"] is True
     assert stack["next_start"] is None
@@ -202,3 +207,100 @@ def test_the_process_clients_serve_regions_concurrently(aws: str, fleet: Any) ->
 
     assert {stack.stack for stack in report.stacks} == {STACK}
     assert not report.errors
+
+
+# -- what needs action, at any width -------------------------------------------------------------------
+
+
+def five_hours_on(aws: str, fleet: Any) -> Any:
+    """The demo fleet five hours after launch, with one unmanaged GPU host: the training host (4h cap) and
+    the stand-alone one (exempt for 2h, cap 2h) are overdue."""
+    aws_client(aws, "ec2").run_instances(
+        ImageId="ami-12c6146b", MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "Name", "Value": "someone's"}]}],
+    )  # fmt: skip
+    now = max(launch_times(aws).values()) + timedelta(hours=5)
+    settings = Settings(stack=None, regions=(REGION,))
+    return fleet_status(stack=None, regions=[REGION], clients=client_factory(aws), settings=settings, now=now)
+
+
+def rendered(report: Any, width: int, *filters: str, sort: str = "action") -> str:
+    output = io.StringIO()
+    shown = select(report, parse_filters(filters), sort)
+    print_status(Console(file=output, width=width, color_system=None), shown, filters=filters)
+    return output.getvalue()
+
+
+def test_the_summary_comes_first_and_overdue_and_unmanaged_hosts_lead_the_table(aws: str, fleet: Any) -> None:
+    report = five_hours_on(aws, fleet)
+
+    summary = report.summary()
+    assert (summary["hosts"], summary["overdue"], summary["unmanaged"], summary["exempt"]) == (5, 2, 1, 0)
+    text = rendered(report, 120)
+    lines = text.splitlines()
+    assert lines[1].strip().startswith("hosts 5 · accelerators 8 · 2 overdue · 1 unmanaged · 0 exempt")
+    assert lines[2].strip().startswith("burn $")
+    order = [line.split()[1] for line in lines if line.startswith("i-")]
+    assert order[:3] == ["overdue", "overdue", "unmanaged"]
+    assert order[3:] == ["running", "running"]
+    overdue = [line for line in lines if " overdue " in line and line.startswith("i-")]
+    assert all(" over " in line for line in overdue)  # how long past the deadline
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_ids_and_timestamps_are_never_cut_at_any_width(aws: str, fleet: Any, width: int) -> None:
+    report = five_hours_on(aws, fleet)
+
+    text = rendered(report, width)
+
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= width
+    for host in report.hosts:
+        assert any(line.startswith(host.host.instance_id + " ") for line in lines), host.host.instance_id
+        if host.deadline is not None:
+            assert f"{host.deadline.enforce_at:%m-%d %H:%M}" in text
+    for group in report.groups:
+        assert group.name in text
+    if width == 80:
+        assert "not shown at this width:" in text  # what had to go is named, not silently cut
+    assert "…" not in text
+
+
+def test_filters_and_sort_narrow_text_and_json_alike(aws: str, fleet: Any) -> None:
+    report = five_hours_on(aws, fleet)
+
+    research = rendered(report, 200, "tenant=research", "state=overdue")
+    assert "GPU hosts (2), most urgent first" in research
+    by_cost = [
+        line.split()[0] for line in rendered(report, 200, sort="cost").splitlines() if line.startswith("i-")
+    ]
+    costs = {host.host.instance_id: host.usd_per_hour or 0 for host in report.hosts}
+    assert [costs[item] for item in by_cost] == sorted(costs.values(), reverse=True)
+
+    result = invoke("--stack", STACK, "--filter", "pool=training", "-o", "json")
+    assert result.exit_code == 0, result.output
+    assert {host["pool"] for host in json.loads(result.stdout)["hosts"]} == {"training"}
+
+
+def test_a_bad_filter_names_the_field_and_the_choices(aws: str, fleet: Any) -> None:
+    result = invoke("--stack", STACK, "--filter", "colour=blue", "--filter", "state=late")
+
+    assert result.exit_code == 2
+    assert "--filter 'colour=blue': use KEY=VALUE with KEY one of tenant, pool, state" in result.output
+    assert "--filter 'state=late': state is one of overdue, unmanaged" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_pools_services_and_traffic_in_json(aws: str, fleet: Any) -> None:
+    document = json.loads(invoke("--stack", STACK, "-o", "json").stdout)
+
+    groups = {group["name"]: group for group in document["groups"]}
+    assert (
+        groups[names.autoscaling_group(STACK, "inference")]["min"],
+        groups[names.autoscaling_group(STACK, "inference")]["max"],
+    ) == (1, 3)
+    services = {service["name"]: service for service in document["services"]}
+    assert services["inference-blue"]["traffic"] == "default 100%"
+    assert services["inference-green"]["traffic"] == "none"
+    assert services[names.CONTROL_PLANE_SERVICE]["traffic"] is None
+    assert document["summary"]["hosts"] == 4
