@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -86,20 +87,49 @@ def describe_environment_error(error: Exception) -> str | None:
     """
     botocore_exceptions = sys.modules.get("botocore.exceptions")
     if botocore_exceptions is not None:
-        if isinstance(error, botocore_exceptions.NoCredentialsError):
-            return "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-        if isinstance(error, botocore_exceptions.NoRegionError):
-            return "no AWS region configured; set AWS_REGION"
-        if isinstance(
-            error, botocore_exceptions.EndpointConnectionError | botocore_exceptions.ConnectionError
-        ):
-            return f"cannot reach the AWS endpoint: {error}; check AWS_ENDPOINT_URL and the network"
-        if isinstance(error, botocore_exceptions.ClientError):
-            details = error.response.get("Error", {})
-            return f"AWS refused {error.operation_name}: {details.get('Code')}: {details.get('Message')}"
+        message = _describe_aws_error(error, botocore_exceptions)
+        if message is not None:
+            return message
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(error, psycopg.OperationalError):
         return f"cannot use the ledger database: {str(error).strip()}; check PARKBRAKE_DATABASE_URL"
+    return None
+
+
+def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL") or "AWS"
+    if isinstance(error, exceptions.NoCredentialsError | exceptions.PartialCredentialsError):
+        return "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    if isinstance(error, exceptions.NoRegionError):
+        return "no AWS region configured; set AWS_REGION"
+    if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectionError):
+        return (
+            _region_hint()
+            or f"cannot reach {endpoint}: {error}; check AWS_ENDPOINT_URL, the region and the network"
+        )
+    parsers = sys.modules.get("botocore.parsers")
+    if parsers is not None and isinstance(error, parsers.ResponseParserError):
+        return _region_hint() or (
+            f"{endpoint} answered with something that is not an AWS response; check AWS_ENDPOINT_URL and the region"
+        )
+    if isinstance(error, exceptions.ClientError):
+        from lambdas.aws.stop_path import describe_error
+
+        text = describe_error(error)
+        hint = _region_hint() if "not an AWS response" in text else None
+        return hint or f"AWS refused {error.operation_name}: {text}"
+    if isinstance(error, exceptions.BotoCoreError):
+        return f"AWS call failed: {error}"
+    return None
+
+
+def _region_hint() -> str | None:
+    """When the answer makes no sense, a mistyped AWS_REGION is the usual cause: say so if it is one."""
+    from cli.oncall.regions import known_regions
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region and region not in known_regions():
+        return f"unknown AWS region {region!r} (from AWS_REGION); set it to one AWS has, e.g. us-east-1"
     return None
 
 

@@ -12,7 +12,7 @@ import click
 
 from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
 from guardrails.errors import ParkbrakeError
-from guardrails.settings import STACK, settings_from_environment
+from guardrails.settings import REGIONS, STACK, settings_from_environment
 
 if TYPE_CHECKING:
     from lambdas.aws.environment import ClientFactory
@@ -21,20 +21,34 @@ if TYPE_CHECKING:
 
 @click.command()
 @stack_option
+@click.option(
+    "--region",
+    "regions",
+    help="Comma-separated regions to sweep [default: PARKBRAKE_REGIONS, else aws:region of "
+    "Pulumi.<stack>.yaml here, else AWS_REGION].",
+)
 @dry_run_option
 @yes_option
 @output_option
-def reap(stack: str, dry_run: bool, yes: bool, output: str) -> None:
+def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str) -> None:
     """Run the sweep now: stop every running managed GPU host past its deadline.
 
-    Reads the same PARKBRAKE_* variables as the reaper Lambda (regions, default cap, exemption
-    limit, whether untagged GPU hosts are stopped), so it decides exactly as the Lambda would.
+    Reads the same PARKBRAKE_* variables as the reaper Lambda (default cap, exemption limit,
+    whether untagged GPU hosts are stopped), so it decides exactly as the Lambda would.
     Hosts in an Auto Scaling group are removed with the group's desired capacity decremented.
+    A stack with no park parameter (/parkbrake/<stack>/parked) in any region swept is an error.
+
+    \b
+    Example:
+      parkbrake reap --stack dev --region us-east-1 --dry-run
     """
+    from cli.oncall.regions import choose_regions
     from lambdas.aws.environment import default_clients
 
+    chosen = choose_regions(regions, "--region", stack=stack)
+    _require_stack(stack, chosen, default_clients)
     report = run_reap(
-        environ={**os.environ, STACK: stack},
+        environ={**os.environ, STACK: stack, REGIONS: ",".join(chosen)},
         clients=default_clients,
         now=datetime.now(UTC),
         dry_run=dry_run,
@@ -43,6 +57,18 @@ def reap(stack: str, dry_run: bool, yes: bool, output: str) -> None:
     )
     if report.errors:
         raise ParkbrakeError(f"the sweep finished with {len(report.errors)} error(s); see above")
+
+
+def _require_stack(stack: str, regions: list[str], clients: ClientFactory) -> None:
+    """A mistyped --stack would sweep nothing and say all is well; refuse it instead."""
+    from cli.oncall.stack_inventory import park_parameter_value
+    from guardrails import names
+
+    if not any(park_parameter_value(clients("ssm", region), stack) is not None for region in regions):
+        raise ParkbrakeError(
+            f"stack {stack!r} is not deployed in {', '.join(regions)}: no {names.park_parameter(stack)}; "
+            "check --stack and --region"
+        )
 
 
 def run_reap(
@@ -74,36 +100,49 @@ def run_reap(
 
 
 def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
-    from rich.table import Table
-
     from cli.console import console as make_console
+    from cli.oncall.fitted_table import Column, fitted_table
     from guardrails.durations import format_duration
     from guardrails.rules.base import instant
 
-    table = Table(
-        title="GPU hosts" + (" (dry run: nothing will change)" if dry_run else ""), show_lines=False
-    )
-    for column in ("instance", "region", "type", "pool", "tenant", "running", "deadline", "verdict", "why"):
-        table.add_column(column, overflow="fold")
-    for verdict in sorted(plan.verdicts, key=lambda v: (v.action != "stop", v.host.instance_id)):
-        host = verdict.host
-        label = ("would stop" if dry_run else "stop") if verdict.action == "stop" else "skip"
-        table.add_row(
-            host.instance_id,
-            host.region,
-            host.instance_type,
-            host.pool or "-",
-            host.tenant or "-",
-            format_duration(now - host.launch_time),
-            instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
-            f"[bold red]{label}[/]" if verdict.action == "stop" else label,
-            verdict.reason,
-        )
     console = make_console()
-    if plan.verdicts:
-        console.print(table)
-    else:
+    if not plan.verdicts:
         console.print("No running GPU hosts.")
+    else:
+        columns = [
+            Column("instance", 0, whole=True),
+            Column("verdict", 0, whole=True),
+            Column("deadline", 1, whole=True),
+            Column("why", 2),
+            Column("running", 3, whole=True),
+            Column("tenant", 4),
+            Column("pool", 5),
+            Column("type", 6),
+            Column("region", 7, whole=True),
+        ]
+        verdicts = sorted(plan.verdicts, key=lambda v: (v.action != "stop", v.host.instance_id))
+        rows = [
+            [
+                verdict.host.instance_id,
+                (("would stop" if dry_run else "stop") if verdict.action == "stop" else "skip"),
+                instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
+                verdict.reason,
+                format_duration(now - verdict.host.launch_time),
+                verdict.host.tenant or "-",
+                verdict.host.pool or "-",
+                verdict.host.instance_type,
+                verdict.host.region,
+            ]
+            for verdict in verdicts
+        ]
+        styles = ["bold red" if verdict.action == "stop" else None for verdict in verdicts]
+        title = "GPU hosts" + (" (dry run: nothing will change)" if dry_run else "")
+        fitted = fitted_table(title, columns, rows, console.width, styles)
+        console.print(fitted.table)
+        if fitted.dropped:
+            console.print(
+                f"[dim]  not shown at this width: {', '.join(fitted.dropped)} (--output json has all)[/]"
+            )
     for error in plan.errors:
         console.print(f"[red]could not list {error['region']}: {error['error']}[/]")
 

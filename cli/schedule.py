@@ -40,11 +40,17 @@ def schedule() -> None:
 @output_option
 def list_command(stack: str, region: str | None, output: str) -> None:
     """Every schedule of the stack: kind, state, expression, next run, payload."""
-    from cli.oncall.nightly import list_schedules
+    from cli.oncall.nightly import list_schedules, schedule_group_exists
     from guardrails import names
+    from guardrails.errors import ParkbrakeError
 
     scheduler, chosen = _scheduler(stack, region)
     schedules = list_schedules(scheduler, stack)
+    if not schedules and not schedule_group_exists(scheduler, stack):
+        raise ParkbrakeError(
+            f"stack {stack!r} has no schedule group {names.schedule_group(stack)} in {chosen}; "
+            "check --stack and --region"
+        )
     now = datetime.now(UTC)
     if output == "json":
         document = {
@@ -163,18 +169,18 @@ def run_now_command(
         now=datetime.now(UTC),
         dry_run=dry_run,
     )
+    decision = result.decision
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
-    elif result.decision is None:
-        click.echo(f"Would run the launcher with {json.dumps(dict(result.payload))} in {chosen}.")
-    elif result.decision.refusal is not None:
-        refusal = result.decision.refusal
-        click.echo(f"Refused ({refusal.kind}): {refusal.reason}", err=True)
+    elif decision.refusal is not None:
+        refusal = decision.refusal
+        prefix = "Would be refused" if dry_run else "Refused"
+        click.echo(f"{prefix} ({refusal.kind}): {refusal.reason}", err=True)
     else:
-        decision = result.decision
         budget = "budget checked" if decision.budget_checked else "budget not checked (no ledger gate)"
+        verb = "Would start" if dry_run else "Started"
         click.echo(
-            f"Started {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
+            f"{verb} {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
         )
     if result.refused:
         sys.exit(1)

@@ -7,13 +7,11 @@ import os
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from cli.options import output_option
-from guardrails.errors import InputError
 
 if TYPE_CHECKING:
     from guardrails.runway import TenantRunway
@@ -62,19 +60,13 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
       parkbrake status --stack dev --filter state=overdue --filter tenant=research
     """
     from cli.oncall.fleet import fleet_status
-    from cli.oncall.park_switch import config_region
+    from cli.oncall.regions import choose_regions
     from cli.oncall.status_view import parse_filters, select
-    from guardrails.settings import REGIONS, aws_region, ledger_configured, settings_from_environment
+    from guardrails.settings import REGIONS, ledger_configured, settings_from_environment
     from lambdas.aws.clients import client
 
     wanted = parse_filters(filters)
-    chosen = _regions(regions) or _regions(os.environ.get(REGIONS))
-    if not chosen and stack:
-        chosen = [region] if (region := config_region(stack, Path("."))) else []
-    if not chosen:
-        chosen = _regions(aws_region(os.environ))
-    if not chosen:
-        raise InputError("no region to read: pass --regions, or set PARKBRAKE_REGIONS or AWS_REGION")
+    chosen = choose_regions(regions, "--regions", stack=stack)
     settings = settings_from_environment({**os.environ, REGIONS: ",".join(chosen)})
     report = fleet_status(
         stack=stack,
@@ -95,10 +87,6 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
         print_status(make_console(), shown, filters=filters)
     if report.errors:
         sys.exit(1)
-
-
-def _regions(text: str | None) -> list[str]:
-    return list(dict.fromkeys(part.strip() for part in (text or "").split(",") if part.strip()))
 
 
 def _ledger_runways(tenants: Sequence[str]) -> list[TenantRunway]:

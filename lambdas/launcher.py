@@ -103,7 +103,9 @@ def launch(
     clients: ClientFactory,
     gate: BudgetGate | None,
     now: datetime,
+    dry_run: bool = False,
 ) -> LaunchDecision:
+    """Decide, then (unless ``dry_run``, which only decides) raise the pool's desired capacity."""
     stack = settings.require_stack()
     region = settings.regions[0]
     parked = is_parked(clients("ssm", region), stack)
@@ -117,7 +119,10 @@ def launch(
     )
     if decision.refusal is not None:
         log.warning("refused to start pool %s: %s: %s", pool, decision.refusal.kind, decision.refusal.reason)
-        heartbeat.count_action(heartbeat.LAUNCHER, "refuse", decision.refusal.kind)
+        if not dry_run:
+            heartbeat.count_action(heartbeat.LAUNCHER, "refuse", decision.refusal.kind)
+        return decision
+    if dry_run:
         return decision
     try:
         autoscaling.set_desired_capacity(

@@ -7,9 +7,11 @@ reaper) and by ``parkbrake status`` (the next scheduled start).
 from __future__ import annotations
 
 import json
+import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -60,10 +62,13 @@ class Schedule:
         return pool if isinstance(pool, str) else None
 
     def next_run(self, now: datetime) -> datetime | None:
-        """When it fires next (UTC), or None: disabled, ended, or a ``rate()`` (Scheduler keeps its phase)."""
+        """When it fires next (UTC), or None: disabled or ended. A ``rate()`` counts from its start date
+        (else its creation), as Scheduler does."""
         if not self.enabled:
             return None
-        moment = next_occurrence(self.expression, self.timezone, now)
+        start = self.definition.get("StartDate") or self.definition.get("CreationDate")
+        anchor = start if isinstance(start, datetime) else None
+        moment = next_occurrence(self.expression, self.timezone, now, anchor=anchor)
         end = self.definition.get("EndDate")
         if moment is not None and isinstance(end, datetime) and moment > end:
             return None
@@ -94,8 +99,25 @@ def kind_of(stack: str, name: str, payload: Mapping[str, Any] | None) -> Schedul
     return "other"
 
 
-def next_occurrence(expression: str, timezone: str, now: datetime) -> datetime | None:
-    """The next firing of a Scheduler expression after ``now``: ``cron(...)`` in its zone, ``at(...)``."""
+RATE = re.compile(r"rate\((\d+) (minute|minutes|hour|hours|day|days)\)")
+RATE_UNITS = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def next_occurrence(
+    expression: str, timezone: str, now: datetime, *, anchor: datetime | None = None
+) -> datetime | None:
+    """The next firing of a Scheduler expression after ``now``: ``cron(...)`` in its zone, ``at(...)``,
+    or ``rate(...)`` counted in whole periods from ``anchor`` (None without one)."""
+    rate = RATE.fullmatch(expression)
+    if rate:
+        if anchor is None:
+            return None
+        period = int(rate[1]) * RATE_UNITS[rate[2].rstrip("s")]
+        if period <= 0:
+            return None
+        elapsed = (now - anchor).total_seconds()
+        periods = max(0, int(elapsed // period) + 1)
+        return (anchor + timedelta(seconds=periods * period)).astimezone(UTC)
     try:
         zone = ZoneInfo(timezone or "UTC")
     except (ZoneInfoNotFoundError, ValueError):
@@ -153,6 +175,14 @@ def list_schedules(scheduler: Any, stack: str) -> list[Schedule]:
         (get_schedule(scheduler, stack, summary["Name"]) for summary in summaries),
         key=lambda schedule: schedule.name,
     )
+
+
+def schedule_group_exists(scheduler: Any, stack: str) -> bool:
+    try:
+        scheduler.get_schedule_group(Name=names.schedule_group(stack))
+    except scheduler.exceptions.ResourceNotFoundException:
+        return False
+    return True
 
 
 def get_schedule(scheduler: Any, stack: str, name: str) -> Schedule:
@@ -228,21 +258,21 @@ def launcher_payload(schedule: Schedule) -> tuple[str, int | None]:
 class RunNow:
     schedule: str
     payload: Mapping[str, Any]
-    decision: LaunchDecision | None  # None in a dry run: the launcher was not called
+    decision: LaunchDecision  # in a dry run, what the launcher would decide (it changed nothing)
+    dry_run: bool
 
     @property
     def refused(self) -> bool:
-        return self.decision is not None and self.decision.refusal is not None
+        return self.decision.refusal is not None
 
     def as_dict(self) -> dict[str, Any]:
         from lambdas.launcher import result_of
 
-        launched = result_of(self.decision) if self.decision is not None else {}
         return {
             "schedule": self.schedule,
             "payload": dict(self.payload),
-            "dry_run": self.decision is None,
-            **launched,
+            "dry_run": self.dry_run,
+            **result_of(self.decision),
         }
 
 
@@ -266,10 +296,15 @@ def run_now(
     schedule = get_schedule(scheduler, stack, name)
     pool, capacity = launcher_payload(schedule)
     payload = schedule.payload or {}
-    if dry_run:
-        return RunNow(name, payload, None)
     settings = settings_from_environment({**environ, STACK: stack, REGIONS: region})
-    decision = launcher.launch(
-        pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now
-    )
-    return RunNow(name, payload, decision)
+    # The launcher logs its refusal for CloudWatch; here the command reports it, once.
+    quiet = logging.getLogger(launcher.__name__)
+    handler = logging.NullHandler()
+    quiet.addHandler(handler)
+    try:
+        decision = launcher.launch(
+            pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now, dry_run=dry_run
+        )
+    finally:
+        quiet.removeHandler(handler)
+    return RunNow(name, payload, decision, dry_run)

@@ -167,10 +167,17 @@ def stack_region(stack: str, project_dir: Path, explicit: str | None) -> str:
     The stack file comes before the environment so that parking prod from a shell set up for
     another region acts on prod's region, not on an empty one.
     """
-    region = explicit or config_region(stack, project_dir) or aws_region(os.environ)
-    if not region:
-        raise InputError(f"no region for stack {stack!r}: pass --region, or set aws:region or AWS_REGION")
-    return region
+    from cli.oncall.regions import checked_region
+
+    sources = (
+        ("--region", explicit),
+        (f"aws:region in Pulumi.{stack}.yaml", config_region(stack, project_dir)),
+        ("AWS_REGION", aws_region(os.environ)),
+    )
+    for source, region in sources:
+        if region:
+            return checked_region(region, source)
+    raise InputError(f"no region for stack {stack!r}: pass --region, or set aws:region or AWS_REGION")
 
 
 def plan_park(stack: str, project_dir: Path, *, parked: bool) -> ParkPlan:

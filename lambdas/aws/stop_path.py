@@ -131,10 +131,20 @@ def _in_batches(
 
 
 def describe_error(error: Exception) -> str:
-    """``Code: message`` for AWS's errors, the text otherwise."""
+    """``Code: message`` for AWS's errors, the text otherwise.
+
+    A proxy or a wrong endpoint can answer with an HTML page, which botocore passes on as the message:
+    that becomes one line naming the HTTP status, never the page.
+    """
     if isinstance(error, ClientError):
         details = error.response.get("Error", {})
-        return f"{details.get('Code', 'Unknown')}: {details.get('Message', '')}".strip()
+        message = str(details.get("Message", ""))
+        if message.lstrip().startswith("<") and "html" in message[:200].lower():
+            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
+            return (
+                f"HTTP {status} with an HTML page, not an AWS response; check AWS_ENDPOINT_URL and the region"
+            )
+        return f"{details.get('Code', 'Unknown')}: {message}".strip()
     return str(error)
 
 

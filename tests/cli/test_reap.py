@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +22,20 @@ from guardrail_fleet import (
 
 from cli.main import parkbrake
 from cli.reap import run_reap
+from guardrails import names
 
 
 @pytest.fixture
 def env(aws: str) -> dict[str, str]:
+    """A deployed stack: its park parameter exists (the Pulumi program writes it)."""
+    deploy_stack(aws, REGION)
     return {"PARKBRAKE_STACK": STACK, "PARKBRAKE_REGIONS": REGION}
+
+
+def deploy_stack(aws: str, region: str) -> None:
+    client_factory(aws)("ssm", region).put_parameter(
+        Name=names.park_parameter(STACK), Value="false", Type="String", Overwrite=True
+    )
 
 
 def invoke(args: list[str], env: dict[str, str], stdin: str | None = None) -> Any:
@@ -106,3 +117,48 @@ def test_bad_settings_exit_2_naming_the_variable(aws: str, env: dict[str, str]) 
     assert result.exit_code == 2
     assert "PARKBRAKE_DEFAULT_MAX_RUNTIME" in result.output
     assert "Traceback" not in result.output
+
+
+def test_an_unknown_stack_is_an_error_not_an_empty_sweep(aws: str, env: dict[str, str]) -> None:
+    result = CliRunner().invoke(parkbrake, ["reap", "--stack", "staging", "--dry-run"], env=env)
+
+    assert result.exit_code == 1
+    assert "stack 'staging' is not deployed in us-east-1: no /parkbrake/staging/parked" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_region_option_and_the_stack_files_region_are_honoured(
+    aws: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = "eu-west-1"
+    deploy_stack(aws, other)
+    host = launch(client_factory(aws)("ec2", other), "g4dn.xlarge", {"Name": "forgotten"})[0]
+    environment = {"PARKBRAKE_STACK": STACK, "PARKBRAKE_REGIONS": "", "AWS_REGION": REGION}
+
+    by_option = invoke(["--region", other, "--dry-run"], environment)
+    assert by_option.exit_code == 0, by_option.output
+    assert host in by_option.output
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"Pulumi.{STACK}.yaml").write_text(f"config:\n  aws:region: {other}\n")
+    by_stack_file = invoke(["--dry-run"], environment)
+    assert by_stack_file.exit_code == 0, by_stack_file.output
+    assert host in by_stack_file.output
+
+    mistyped = CliRunner().invoke(parkbrake, ["reap", "--region", "eu-wset-1"], env=environment)
+    assert mistyped.exit_code == 2
+    assert "unknown AWS region 'eu-wset-1' (from --region); did you mean eu-west-1?" in mistyped.output
+
+
+def test_the_table_keeps_ids_and_timestamps_whole_at_80_columns(aws: str, env: dict[str, str]) -> None:
+    ec2 = client_factory(aws)("ec2", REGION)
+    hosts = [launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0] for _ in range(2)]
+
+    result = invoke(["--dry-run"], {**env, "COLUMNS": "80"})
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for host in hosts:
+        assert any(line.startswith(host + " ") for line in lines), result.output
+    assert re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", result.output), result.output
