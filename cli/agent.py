@@ -84,6 +84,10 @@ def agent(
     that has kept it there for --hang-after; the host shuts down once every GPU has been idle for the
     whole --idle-after window, and stops itself through the EC2 API if it is still up
     --api-stop-after later. Needs an NVIDIA driver (NVML), except with --replay.
+
+    \b
+    Example:
+      parkbrake agent --idle-after 30m --port 9400
     """
     from cli.host.api_stop import ApiFallback
     from cli.host.nvml_agent import (

@@ -222,7 +222,12 @@ def serve_exporter(
 )
 @output_option
 def exporter(port: int, address: str, cache_seconds: float, stack: str | None, output: str) -> None:
-    """Serve the ledger's metrics for Prometheus: GPU-seconds, cost, running GPUs, budget remaining, runway."""
+    """Serve the ledger's metrics for Prometheus: GPU-seconds, cost, running GPUs, budget remaining, runway.
+
+    \b
+    Example:
+      parkbrake exporter --port 9108
+    """
     from cli.ledger import metering_settings
     from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
     from guardrails.settings import settings_from_environment

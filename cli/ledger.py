@@ -62,7 +62,12 @@ def ledger() -> None:
 @output_option
 def migrate(output: str) -> None:
     """Create or upgrade the ledger's tables and record new prices (run as the ledger's owner; safe to
-    run again, and from two places at once)."""
+    run again, and from two places at once).
+
+    \b
+    Example:
+      parkbrake ledger migrate
+    """
     from guardrails.pricing import PRICES_FILE, load_price_table
     from lambdas.ledger.store import store_from_environment
 
@@ -90,6 +95,10 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
 
     Each host is looked up in EC2 for its tags and type, as the meter does; events already in the
     ledger are ignored, so a file can be ingested again safely.
+
+    \b
+    Example:
+      parkbrake ledger ingest events.jsonl
     """
     from lambdas.aws.environment import default_clients
     from lambdas.ledger.store import store_from_environment
@@ -281,7 +290,12 @@ def report_csv(reports: Sequence[TenantReport]) -> str:
     help="text for people, csv for invoicing, json for scripts.",
 )  # fmt: skip
 def report(tenants: tuple[str, ...], since: str | None, until: str | None, output: str) -> None:
-    """Accelerator-seconds and cost per tenant, by pool and instance type, for a time window."""
+    """Accelerator-seconds and cost per tenant, by pool and instance type, for a time window.
+
+    \b
+    Example:
+      parkbrake ledger report --tenant research --since 2026-11-01 --output json
+    """
     from guardrails.runway import period_start
     from lambdas.ledger.store import store_from_environment
 
@@ -345,7 +359,12 @@ def tenant_runways(
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to show (repeatable); default: all.")
 @output_option
 def runway(tenants: tuple[str, ...], output: str) -> None:
-    """Each tenant's budget: spent, committed to running hosts' caps, remaining, burn rate, runway."""
+    """Each tenant's budget: spent, committed to running hosts' caps, remaining, burn rate, runway.
+
+    \b
+    Example:
+      parkbrake ledger runway --tenant research
+    """
     statuses = tenant_runways(now=datetime.now(UTC), tenants=list(tenants) or None)
     if output == "json":
         click.echo(json.dumps([status.as_dict() for status in statuses], indent=2))
@@ -454,7 +473,12 @@ def release(reservation_id: int, output: str) -> None:
 )  # fmt: skip
 @output_option
 def set_budget(tenant: str, output: str, **flags: str) -> None:
-    """Set TENANT's budget per period and the actions it takes (replacing any earlier budget)."""
+    """Set TENANT's budget per period and the actions it takes (replacing any earlier budget).
+
+    \b
+    Example:
+      parkbrake ledger budget research --limit-usd 5000 --period month
+    """
     from lambdas.ledger.store import store_from_environment
 
     new_budget = parse_budget(tenant, **flags)

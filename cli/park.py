@@ -76,6 +76,10 @@ def park(**options: Any) -> None:
     stack to zero through the AWS API, disables the nightly start schedules (never the reaper's),
     sets the SSM park parameter, and records the capacities it took away in AWS (tags), so that
     anyone's `parkbrake unpark --now` restores them exactly.
+
+    \b
+    Example:
+      parkbrake park --stack dev --now --dry-run
     """
     _run(parked=True, **options)
 
@@ -89,6 +93,10 @@ def unpark(**options: Any) -> None:
     By default this sets parkbrake:parked: false in Pulumi.<stack>.yaml (and, with --apply, runs
     `pulumi up`). --now restores exactly what `park --now` recorded in AWS: each group's
     min/desired/max, each service's desired count, the nightly schedules it disabled.
+
+    \b
+    Example:
+      parkbrake unpark --stack dev --now
     """
     _run(parked=False, **options)
 

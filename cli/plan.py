@@ -77,6 +77,10 @@ def plan(
 
     Runs the real Pulumi program under the SDK's mock engine (no Pulumi CLI, no cloud account).
     Exit 0 when every mandatory policy passes, 1 when one fails, 2 for a bad config or an unpriced region.
+
+    \b
+    Example:
+      parkbrake plan --stack dev --output markdown
     """
     report, diff = plan_with_diff(stack, config_file, parked, project_dir, against)
     click.echo(render(report, diff, output), nl=False)

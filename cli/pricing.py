@@ -42,6 +42,10 @@ def refresh(regions: tuple[str, ...], price_file: Path | None, dry_run: bool, ou
 
     Needs ec2:DescribeInstanceTypes, ec2:DescribeSpotPriceHistory and pricing:GetProducts. Keeps
     each region's service prices (Aurora, ElastiCache, Fargate, ALB, NAT, IPv4, EBS) as they are.
+
+    \b
+    Example:
+      parkbrake pricing refresh
     """
     from guardrails.pricing import PRICES_FILE
 

@@ -119,6 +119,10 @@ def run(
     host is still up --api-stop-after the shutdown, it stops itself through the EC2 API. The summary
     goes to stderr, so the job keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
     cover up to its cap is refused before it starts (exit 1; the host's own deadline still applies).
+
+    \b
+    Example:
+      parkbrake run --max-runtime 90m -- python train.py
     """
     from cli.host.api_stop import ApiFallback
     from cli.host.job_wrapper import ShutdownCommand, run_and_shut_down

@@ -39,7 +39,12 @@ def schedule() -> None:
 @region_option
 @output_option
 def list_command(stack: str, region: str | None, output: str) -> None:
-    """Every schedule of the stack: kind, state, expression, next run, payload."""
+    """Every schedule of the stack: kind, state, expression, next run, payload.
+
+    \b
+    Example:
+      parkbrake schedule list --stack dev
+    """
     from cli.oncall.nightly import list_schedules, schedule_group_exists
     from guardrails import names
     from guardrails.errors import ParkbrakeError
@@ -94,7 +99,12 @@ def list_command(stack: str, region: str | None, output: str) -> None:
 @yes_option
 @output_option
 def pause(**options: Any) -> None:
-    """Disable schedule NAME, keeping every other field of it (the reaper's sweep is refused)."""
+    """Disable schedule NAME, keeping every other field of it (the reaper's sweep is refused).
+
+    \b
+    Example:
+      parkbrake schedule pause parkbrake-dev-nightly-training --stack dev
+    """
     _change_state("DISABLED", **options)
 
 
@@ -106,7 +116,12 @@ def pause(**options: Any) -> None:
 @yes_option
 @output_option
 def resume(**options: Any) -> None:
-    """Enable schedule NAME again, keeping every other field of it."""
+    """Enable schedule NAME again, keeping every other field of it.
+
+    \b
+    Example:
+      parkbrake schedule resume parkbrake-dev-nightly-training --stack dev
+    """
     _change_state("ENABLED", **options)
 
 
@@ -150,6 +165,10 @@ def run_now_command(
 
     It obeys the launcher's refusals — the stack is parked, the pool is already at that capacity,
     the tenant's runway cannot pay for the hosts' caps — and exits 1 when it refuses.
+
+    \b
+    Example:
+      parkbrake schedule run-now parkbrake-dev-nightly-training --stack dev --dry-run
     """
     from cli.oncall.nightly import run_now
     from lambdas.aws.clients import client

@@ -31,11 +31,20 @@ def verify(
 ) -> None:
     """Prove that SERVICE (e.g. inference) runs REVISION.
 
-    For every ECS service taking SERVICE's traffic (the colours the listener weights, for a
-    blue-green service): the PRIMARY deployment is COMPLETED on a task definition labelled REVISION
-    and pinned to an image digest, no other deployment runs tasks, and every running task runs that
-    task definition. A circuit-breaker rollback, which ECS reports as a COMPLETED deployment of the
-    old task definition, fails with a message that says so. Exit 0 only when every check holds.
+    For every ECS service that any listener route can send SERVICE's traffic to (every listener
+    default action and rule, with its weights, on the colours' load balancers): the PRIMARY
+    deployment is COMPLETED on a task definition labelled REVISION and pinned to an image digest,
+    no other deployment runs tasks, and every running task runs that task definition. A route that
+    sends any traffic to a colour running another revision fails, naming the rule. A circuit-breaker
+    rollback, which ECS reports as a COMPLETED deployment of the old task definition, fails with
+    "rolled back to …".
+
+    Exit 0 only when every check holds, 1 when one fails (or AWS cannot be read), 2 for bad input
+    (a malformed --revision or --image, an image tag that does not exist).
+
+    \b
+    Example:
+      parkbrake verify inference --stack dev --revision 9e8d7c6 --url https://inference.example.com
     """
     from cli.oncall.deploy_runtime import Runtime
     from cli.oncall.revision_checks import verify_revision

@@ -42,6 +42,19 @@ def test_every_command_has_help_and_an_output_option(name: str, command: click.C
     assert "--output" in result.output
 
 
+@pytest.mark.parametrize(("name", "command"), leaf_commands(), ids=str)
+def test_every_option_has_help_and_the_help_shows_an_example(name: str, command: click.Command) -> None:
+    silent = [
+        param.opts[0]
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not (param.help or "").strip()
+    ]
+    assert not silent, f"{name}: options without help text: {', '.join(silent)}"
+    shown = CliRunner().invoke(parkbrake, [*name.split(), "--help"]).output
+    example = shown.split("Example:", 1)[-1] if "Example:" in shown else ""
+    assert f"parkbrake {name}" in example, f"{name}: its --help shows no 'Example:' running it"
+
+
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_the_registry_help_line_is_the_commands_own_short_help(name: str) -> None:
     """``parkbrake --help`` shows the registry's line without importing the command: it must not drift."""
