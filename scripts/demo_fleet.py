@@ -28,6 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
+from botocore.exceptions import ClientError
 
 from guardrails import names, tags
 
@@ -309,12 +310,22 @@ def main(argv: list[str] | None = None) -> int:
         aws_secret_access_key=os.environ.get("AWS_SECRET_ACCESS_KEY", "testing"),
         region_name=arguments.region,
     )
-    fleet = seed_fleet(
-        lambda service: session.client(service, endpoint_url=endpoint),
-        stack=arguments.stack,
-        region=arguments.region,
-        now=datetime.now(UTC),
-    )
+    clients: Clients = lambda service: session.client(service, endpoint_url=endpoint)  # noqa: E731
+    if _already_seeded(clients("ssm"), arguments.stack):
+        print(
+            f"stack {arguments.stack} is already seeded in {arguments.region} at {endpoint}; nothing to do. "
+            f"To start over: curl -X POST {endpoint.rstrip('/')}/moto-api/reset"
+        )
+        return 0
+    try:
+        fleet = seed_fleet(clients, stack=arguments.stack, region=arguments.region, now=datetime.now(UTC))
+    except ClientError as error:  # e.g. a half-seeded stack from an interrupted run
+        print(
+            f"could not seed stack {arguments.stack}: {error.response['Error'].get('Message', error)}; "
+            f"reset the server (curl -X POST {endpoint.rstrip('/')}/moto-api/reset) and run this again",
+            file=sys.stderr,
+        )
+        return 1
     print(f"seeded stack {fleet.stack} in {fleet.region} at {endpoint}:")
     print(f"  Auto Scaling groups: {', '.join(fleet.groups.values())}")
     print(f"  stand-alone exempt GPU host: {fleet.standalone_host}; CPU host: {fleet.cpu_host}")
@@ -324,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         f"try: parkbrake status --stack {fleet.stack}; parkbrake park --now --dry-run --stack {fleet.stack}"
     )
     return 0
+
+
+def _already_seeded(ssm: Any, stack: str) -> bool:
+    try:
+        ssm.get_parameter(Name=names.park_parameter(stack))
+    except ssm.exceptions.ParameterNotFound:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from cli.oncall.concurrently import side_by_side
 from cli.oncall.fleet_capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.nightly import Schedule, list_schedules
 from cli.oncall.park_records import ParkRecord
@@ -288,8 +289,9 @@ def fleet_status(
 ) -> FleetStatus:
     """Read every region at once; one region's API error is reported and the others still shown."""
     status = FleetStatus(now=now, regions=list(regions))
-    with ThreadPoolExecutor(max_workers=max(1, len(regions)), thread_name_prefix="status") as pool:
-        parts = list(pool.map(lambda region: _region(region, stack, clients, settings, now), regions))
+    parts = side_by_side(
+        [partial(_region, region, stack, clients, settings, now) for region in regions], "status"
+    )
     for part in parts:
         status.hosts += part.hosts
         status.services += part.services
@@ -325,15 +327,22 @@ def _region(
 ) -> _RegionPart:
     """One region: the host listing (the longest read) runs while the stacks are read."""
     part = _RegionPart()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hosts-{region}") as pool:
-        listing = pool.submit(_hosts_of, region, stack, clients, settings, now)
-        deployed = [stack] if stack else _deployed_stacks(clients("ssm", region), region, part.errors)
+    deployed: list[str] = []
+
+    def read_stacks() -> None:
+        deployed.extend([stack] if stack else _deployed_stacks(clients("ssm", region), region, part.errors))
         for name in deployed:
             _read_stack(part, name, region, clients)
-        hosts, errors = listing.result()
-    part.hosts, part.errors = hosts, errors + part.errors
+
+    listing: tuple[list[HostStatus], list[str]]
+    listing, _ = side_by_side(
+        [partial(_hosts_of, region, stack, clients, settings, now), read_stacks], f"status-{region}"
+    )
+    part.hosts, part.errors = listing[0], listing[1] + part.errors
     named = {
-        host.host.tags[tags.STACK] for host in hosts if host.host.managed and tags.STACK in host.host.tags
+        host.host.tags[tags.STACK]
+        for host in part.hosts
+        if host.host.managed and tags.STACK in host.host.tags
     }
     for name in sorted(named - set(deployed)) if not stack else []:
         _read_stack(part, name, region, clients)
