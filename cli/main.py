@@ -105,7 +105,7 @@ def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
     if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectionError):
         return (
             _region_hint()
-            or f"cannot reach {endpoint}: {error}; check AWS_ENDPOINT_URL, the region and the network"
+            or f"cannot reach the AWS endpoint {endpoint}: {error}; check AWS_ENDPOINT_URL, the region and the network"
         )
     parsers = sys.modules.get("botocore.parsers")
     if parsers is not None and isinstance(error, parsers.ResponseParserError):
