@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -51,7 +51,9 @@ def test_list_shows_kinds_states_and_the_next_nightly_run(aws: str, fleet: Any) 
     assert by_name[NIGHTLY]["pool"] == "training"
     assert by_name[NIGHTLY]["payload"] == {"pool": "training", "capacity": 1}
     assert by_name[REAPER]["kind"] == "reaper"
-    assert by_name[REAPER]["next_run"] is None
+    # rate(5 minutes): the next whole period after now, counted from the schedule's creation.
+    reaper_next = datetime.fromisoformat(by_name[REAPER]["next_run"])
+    assert timedelta(0) < reaper_next - datetime.now(UTC) <= timedelta(minutes=5)
     next_run = datetime.fromisoformat(by_name[NIGHTLY]["next_run"])
     assert next_run.astimezone(ZoneInfo("Europe/Berlin")).strftime("%H:%M") == "01:00"
 
@@ -180,7 +182,27 @@ def test_run_now_only_runs_nightly_starts_and_dry_run_calls_nothing(aws: str, fl
     assert "parkbrake reap" in reaper.output
     assert dry.exit_code == 0
     assert json.loads(dry.stdout)["dry_run"] is True
+    assert json.loads(dry.stdout)["started"] == 1  # what it would do, decided by the launcher's checks
     assert capacity(aws, TRAINING) == (0, 0, 2)
+
+
+def test_run_now_dry_run_goes_through_the_refusals_and_reports_once(aws: str, fleet: Any) -> None:
+    aws_client(aws, "ssm").put_parameter(Name=names.park_parameter(STACK), Value="true", Overwrite=True)
+
+    dry = invoke("run-now", NIGHTLY, "--stack", STACK, "--dry-run")
+
+    assert dry.exit_code == 1
+    refusals = [line for line in dry.output.splitlines() if "refused" in line.lower()]
+    assert len(refusals) == 1, dry.output
+    assert refusals[0].startswith("Would be refused (parked)")
+    assert capacity(aws, TRAINING) == (0, 1, 2)
+
+
+def test_list_of_an_unknown_stack_is_an_error(aws: str, fleet: Any) -> None:
+    result = invoke("list", "--stack", "nosuch", "--region", REGION)
+
+    assert result.exit_code == 1
+    assert "stack 'nosuch' has no schedule group parkbrake-nosuch in us-east-1" in result.output
 
 
 @pytest.mark.parametrize(
@@ -196,10 +218,12 @@ def test_run_now_only_runs_nightly_starts_and_dry_run_calls_nothing(aws: str, fl
         ("cron(0 1 * * ? *)", "Europe/Berlin", "2026-07-01T00:30:00+00:00", "2026-07-01T23:00:00+00:00"),
         ("at(2026-03-01T12:00:00)", "UTC", "2026-02-01T00:00:00+00:00", "2026-03-01T12:00:00+00:00"),
         ("at(2026-03-01T12:00:00)", "UTC", "2026-04-01T00:00:00+00:00", None),
-        ("rate(5 minutes)", "UTC", "2026-02-01T00:00:00+00:00", None),
+        ("rate(5 minutes)", "UTC", "2026-02-01T00:00:00+00:00", "2026-02-01T00:02:00+00:00"),
+        ("rate(1 day)", "UTC", "2026-02-01T00:00:00+00:00", "2026-02-01T23:57:00+00:00"),
     ],
 )
 def test_next_occurrence(expression: str, timezone: str, now: str, expected: str | None) -> None:
-    moment = next_occurrence(expression, timezone, datetime.fromisoformat(now))
+    anchor = datetime.fromisoformat("2026-01-31T23:57:00+00:00")  # when the schedule was created
+    moment = next_occurrence(expression, timezone, datetime.fromisoformat(now), anchor=anchor)
 
     assert (moment.isoformat() if moment else None) == expected
