@@ -6,7 +6,13 @@ import subprocess
 import sys
 
 # Explicit, in the order a reader wants the figures.
-BENCHMARKS = ("benchmarks.cli_startup", "benchmarks.fleet_day", "benchmarks.ledger", "benchmarks.inference")
+BENCHMARKS = (
+    "benchmarks.cli_startup",
+    "benchmarks.fleet_day",
+    "benchmarks.ledger",
+    "benchmarks.inference",
+    "benchmarks.status",
+)
 
 
 def main(argv: list[str]) -> int:
