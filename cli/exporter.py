@@ -204,7 +204,13 @@ def serve_exporter(
 
 
 @click.command()
-@click.option("--port", default=9108, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--port",
+    default=9108,
+    show_default=True,
+    type=click.IntRange(0, 65535),
+    help="Port to serve /metrics on.",
+)
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option(
     "--cache-seconds",

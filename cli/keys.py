@@ -50,7 +50,12 @@ def keys() -> None:
 )
 @output_option
 def create(tenant: str, output: str) -> None:
-    """Make a key for TENANT and print it once; only its hash is kept."""
+    """Make a key for TENANT and print it once; only its hash is kept.
+
+    \b
+    Example:
+      parkbrake keys create --tenant research --output json
+    """
     with key_store() as store:
         new = store.create(tenant, datetime.now(UTC))
     if output == "json":
@@ -63,7 +68,12 @@ def create(tenant: str, output: str) -> None:
 @click.option("--tenant", "-t", default=None, help="Only this tenant's keys.")
 @output_option
 def list_keys(tenant: str | None, output: str) -> None:
-    """List keys (ids, tenants, when made and revoked); the keys themselves cannot be shown."""
+    """List keys (ids, tenants, when made and revoked); the keys themselves cannot be shown.
+
+    \b
+    Example:
+      parkbrake keys list --tenant research
+    """
     with key_store() as store:
         found = store.list(tenant=tenant)
     if output == "json":
@@ -82,7 +92,12 @@ def list_keys(tenant: str | None, output: str) -> None:
 @yes_option
 @output_option
 def revoke(key_id: str, dry_run: bool, yes: bool, output: str) -> None:
-    """Revoke KEY_ID: requests with it get 401 from then on."""
+    """Revoke KEY_ID: requests with it get 401 from then on.
+
+    \b
+    Example:
+      parkbrake keys revoke 42 --yes
+    """
     with key_store() as store:
         matching = [key for key in store.list() if key.id == key_id]
         if not matching:

@@ -88,7 +88,13 @@ def migrate(output: str) -> None:
 
 @ledger.command()
 @click.argument("events_file", type=click.File("r"))
-@click.option("--batch-size", default=500, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--batch-size",
+    default=500,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Events written per transaction.",
+)
 @output_option
 def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     """Append EC2 state-change events from EVENTS_FILE (JSON Lines of native EventBridge events; - for stdin).
@@ -408,7 +414,12 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
 @output_option
 def admit(tenant: str, output: str, **flags: Any) -> None:
     """Reserve what COUNT hosts can cost before starting them: exit 0 with the reservation id, or 1
-    with what remains and what is needed. For any launcher (workflow engine, CI) that starts GPUs."""
+    with what remains and what is needed. For any launcher (workflow engine, CI) that starts GPUs.
+
+    \b
+    Example:
+      parkbrake ledger admit --tenant research --instance-type g5.xlarge --count 2 --max-runtime 2h
+    """
     from guardrails.durations import DurationError, parse_duration
     from guardrails.launch import AdmissionRequest
     from lambdas.ledger.store import store_from_environment
@@ -447,7 +458,12 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
 @click.argument("reservation_id", type=int)
 @output_option
 def release(reservation_id: int, output: str) -> None:
-    """Give back what reservation RESERVATION_ID still holds (its started hosts stay committed)."""
+    """Give back what reservation RESERVATION_ID still holds (its started hosts stay committed).
+
+    \b
+    Example:
+      parkbrake ledger release 17
+    """
     from lambdas.ledger.store import store_from_environment
 
     store = store_from_environment()
@@ -463,7 +479,13 @@ def release(reservation_id: int, output: str) -> None:
 @ledger.command("budget")
 @click.argument("tenant")
 @click.option("--limit-usd", required=True, help="The hard limit for each period, in USD.")
-@click.option("--period", type=click.Choice(["day", "week", "month"]), default="month", show_default=True)
+@click.option(
+    "--period",
+    type=click.Choice(["day", "week", "month"]),
+    default="month",
+    show_default=True,
+    help="The budget period the limit applies to.",
+)
 @click.option(
     "--soft", default="50,80,90", show_default=True, help="Percentages of the limit at which to notify."
 )
