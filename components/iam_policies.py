@@ -105,6 +105,28 @@ def _stop_path(grants: Grants) -> list[Statement]:
     return statements
 
 
+def _serving_rotation(grants: Grants) -> list[Statement]:
+    """Rotating serving hosts (lambdas/aws/serving_rotation.py): read the groups, ask a managed group
+    for a replacement, mark the old host; its removal is the stop path's group termination."""
+    if not grants.autoscaling_group_arns:
+        return []
+    return [
+        statement("DescribeGroups", ["autoscaling:DescribeAutoScalingGroups"], "*"),  # no resource-level
+        statement(
+            "ReplaceInManagedGroupsOnly",
+            ["autoscaling:SetDesiredCapacity"],
+            list(grants.autoscaling_group_arns),
+            MANAGED_ONLY,
+        ),
+        statement(
+            "MarkRotatingHostsOnly",
+            ["ec2:CreateTags"],
+            grants.arn("ec2", "instance/*"),
+            {**MANAGED_ONLY, "ForAllValues:StringEquals": {"aws:TagKeys": [tags.ROTATING_SINCE]}},
+        ),
+    ]
+
+
 def _deadline_schedules(grants: Grants, *, disarms: bool) -> list[Statement]:
     """Create and move (and, for ``disarms``, delete) the per-host deadline schedules, in their group
     only, as the scheduler role."""
@@ -139,6 +161,7 @@ def reaper_policy(grants: Grants) -> PolicyDocument:
         [
             *_basics("reaper", grants, notifies=True),
             *_stop_path(grants),
+            *_serving_rotation(grants),
             *_deadline_schedules(grants, disarms=False),
         ]
     )
@@ -150,6 +173,7 @@ def deadline_policy(grants: Grants) -> PolicyDocument:
         [
             *_basics("deadline", grants, notifies=False),
             *_stop_path(grants),
+            *_serving_rotation(grants),  # a deadline judges its host through the sweep, rotation included
             *_deadline_schedules(grants, disarms=True),
         ]
     )

@@ -55,9 +55,10 @@ def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
     basics = {"OwnLogs", "Heartbeat", "Notify"}
     stop_path = {"Describe", "StopManagedInstancesOnly", "ShrinkManagedGroupsOnly"}
     deadlines = {"DeadlineSchedulesOnly", "PassSchedulerRole"}
+    rotation = {"DescribeGroups", "ReplaceInManagedGroupsOnly", "MarkRotatingHostsOnly"}
 
-    assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines
-    assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines
+    assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines | rotation
+    assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines | rotation
     assert sids(GUARDRAIL_POLICIES["meter"](GRANTS)) - basics == stop_path | {"ReadDatabaseSecret"}
     assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | {"ReadDatabaseSecret"}
     assert sids(GUARDRAIL_POLICIES["launcher"](GRANTS)) - basics == {
