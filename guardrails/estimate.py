@@ -158,7 +158,8 @@ def covered_hours(times: Sequence[datetime], cap: timedelta) -> Decimal:
     """Hours a month during which hosts a schedule started may run: each run lasts at most ``cap``
     and is superseded by the next run (the launcher sets the capacity, it does not add to it)."""
     covered = timedelta(0)
-    for current, following in zip(times, [*times[1:], None], strict=True):
+    following_runs: list[datetime | None] = [*times[1:], None] if times else []  # a schedule that never fires
+    for current, following in zip(times, following_runs, strict=True):
         covered += min(cap, following - current) if following is not None else cap
     return min(HOURS_PER_MONTH, Decimal(int(covered.total_seconds())) / _HOUR)
 

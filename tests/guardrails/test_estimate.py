@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrails.estimate import CostEstimate, estimate_monthly_cost, runs_per_month
+from guardrails.estimate import CostEstimate, covered_hours, estimate_monthly_cost, runs_per_month
 from guardrails.pricing import PriceNotFound, PriceTable, price_table_from_document
 from guardrails.schedules import eventbridge_cron_to_five_fields
 
@@ -397,3 +398,7 @@ def test_eventbridge_cron_conversion(eventbridge: str, five_fields: str) -> None
 def test_runs_per_month_counts_weeknights_only() -> None:
     assert runs_per_month("cron(30 0 ? * 2-6 *)", "America/Los_Angeles") == 22
     assert runs_per_month("rate(5 minutes)", None) == 0
+
+
+def test_a_schedule_that_does_not_fire_in_the_month_covers_no_hours() -> None:
+    assert covered_hours([], timedelta(hours=4)) == 0
