@@ -221,19 +221,7 @@ class Guardrails(pulumi.ComponentResource):
         )
         database = self._database_access()
         self.database_security_group_id = database.security_group_id if database else None
-        # The artifacts `parkbrake package` writes, built by stacks/__main__.py before the program runs.
-        artifacts = package_dir(args.stack)
-        specs = {spec.name: spec for spec in lambda_functions(function.guardrail for function in functions)}
-        code = pulumi.FileArchive(str(artifacts / CODE_ARCHIVE))
-        layer = aws.lambda_.LayerVersion(
-            "dependencies",
-            layer_name=f"{names.prefix(args.stack)}-dependencies",
-            description="the guardrail Lambdas' libraries (components/lambda_requirements.txt)",
-            code=pulumi.FileArchive(str(artifacts / DEPENDENCY_LAYER)),
-            compatible_runtimes=[RUNTIME],
-            compatible_architectures=sorted({spec.architecture for spec in specs.values()}),
-            opts=child_of(self),
-        )
+        specs, code, layer = self._artifacts(functions)
         deployed = {
             function.guardrail: self._function(
                 function,
@@ -264,6 +252,24 @@ class Guardrails(pulumi.ComponentResource):
                 "park_parameter_name": self.park_parameter_name,
             }
         )
+
+    def _artifacts(
+        self, functions: Sequence[Function]
+    ) -> tuple[dict[str, FunctionSpec], pulumi.FileArchive, aws.lambda_.LayerVersion]:
+        """The artifacts `parkbrake package` writes, built by stacks/__main__.py before the program runs:
+        each function's spec, the code archive, and the dependency layer."""
+        artifacts = package_dir(self._args.stack)
+        specs = {spec.name: spec for spec in lambda_functions(function.guardrail for function in functions)}
+        layer = aws.lambda_.LayerVersion(
+            "dependencies",
+            layer_name=f"{names.prefix(self._args.stack)}-dependencies",
+            description="the guardrail Lambdas' libraries (components/lambda_requirements.txt)",
+            code=pulumi.FileArchive(str(artifacts / DEPENDENCY_LAYER)),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=sorted({spec.architecture for spec in specs.values()}),
+            opts=child_of(self),
+        )
+        return specs, pulumi.FileArchive(str(artifacts / CODE_ARCHIVE)), layer
 
     def _scheduler_role(self, account_id: pulumi.Output[str]) -> aws.iam.Role:
         """The role EventBridge Scheduler invokes the reaper (sweeps, deadlines) and the launcher as."""
