@@ -141,7 +141,7 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
         console.print(fitted.table)
         if fitted.dropped:
             console.print(
-                f"[dim]  not shown at this width: {', '.join(fitted.dropped)} (--output json has all)[/]"
+                f"[dim]  hidden at this width: {', '.join(fitted.dropped)}; --output json has all[/]"
             )
     for error in plan.errors:
         console.print(f"[red]could not list {error['region']}: {error['error']}[/]")

@@ -1,19 +1,19 @@
 """Tables that fit the terminal without cutting what people copy.
 
 Each column has a priority. Columns marked ``whole`` (instance ids, timestamps) are never cut or
-folded; the others fold inside the width left to them. When even that does not fit, columns are
-dropped, lowest priority first, and the caller is told which, so it can say so. Widths are fixed
-here, so the rendering library never shortens a column on its own.
+folded; the others fold (at spaces, else inside a word) in the width left to them. When even that
+does not fit, columns are dropped, lowest priority first, and the caller is told which, so it can
+say so. The table is laid out here as styled text, line by line: with fixed widths there is nothing
+left for a table library to decide, and 1,000 rows render in a fraction of its time.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from rich import box
-from rich.table import Table
 from rich.text import Text
 
 FOLD_MIN = 10  # narrowest a folding column gets before a column is dropped
@@ -30,7 +30,7 @@ class Column:
 
 @dataclass(frozen=True)
 class Fitted:
-    table: Table
+    table: Text  # title, header, rule and rows, each line at most the width asked for
     dropped: list[str]  # headers of the columns that did not fit
 
 
@@ -55,20 +55,32 @@ def fitted_table(
             break
         kept.remove(lowest)
     widths = _widths(kept, columns, natural, width)
-    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for index in kept:
-        column = columns[index]
-        table.add_column(
-            column.header,
-            justify=column.justify,
-            width=widths[index],
-            no_wrap=column.whole,
-            overflow="ignore" if column.whole else "fold",
-        )
+    shown = [columns[index] for index in kept]
+    table = Text(no_wrap=True, overflow="ignore")
+    table.append(title + "\n", style="italic")
+    _append_row(table, [column.header for column in shown], shown, [widths[i] for i in kept], "bold")
+    table.append("─" * (sum(widths[i] for i in kept) + COLUMN_GAP * (len(kept) - 1)) + "\n")
     for position, row in enumerate(rows):
         style = styles[position] if styles else None
-        table.add_row(*(Text(row[index]) for index in kept), style=style)
+        _append_row(table, [row[index] for index in kept], shown, [widths[i] for i in kept], style)
     return Fitted(table, [columns[index].header for index in range(len(columns)) if index not in kept])
+
+
+def _append_row(
+    table: Text, cells: Sequence[str], columns: Sequence[Column], widths: Sequence[int], style: str | None
+) -> None:
+    """One row, over as many lines as its tallest folded cell needs."""
+    folded = [
+        [cell] if column.whole or len(cell) <= width else textwrap.wrap(cell, width) or [""]
+        for cell, column, width in zip(cells, columns, widths, strict=True)
+    ]
+    gap = " " * COLUMN_GAP
+    for line in range(max(len(parts) for parts in folded)):
+        texts = []
+        for parts, column, width in zip(folded, columns, widths, strict=True):
+            text = parts[line] if line < len(parts) else ""
+            texts.append(text.rjust(width) if column.justify == "right" else text.ljust(width))
+        table.append(gap.join(texts).rstrip() + "\n", style=style or "")
 
 
 def _narrowest(kept: list[int], columns: Sequence[Column], natural: list[int]) -> int:

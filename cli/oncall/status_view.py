@@ -132,9 +132,7 @@ def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]
 def _print_fitted(console: Console, fitted: Any) -> None:
     console.print(fitted.table)
     if fitted.dropped:
-        console.print(
-            f"[dim]  not shown at this width: {', '.join(fitted.dropped)} (--output json has all)[/]"
-        )
+        console.print(f"[dim]  hidden at this width: {', '.join(fitted.dropped)}; --output json has all[/]")
 
 
 def _print_hosts(console: Console, report: FleetStatus, width: int) -> None:

@@ -262,7 +262,7 @@ def test_ids_and_timestamps_are_never_cut_at_any_width(aws: str, fleet: Any, wid
     for group in report.groups:
         assert group.name in text
     if width == 80:
-        assert "not shown at this width:" in text  # what had to go is named, not silently cut
+        assert "hidden at this width:" in text  # what had to go is named, not silently cut
     assert "…" not in text
 
 
