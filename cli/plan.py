@@ -124,10 +124,18 @@ def _properties(resource_type: str, inputs: dict[str, Any]) -> str:
     for key in KEY_PROPERTIES.get(resource_type, ()):
         if key in inputs:
             value = inputs[key]
-            if isinstance(value, dict):
-                value = ", ".join(f"{k}={v}" for k, v in value.items())
-            shown.append(f"{key}={value}")
+            text = (
+                ", ".join(f"{k}={_number(v)}" for k, v in value.items())
+                if isinstance(value, dict)
+                else _number(value)
+            )
+            shown.append(f"{key}={text}")
     return " ".join(shown)
+
+
+def _number(value: Any) -> str:
+    """Counts as counts: the mock engine hands numbers back as floats (1.0), people read 1."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def plan_text(report: PlanReport, diff: PlanDiff | None) -> str:

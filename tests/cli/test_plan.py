@@ -66,6 +66,10 @@ def test_text_shows_the_tree_the_costs_and_the_verdicts() -> None:
     assert "Monthly cost estimate (USD, us-east-1 prices, 730 h)" in result.output
     assert "parkbrake:aws:GpuPool training" in result.output
     assert "gpu-hosts-have-a-cap" in result.output
+    # Counts read as counts, though the mock engine hands them back as floats.
+    assert "control-plane desiredCount=1\n" in result.output
+    assert "maxCapacity=3" in result.output
+    assert "=1.0" not in result.output
 
 
 def test_markdown_is_a_pull_request_comment() -> None:
