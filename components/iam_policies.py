@@ -171,7 +171,7 @@ def deadline_policy(grants: Grants) -> PolicyDocument:
     """Per-host deadlines: arms them on ``running``, and stops a host already past its cap."""
     return document(
         [
-            *_basics("deadline", grants, notifies=False),
+            *_basics("deadline", grants, notifies=True),  # it judges a late host through the sweep
             *_stop_path(grants),
             *_serving_rotation(grants),  # a deadline judges its host through the sweep, rotation included
             *_deadline_schedules(grants, disarms=True),
