@@ -53,6 +53,10 @@ def package(
 
     The functions are the ones the stack's program declares (run offline, as plan does); the layer's
     wheels come pinned and hash-checked from components/lambda_requirements.txt.
+
+    \b
+    Example:
+      parkbrake package --stack dev --out build/lambda
     """
     manifest = package_stack(
         stack, out, architecture=architecture, python_version=python_version, project_dir=project_dir
