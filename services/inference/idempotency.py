@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from guardrails.idempotency import Lease
-from lambdas.ledger.store import Connections
+from lambdas.ledger.store import Connections, LedgerUnavailable
 
 COMPRESS_FROM_BYTES = 1024  # smaller bodies are stored as they are
 DEFAULT_MAX_STORED_BYTES = 8 * 1024 * 1024  # after compression
@@ -145,6 +145,14 @@ class PostgresIdempotencyStore:
     _new_owner: Any = field(default=uuid.uuid4, repr=False)
 
     def claim(self, scope: Scope, fingerprint: str, now: datetime) -> Claim:
+        # A row released or swept between the claim and the read is claimed again: twice is plenty.
+        for _ in range(3):
+            claim = self._claim_once(scope, fingerprint, now)
+            if claim is not None:
+                return claim
+        raise LedgerUnavailable(f"the claim on {scope.key!r} kept vanishing; retry")
+
+    def _claim_once(self, scope: Scope, fingerprint: str, now: datetime) -> Claim | None:
         owner = self._new_owner()
         row = {
             "tenant": scope.tenant,
@@ -161,8 +169,8 @@ class PostgresIdempotencyStore:
             if won is not None and won[0] == owner:
                 return Claim(Outcome.CLAIMED, owner=owner)
             found = connection.execute(READ, (scope.tenant, scope.endpoint, scope.key)).fetchone()
-        if found is None:  # released or swept between the two statements: claim again
-            return self.claim(scope, fingerprint, now)
+        if found is None:  # released or swept between the two statements
+            return None
         stored_fingerprint, state, lease_until, status, headers, body, compressed = found
         if stored_fingerprint != fingerprint:
             return Claim(Outcome.MISMATCH)

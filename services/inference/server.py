@@ -67,8 +67,7 @@ class InferenceServer:
         self._in_flight = 0
         self.draining = False
         self._stopped = threading.Event()
-        self.http = ThreadingHTTPServer((host, port), _handler(self))
-        self.http.daemon_threads = True
+        self.http = _HttpServer((host, port), _handler(self))
 
     @property
     def url(self) -> str:
@@ -158,6 +157,13 @@ class InferenceServer:
             log.exception("the retention sweep failed")
         self.metrics.swept.inc(deleted)
         return deleted
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    # The socket's listen backlog (socketserver's default is 5): a burst of retries opens many
+    # connections at once, and past the backlog the kernel resets them.
+    request_queue_size = 512
 
 
 def service_connections(url: str, *, pool_size: int) -> PooledConnections:

@@ -345,3 +345,22 @@ def test_verify_reads_the_running_revision_from_version(service: InferenceServer
     wrong = check_version_endpoint(service.url, "0123abc")
     assert not wrong.passed
     assert "test-revision" in wrong.detail
+
+
+def test_the_servers_sweeper_deletes_expired_responses_and_counts_them(
+    service: InferenceServer, service_database: str
+):
+    from datetime import timedelta
+
+    from services.inference.idempotency import StoredResponse
+
+    long_ago = service.clock.now() - timedelta(days=3)
+    scope = Scope(f"swept-{uuid.uuid4().hex[:8]}", "POST /v1/embeddings", "old-key")
+    claim = service.store.claim(scope, "fp", long_ago)
+    assert claim.owner is not None
+    service.store.complete(scope, claim.owner, StoredResponse(200, {}, b"{}"), long_ago)
+    before = metric(service.url, "parkbrake_inference_idempotency_swept_total")
+
+    assert service.sweep_once() >= 1
+    assert metric(service.url, "parkbrake_inference_idempotency_swept_total") - before >= 1
+    assert service.store.claim(scope, "other", service.clock.now()).outcome is Outcome.CLAIMED
