@@ -124,8 +124,11 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(
         in_flight = send_in_background(url, api_key, idempotency_key)
         wait_for_claim(service_database, idempotency_key)
         process.send_signal(signal.SIGTERM)
+        for _ in range(200):  # the signal is handled asynchronously: wait until the host says it drains
+            health = call(url, "/healthz")
+            if health.status == 503:
+                break
         refused = call(url, "/v1/embeddings", body=SLOW, headers={"Authorization": f"Bearer {api_key}"})
-        health = call(url, "/healthz")
         finished = in_flight()
         exit_code = process.wait(timeout=60)
 
