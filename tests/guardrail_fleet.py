@@ -15,6 +15,7 @@ from botocore.config import Config
 from guardrails import names, tags
 from guardrails.settings import Settings
 from lambdas.aws.environment import ClientFactory
+from tests.aws_call_recorder import observe
 
 STACK = "test"
 REGION = "us-east-1"
@@ -33,6 +34,7 @@ def client_factory(endpoint_url: str, *, max_attempts: int = 3) -> ClientFactory
         key = (service, region)
         if key not in made:
             session: Any = boto3.session.Session()  # Any: the service name is a runtime value
+            observe(session)  # which guardrail makes which call: tests/aws_call_recorder.py
             made[key] = session.client(
                 service, region_name=region or REGION, endpoint_url=endpoint_url, config=config
             )

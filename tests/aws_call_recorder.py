@@ -1,0 +1,51 @@
+"""Which AWS calls each guardrail Lambda makes, recorded with a botocore ``before-call`` hook.
+
+A call is attributed to the guardrail whose handler module (``lambdas/<guardrail>.py``) is on the
+Python stack when botocore is about to send it; calls a test makes itself (setting up hosts, reading
+results) have no handler on the stack and are not counted. Loaded as a pytest plugin
+(``-p tests.aws_call_recorder``) with ``PARKBRAKE_AWS_CALLS`` naming the JSON file to write at the end
+of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget")
+HANDLER_MODULES = {str(REPO_ROOT / "lambdas" / f"{guardrail}.py"): guardrail for guardrail in GUARDRAILS}
+OUTPUT_VARIABLE = "PARKBRAKE_AWS_CALLS"
+RECORDED: dict[str, set[str]] = defaultdict(set)
+
+
+def iam_action(model: Any) -> str:
+    """``ec2:DescribeInstances`` from botocore's operation model (the service id is IAM's prefix)."""
+    return f"{model.service_model.service_id.lower().replace(' ', '')}:{model.name}"
+
+
+def record_call(model: Any, **_: Any) -> None:
+    for frame in traceback.extract_stack():
+        guardrail = HANDLER_MODULES.get(frame.filename)
+        if guardrail is not None:
+            RECORDED[guardrail].add(iam_action(model))
+            return
+
+
+def observe(session: Any) -> None:
+    """Record the calls of every client ``session`` makes."""
+    session.events.register("before-call", record_call)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    output = os.environ.get(OUTPUT_VARIABLE)
+    if output:
+        Path(output).write_text(
+            json.dumps({name: sorted(calls) for name, calls in RECORDED.items()}, indent=2)
+        )

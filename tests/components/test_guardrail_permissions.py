@@ -1,0 +1,111 @@
+"""Each guardrail Lambda's IAM policy allows every AWS call the Lambda makes, and grants nothing else.
+
+The calls are recorded over the Lambdas' own test suites against moto (`tests/aws_call_recorder.py`:
+a botocore ``before-call`` hook attributes each call to the handler on the stack), run here in a
+child pytest session; the policies are the documents `components/iam_policies.py` builds for the
+stack. moto does not evaluate IAM, so resources and conditions are checked by the component tests and
+the policy pack; this test checks actions, both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from fnmatch import fnmatchcase
+
+import pytest
+
+from components.iam_policies import GUARDRAIL_POLICIES, Grants
+from tests.aws_call_recorder import GUARDRAILS, OUTPUT_VARIABLE
+from tests.conftest import REPO_ROOT
+
+LAMBDA_TESTS = [
+    "tests/lambdas/test_reaper.py",
+    "tests/lambdas/test_deadline.py",
+    "tests/lambdas/test_launcher.py",
+    "tests/lambdas/ledger/test_meter.py",
+    "tests/lambdas/ledger/test_budget_guardrail.py",
+]
+GRANTS = Grants(
+    partition="aws",
+    account_id="123456789012",
+    region="us-east-1",
+    stack="test",
+    topic_arn="arn:aws:sns:us-east-1:123456789012:alarms",
+    scheduler_role_arn="arn:aws:iam::123456789012:role/scheduler",
+    autoscaling_group_arns=("arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*",),
+    nightly_group_arn="arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*",
+    database_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:ledger",
+)
+# Granted but never an API call the function's code makes, each with the reason.
+NOT_CALLS = {
+    "logs:CreateLogStream": "the Lambda service writes the function's logs with its role",
+    "logs:PutLogEvents": "the Lambda service writes the function's logs with its role",
+    "iam:PassRole": "an authorisation checked when CreateSchedule names the scheduler role, not a call",
+    "secretsmanager:GetSecretValue": "the tests reach the ledger by PARKBRAKE_DATABASE_URL; in Lambda the "
+    "store reads the secret",
+}
+
+
+# The stop path (lambdas/aws/stop_path.py) is one grant: which of these it calls depends on the host
+# (stand-alone: stop; spot: terminate; in an Auto Scaling group: leave it, decrementing the capacity),
+# so a guardrail that calls one of them needs them all.
+STOP_PATH = {"ec2:StopInstances", "ec2:TerminateInstances", "autoscaling:TerminateInstanceInAutoScalingGroup"}
+# Calls a guardrail's handler makes that its test suite, driving the function below the handler, does
+# not reach: (guardrail, action) → the call in the handler's source, checked to be there.
+HANDLER_ONLY = {
+    ("meter", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
+    ("budget", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
+}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+    output = tmp_path_factory.mktemp("aws-calls") / "calls.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.aws_call_recorder",
+         *LAMBDA_TESTS],
+        cwd=REPO_ROOT, env={**os.environ, OUTPUT_VARIABLE: str(output)}, capture_output=True, text=True,
+        check=False, timeout=1500,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:]
+    return {name: set(calls) for name, calls in json.loads(output.read_text()).items()}
+
+
+def granted(guardrail: str) -> set[str]:
+    document = GUARDRAIL_POLICIES[guardrail](GRANTS)
+    return {
+        action
+        for statement in document["Statement"]
+        if statement["Effect"] == "Allow"
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+    }
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_every_call_a_guardrail_makes_is_allowed(guardrail: str, recorded: dict[str, set[str]]) -> None:
+    calls = recorded.get(guardrail, set())
+    assert calls, f"no AWS call of {guardrail} was recorded"
+    allowed = granted(guardrail)
+    denied = sorted(call for call in calls if not any(fnmatchcase(call, action) for action in allowed))
+    assert not denied, f"{guardrail} calls {denied} without a grant"
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_a_guardrail_is_granted_nothing_it_never_calls(guardrail: str, recorded: dict[str, set[str]]) -> None:
+    calls = recorded.get(guardrail, set())
+    if calls & STOP_PATH:
+        calls |= STOP_PATH
+    calls |= {action for (name, action) in HANDLER_ONLY if name == guardrail}
+    unused = sorted(action for action in granted(guardrail) - set(NOT_CALLS) if action not in calls)
+    assert not unused, f"{guardrail} is granted {unused} but never calls it"
+
+
+def test_every_exemption_is_granted_and_every_handler_only_call_is_in_its_handler() -> None:
+    everything = set().union(*(granted(guardrail) for guardrail in GUARDRAILS))
+    assert set(NOT_CALLS) <= everything
+    for (guardrail, action), call in HANDLER_ONLY.items():
+        assert action in granted(guardrail)
+        assert call in (REPO_ROOT / "lambdas" / f"{guardrail}.py").read_text(), (guardrail, call)
