@@ -211,19 +211,6 @@ def fleet_dashboard() -> dashboard.Dashboard:
                 query("time() - parkbrake_guardrail_last_success_timestamp_seconds", "{{guardrail}}"),
             )
         )
-        .with_panel(
-            stacked(
-                graph(
-                    "Guardrail actions per hour",
-                    "Stops, refusals, reports and starts, by guardrail and action.",
-                    "none",
-                    query(
-                        "sum by (guardrail, action) (increase(parkbrake_guardrail_actions_total[1h]))",
-                        "{{guardrail}} {{action}}",
-                    ),
-                )
-            )
-        )
     )
 
 

@@ -56,6 +56,7 @@ from guardrails import names
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
 from lambdas import deadline, reaper
+from lambdas.aws.ec2_hosts import list_hosts
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ class Day:
         pools = self.guardrails.baseline_pools
         due = [
             h.instance_id
-            for h in reaper.list_hosts(ec2, REGION)
+            for h in list_hosts(ec2, REGION)
             if self.at(minute) - h.launch_time >= BASELINE_CAP and (pools is None or h.pool in pools)
         ]
         if due:

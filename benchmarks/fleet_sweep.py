@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from benchmarks.harness import AMI, CUSTODIAN_POLICY, REGION, STACK, Custodian, Moto
 from guardrails import tags
 from guardrails.settings import Settings
-from lambdas import reaper
+from lambdas.aws import host_sweep
 
 # One sweep over a large fleet ------------------------------------------------------------------------
 
@@ -90,8 +90,8 @@ def sweep_comparison(moto: Moto, custodian: Custodian, size: int) -> list[SweepF
     moto.proxy.clear()
     started = time.perf_counter()
     now = datetime.now(UTC)
-    plan = reaper.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_OF_RESERVATIONS)
-    report = reaper.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
+    plan = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_OF_RESERVATIONS)
+    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
     parkbrake_figures = SweepFigures(
         "parkbrake", size, dict(moto.proxy.calls), time.perf_counter() - started, len(report.outcome.acted)
     )

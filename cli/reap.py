@@ -6,6 +6,7 @@ import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -15,8 +16,10 @@ from guardrails.errors import ParkbrakeError
 from guardrails.settings import REGIONS, STACK, settings_from_environment
 
 if TYPE_CHECKING:
+    from guardrails.pricing import InstancePrice
+    from guardrails.sweep import Verdict
     from lambdas.aws.environment import ClientFactory
-    from lambdas.reaper import SweepPlan, SweepReport
+    from lambdas.aws.host_sweep import SweepPlan, SweepReport
 
 
 @click.command()
@@ -81,16 +84,18 @@ def run_reap(
     output: str,
 ) -> SweepReport:
     """List and judge, show the plan, ask, act, show what happened."""
-    from lambdas import reaper
+    from lambdas.aws import host_sweep
 
     settings = settings_from_environment(environ)
-    plan = reaper.plan_sweep(settings, now=now, clients=clients)
+    plan = host_sweep.plan_sweep(settings, now=now, clients=clients)
+    if plan.errors and not plan.verdicts:  # nothing was judged: never say "no GPU hosts"
+        raise ParkbrakeError("; ".join(describe_plan_error(error) for error in plan.errors))
     if output == "text":
         print_plan(plan, dry_run=dry_run, now=now)
     if (plan.to_stop or plan.to_rotate) and not dry_run:
         rotating = f" and rotate {len(plan.to_rotate)} serving host(s)" if plan.to_rotate else ""
         confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}?", assume_yes=assume_yes)
-    report = reaper.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
+    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
     if output == "json":
         result = report.as_dict()
         click.echo(json.dumps(result, indent=2))
@@ -99,12 +104,24 @@ def run_reap(
     return report
 
 
+def describe_plan_error(error: Mapping[str, str]) -> str:
+    what = {"list": "list GPU hosts", "list-stacks": "list the stacks"}.get(error["action"], error["action"])
+    return f"could not {what} in {error['region']}: {error['error']}"
+
+
 def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
     from cli.console import console as make_console
     from cli.oncall.fitted_table import Column, fitted_table
     from guardrails.durations import format_duration
+    from guardrails.pricing import load_price_table
     from guardrails.rules.base import instant
 
+    prices = load_price_table().instances
+    unmanaged = [v.host for v in plan.verdicts if not v.host.managed and v.action != "stop"]
+    unmanaged_burn = sum(
+        (prices[host.instance_type].usd_per_hour for host in unmanaged if host.instance_type in prices),
+        Decimal(0),
+    )
     console = make_console()
     if not plan.verdicts:
         console.print("No running GPU hosts.")
@@ -115,6 +132,7 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
             Column("deadline", 1, whole=True),
             Column("why", 2),
             Column("running", 3, whole=True),
+            Column("$/h", 3, whole=True),
             Column("tenant", 4),
             Column("pool", 5),
             Column("type", 6),
@@ -124,10 +142,11 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
         rows = [
             [
                 verdict.host.instance_id,
-                (("would stop" if dry_run else "stop") if verdict.action == "stop" else "skip"),
+                _label(verdict, dry_run=dry_run),
                 instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
                 verdict.reason,
                 format_duration(now - verdict.host.launch_time),
+                _hourly(prices.get(verdict.host.instance_type)),
                 verdict.host.tenant or "-",
                 verdict.host.pool or "-",
                 verdict.host.instance_type,
@@ -143,8 +162,23 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
             console.print(
                 f"[dim]  hidden at this width: {', '.join(fitted.dropped)}; --output json has all[/]"
             )
+    if unmanaged:
+        console.print(
+            f"[yellow]{len(unmanaged)} GPU host(s) without parkbrake:managed=true, burning "
+            f"${unmanaged_burn:,.2f}/hour: the guardrails cannot stop them.[/]"
+        )
     for error in plan.errors:
-        console.print(f"[red]could not list {error['region']}: {error['error']}[/]")
+        console.print(f"[red]{describe_plan_error(error)}[/]")
+
+
+def _label(verdict: Verdict, *, dry_run: bool) -> str:
+    if verdict.action == "stop":
+        return "would stop" if dry_run else "stop"
+    return "report" if verdict.reports else "skip"
+
+
+def _hourly(price: InstancePrice | None) -> str:
+    return f"{price.usd_per_hour:.2f}" if price else "?"
 
 
 def print_outcome(report: SweepReport) -> None:

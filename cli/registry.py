@@ -74,4 +74,8 @@ COMMANDS: dict[str, LazyCommand] = {
         "cli.deploy:rollback",
         "Deploy SERVICE's previous verified revision again, blue-green, as `deploy` would.",
     ),
+    "guard-policy": LazyCommand(
+        "cli.guard_policy:guard_policy",
+        "Print the preventive policy that keeps accelerator hosts inside the guardrails.",
+    ),
 }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cli.options import output_option
+from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
     from guardrails.runway import TenantRunway
@@ -76,6 +77,8 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
         now=datetime.now(UTC),
         ledger=_ledger_runways if ledger_configured(os.environ) else None,
     )
+    if sorted(report.unlisted_regions) == sorted(chosen):  # nothing listed: never an empty fleet
+        raise ParkbrakeError("; ".join(error for error in report.errors if "cannot list instances" in error))
     # JSON keeps its order (region, stack, instance id); only people get the hosts by --sort.
     shown = select(report, wanted, sort if output == "text" else None)
     if output == "json":

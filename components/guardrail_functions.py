@@ -18,6 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import child_of, named_child_of, type_token
+from components.guardrail_alerting import GuardedFunction, GuardrailAlerting, GuardrailAlertingArgs
 from components.iam_policies import GUARDRAIL_POLICIES, Grants, scheduler_policy, trust_policy
 from components.lambda_archive import (
     CODE_ARCHIVE,
@@ -48,6 +49,10 @@ STATE_CHANGE_PATTERN = json.dumps(
     }
 )
 BUDGET_EVERY = timedelta(minutes=1)
+# How long a failed event stays worth retrying. The sweep's own schedule uses the sweep period (the
+# next sweep supersedes it); the reaper's function keeps an hour, for the deadlines that invoke it.
+EVENT_AGE = {"reaper": timedelta(hours=1), "deadline": timedelta(hours=1), "launcher": timedelta(hours=1),
+             "meter": timedelta(hours=6), "budget": BUDGET_EVERY}  # fmt: skip
 
 
 @dataclass
@@ -79,6 +84,7 @@ class GuardrailsArgs:
     tags: Mapping[str, str]
     # Layers providing psycopg to the functions that use the ledger database (launcher, meter, budget).
     database_layer_arns: Sequence[pulumi.Input[str]] = ()
+    max_runtime_ceiling: timedelta = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -128,6 +134,7 @@ def lambda_environment(
     topic_arn: pulumi.Input[str],
     reaper_arn: pulumi.Input[str],
     scheduler_role_arn: pulumi.Input[str],
+    deadline_dead_letter_arn: pulumi.Input[str],
 ) -> dict[str, pulumi.Input[str]]:
     """The Lambda environment of docs/architecture.md, read by ``guardrails.settings`` (and by the CLI)."""
     return {
@@ -135,6 +142,7 @@ def lambda_environment(
         settings.REGIONS: args.region,
         settings.DEFAULT_MAX_RUNTIME: format_duration(args.default_max_runtime),
         settings.MAX_EXEMPTION: format_duration(args.max_exemption),
+        settings.MAX_RUNTIME_CEILING: format_duration(args.max_runtime_ceiling),
         settings.REAP_UNTAGGED: "true" if args.reap_untagged else "false",
         settings.POOL_MAX_RUNTIMES: ",".join(
             f"{pool}={format_duration(cap)}" for pool, cap in args.pool_caps.items()
@@ -142,6 +150,8 @@ def lambda_environment(
         settings.SNS_TOPIC_ARN: topic_arn,
         settings.DEADLINE_TARGET_ARN: reaper_arn,
         settings.SCHEDULER_ROLE_ARN: scheduler_role_arn,
+        settings.DEADLINE_DEAD_LETTER_ARN: deadline_dead_letter_arn,
+        settings.NOTICES_TABLE: names.notices_table(args.stack),
     }
 
 
@@ -166,6 +176,7 @@ def grants_output(
         lambda arns: Grants(
             region=args.region,
             stack=args.stack,
+            reap_untagged=args.reap_untagged,
             **{**arns, "autoscaling_group_arns": tuple(arns["autoscaling_group_arns"])},
         )
     )
@@ -218,6 +229,10 @@ class Guardrails(pulumi.ComponentResource):
             topic_arn=topic_arn,
             reaper_arn=grants.apply(lambda known: known.function_arn(REAPER.guardrail)),
             scheduler_role_arn=scheduler_role.arn,
+            # Deadline schedules invoke the reaper: a delivery that fails lands in the reaper's queue.
+            deadline_dead_letter_arn=grants.apply(
+                lambda known: known.arn("sqs", names.dead_letter_queue(args.stack, REAPER.guardrail))
+            ),
         )
         database = self._database_access()
         self.database_security_group_id = database.security_group_id if database else None
@@ -233,8 +248,22 @@ class Guardrails(pulumi.ComponentResource):
             )
             for function in functions
         }
-        self._schedules(deployed, scheduler_role.arn, scheduler_permission)
-        self._event_rules(deployed)
+        alerting = GuardrailAlerting(
+            "alerting",
+            GuardrailAlertingArgs(
+                stack=args.stack,
+                functions=[
+                    GuardedFunction(guardrail, function, EVENT_AGE[guardrail])
+                    for guardrail, function in deployed.items()
+                ],
+                topic_arn=topic_arn,
+                sweep_every=args.sweep_every,
+                tags=args.tags,
+            ),
+            opts=child_of(self),
+        )
+        self._schedules(deployed, scheduler_role.arn, scheduler_permission, alerting)
+        self._event_rules(deployed, alerting)
         self._alarms(deployed, topic_arn)
         park_parameter = self._park_parameter()
 
@@ -292,7 +321,12 @@ class Guardrails(pulumi.ComponentResource):
             "scheduler",
             role=role.id,
             policy=grants.apply(
-                lambda known: json.dumps(scheduler_policy([known.function_arn(name) for name in invoked]))
+                lambda known: json.dumps(
+                    scheduler_policy(
+                        [known.function_arn(name) for name in invoked],
+                        [known.arn("sqs", names.dead_letter_queue(known.stack, name)) for name in invoked],
+                    )
+                )
             ),
             opts=child_of(self),
         )
@@ -302,6 +336,7 @@ class Guardrails(pulumi.ComponentResource):
         deployed: Mapping[str, aws.lambda_.Function],
         scheduler_role_arn: pulumi.Output[str],
         scheduler_permission: aws.iam.RolePolicy,
+        alerting: GuardrailAlerting,
     ) -> None:
         """The sweep's rate schedule and the nightly start, in the stack's group; the deadlines' own group."""
         args = self._args
@@ -328,10 +363,7 @@ class Guardrails(pulumi.ComponentResource):
                 "role_arn": scheduler_role_arn,
                 "input": json.dumps({"dry_run": False}),
                 # A sweep older than one period is superseded by the next one.
-                "retry_policy": {
-                    "maximum_event_age_in_seconds": max(60, int(args.sweep_every.total_seconds())),
-                    "maximum_retry_attempts": 2,
-                },
+                **alerting.delivery(REAPER.guardrail, args.sweep_every),
             },
             opts=named_child_of(self, depends_on=[scheduler_permission]),
         )
@@ -351,12 +383,12 @@ class Guardrails(pulumi.ComponentResource):
                 "arn": deployed[LAUNCHER.guardrail].arn,
                 "role_arn": scheduler_role_arn,
                 "input": json.dumps({"pool": nightly.pool, "capacity": nightly.capacity}),
-                "retry_policy": {"maximum_event_age_in_seconds": 3600, "maximum_retry_attempts": 2},
+                **alerting.delivery(LAUNCHER.guardrail, EVENT_AGE[LAUNCHER.guardrail]),
             },
             opts=named_child_of(self, depends_on=[scheduler_permission]),
         )
 
-    def _event_rules(self, deployed: Mapping[str, aws.lambda_.Function]) -> None:
+    def _event_rules(self, deployed: Mapping[str, aws.lambda_.Function], alerting: GuardrailAlerting) -> None:
         """EC2 state changes to the deadline (and the meter); the budget clock to the budget check."""
         args = self._args
         state_change_rule = aws.cloudwatch.EventRule(
@@ -369,7 +401,9 @@ class Guardrails(pulumi.ComponentResource):
         )
         for function in (DEADLINE, METER):
             if function.guardrail in deployed:
-                self._trigger(function, "state-change", state_change_rule, deployed[function.guardrail])
+                self._trigger(
+                    function, "state-change", state_change_rule, deployed[function.guardrail], alerting
+                )
         if BUDGET.guardrail in deployed:
             budget_rule = aws.cloudwatch.EventRule(
                 "budget-every-minute",
@@ -379,7 +413,7 @@ class Guardrails(pulumi.ComponentResource):
                 tags=dict(args.tags),
                 opts=named_child_of(self),
             )
-            self._trigger(BUDGET, "clock", budget_rule, deployed[BUDGET.guardrail])
+            self._trigger(BUDGET, "clock", budget_rule, deployed[BUDGET.guardrail], alerting)
 
     def _alarms(self, deployed: Mapping[str, aws.lambda_.Function], topic_arn: pulumi.Input[str]) -> None:
         """Errors of every function; a missing heartbeat of every periodic one."""
@@ -523,7 +557,12 @@ class Guardrails(pulumi.ComponentResource):
         return role, [policy]
 
     def _trigger(
-        self, function: Function, source: str, rule: aws.cloudwatch.EventRule, target: aws.lambda_.Function
+        self,
+        function: Function,
+        source: str,
+        rule: aws.cloudwatch.EventRule,
+        target: aws.lambda_.Function,
+        alerting: GuardrailAlerting,
     ) -> None:
         aws.lambda_.Permission(
             f"{function.guardrail}-from-{source}",
@@ -537,6 +576,7 @@ class Guardrails(pulumi.ComponentResource):
             f"{function.guardrail}-from-{source}",
             rule=rule.name,
             arn=target.arn,
+            **alerting.delivery(function.guardrail, EVENT_AGE[function.guardrail]),
             opts=child_of(self),
         )
 

@@ -33,6 +33,7 @@ class Grants:
     autoscaling_group_arns: tuple[str, ...] = ()
     nightly_group_arn: str | None = None
     database_secret_arn: str | None = None
+    reap_untagged: bool = False  # the sweep tags unmanaged hosts as managed before stopping them
 
     def arn(self, service: str, resource: str) -> str:
         return f"arn:{self.partition}:{service}:{self.region}:{self.account_id}:{resource}"
@@ -79,6 +80,12 @@ def _basics(guardrail: str, grants: Grants, *, notifies: bool) -> list[Statement
             {"StringEquals": {"cloudwatch:namespace": names.heartbeat_namespace()}},
         ),
         *notify,
+        # Lambda's on-failure destination: an event that failed its retries, to this function's queue.
+        statement(
+            "DeadLetters",
+            ["sqs:SendMessage"],
+            grants.arn("sqs", names.dead_letter_queue(grants.stack, guardrail)),
+        ),
     ]
 
 
@@ -146,6 +153,33 @@ def _deadline_schedules(grants: Grants, *, disarms: bool) -> list[Statement]:
     ]  # fmt: skip
 
 
+def _sweep(grants: Grants) -> list[Statement]:
+    """Judging every host: which stacks exist (park parameters), the once-a-day notices, and (with
+    reap_untagged) tagging an unmanaged host as this stack's so that the stop path may stop it."""
+    statements = [
+        statement(
+            "ListStacks",
+            ["ssm:GetParametersByPath"],
+            [grants.arn("ssm", "parameter/parkbrake"), grants.arn("ssm", "parameter/parkbrake/*")],
+        ),
+        statement(
+            "RememberNotices",
+            ["dynamodb:PutItem", "dynamodb:DeleteItem"],
+            grants.arn("dynamodb", f"table/{names.notices_table(grants.stack)}"),
+        ),
+    ]
+    if grants.reap_untagged:
+        statements.append(
+            statement(
+                "AdoptUnmanagedHosts",
+                ["ec2:CreateTags"],
+                grants.arn("ec2", "instance/*"),
+                {"ForAllValues:StringEquals": {"aws:TagKeys": [tags.MANAGED, tags.STACK]}},
+            )
+        )
+    return statements
+
+
 def _ledger(grants: Grants) -> list[Statement]:
     if grants.database_secret_arn is None:
         return []
@@ -163,6 +197,7 @@ def reaper_policy(grants: Grants) -> PolicyDocument:
             *_stop_path(grants),
             *_serving_rotation(grants),
             *_deadline_schedules(grants, disarms=False),
+            *_sweep(grants),
         ]
     )
 
@@ -175,6 +210,7 @@ def deadline_policy(grants: Grants) -> PolicyDocument:
             *_stop_path(grants),
             *_serving_rotation(grants),  # a deadline judges its host through the sweep, rotation included
             *_deadline_schedules(grants, disarms=True),
+            *_sweep(grants),
         ]
     )
 
@@ -226,9 +262,15 @@ GUARDRAIL_POLICIES: dict[str, Callable[[Grants], PolicyDocument]] = {
 }
 
 
-def scheduler_policy(invoked_function_arns: Sequence[str]) -> PolicyDocument:
-    """EventBridge Scheduler's role: invoke the functions its schedules target, nothing else."""
-    return document([statement("InvokeGuardrails", ["lambda:InvokeFunction"], list(invoked_function_arns))])
+def scheduler_policy(
+    invoked_function_arns: Sequence[str], dead_letter_arns: Sequence[str] = ()
+) -> PolicyDocument:
+    """EventBridge Scheduler's role: invoke the functions its schedules target, and write a delivery that
+    failed its retries to their dead-letter queues; nothing else."""
+    statements = [statement("InvokeGuardrails", ["lambda:InvokeFunction"], list(invoked_function_arns))]
+    if dead_letter_arns:
+        statements.append(statement("DeadLetters", ["sqs:SendMessage"], list(dead_letter_arns)))
+    return document(statements)
 
 
 # --- GPU hosts --------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 The cap comes from the ``parkbrake:max-runtime`` tag, else the pool's default, else the stack's.
 A tag that cannot be used never lets a host run longer: it falls back to the next default and is
 reported, and so does an exemption that is malformed or reaches further ahead than policy allows.
+No cap exceeds the stack's ceiling: a longer tag is clamped to it (and the clamp is reported). An
+orphan (a host of no existing stack) is adopted under the stack's default cap, or its own if shorter.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from guardrails.hosts import Host
 class Deadline:
     instance_id: str
     cap: timedelta
-    cap_source: str  # "tag", "pool" or "stack"
+    cap_source: str  # "tag", "pool", "stack", or "ceiling" when a longer tag was clamped
     deadline: datetime  # launch_time + cap
     exempt_until: datetime | None  # a valid exemption (possibly already over)
     enforce_at: datetime  # max(deadline, exempt_until)
     problems: tuple[str, ...]  # tags that were ignored, and why
+    clamped_from: timedelta | None = None  # the tag's cap when the ceiling shortened it
 
     def due(self, now: datetime) -> bool:
         """A host is due at its deadline exactly: running ``cap`` is allowed, a second more is not."""
@@ -41,10 +44,18 @@ def deadline_for(
     pool_caps: Mapping[str, timedelta],
     default_cap: timedelta,
     max_exemption: timedelta,
+    ceiling: timedelta,
     now: datetime,
+    orphan: bool = False,
 ) -> Deadline:
     problems: list[str] = []
-    cap, cap_source = cap_for(host.tags, host.pool, pool_caps, default_cap, problems)
+    # An orphan's pool belongs to a stack that does not exist here: only its tag and our default count.
+    cap, cap_source = cap_for(host.tags, host.pool, {} if orphan else pool_caps, default_cap, problems)
+    if orphan and cap > default_cap:
+        cap, cap_source = default_cap, "stack"
+    clamped_from = None
+    if cap > ceiling:
+        clamped_from, cap, cap_source = cap, ceiling, "ceiling"
     deadline = host.launch_time + cap
     exempt_until = _exemption(host, max_exemption, now, problems)
     enforce_at = max(deadline, exempt_until) if exempt_until is not None else deadline
@@ -56,6 +67,7 @@ def deadline_for(
         exempt_until=exempt_until,
         enforce_at=enforce_at,
         problems=tuple(problems),
+        clamped_from=clamped_from,
     )
 
 

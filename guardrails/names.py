@@ -48,6 +48,16 @@ def deadline_schedule(instance_id: str) -> str:
     return f"deadline-{instance_id}"
 
 
+def dead_letter_queue(stack: str, guardrail: str) -> str:
+    """SQS queue where a guardrail's events end after their retries (alarmed on its depth)."""
+    return f"{function_name(stack, guardrail)}-dlq"
+
+
+def notices_table(stack: str) -> str:
+    """DynamoDB table where the sweep records which findings it last sent, and when."""
+    return f"{prefix(stack)}-notices"
+
+
 def autoscaling_group(stack: str, pool: str) -> str:
     return f"{prefix(stack)}-{pool}"
 

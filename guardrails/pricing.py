@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from functools import cache
 from pathlib import Path
@@ -37,6 +38,8 @@ REFRESH_COMMAND = "parkbrake pricing refresh"
 PricingModel = Literal["on-demand", "spot"]
 ON_DEMAND: PricingModel = "on-demand"
 SPOT: PricingModel = "spot"
+MINIMUM_BILLED = timedelta(seconds=60)  # AWS bills per second, with a minute's minimum per start
+SECONDS_PER_HOUR = Decimal(3600)
 
 
 class PriceNotFound(InputError):
@@ -244,3 +247,9 @@ def price_table_from_document(document: dict[str, Any]) -> PriceTable:
 @cache
 def load_price_table(path: Path = PRICES_FILE) -> PriceTable:
     return price_table_from_document(json.loads(path.read_text()))
+
+
+def cost_since_start(usd_per_hour: Decimal, ran: timedelta) -> Decimal:
+    """On-demand cost of a host that has run ``ran`` since it started: per second, 60 seconds at least."""
+    billed = max(ran, MINIMUM_BILLED)
+    return usd_per_hour * Decimal(int(billed.total_seconds())) / SECONDS_PER_HOUR

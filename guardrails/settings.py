@@ -10,17 +10,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from guardrails.durations import DurationError, parse_duration
+from guardrails.durations import DurationError, format_duration, parse_duration
 from guardrails.errors import InputError
 
 STACK = "PARKBRAKE_STACK"
 REGIONS = "PARKBRAKE_REGIONS"
 DEFAULT_MAX_RUNTIME = "PARKBRAKE_DEFAULT_MAX_RUNTIME"
 MAX_EXEMPTION = "PARKBRAKE_MAX_EXEMPTION"
+MAX_RUNTIME_CEILING = "PARKBRAKE_MAX_RUNTIME_CEILING"
 REAP_UNTAGGED = "PARKBRAKE_REAP_UNTAGGED"
 SNS_TOPIC_ARN = "PARKBRAKE_SNS_TOPIC_ARN"
 DEADLINE_TARGET_ARN = "PARKBRAKE_DEADLINE_TARGET_ARN"
 SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
+# Where a deadline schedule's failed delivery goes (an SQS queue with an alarm on its depth).
+DEADLINE_DEAD_LETTER_ARN = "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN"
 # Beyond docs/architecture.md's contracts: per-pool default caps (``training=90m,inference=12h``), used when a host's
 # max-runtime tag is missing or unusable, and what to do with a spot host that is due.
 POOL_MAX_RUNTIMES = "PARKBRAKE_POOL_MAX_RUNTIMES"
@@ -28,7 +31,11 @@ SPOT_ACTION = "PARKBRAKE_SPOT_ACTION"
 # The ledger database: a URL, or a Secrets Manager secret (RDS's JSON, or a URL) the Guardrails component sets.
 DATABASE_URL = "PARKBRAKE_DATABASE_URL"
 DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
+# The DynamoDB table where the sweep records which findings it has notified, so that a finding about
+# the same host reaches people at most once a day (unset: every sweep notifies every finding).
+NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
 
+DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
@@ -47,12 +54,15 @@ class Settings:
     regions: tuple[str, ...]
     default_max_runtime: timedelta = timedelta(minutes=90)
     max_exemption: timedelta = timedelta(hours=24)
+    max_runtime_ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING
     reap_untagged: bool = False
     pool_max_runtimes: Mapping[str, timedelta] = field(default_factory=dict)
     spot_action: str = "terminate"
     sns_topic_arn: str | None = None
     deadline_target_arn: str | None = None
     scheduler_role_arn: str | None = None
+    deadline_dead_letter_arn: str | None = None
+    notices_table: str | None = None
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -89,17 +99,27 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     spot_action = (text(SPOT_ACTION) or "terminate").lower()
     if spot_action not in ("terminate", "stop"):
         problems.append(f"{SPOT_ACTION}: {spot_action!r} is neither 'terminate' nor 'stop'")
+    ceiling = duration(MAX_RUNTIME_CEILING, DEFAULT_MAX_RUNTIME_CEILING)
+    default_max_runtime = duration(DEFAULT_MAX_RUNTIME, timedelta(minutes=90))
+    max_exemption = duration(MAX_EXEMPTION, timedelta(hours=24))
+    pool_caps = _pool_caps(text(POOL_MAX_RUNTIMES), problems)
+    problems += _above_ceiling(ceiling, {DEFAULT_MAX_RUNTIME: default_max_runtime}) + _above_ceiling(
+        ceiling, {f"{POOL_MAX_RUNTIMES}[{pool}]": cap for pool, cap in pool_caps.items()}
+    )
     settings = Settings(
         stack=text(STACK),
         regions=regions,
-        default_max_runtime=duration(DEFAULT_MAX_RUNTIME, timedelta(minutes=90)),
-        max_exemption=duration(MAX_EXEMPTION, timedelta(hours=24)),
+        default_max_runtime=default_max_runtime,
+        max_exemption=max_exemption,
+        max_runtime_ceiling=ceiling,
         reap_untagged=reap_untagged,
-        pool_max_runtimes=_pool_caps(text(POOL_MAX_RUNTIMES), problems),
+        pool_max_runtimes=pool_caps,
         spot_action=spot_action,
         sns_topic_arn=arn(SNS_TOPIC_ARN),
         deadline_target_arn=arn(DEADLINE_TARGET_ARN),
         scheduler_role_arn=arn(SCHEDULER_ROLE_ARN),
+        deadline_dead_letter_arn=arn(DEADLINE_DEAD_LETTER_ARN),
+        notices_table=text(NOTICES_TABLE),
     )
     if problems:
         raise SettingsError(problems)
@@ -116,6 +136,16 @@ def aws_region(environ: Mapping[str, str]) -> str | None:
     CLI documents), else ``AWS_DEFAULT_REGION`` (older tooling). The one fallback every parkbrake process uses.
     """
     return environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or None
+
+
+def _above_ceiling(ceiling: timedelta, caps: Mapping[str, timedelta]) -> list[str]:
+    """A default cap above the ceiling would be clamped on every host: refuse it where it is set."""
+    return [
+        f"{name}: {format_duration(cap)} is above {MAX_RUNTIME_CEILING} ({format_duration(ceiling)}); "
+        "lower the cap or raise the ceiling"
+        for name, cap in caps.items()
+        if cap > ceiling
+    ]
 
 
 def _regions(environ: Mapping[str, str], problems: list[str]) -> tuple[str, ...]:

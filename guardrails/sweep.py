@@ -7,12 +7,12 @@ every other finding is reported with the verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from guardrails import tags
+from guardrails import names, tags
 from guardrails.deadlines import Deadline, deadline_for
 from guardrails.durations import format_duration
 from guardrails.hosts import Host
@@ -42,23 +42,46 @@ def policy_from_settings(settings: Settings) -> SweepPolicy:
         max_exemption=settings.max_exemption,
         reap_untagged=settings.reap_untagged,
         pool_caps=dict(settings.pool_max_runtimes),
+        max_runtime_ceiling=settings.max_runtime_ceiling,
     )
 
 
-def owner_stack(host: Host, policy: SweepPolicy) -> str | None:
-    """The other stack a managed host belongs to, or None when this stack's sweep should judge it.
+def orphan_reason(host: Host, policy: SweepPolicy, live_stacks: Collection[str] | None) -> str | None:
+    """Why a managed host belongs to no existing stack, or None.
 
-    A managed host without a stack tag is judged by every stack's sweep (and reported), so that a
-    missing tag never hides a host from all of them.
+    ``live_stacks`` are the stacks deployed in the host's region (by their park parameter); None when
+    they could not be listed, in which case only a missing stack tag makes an orphan.
+    """
+    if not host.managed:
+        return None
+    stack = host.tags.get(tags.STACK, "").strip()
+    if not stack:
+        return f"no {tags.STACK} tag"
+    if stack == policy.stack or live_stacks is None or stack in live_stacks:
+        return None
+    return (
+        f"{tags.STACK} {stack!r} names no stack in {host.region} "
+        f"(there is no {names.park_parameter(stack)} parameter)"
+    )
+
+
+def owner_stack(host: Host, policy: SweepPolicy, live_stacks: Collection[str] | None = None) -> str | None:
+    """The other, existing stack a managed host belongs to, or None when this stack's sweep judges it.
+
+    A managed host whose stack tag is missing or names no stack that exists is an orphan: every
+    stack's sweep judges it, so that no tag can hide a host from all of them.
     """
     stack = host.tags.get(tags.STACK, "").strip()
     if policy.stack is None or not host.managed or not stack or stack == policy.stack:
         return None
+    if live_stacks is not None and stack not in live_stacks:
+        return None
     return stack
 
 
-def host_deadline(host: Host, policy: SweepPolicy, now: datetime) -> Deadline | None:
-    """When the sweep will stop ``host`` (None for a host outside the guardrails): what status shows too."""
+def host_deadline(host: Host, policy: SweepPolicy, now: datetime, *, orphan: bool = False) -> Deadline | None:
+    """When the sweep will stop ``host`` under this stack's caps, ceiling and exemption limit (None for a
+    host outside the guardrails): what the deadlines and status use too."""
     if not host.managed:
         return None
     return deadline_for(
@@ -66,23 +89,33 @@ def host_deadline(host: Host, policy: SweepPolicy, now: datetime) -> Deadline | 
         pool_caps=policy.pool_caps,
         default_cap=policy.default_cap,
         max_exemption=policy.max_exemption,
+        ceiling=policy.max_runtime_ceiling,
         now=now,
+        orphan=orphan,
     )
 
 
-def judge(host: Host, policy: SweepPolicy, now: datetime, rules: Iterable[Rule] = RULES) -> Verdict:
-    deadline = host_deadline(host, policy, now)
+def judge(
+    host: Host,
+    policy: SweepPolicy,
+    now: datetime,
+    rules: Iterable[Rule] = RULES,
+    *,
+    live_stacks: Collection[str] | None = None,
+) -> Verdict:
+    orphan = orphan_reason(host, policy, live_stacks)
+    deadline = host_deadline(host, policy, now, orphan=orphan is not None)
 
     def skip(reason: str, findings: tuple[Finding, ...] = ()) -> Verdict:
         return Verdict(host, "skip", reason, None, deadline, findings)
 
     if host.state != "running":
         return skip(f"not running ({host.state})")
-    if (other := owner_stack(host, policy)) is not None:
+    if (other := owner_stack(host, policy, live_stacks)) is not None:
         return skip(f"belongs to stack {other!r}")
     if not host.accelerator:
         return skip(f"{host.instance_type} is not an accelerator instance type")
-    subject = Subject(host, deadline, now, policy)
+    subject = Subject(host, deadline, now, policy, orphan)
     findings = tuple(finding for rule in rules if (finding := rule.evaluate(subject)) is not None)
     stop = next((finding for finding in findings if finding.action == "stop"), None)
     if stop is not None:

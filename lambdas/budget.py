@@ -44,6 +44,7 @@ from lambdas.aws.environment import (
     ledger_configured,
     utc_now,
 )
+from lambdas.aws.logs import configure_logging
 from lambdas.aws.stop_path import SpotAction, describe_error, stop_hosts
 from lambdas.ledger.store import LedgerStore, container_store
 
@@ -250,6 +251,7 @@ def gate_from_environment(settings: Settings) -> LedgerBudgetGate | None:
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    configure_logging(GUARDRAIL)
     now = utc_now()
     settings = container_settings()
     requested = event.get("tenants")

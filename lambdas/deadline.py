@@ -17,16 +17,18 @@ from datetime import datetime
 from typing import Any
 
 from guardrails import settings as variables
-from guardrails.deadlines import deadline_for
+from guardrails import tags
 from guardrails.durations import format_duration
 from guardrails.hosts import Host, as_utc
 from guardrails.rules.base import instant
 from guardrails.settings import Settings, SettingsError
-from guardrails.sweep import owner_stack, policy_from_settings
-from lambdas import reaper
+from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_from_settings
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline, disarm_deadline
+from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.aws.host_sweep import sweep
+from lambdas.aws.logs import configure_logging
 
 log = logging.getLogger(__name__)
 STATE_CHANGE = "EC2 Instance State-change Notification"
@@ -96,7 +98,7 @@ def on_state_change(
     change: StateChange, settings: Settings, *, clients: ClientFactory, now: datetime
 ) -> DeadlineResult:
     stack, target_arn, role_arn = require_targets(settings)
-    found = reaper.list_hosts(clients("ec2", change.region), change.region, instance_ids=[change.instance_id])
+    found = list_hosts(clients("ec2", change.region), change.region, instance_ids=[change.instance_id])
     host = found[0] if found else None
 
     def result(action: str, reason: str, deadline: datetime | None = None) -> DeadlineResult:
@@ -114,20 +116,18 @@ def on_state_change(
         return result("ignored", f"nothing to do on {change.state!r}")
     if host is None:
         return result("ignored", "the instance no longer exists")
-    ignored = _not_ours(host, change, settings)
+    policy = policy_from_settings(settings)
+    stacks = _stacks_if_tagged_elsewhere(host, settings, clients, change.region)
+    ignored = _not_ours(host, change, settings, stacks)
     if ignored is not None:
         return result("ignored", ignored)
-    deadline = deadline_for(
-        host,
-        pool_caps=settings.pool_max_runtimes,
-        default_cap=settings.default_max_runtime,
-        max_exemption=settings.max_exemption,
-        now=now,
-    )
+    deadline = host_deadline(host, policy, now, orphan=orphan_reason(host, policy, stacks) is not None)
+    if deadline is None:  # _not_ours said why already; this keeps the type honest
+        return result("ignored", "not managed by parkbrake")
     for problem in deadline.problems:
         log.warning("%s: %s", host.instance_id, problem)
     if deadline.due(now):
-        report = reaper.sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
+        report = sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
         if report.errors:
             raise RuntimeError(
                 f"could not stop {host.instance_id}, already past its deadline: {report.errors}"
@@ -140,6 +140,7 @@ def on_state_change(
         at=deadline.enforce_at,
         target_arn=target_arn,
         role_arn=role_arn,
+        dead_letter_arn=settings.deadline_dead_letter_arn,
     )
     return result(
         "armed" if armed == "created" else "moved",
@@ -148,7 +149,17 @@ def on_state_change(
     )
 
 
-def _not_ours(host: Host, change: StateChange, settings: Settings) -> str | None:
+def _stacks_if_tagged_elsewhere(
+    host: Host, settings: Settings, clients: ClientFactory, region: str
+) -> list[str] | None:
+    """The stacks deployed in the region, read only when the host names another stack (is it alive?)."""
+    stack = host.tags.get(tags.STACK, "").strip()
+    if not host.managed or not stack or stack == settings.stack:
+        return None
+    return live_stacks(clients("ssm", region))
+
+
+def _not_ours(host: Host, change: StateChange, settings: Settings, stacks: list[str] | None) -> str | None:
     """Why a ``running`` event arms nothing, or None when it should."""
     if host.state != "running":
         return f"late event: the host is {host.state} now"
@@ -158,7 +169,7 @@ def _not_ours(host: Host, change: StateChange, settings: Settings) -> str | None
         return f"{host.instance_type} is not an accelerator instance type"
     if not host.managed:
         return "not managed by parkbrake (the sweep reports untagged GPU hosts)"
-    other = owner_stack(host, policy_from_settings(settings))
+    other = owner_stack(host, policy_from_settings(settings), stacks)
     if other is not None:
         return f"belongs to stack {other!r}"
     return None
@@ -176,4 +187,5 @@ def handle(
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    configure_logging(heartbeat.DEADLINE)
     return handle(event, settings=container_settings(), clients=default_clients, now=utc_now())

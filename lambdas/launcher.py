@@ -29,6 +29,7 @@ from lambdas.aws.environment import (
     ledger_configured,
     utc_now,
 )
+from lambdas.aws.logs import configure_logging
 
 log = logging.getLogger(__name__)
 CENTS = Decimal("0.01")
@@ -199,6 +200,7 @@ def budget_gate() -> BudgetGate | None:
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    configure_logging(heartbeat.LAUNCHER)
     return handle(
         event, settings=container_settings(), clients=default_clients, gate=budget_gate(), now=utc_now()
     )

@@ -34,6 +34,7 @@ from guardrails.settings import Settings
 from lambdas import budget
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.aws.logs import configure_logging
 from lambdas.ledger.store import APPENDED, CLOSED_HISTORY, UNBOUNDED_MS, LedgerStore, container_store
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ def alert_unpriced(
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    configure_logging(GUARDRAIL)
     change = state_change_from_event(event)
     now = utc_now()
     settings = container_settings()

@@ -98,6 +98,8 @@ class GuardrailsConfig:
     sweep_every: timedelta = timedelta(minutes=5)
     default_max_runtime: timedelta = timedelta(minutes=90)
     max_exemption: timedelta = timedelta(hours=24)
+    # No cap may exceed it: a longer parkbrake:max-runtime tag is clamped to it and reported.
+    max_runtime_ceiling: timedelta = timedelta(hours=24)
     reap_untagged: bool = False
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
@@ -164,7 +166,7 @@ TOP_LEVEL_KEYS = {
 POOL_KEYS = {"role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type"}
 GUARDRAILS_KEYS = {
     "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
-    "database_layer_arns",
+    "database_layer_arns", "max_runtime_ceiling",
 }  # fmt: skip
 
 
@@ -203,6 +205,7 @@ def parse_stack_config(
     }
     policy = _policy(root.section("policy", {"max_pool_size", "allowed_instance_types"}), prices.instances)
     _check_pools_against_policy(pools, policy, problems)
+    _check_caps_against_ceiling(guardrails, pools, problems)
 
     parsed = StackConfig(
         stack=stack,
@@ -361,6 +364,7 @@ def _guardrails(section: Section) -> GuardrailsConfig:
         sweep_every=sweep_every,
         default_max_runtime=section.duration("default_max_runtime", defaults.default_max_runtime),
         max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
+        max_runtime_ceiling=section.duration("max_runtime_ceiling", defaults.max_runtime_ceiling),
         reap_untagged=section.boolean("reap_untagged", False),
         database_layer_arns=tuple(_layer_arns(section)),
         alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
@@ -385,6 +389,22 @@ def _alarm_email(section: Section, *, adopts_topic: bool) -> str | None:
             f'"{address}" is a placeholder ({domain} receives no mail); set the on-call address',
         )
     return address or None
+
+
+def _check_caps_against_ceiling(
+    guardrails: GuardrailsConfig, pools: dict[str, GpuPoolConfig], problems: Problems
+) -> None:
+    """A default cap above the ceiling would be clamped on every host: refuse it where it is written."""
+    ceiling = format_duration(guardrails.max_runtime_ceiling)
+    caps = {"guardrails.default_max_runtime": guardrails.default_max_runtime}
+    caps |= {f"pools.{name}.max_runtime": pool.max_runtime for name, pool in pools.items()}
+    for path, cap in caps.items():
+        if cap > guardrails.max_runtime_ceiling:
+            problems.add(
+                path,
+                f"{format_duration(cap)} is above guardrails.max_runtime_ceiling ({ceiling}); "
+                "lower the cap or raise the ceiling",
+            )
 
 
 def _layer_arns(section: Section) -> list[str]:

@@ -281,6 +281,7 @@ def _guardrails(
             sweep_every=config.guardrails.sweep_every,
             default_max_runtime=config.guardrails.default_max_runtime,
             max_exemption=config.guardrails.max_exemption,
+            max_runtime_ceiling=config.guardrails.max_runtime_ceiling,
             reap_untagged=config.guardrails.reap_untagged,
             alarm_email=config.guardrails.alarm_email,
             alarm_topic_arn=config.guardrails.alarm_topic_arn,

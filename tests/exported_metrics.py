@@ -1,8 +1,9 @@
 """The Prometheus series parkbrake exports, collected from the code that exports them (never a hand list).
 
-The agent's registry, the ledger exporter's collector, the guardrails' heartbeat metrics and the
-inference service's registry each describe their families; a scrape shows a counter ``x`` as
-``x_total`` (and ``x_created``).
+The agent's registry, the ledger exporter's collectors (which republish the guardrails' CloudWatch
+heartbeats) and the inference service's registry each describe their families; a scrape shows a
+counter ``x`` as ``x_total`` (and ``x_created``). The guardrail Lambdas themselves export nothing to
+Prometheus: their counters go to CloudWatch in the embedded metric format.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from prometheus_client.metrics_core import Metric
 from cli.exporter import LedgerCollector
 from cli.host.nvml_agent import GpuMetrics
 from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
-from lambdas.aws import heartbeat
 from lambdas.ledger.store import LedgerStore
 from services.inference.metrics import ServiceMetrics
 
@@ -66,9 +66,8 @@ def aws_exporter_families() -> list[Metric]:
 def fleet_metrics() -> set[str]:
     """What the agent, the ledger exporter and the guardrails export: what alerts and dashboards may read."""
     agent = list(GpuMetrics().registry.collect())
-    guardrails = [*heartbeat.LAST_SUCCESS.collect(), *heartbeat.ACTIONS.collect()]
     exporter = [*ledger_exporter_families(), *aws_exporter_families()]
-    return exposed_names([*exporter, *agent, *guardrails])
+    return exposed_names([*exporter, *agent])
 
 
 def inference_metrics() -> set[str]:

@@ -215,3 +215,32 @@ def published(clients: ClientFactory, queue_url: str) -> list[dict[str, Any]]:
         clients("sqs", REGION).receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
     )
     return [json.loads(message["Body"]) for message in messages]
+
+
+def emitted_metrics(stdout: str) -> list[dict[str, Any]]:
+    """The embedded-metric-format lines a guardrail printed, as ``{"name", "value", "dimensions"}``."""
+    found = []
+    for line in stdout.splitlines():
+        try:
+            blob = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(blob, dict) or "_aws" not in blob:
+            continue
+        [directive] = blob["_aws"]["CloudWatchMetrics"]
+        assert directive["Namespace"] == names.heartbeat_namespace()
+        dimensions = {name: blob[name] for name in directive["Dimensions"][0]}
+        found += [  # powertools writes each value as a list of samples
+            {"name": metric["Name"], "value": sum(blob[metric["Name"]]), "dimensions": dimensions}
+            for metric in directive["Metrics"]
+        ]
+    return found
+
+
+def metric_value(stdout: str, name: str, **dimensions: str) -> float | None:
+    """The value of the one metric ``name`` with exactly ``dimensions`` in the output; None when absent."""
+    values = [
+        m["value"] for m in emitted_metrics(stdout) if m["name"] == name and m["dimensions"] == dimensions
+    ]
+    assert len(values) <= 1, values
+    return values[0] if values else None

@@ -2,7 +2,7 @@
 
 Regions are read concurrently (one thread each); inside a region every listing is paginated, so the
 number of calls grows with pages, not hosts. GPU hosts are listed exactly as the reaper lists them
-(``lambdas.reaper.list_hosts``), so status shows what the sweep judges.
+(``lambdas.aws.ec2_hosts.list_hosts``), so status shows what the sweep judges.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from cli.oncall.concurrently import side_by_side
 from cli.oncall.fleet_capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.nightly import Schedule, list_schedules
 from cli.oncall.park_records import ParkRecord
-from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value, stacks_in_region
+from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value
 from guardrails import names, tags
 from guardrails.deadlines import Deadline
 from guardrails.errors import ParkbrakeError
@@ -29,9 +29,9 @@ from guardrails.hosts import Host
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
 from guardrails.sweep import host_deadline, policy_from_settings
+from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import describe_error
-from lambdas.reaper import list_hosts
 
 if TYPE_CHECKING:
     from guardrails.runway import TenantRunway
@@ -197,6 +197,7 @@ class FleetStatus:
     groups: list[GroupStatus] = field(default_factory=list)
     ledger: list[TenantRunway] | None = None  # None: no ledger configured
     errors: list[str] = field(default_factory=list)
+    unlisted_regions: list[str] = field(default_factory=list)  # where the GPU hosts could not be listed
 
     def summary(self) -> dict[str, Any]:
         """The counts an on-call engineer reads first."""
@@ -298,6 +299,7 @@ def fleet_status(
         status.stacks += part.stacks
         status.groups += part.groups
         status.errors += part.errors
+        status.unlisted_regions += part.unlisted_regions
     status.hosts.sort(
         key=lambda host: (host.host.region, host.host.tags.get(tags.STACK) or "", host.host.instance_id)
     )
@@ -320,6 +322,7 @@ class _RegionPart:
     stacks: list[StackStatus] = field(default_factory=list)
     groups: list[GroupStatus] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    unlisted_regions: list[str] = field(default_factory=list)
 
 
 def _region(
@@ -339,6 +342,8 @@ def _region(
         [partial(_hosts_of, region, stack, clients, settings, now), read_stacks], f"status-{region}"
     )
     part.hosts, part.errors = listing[0], listing[1] + part.errors
+    if listing[1]:
+        part.unlisted_regions.append(region)
     named = {
         host.host.tags[tags.STACK]
         for host in part.hosts
@@ -395,7 +400,7 @@ def _host_status(host: Host, settings: Settings, now: datetime) -> HostStatus:
 def _deployed_stacks(ssm: Any, region: str, errors: list[str]) -> list[str]:
     """Every stack deployed in the region, known by its park parameter."""
     try:
-        return stacks_in_region(ssm)
+        return live_stacks(ssm)
     except ClientError as error:
         errors.append(f"{region}: cannot list stacks: {describe_error(error)}")
         return []

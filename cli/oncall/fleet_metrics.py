@@ -3,7 +3,7 @@
 - The guardrails' heartbeats: the Lambdas cannot be scraped, so their last successes are read back
   from CloudWatch (``lambdas.aws.heartbeat.last_successes``).
 - The running accelerator hosts without ``parkbrake:managed=true``, by region and instance type:
-  the sweep's own listing (``lambdas.reaper.list_hosts``), so Prometheus sees what ``status`` and
+  the sweep's own listing (``lambdas.aws.ec2_hosts.list_hosts``), so Prometheus sees what ``status`` and
   ``reap`` report.
 
 Each collector reads at most once per ``cache_seconds`` and never fails a scrape: an AWS error is a
@@ -116,7 +116,7 @@ class UnmanagedHostsCollector:
         self._reads = _Cached(self._count, cache_seconds)
 
     def _count(self) -> Counter[tuple[str, str]]:
-        from lambdas.reaper import list_hosts
+        from lambdas.aws.ec2_hosts import list_hosts
 
         counts: Counter[tuple[str, str]] = Counter()
         for region in self._regions:

@@ -14,7 +14,6 @@ from guardrails import names, tags
 ECS_DESIRED_COUNT = "ecs:service:DesiredCount"
 DESCRIBE_SERVICES_LIMIT = 10
 DESCRIBE_SCALABLE_TARGETS_LIMIT = 50
-PARK_PARAMETER_ROOT = "/parkbrake/"
 
 
 def managed_groups(autoscaling: Any, stack: str) -> Iterator[dict[str, Any]]:
@@ -74,16 +73,3 @@ def park_parameter_value(ssm: Any, stack: str) -> str | None:
         return str(ssm.get_parameter(Name=names.park_parameter(stack))["Parameter"]["Value"])
     except ssm.exceptions.ParameterNotFound:
         return None
-
-
-def stacks_in_region(ssm: Any) -> list[str]:
-    """Every stack deployed in the region, known by its park parameter ``/parkbrake/<stack>/parked``."""
-    found = set()
-    for page in ssm.get_paginator("get_parameters_by_path").paginate(
-        Path=PARK_PARAMETER_ROOT, Recursive=True
-    ):
-        for parameter in page["Parameters"]:
-            stack = parameter["Name"].removeprefix(PARK_PARAMETER_ROOT).split("/")[0]
-            if parameter["Name"] == names.park_parameter(stack):
-                found.add(stack)
-    return sorted(found)

@@ -26,6 +26,7 @@ class SweepPolicy:
     max_exemption: timedelta
     reap_untagged: bool = False
     pool_caps: Mapping[str, timedelta] = field(default_factory=dict)
+    max_runtime_ceiling: timedelta = timedelta(hours=24)
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class Subject:
     deadline: Deadline | None
     now: datetime
     policy: SweepPolicy
+    orphan: str | None = None  # why a managed host belongs to no existing stack
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from guardrails.rules import malformed_tags, past_deadline, untagged_accelerator
+from guardrails.rules import (
+    cap_above_ceiling,
+    malformed_tags,
+    orphaned,
+    past_deadline,
+    untagged_accelerator,
+)
 from guardrails.rules.base import Rule
 
 RULES: tuple[Rule, ...] = (
     past_deadline.RULE,
     untagged_accelerator.RULE,
+    orphaned.RULE,
+    cap_above_ceiling.RULE,
     malformed_tags.RULE,
 )

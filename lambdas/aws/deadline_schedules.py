@@ -17,6 +17,8 @@ from botocore.exceptions import ClientError
 from guardrails import names
 
 log = logging.getLogger(__name__)
+# A deadline invocation that Scheduler could not deliver is retried for an hour, then dead-lettered.
+RETRY_POLICY = {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2}
 
 
 def schedule_expression(at: datetime) -> str:
@@ -34,8 +36,17 @@ def arm_deadline(
     at: datetime,
     target_arn: str,
     role_arn: str,
+    dead_letter_arn: str | None,
 ) -> Literal["created", "updated"]:
     """Create the host's deadline schedule, or move it: duplicate events and re-arming are harmless."""
+    target: dict[str, Any] = {
+        "Arn": target_arn,
+        "RoleArn": role_arn,
+        "Input": json.dumps({"instance_ids": [instance_id]}),
+        "RetryPolicy": RETRY_POLICY,
+    }
+    if dead_letter_arn is not None:
+        target["DeadLetterConfig"] = {"Arn": dead_letter_arn}
     request: dict[str, Any] = {
         "Name": names.deadline_schedule(instance_id),
         "GroupName": names.deadline_schedule_group(stack),
@@ -44,11 +55,7 @@ def arm_deadline(
         "FlexibleTimeWindow": {"Mode": "OFF"},
         "ActionAfterCompletion": "DELETE",
         "Description": f"parkbrake deadline of {instance_id}",
-        "Target": {
-            "Arn": target_arn,
-            "RoleArn": role_arn,
-            "Input": json.dumps({"instance_ids": [instance_id]}),
-        },
+        "Target": target,
     }
     try:
         scheduler.create_schedule(**request)

@@ -1,18 +1,24 @@
-"""The dead-man's switch: each guardrail reports success, and only success.
+"""The dead-man's switch and the guardrails' counters, in CloudWatch.
 
-A CloudWatch alarm that treats missing data as breaching pages when the heartbeat stops, so a
-guardrail that errors (a missing IAM permission, say) pages within one period instead of failing
-silently. The same facts go to prometheus-client for processes that are scraped, and
-:func:`last_successes` reads them back from CloudWatch for ``parkbrake exporter`` to republish.
+Each guardrail reports success, and only success: ``record_success`` puts the heartbeat metric that a
+CloudWatch alarm treating missing data as breaching watches, so a guardrail that errors (a missing IAM
+permission, say) pages within one period instead of failing silently. It is a ``PutMetricData`` call,
+so a role that cannot reach CloudWatch also goes quiet and pages. :func:`last_successes` reads the
+heartbeats back for ``parkbrake exporter`` to republish to Prometheus.
+
+Counters (actions taken, findings seen) and the last-success time go to CloudWatch through the
+embedded metric format: one JSON line per metric on standard output, which Lambda ships to CloudWatch
+Logs and CloudWatch turns into metrics (aws-lambda-powertools writes the format).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from prometheus_client import Counter, Gauge
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.provider.cloudwatch_emf.cloudwatch import AmazonCloudWatchEMFProvider
 
 from guardrails import names
 
@@ -28,23 +34,25 @@ GUARDRAIL_DIMENSION = "Guardrail"
 # The stack's own dimension: two stacks in one region must not mask each other's silent guardrail.
 STACK_DIMENSION = "Stack"
 
+# The Prometheus name under which `parkbrake exporter` republishes each guardrail's last success.
 LAST_SUCCESS_METRIC = "parkbrake_guardrail_last_success_timestamp_seconds"
-LAST_SUCCESS = Gauge(
-    LAST_SUCCESS_METRIC,
-    "When the guardrail last completed without an error (Unix time).",
-    ["guardrail"],
-)
-ACTIONS = Counter(
-    "parkbrake_guardrail_actions_total",
-    "Actions the guardrails took (stop, terminate, remove-from-group, report, refuse, start, schedule, ...).",
-    ["guardrail", "action", "reason"],
-)
+# The CloudWatch metrics the guardrails write in the embedded metric format.
+ACTIONS_EMF = "GuardrailActions"
+LAST_SUCCESS_EMF = "GuardrailLastSuccess"
+FINDINGS_EMF = "GuardrailFindings"
 
 
 def count_action(guardrail: str, action: str, reason: str, amount: int = 1) -> None:
-    """``reason`` is a short code (a rule name, a refusal kind), never free text: it is a label."""
+    """``reason`` is a short code (a rule name, a refusal kind), never free text: it is a dimension."""
     if amount:
-        ACTIONS.labels(guardrail=guardrail, action=action, reason=reason).inc(amount)
+        emit(ACTIONS_EMF, amount, MetricUnit.Count, Guardrail=guardrail, Action=action, Reason=reason)
+
+
+def record_findings(guardrail: str, *, stack: str | None, counts: Mapping[str, int]) -> None:
+    """How many hosts each kind of finding (unmanaged, orphaned, ...) is about now; zeros too, so an
+    alarm on a kind sees data every run and clears when the hosts are gone."""
+    for finding, count in counts.items():
+        emit(FINDINGS_EMF, count, MetricUnit.Count, **_emf_dimensions(guardrail, stack), Finding=finding)
 
 
 def record_success(guardrail: str, *, stack: str | None, cloudwatch: Any, now: datetime) -> None:
@@ -65,7 +73,23 @@ def record_success(guardrail: str, *, stack: str | None, cloudwatch: Any, now: d
             }
         ],
     )
-    LAST_SUCCESS.labels(guardrail=guardrail).set(now.timestamp())
+    emit(LAST_SUCCESS_EMF, now.timestamp(), MetricUnit.Seconds, **_emf_dimensions(guardrail, stack))
+
+
+def emit(name: str, value: float, unit: MetricUnit, **dimensions: str) -> None:
+    """One metric in the embedded metric format, with exactly ``dimensions`` (no implicit service)."""
+    # service="": no implicit "service" dimension (POWERTOOLS_SERVICE_NAME) that the alarms do not name
+    metrics = AmazonCloudWatchEMFProvider(
+        namespace=names.heartbeat_namespace(), service="", metric_set={}, dimension_set={}
+    )
+    metrics.add_metric(name=name, unit=unit, value=value)
+    for dimension, dimension_value in dimensions.items():
+        metrics.add_dimension(name=dimension, value=dimension_value)
+    metrics.flush_metrics()
+
+
+def _emf_dimensions(guardrail: str, stack: str | None) -> dict[str, str]:
+    return {dimension["Name"]: dimension["Value"] for dimension in _dimensions(guardrail, stack)}
 
 
 def _dimensions(guardrail: str, stack: str | None) -> list[dict[str, str]]:

@@ -162,3 +162,29 @@ def test_the_table_keeps_ids_and_timestamps_whole_at_80_columns(aws: str, env: d
     for host in hosts:
         assert any(line.startswith(host + " ") for line in lines), result.output
     assert re.search(r" \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", result.output), result.output
+
+
+def test_a_listing_error_is_one_clear_line_and_a_failure(aws: str, env: dict[str, str]) -> None:
+    from aws_fault_proxy import FaultProxy
+
+    launch(client_factory(aws)("ec2", REGION), "g5.xlarge", managed_tags(max_runtime="90m"))
+    with FaultProxy(aws) as proxy:
+        proxy.fail("DescribeInstances", "UnauthorizedOperation", "You are not authorized.", status=403)
+        for output in ("text", "json"):
+            result = CliRunner().invoke(
+                parkbrake, ["reap", "--dry-run", "-o", output], env={**env, "AWS_ENDPOINT_URL": proxy.url}
+            )
+            assert result.exit_code == 1
+            assert result.output.splitlines() == [
+                f"Error: could not list GPU hosts in {REGION}: UnauthorizedOperation: You are not authorized."
+            ]
+
+
+def test_unmanaged_hosts_are_shown_with_their_burn_rate(aws: str, env: dict[str, str]) -> None:
+    ec2 = client_factory(aws)("ec2", REGION)
+    launch(ec2, "g5.xlarge", {"Name": "notebook"})
+    launch(ec2, "g5.xlarge", {**managed_tags(), "parkbrake:managed": "false"})
+    result = invoke(["--dry-run"], env)
+    assert result.exit_code == 0, result.output
+    assert "2 GPU host(s) without parkbrake:managed=true, burning $2.01/hour" in result.output
+    assert "report" in result.output

@@ -229,6 +229,11 @@ def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_
         "deadline-errors",
         "launcher-errors",
         "reaper-heartbeat",
+        "reaper-dead-letters",
+        "deadline-dead-letters",
+        "launcher-dead-letters",
+        "unmanaged-hosts",
+        "orphaned-hosts",
     }
     assert not any("secretsmanager:GetSecretValue" in actions(statement) for statement in all_statements(run))
 
@@ -262,6 +267,9 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "PARKBRAKE_SNS_TOPIC_ARN": "arn:aws:sns:us-east-1:123456789012:alarms",
         "PARKBRAKE_DEADLINE_TARGET_ARN": REAPER_ARN,
         "PARKBRAKE_SCHEDULER_ROLE_ARN": "arn:aws:iam:us-east-1:123456789012:scheduler",
+        "PARKBRAKE_MAX_RUNTIME_CEILING": "1d",
+        "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN": f"arn:aws:sqs:us-east-1:{ACCOUNT}:parkbrake-dev-reaper-dlq",
+        "PARKBRAKE_NOTICES_TABLE": "parkbrake-dev-notices",
     }
     settings = settings_from_environment(environment)
     assert settings.stack == "dev"
@@ -398,8 +406,9 @@ def test_launcher_reads_only_the_park_parameter_and_starts_only_the_nightly_pool
 def test_scheduler_role_may_invoke_only_the_reaper_and_the_launcher() -> None:
     run = configured()
 
-    (invoke,) = statements_of(run, "scheduler")
+    invoke, dead_letters = statements_of(run, "scheduler")
     assert actions(invoke) == {"lambda:InvokeFunction"}
+    assert actions(dead_letters) == {"sqs:SendMessage"}  # their queues: test_guardrail_alerting
     assert invoke["Resource"] == [REAPER_ARN, LAUNCHER_ARN]
     trust = json.loads(run.named(ROLE, "scheduler").inputs["assumeRolePolicy"])["Statement"]
     assert trust == [
@@ -508,7 +517,10 @@ def test_every_resource_is_a_child_of_the_component() -> None:
     run = configured()
 
     (component,) = run.of_type("parkbrake:aws:Guardrails")
-    assert len(list(run.children_of(component))) == len(run.resources) - 1
+    (alerting,) = run.of_type("parkbrake:aws:GuardrailAlerting")
+    assert alerting.parent == component.urn
+    children = [*run.children_of(component), *run.children_of(alerting)]
+    assert len(children) == len(run.resources) - 1
 
 
 # --- schedule expressions ---------------------------------------------------------------------------------

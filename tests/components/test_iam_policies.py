@@ -54,13 +54,14 @@ def test_every_guardrail_policy_is_valid_and_passes_the_stop_rule(guardrail: str
 
 
 def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
-    basics = {"OwnLogs", "Heartbeat", "Notify"}
+    basics = {"OwnLogs", "Heartbeat", "Notify", "DeadLetters"}
     stop_path = {"Describe", "StopManagedInstancesOnly", "ShrinkManagedGroupsOnly"}
     deadlines = {"DeadlineSchedulesOnly", "PassSchedulerRole"}
     rotation = {"DescribeGroups", "ReplaceInManagedGroupsOnly", "MarkRotatingHostsOnly"}
 
-    assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines | rotation
-    assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines | rotation
+    sweep = {"ListStacks", "RememberNotices"}
+    assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
+    assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
     assert sids(GUARDRAIL_POLICIES["meter"](GRANTS)) - basics == {"DescribeHosts", "ReadDatabaseSecret"}
     assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | {"ReadDatabaseSecret"}
     assert sids(GUARDRAIL_POLICIES["launcher"](GRANTS)) - basics == {

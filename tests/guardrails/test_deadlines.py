@@ -13,6 +13,7 @@ from guardrails.hosts import Host
 LAUNCH = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 POOL_CAPS = {"training": timedelta(hours=2)}
 DEFAULT_CAP = timedelta(minutes=90)
+CEILING = timedelta(hours=24)
 
 
 def host(**tag_values: str) -> Host:
@@ -27,7 +28,9 @@ def host(**tag_values: str) -> Host:
 
 
 def deadline(h: Host, now: datetime = LAUNCH, max_exemption: timedelta = timedelta(hours=24)) -> Deadline:
-    return deadline_for(h, pool_caps=POOL_CAPS, default_cap=DEFAULT_CAP, max_exemption=max_exemption, now=now)
+    return deadline_for(
+        h, pool_caps=POOL_CAPS, default_cap=DEFAULT_CAP, max_exemption=max_exemption, ceiling=CEILING, now=now
+    )
 
 
 def test_cap_from_tag_wins() -> None:
@@ -124,3 +127,35 @@ def test_both_tags_malformed_report_both() -> None:
 def test_parse_instant_accepts_lowercase_z_and_offsets() -> None:
     assert parse_instant("2025-03-01t05:00:00z") == datetime(2025, 3, 1, 5, tzinfo=UTC)
     assert parse_instant("2025-03-01T05:00:00-01:00") == datetime(2025, 3, 1, 6, tzinfo=UTC)
+
+
+def test_a_cap_above_the_ceiling_is_clamped_to_it() -> None:
+    d = deadline(host(**{tags.MAX_RUNTIME: "31d"}))
+    assert (d.cap, d.cap_source, d.clamped_from) == (CEILING, "ceiling", timedelta(days=31))
+    assert d.deadline == LAUNCH + CEILING
+    assert d.problems == ()
+
+
+def test_a_cap_at_the_ceiling_is_not_clamped() -> None:
+    d = deadline(host(**{tags.MAX_RUNTIME: "24h"}))
+    assert (d.cap, d.cap_source, d.clamped_from) == (CEILING, "tag", None)
+
+
+@pytest.mark.parametrize(
+    ("max_runtime", "cap"),
+    [("3h", DEFAULT_CAP), ("30m", timedelta(minutes=30)), ("31d", DEFAULT_CAP), (None, DEFAULT_CAP)],
+)
+def test_an_orphan_runs_under_the_default_cap_or_its_own_if_shorter(
+    max_runtime: str | None, cap: timedelta
+) -> None:
+    values = {tags.POOL: "training"} | ({tags.MAX_RUNTIME: max_runtime} if max_runtime else {})
+    d = deadline_for(
+        host(**values),
+        pool_caps=POOL_CAPS,
+        default_cap=DEFAULT_CAP,
+        max_exemption=timedelta(hours=24),
+        ceiling=CEILING,
+        now=LAUNCH,
+        orphan=True,
+    )
+    assert d.cap == cap

@@ -79,3 +79,22 @@ def test_the_own_region_is_aws_region_else_aws_default_region() -> None:
     assert aws_region({"AWS_DEFAULT_REGION": "us-east-1"}) == "us-east-1"
     assert aws_region({"AWS_REGION": ""}) is None
     assert settings_from_environment({"AWS_DEFAULT_REGION": "us-east-2"}).regions == ("us-east-2",)
+
+
+def test_the_ceiling_defaults_to_a_day_and_bounds_the_default_caps() -> None:
+    assert settings_from_environment({"AWS_REGION": "us-east-1"}).max_runtime_ceiling == timedelta(hours=24)
+    with pytest.raises(SettingsError) as raised:
+        settings_from_environment(
+            {
+                "AWS_REGION": "us-east-1",
+                "PARKBRAKE_MAX_RUNTIME_CEILING": "12h",
+                "PARKBRAKE_DEFAULT_MAX_RUNTIME": "13h",
+                "PARKBRAKE_POOL_MAX_RUNTIMES": "training=90m,inference=1d",
+            }
+        )
+    assert raised.value.problems == [
+        "PARKBRAKE_DEFAULT_MAX_RUNTIME: 13h is above PARKBRAKE_MAX_RUNTIME_CEILING (12h); "
+        "lower the cap or raise the ceiling",
+        "PARKBRAKE_POOL_MAX_RUNTIMES[inference]: 1d is above PARKBRAKE_MAX_RUNTIME_CEILING (12h); "
+        "lower the cap or raise the ceiling",
+    ]

@@ -33,7 +33,13 @@ def at(minutes: float) -> datetime:
 
 
 def test_registry_lists_each_rule_once_by_name() -> None:
-    assert [rule.name for rule in RULES] == ["past-deadline", "untagged-accelerator", "malformed-tags"]
+    assert [rule.name for rule in RULES] == [
+        "past-deadline",
+        "untagged-accelerator",
+        "orphaned",
+        "cap-above-ceiling",
+        "malformed-tags",
+    ]
 
 
 @pytest.mark.parametrize(("minutes", "action"), [(89.99, "skip"), (90, "stop"), (91, "stop")])
@@ -127,6 +133,45 @@ def test_other_stacks_hosts_are_left_to_their_own_sweep() -> None:
     untagged_stack = host(**{k: v for k, v in MANAGED.items() if k != tags.STACK})
     assert owner_stack(untagged_stack, POLICY) is None
     assert judge(untagged_stack, POLICY, at(500)).action == "stop"
+
+
+def test_a_host_of_a_stack_that_exists_is_left_to_it() -> None:
+    theirs = host(**{**MANAGED, tags.STACK: "dev"})
+    verdict = judge(theirs, POLICY, at(500), live_stacks={"prod", "dev"})
+    assert verdict.reason == "belongs to stack 'dev'"
+
+
+@pytest.mark.parametrize("stack_tag", ["dve", None])
+def test_an_orphan_is_adopted_under_the_default_cap_and_reported(stack_tag: str | None) -> None:
+    values = {k: v for k, v in MANAGED.items() if k != tags.STACK} | {tags.MAX_RUNTIME: "3h"}
+    if stack_tag:
+        values[tags.STACK] = stack_tag
+    orphan = host(**values)
+    assert owner_stack(orphan, POLICY, {"prod", "dev"}) is None
+    before = judge(orphan, POLICY, at(89), live_stacks={"prod", "dev"})
+    assert before.action == "skip"
+    [finding] = [f for f in before.reports if f.rule == "orphaned"]
+    why = (
+        "no parkbrake:stack tag" if stack_tag is None else "parkbrake:stack 'dve' names no stack in us-east-1"
+    )
+    assert why in finding.reason
+    assert "adopted by stack 'prod' under a 1h30m cap" in finding.reason
+    after = judge(orphan, POLICY, at(90), live_stacks={"prod", "dev"})
+    assert (after.action, after.rule) == ("stop", "past-deadline")
+
+
+def test_a_cap_above_the_ceiling_is_clamped_and_reported() -> None:
+    long_cap = host(**{**MANAGED, tags.MAX_RUNTIME: "31d"})
+    verdict = judge(long_cap, POLICY, at(60 * 23))
+    assert verdict.action == "skip"
+    [finding] = verdict.reports
+    assert finding.rule == "cap-above-ceiling"
+    assert finding.reason == (
+        "parkbrake:max-runtime '31d' (31d) is above the ceiling; clamped to 1d (PARKBRAKE_MAX_RUNTIME_CEILING)"
+    )
+    stopped = judge(long_cap, POLICY, at(60 * 24))
+    assert (stopped.action, stopped.rule) == ("stop", "past-deadline")
+    assert "past its 1d cap (ceiling)" in stopped.reason
 
 
 def test_a_rule_set_is_composable() -> None:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from aws_fault_proxy import FaultProxy
 from guardrail_fleet import (
     REGION,
     ROLE_ARN,
@@ -24,6 +25,8 @@ from guardrail_fleet import (
     launch_time,
     managed_tags,
     minutes,
+    published,
+    sns_queue,
     state_change,
     states,
 )
@@ -205,11 +208,50 @@ def test_hosts_that_are_not_ours_get_no_deadline(
     clients: ClientFactory, instance_type: str, instance_tags: dict[str, str], reason: str
 ) -> None:
     ec2 = clients("ec2", REGION)
+    clients("ssm", REGION).put_parameter(Name=names.park_parameter("other"), Value="false", Type="String")
     [host] = launch(ec2, instance_type, instance_tags)
     result = on(state_change(host, "running", launch_time(ec2, host)), clients, launch_time(ec2, host))
     assert result["action"] == "ignored"
     assert reason in result["reason"]
     assert deadline_schedules(clients) == {}
+
+
+@pytest.mark.parametrize("stack_tag", ["tset", ""])
+def test_an_orphan_gets_a_deadline_under_the_default_cap(clients: ClientFactory, stack_tag: str) -> None:
+    """A typo in the stack tag (no such stack in the region), or no stack at all: this stack adopts the
+    host under its default cap (90m here), not the 3h its tag asks for."""
+    ec2 = clients("ec2", REGION)
+    [host] = launch(ec2, "g5.xlarge", {**managed_tags(max_runtime="3h"), tags.STACK: stack_tag})
+    started = launch_time(ec2, host)
+
+    result = on(state_change(host, "running", started), clients, started)
+
+    assert result["action"] == "armed"
+    assert result["deadline"] == (started + minutes(90)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def test_a_deadline_stop_that_fails_raises_after_notifying(aws: str) -> None:
+    """The schedule fires, StopInstances is denied: the invocation fails (so Lambda retries it and, in
+    the end, its dead-letter queue pages), and the person is told before it does."""
+    with FaultProxy(aws) as proxy:
+        clients = client_factory(proxy.url)
+        topic, queue_url = sns_queue(clients)
+        [host] = launch(clients("ec2", REGION), "g5.xlarge", managed_tags(max_runtime="90m"))
+        started = launch_time(clients("ec2", REGION), host)
+        proxy.fail("StopInstances", "UnauthorizedOperation", "You are not authorized.", status=403)
+
+        with pytest.raises(reaper.DeadlineStopFailed, match=host):
+            reaper.handle(
+                {"instance_ids": [host]},
+                settings=guardrail_settings(sns_topic_arn=topic),
+                clients=clients,
+                now=started + minutes(90),
+            )
+
+        assert states(clients("ec2", REGION), [host]) == {host: "running"}
+        [message] = published(clients, queue_url)
+        assert message["Subject"] == f"parkbrake {STACK} sweep: 0 stopped, 1 error(s), 0 finding(s)"
+        assert "action: failed to stop: UnauthorizedOperation" in message["Message"]
 
 
 def test_missing_target_settings_are_named(clients: ClientFactory) -> None:

@@ -19,8 +19,8 @@ from guardrail_fleet import (
     guardrail_settings,
     heartbeats,
     managed_tags,
+    metric_value,
 )
-from prometheus_client import REGISTRY
 
 from guardrails import names
 from guardrails.errors import ParkbrakeError
@@ -69,11 +69,8 @@ def park(clients: ClientFactory, value: str) -> None:
     )
 
 
-def refusals(kind: str) -> float:
-    sample = REGISTRY.get_sample_value(
-        "parkbrake_guardrail_actions_total", {"guardrail": "launcher", "action": "refuse", "reason": kind}
-    )
-    return sample or 0.0
+def refusals(stdout: str, kind: str) -> float | None:
+    return metric_value(stdout, "GuardrailActions", Guardrail="launcher", Action="refuse", Reason=kind)
 
 
 def start(clients: ClientFactory, event: dict[str, Any], gate: Gate | None = None) -> dict[str, Any]:
@@ -112,14 +109,16 @@ def test_starts_the_pool_when_unparked(clients: ClientFactory) -> None:
     ]
 
 
-def test_refuses_when_parked_and_counts_it(clients: ClientFactory) -> None:
+def test_refuses_when_parked_and_counts_it(
+    clients: ClientFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
     park(clients, "true")
-    before = refusals("parked")
+    capsys.readouterr()
     result = start(clients, {"pool": "training"}, Gate())
     assert result["refused"]["kind"] == "parked"
     assert result["started"] == 0
     assert desired(clients) == 0
-    assert refusals("parked") == before + 1
+    assert refusals(capsys.readouterr().out, "parked") == 1
 
 
 def test_refuses_when_at_capacity(clients: ClientFactory) -> None:
@@ -130,10 +129,11 @@ def test_refuses_when_at_capacity(clients: ClientFactory) -> None:
     assert desired(clients) == 2
 
 
-def test_refuses_when_the_budget_gate_refuses(clients: ClientFactory) -> None:
+def test_refuses_when_the_budget_gate_refuses(
+    clients: ClientFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
     park(clients, "false")
     gate = Gate(refusal="runway 20m at the current burn rate")
-    before = refusals("budget")
     result = start(clients, {"pool": "training", "capacity": 2}, gate)
     price = load_price_table().instance("g5.12xlarge").usd_per_hour
     assert gate.asked == [("research", 2 * price * 2)]
@@ -141,7 +141,7 @@ def test_refuses_when_the_budget_gate_refuses(clients: ClientFactory) -> None:
     assert "runway 20m" in result["refused"]["reason"]
     assert result["budget"] == "checked"
     assert desired(clients) == 0
-    assert refusals("budget") == before + 1
+    assert refusals(capsys.readouterr().out, "budget") == 1
 
 
 def test_gate_allowing_starts_and_says_so(clients: ClientFactory) -> None:

@@ -12,6 +12,7 @@ import pytest
 from aws_fault_proxy import FaultProxy, ProxiedRequest
 from guardrail_fleet import (
     REGION,
+    STACK,
     client_factory,
     create_pool,
     group_instances,
@@ -20,12 +21,12 @@ from guardrail_fleet import (
     latest_launch,
     launch,
     managed_tags,
+    metric_value,
     minutes,
     published,
     sns_queue,
     states,
 )
-from prometheus_client import REGISTRY
 
 from lambdas import reaper
 from lambdas.aws.environment import ClientFactory
@@ -80,17 +81,15 @@ def test_throttling_is_absorbed_by_botocore_retries(proxy: FaultProxy) -> None:
     assert set(states(clients("ec2", REGION), fleet.alone).values()) == {"stopped"}
 
 
-def test_throttling_that_outlasts_the_retries_fails_only_that_host(proxy: FaultProxy) -> None:
+def test_throttling_that_outlasts_the_retries_fails_only_that_host(
+    proxy: FaultProxy, capsys: pytest.CaptureFixture[str]
+) -> None:
     clients = client_factory(proxy.url, max_attempts=2)
     fleet = due_fleet(clients)
     stuck = fleet.alone[1]
     proxy.fail(
         "StopInstances", "RequestLimitExceeded", "Request limit exceeded.", status=503, matches=about(stuck)
     )
-    before = REGISTRY.get_sample_value(
-        "parkbrake_guardrail_last_success_timestamp_seconds", {"guardrail": "reaper"}
-    )
-
     result = reaper.handle({}, settings=guardrail_settings(), clients=clients, now=fleet.now)
 
     assert [(e["instance_id"], e["error"].split(":")[0]) for e in result["errors"]] == [
@@ -103,10 +102,9 @@ def test_throttling_that_outlasts_the_retries_fails_only_that_host(proxy: FaultP
         fleet.alone[2]: "stopped",
     }
     assert heartbeats(clients) == []
-    after = REGISTRY.get_sample_value(
-        "parkbrake_guardrail_last_success_timestamp_seconds", {"guardrail": "reaper"}
-    )
-    assert after == before
+    out = capsys.readouterr().out
+    assert metric_value(out, "GuardrailLastSuccess", Guardrail="reaper") is None
+    assert metric_value(out, "GuardrailActions", Guardrail="reaper", Action="error", Reason="stop") == 1
 
 
 def test_missing_stop_permission_is_reported_pages_and_spares_the_rest(proxy: FaultProxy) -> None:
@@ -134,8 +132,9 @@ def test_missing_stop_permission_is_reported_pages_and_spares_the_rest(proxy: Fa
     assert group_instances(clients("autoscaling", REGION), fleet.group) == []
     assert heartbeats(clients) == []
     [message] = published(clients, queue_url)
-    assert message["Message"].count("ERROR") == 3
-    assert "UnauthorizedOperation" in message["Message"]
+    assert message["Subject"] == f"parkbrake {STACK} sweep: 3 stopped, 3 error(s), 0 finding(s)"
+    assert "Failed to stop (3):" in message["Message"]
+    assert message["Message"].count("action: failed to stop: UnauthorizedOperation") == 3
 
 
 def test_a_vanished_instance_fails_alone(proxy: FaultProxy) -> None:

@@ -11,7 +11,7 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from guardrail_fleet import ACCOUNT, AMI, REGION, client_factory, guardrail_settings, managed_tags, minutes
 
-from lambdas import reaper
+from lambdas.aws import host_sweep
 from lambdas.aws.stop_path import BATCH_SIZE
 
 RESERVATIONS = 25
@@ -65,17 +65,18 @@ def test_a_sweep_over_2500_hosts_costs_pages_not_hosts(proxy: FaultProxy) -> Non
     proxy.clear()
 
     settings = guardrail_settings()
-    plan = reaper.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
-    report = reaper.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
+    plan = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
+    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
 
     assert report.errors == []
     assert len(plan.verdicts) == 2500
     assert sorted(report.outcome.stopped) == sorted(gpu)
     assert proxy.calls["DescribeInstances"] == math.ceil(RESERVATIONS / PAGE_SIZE)
     assert proxy.calls["StopInstances"] == 2500 // BATCH_SIZE
-    assert sum(proxy.calls.values()) == 3 + 25
+    assert proxy.calls["GetParametersByPath"] == 1  # which stacks exist: who owns which host
+    assert sum(proxy.calls.values()) == 3 + 25 + 1
 
     proxy.clear()
-    again = reaper.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
+    again = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
     assert again.verdicts == []  # stopped hosts fall out of the server-side filter
     assert dict(proxy.calls) == {"DescribeInstances": 1}

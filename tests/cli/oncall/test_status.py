@@ -304,3 +304,18 @@ def test_pools_services_and_traffic_in_json(aws: str, fleet: Any) -> None:
     assert services["inference-green"]["traffic"] == "none"
     assert services[names.CONTROL_PLANE_SERVICE]["traffic"] is None
     assert document["summary"]["hosts"] == 4
+
+
+def test_a_listing_error_everywhere_is_one_clear_line_and_a_failure(
+    aws: str, fleet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with FaultProxy(aws) as proxy:
+        proxy.fail("DescribeInstances", "UnauthorizedOperation", "not authorized", status=403)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        results = [invoke("--stack", STACK, "--regions", REGION, "-o", output) for output in ("text", "json")]
+
+    for result in results:
+        assert result.exit_code == 1
+        assert result.output.splitlines() == [
+            f"Error: {REGION}: cannot list instances: UnauthorizedOperation: not authorized"
+        ]

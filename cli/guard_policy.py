@@ -1,0 +1,83 @@
+"""``parkbrake guard-policy``: the preventive policy that keeps accelerator hosts inside the guardrails."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from cli.options import output_option, stack_option
+
+ROLE_ARN_PREFIX = "arn:"
+
+
+@click.command("guard-policy")
+@stack_option
+@click.option(
+    "--deployer-role",
+    "deployer_roles",
+    multiple=True,
+    metavar="ARN",
+    help="A role that may also edit parkbrake:* tags (the one that runs `pulumi up`); repeatable.",
+)
+@click.option(
+    "--document",
+    type=click.Choice(["both", "scp", "boundary"]),
+    default="both",
+    show_default=True,
+    help="Print one policy document alone, ready for `aws organizations create-policy --content` "
+    "or `aws iam create-policy --policy-document`.",
+)
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Folder holding the stack files.",
+)
+@output_option
+def guard_policy(
+    stack: str, deployer_roles: tuple[str, ...], document: str, project_dir: Path, output: str
+) -> None:
+    """Print the preventive policy that keeps accelerator hosts inside the guardrails.
+
+    A service control policy, and the same statements as a permissions boundary, that deny launching
+    accelerator hosts without parkbrake:managed=true and a parkbrake:max-runtime tag, and deny editing
+    parkbrake:* tags except by the stack's own roles. docs/guardrails.md says how to attach them.
+    """
+    from guardrails.errors import InputError
+    from guardrails.guard_policy import permissions_boundary, service_control_policy
+    from stacks.config import load_stack_config
+
+    load_stack_config(stack, project_dir)  # the stack must exist and be valid
+    bad = [arn for arn in deployer_roles if not arn.startswith(ROLE_ARN_PREFIX) or ":role/" not in arn]
+    if bad:
+        raise InputError(
+            f"--deployer-role: {', '.join(bad)} is not a role ARN (arn:aws:iam::ACCOUNT:role/NAME)"
+        )
+    documents = {
+        "scp": service_control_policy(stack, deployer_roles),
+        "boundary": permissions_boundary(stack, deployer_roles),
+    }
+    if document != "both":
+        click.echo(json.dumps(documents[document], indent=2))
+        return
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "stack": stack,
+                    "service_control_policy": documents["scp"],
+                    "permissions_boundary": documents["boundary"],
+                },
+                indent=2,
+            )
+        )
+        return
+    click.echo(f"# Service control policy for stack {stack} (attach to the account or OU):")
+    click.echo(json.dumps(documents["scp"], indent=2))
+    click.echo(
+        f"\n# Permissions boundary for stack {stack} (attach to the roles and users that launch hosts):"
+    )
+    click.echo(json.dumps(documents["boundary"], indent=2))

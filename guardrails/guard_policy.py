@@ -1,0 +1,88 @@
+"""The preventive controls: IAM policy documents that keep accelerator hosts inside the guardrails.
+
+The sweep finds and reports what escaped; these documents stop the escape at the API. They deny:
+- ``ec2:RunInstances`` of an accelerator type without ``parkbrake:managed=true`` or without a
+  ``parkbrake:max-runtime`` tag in the request (the tags must be given at launch);
+- creating, changing or deleting any ``parkbrake:*`` tag on an existing instance, volume, launch
+  template or Auto Scaling group, except by the stack's own roles (its guardrail functions and
+  scheduler, ``parkbrake-<stack>-*``) and the deployer roles named, so nobody can take a host out of
+  the guardrails by editing its tags.
+
+The same statements serve as a service control policy (attached to an AWS Organizations account or
+unit: SCPs only deny) and as a permissions boundary (attached to a role or user: a boundary must also
+allow, so it starts with an allow-everything statement that the denies then narrow).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from guardrails import names, tags
+from guardrails.instance_types import accelerator_filter_values
+
+VERSION = "2012-10-17"
+TAG_PATTERN = "parkbrake:*"
+SCP_SIZE_LIMIT = 5120  # characters, whitespace included, as AWS Organizations counts them
+
+
+def stack_role_pattern(stack: str) -> str:
+    """Every IAM role the stack creates for its guardrails is named ``parkbrake-<stack>-<what>``."""
+    return f"arn:*:iam::*:role/{names.prefix(stack)}-*"
+
+
+def guard_statements(stack: str, deployer_roles: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The deny statements shared by the SCP and the permissions boundary."""
+    accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
+    allowed_principals = [stack_role_pattern(stack), *deployer_roles]
+    return [
+        {
+            "Sid": "DenyAcceleratorsNotManaged",
+            "Effect": "Deny",
+            "Action": "ec2:RunInstances",
+            "Resource": "arn:*:ec2:*:*:instance/*",
+            "Condition": {
+                **accelerators,
+                "StringNotEquals": {f"aws:RequestTag/{tags.MANAGED}": "true"},
+            },
+        },
+        {
+            "Sid": "DenyAcceleratorsWithoutMaxRuntime",
+            "Effect": "Deny",
+            "Action": "ec2:RunInstances",
+            "Resource": "arn:*:ec2:*:*:instance/*",
+            "Condition": {**accelerators, "Null": {f"aws:RequestTag/{tags.MAX_RUNTIME}": "true"}},
+        },
+        {
+            # Tags given at launch (ec2:CreateAction is set) are what the statements above require.
+            "Sid": "DenyParkbrakeTagEditsOnEC2",
+            "Effect": "Deny",
+            "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+            "Resource": "*",
+            "Condition": {
+                "ForAnyValue:StringLike": {"aws:TagKeys": [TAG_PATTERN]},
+                "Null": {"ec2:CreateAction": "true"},
+                "ArnNotLike": {"aws:PrincipalArn": allowed_principals},
+            },
+        },
+        {
+            "Sid": "DenyParkbrakeTagEditsOnAutoScaling",
+            "Effect": "Deny",
+            "Action": ["autoscaling:CreateOrUpdateTags", "autoscaling:DeleteTags"],
+            "Resource": "*",
+            "Condition": {
+                "ForAnyValue:StringLike": {"aws:TagKeys": [TAG_PATTERN]},
+                "ArnNotLike": {"aws:PrincipalArn": allowed_principals},
+            },
+        },
+    ]
+
+
+def service_control_policy(stack: str, deployer_roles: Sequence[str] = ()) -> dict[str, Any]:
+    return {"Version": VERSION, "Statement": guard_statements(stack, deployer_roles)}
+
+
+def permissions_boundary(stack: str, deployer_roles: Sequence[str] = ()) -> dict[str, Any]:
+    """A boundary grants nothing by itself: the role's own policies still decide what is allowed."""
+    allow_within = {"Sid": "AllowWithinTheBoundary", "Effect": "Allow", "Action": "*", "Resource": "*"}
+    return {"Version": VERSION, "Statement": [allow_within, *guard_statements(stack, deployer_roles)]}

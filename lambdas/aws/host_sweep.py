@@ -1,0 +1,289 @@
+"""The sweep's effects, shared by the reaper, the deadlines and ``parkbrake reap``: list and judge every
+accelerator host in the configured regions, stop the ones due through the one stop path, re-arm the
+deadlines that moved, and publish the sweep's notices.
+
+The decisions are :mod:`guardrails.sweep`'s; this module only talks to AWS.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from guardrails import tags
+from guardrails.hosts import Host
+from guardrails.rotation import is_serving
+from guardrails.rules.base import instant
+from guardrails.settings import Settings
+from guardrails.sweep import Verdict, judge, owner_stack, policy_from_settings
+from guardrails.sweep_notice import sweep_notices
+from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.ec2_hosts import PAGE_SIZE, list_hosts, live_stacks
+from lambdas.aws.environment import ClientFactory
+from lambdas.aws.notices import Publication, publish_notices
+from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
+from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepPlan:
+    verdicts: list[Verdict]
+    errors: list[dict[str, str]]  # regions that could not be listed
+    instance_ids: tuple[str, ...] | None = None  # None for a full sweep
+    # The stacks deployed in each region (None where they could not be listed): who owns which host.
+    live_stacks: dict[str, Collection[str] | None] = field(default_factory=dict)
+
+    @property
+    def to_stop(self) -> list[Verdict]:
+        return [verdict for verdict in self.verdicts if verdict.action == "stop" and not _rotated(verdict)]
+
+    @property
+    def to_rotate(self) -> list[Verdict]:
+        """Serving hosts in a group past their lifetime: replaced first, never just stopped."""
+        return [verdict for verdict in self.verdicts if verdict.action == "stop" and _rotated(verdict)]
+
+
+def _rotated(verdict: Verdict) -> bool:
+    return is_serving(verdict.host.tags) and verdict.host.autoscaling_group is not None
+
+
+@dataclass
+class SweepReport:
+    plan: SweepPlan
+    outcome: StopOutcome
+    dry_run: bool
+    errors: list[dict[str, str]] = field(default_factory=list)
+    rearmed: list[str] = field(default_factory=list)
+    publication: Publication = field(default_factory=Publication)
+    rotation: RotationOutcome | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        acted = set(self.outcome.acted)
+        failed = {error["instance_id"] for error in self.errors if "instance_id" in error}
+        return {
+            "checked": len(self.plan.verdicts),
+            "stopped": [] if self.dry_run else self.outcome.acted,
+            "would_stop": self.outcome.acted if self.dry_run else [],
+            "skipped": [
+                {"instance_id": verdict.host.instance_id, "reason": verdict.reason}
+                for verdict in self.plan.verdicts
+                if verdict.action == "skip"
+            ],
+            "errors": self.errors,
+            "rotations": self.rotation.steps if self.rotation else [],
+            "dry_run": self.dry_run,
+            "notified": self.publication.subject,
+            "hosts": [_host_row(verdict, self.outcome, acted, failed) for verdict in self.plan.verdicts],
+        }
+
+
+def _host_row(verdict: Verdict, outcome: StopOutcome, acted: set[str], failed: set[str]) -> dict[str, Any]:
+    host = verdict.host
+    instance_id = host.instance_id
+    return {
+        "instance_id": instance_id,
+        "region": host.region,
+        "instance_type": host.instance_type,
+        "pool": host.pool,
+        "tenant": host.tenant,
+        "name": host.tags.get("Name"),
+        "managed": host.managed,
+        "autoscaling_group": host.autoscaling_group,
+        "launch_time": instant(host.launch_time),
+        "deadline": instant(verdict.deadline.enforce_at) if verdict.deadline else None,
+        "verdict": verdict.action,
+        "rule": verdict.rule,
+        "action": outcome.action_of(instance_id) if instance_id in acted else None,
+        "failed": instance_id in failed,
+        "reason": verdict.reason,
+        "reports": [{"rule": finding.rule, "reason": finding.reason} for finding in verdict.reports],
+    }
+
+
+def plan_sweep(
+    settings: Settings,
+    *,
+    now: datetime,
+    clients: ClientFactory,
+    instance_ids: Sequence[str] | None = None,
+    page_size: int = PAGE_SIZE,
+) -> SweepPlan:
+    """List and judge every accelerator host, whatever its tags; changes nothing."""
+    policy = policy_from_settings(settings)
+    verdicts: list[Verdict] = []
+    errors: list[dict[str, str]] = []
+    found: set[str] = set()
+    stacks_by_region: dict[str, Collection[str] | None] = {}
+    for region in settings.regions:
+        try:
+            hosts = list_hosts(clients("ec2", region), region, instance_ids=instance_ids, page_size=page_size)
+        except AWS_ERRORS as error:
+            log.error("could not list hosts in %s: %s", region, describe_error(error))
+            errors.append({"region": region, "action": "list", "error": describe_error(error)})
+            continue
+        stacks = _live_stacks(clients, region, errors) if any(host.managed for host in hosts) else ()
+        stacks_by_region[region] = stacks
+        for host in hosts:
+            found.add(host.instance_id)
+            # A full sweep leaves other live stacks' hosts to their own sweeps; asked by id, it says why not.
+            if instance_ids is None and owner_stack(host, policy, stacks) is not None:
+                continue
+            verdicts.append(judge(host, policy, now, live_stacks=stacks))
+    if instance_ids is not None and not errors:
+        missing = [instance_id for instance_id in instance_ids if instance_id not in found]
+        if missing:
+            log.info("not found in %s (terminated and gone?): %s", ",".join(settings.regions), missing)
+    ids = tuple(instance_ids) if instance_ids is not None else None
+    return SweepPlan(verdicts, errors, ids, stacks_by_region)
+
+
+def _live_stacks(clients: ClientFactory, region: str, errors: list[dict[str, str]]) -> Collection[str] | None:
+    """The stacks deployed in ``region``; None (no host is taken for an orphan) when they cannot be read."""
+    try:
+        return live_stacks(clients("ssm", region))
+    except AWS_ERRORS as error:
+        log.error("could not list the stacks in %s: %s", region, describe_error(error))
+        errors.append({"region": region, "action": "list-stacks", "error": describe_error(error)})
+        return None
+
+
+def execute_sweep(
+    plan: SweepPlan, settings: Settings, *, now: datetime, clients: ClientFactory, dry_run: bool
+) -> SweepReport:
+    """Stop what the plan says to stop, through the one stop path; re-arm and notify."""
+    by_region: dict[str, list[Verdict]] = defaultdict(list)
+    for verdict in plan.to_stop:
+        by_region[verdict.host.region].append(verdict)
+    outcome = StopOutcome(dry_run=dry_run)
+    for region, due in by_region.items():
+        verdicts = due if dry_run else _adopt_unmanaged(due, settings, clients("ec2", region), outcome)
+        for verdict in verdicts:
+            log.info(
+                "%s %s: %s", "would stop" if dry_run else "stopping", verdict.host.instance_id, verdict.reason
+            )
+        result = stop_hosts(
+            [verdict.host for verdict in verdicts],
+            reason="parkbrake reaper: " + ", ".join(sorted({str(verdict.rule) for verdict in verdicts})),
+            ec2=clients("ec2", region),
+            autoscaling=clients("autoscaling", region),
+            dry_run=dry_run,
+            spot_action="stop" if settings.spot_action == "stop" else "terminate",
+        )
+        outcome.stopped += result.stopped
+        outcome.terminated += result.terminated
+        outcome.removed_from_group += result.removed_from_group
+        outcome.errors += result.errors
+    rotation = _rotate(plan, now=now, clients=clients, dry_run=dry_run)
+    report = SweepReport(
+        plan, outcome, dry_run, errors=[*plan.errors, *outcome.errors, *rotation.errors], rotation=rotation
+    )
+    if dry_run:
+        return report
+    if plan.instance_ids is not None:
+        _rearm_not_due(report, settings, now=now, clients=clients)
+    notices = sweep_notices(
+        plan.verdicts,
+        acted={instance_id: str(outcome.action_of(instance_id)) for instance_id in outcome.acted},
+        errors=report.errors,
+        now=now,
+    )
+    report.publication = publish_notices(notices, settings, clients=clients, now=now)
+    report.errors += report.publication.errors
+    return report
+
+
+def _rotate(plan: SweepPlan, *, now: datetime, clients: ClientFactory, dry_run: bool) -> RotationOutcome:
+    by_region: dict[str, list[Host]] = defaultdict(list)
+    for verdict in plan.to_rotate:
+        by_region[verdict.host.region].append(verdict.host)
+    rotation = RotationOutcome(dry_run=dry_run)
+    for region, hosts in by_region.items():
+        result = rotate_serving_hosts(
+            hosts,
+            ec2=clients("ec2", region),
+            autoscaling=clients("autoscaling", region),
+            now=now,
+            dry_run=dry_run,
+        )
+        rotation.steps += result.steps
+        rotation.errors += result.errors
+    return rotation
+
+
+def _adopt_unmanaged(
+    verdicts: list[Verdict], settings: Settings, ec2: Any, outcome: StopOutcome
+) -> list[Verdict]:
+    """Tag the unmanaged hosts to be stopped as this stack's: the guardrails' IAM stops managed hosts only.
+
+    Returns the verdicts whose hosts may now be stopped; a host that could not be tagged is an error.
+    """
+    unmanaged = [verdict.host.instance_id for verdict in verdicts if not verdict.host.managed]
+    if not unmanaged:
+        return verdicts
+    adoption = [{"Key": tags.MANAGED, "Value": "true"}]
+    if settings.stack:
+        adoption.append({"Key": tags.STACK, "Value": settings.stack})
+    failed: set[str] = set()
+    for instance_id in unmanaged:  # one by one, so that a refusal lands on its own host
+        try:
+            ec2.create_tags(Resources=[instance_id], Tags=adoption)
+        except AWS_ERRORS as error:
+            log.error("could not tag %s as managed: %s", instance_id, describe_error(error))
+            outcome.errors.append(
+                {"instance_id": instance_id, "action": "tag", "error": describe_error(error)}
+            )
+            failed.add(instance_id)
+        else:
+            log.info("tagged %s as managed by stack %s before stopping it", instance_id, settings.stack)
+    return [verdict for verdict in verdicts if verdict.host.instance_id not in failed]
+
+
+def sweep(
+    settings: Settings,
+    *,
+    now: datetime,
+    clients: ClientFactory,
+    dry_run: bool = False,
+    instance_ids: Sequence[str] | None = None,
+) -> SweepReport:
+    plan = plan_sweep(settings, now=now, clients=clients, instance_ids=instance_ids)
+    return execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
+
+
+def _rearm_not_due(report: SweepReport, settings: Settings, *, now: datetime, clients: ClientFactory) -> None:
+    """A deadline that fired for a host whose cap was extended or exempted moves to the new deadline."""
+    if not (settings.stack and settings.deadline_target_arn and settings.scheduler_role_arn):
+        return
+    policy = policy_from_settings(settings)
+    for verdict in report.plan.verdicts:
+        deadline, host = verdict.deadline, verdict.host
+        if verdict.action != "skip" or host.state != "running" or deadline is None:
+            continue
+        if deadline.enforce_at <= now or owner_stack(host, policy, report.plan.live_stacks.get(host.region)):
+            continue
+        try:
+            arm_deadline(
+                clients("scheduler", verdict.host.region),
+                stack=settings.stack,
+                instance_id=verdict.host.instance_id,
+                at=deadline.enforce_at,
+                target_arn=settings.deadline_target_arn,
+                role_arn=settings.scheduler_role_arn,
+                dead_letter_arn=settings.deadline_dead_letter_arn,
+            )
+        except AWS_ERRORS as error:
+            report.errors.append(
+                {
+                    "instance_id": verdict.host.instance_id,
+                    "action": "arm-deadline",
+                    "error": describe_error(error),
+                }
+            )
+        else:
+            report.rearmed.append(verdict.host.instance_id)

@@ -1,0 +1,104 @@
+"""The sweep's one SNS message, and the DynamoDB record that keeps a repeated finding to once a day.
+
+Each notice with a key is claimed with a conditional write (new, or last sent more than a day ago), so
+two sweeps running at once cannot both send it. If publishing fails, the claims are released, so the
+next sweep sends the notices again rather than never. Without a table, every sweep sends everything:
+a duplicate is better than silence.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from botocore.exceptions import ClientError
+
+from guardrails.settings import Settings
+from guardrails.sweep_notice import REPEAT_AFTER, Notice, compose
+from lambdas.aws.environment import ClientFactory
+from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+
+log = logging.getLogger(__name__)
+KEY = "notice"  # the table's partition key
+# Items outlive the repeat window by a day, then DynamoDB's TTL removes them.
+EXPIRES_AT = "expires_at"
+NOTIFIED_AT = "notified_at"
+
+
+@dataclass
+class Publication:
+    sent: list[Notice] = field(default_factory=list)
+    repeats: list[Notice] = field(default_factory=list)  # already sent within the repeat window
+    errors: list[dict[str, str]] = field(default_factory=list)
+    subject: str | None = None
+
+
+def publish_notices(
+    notices: Sequence[Notice], settings: Settings, *, clients: ClientFactory, now: datetime
+) -> Publication:
+    """Send the notices not sent recently, in one message; the errors are returned, never raised."""
+    publication = Publication()
+    if not notices or not settings.sns_topic_arn:
+        return publication
+    claimed: list[str] = []
+    for notice in notices:
+        if notice.key is None or settings.notices_table is None:
+            publication.sent.append(notice)
+            continue
+        try:
+            fresh = _claim(clients, settings.notices_table, notice.key, now)
+        except AWS_ERRORS as error:  # cannot remember: send it anyway
+            publication.errors.append({"action": "remember-notice", "error": describe_error(error)})
+            fresh = True
+        else:
+            if fresh:
+                claimed.append(notice.key)
+        (publication.sent if fresh else publication.repeats).append(notice)
+    if not publication.sent:
+        log.info("every finding was sent within the repeat window", extra={"repeats": len(notices)})
+        return publication
+    subject, body = compose(settings.stack, publication.sent, repeats=len(publication.repeats), now=now)
+    topic_region = settings.sns_topic_arn.split(":")[3] or None
+    try:
+        clients("sns", topic_region).publish(TopicArn=settings.sns_topic_arn, Subject=subject, Message=body)
+    except AWS_ERRORS as error:
+        log.error("could not publish the sweep's notices: %s", describe_error(error))
+        publication.errors.append({"action": "notify", "error": describe_error(error)})
+        _release(clients, settings.notices_table, claimed)
+        return publication
+    publication.subject = subject
+    log.info("published %d notice(s): %s", len(publication.sent), subject)
+    return publication
+
+
+def _claim(clients: ClientFactory, table: str, key: str, now: datetime) -> bool:
+    """True when the notice is new or was last sent longer ago than the repeat window."""
+    dynamodb = clients("dynamodb", None)
+    try:
+        dynamodb.put_item(
+            TableName=table,
+            Item={
+                KEY: {"S": key},
+                NOTIFIED_AT: {"N": str(int(now.timestamp()))},
+                EXPIRES_AT: {"N": str(int((now + 2 * REPEAT_AFTER).timestamp()))},
+            },
+            ConditionExpression=f"attribute_not_exists({KEY}) OR {NOTIFIED_AT} <= :cutoff",
+            ExpressionAttributeValues={":cutoff": {"N": str(int((now - REPEAT_AFTER).timestamp()))}},
+        )
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+            return False
+        raise
+    return True
+
+
+def _release(clients: ClientFactory, table: str | None, keys: Sequence[str]) -> None:
+    if table is None:
+        return
+    for key in keys:
+        try:
+            clients("dynamodb", None).delete_item(TableName=table, Key={KEY: {"S": key}})
+        except AWS_ERRORS as error:  # the notice then waits a day; the publish error is already reported
+            log.error("could not release notice %s: %s", key, describe_error(error))
