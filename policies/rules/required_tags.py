@@ -22,6 +22,7 @@ TAGGABLE_TYPES = frozenset({
     "aws:cloudwatch/eventRule:EventRule",
     "aws:cloudwatch/logGroup:LogGroup",
     "aws:cloudwatch/metricAlarm:MetricAlarm",
+    "aws:dynamodb/table:Table",
     "aws:ec2/eip:Eip",
     "aws:ec2/instance:Instance",
     "aws:ec2/internetGateway:InternetGateway",
