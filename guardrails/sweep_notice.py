@@ -40,6 +40,7 @@ ACTION_WORDS = {
     "stop": "stopped",
     "terminate": "terminated (spot)",
     "remove-from-group": "removed from its Auto Scaling group (desired capacity decremented)",
+    "rotate": "rotated: removed from its group once its replacement was healthy",
 }
 
 

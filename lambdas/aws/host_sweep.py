@@ -189,7 +189,10 @@ def execute_sweep(
         _rearm_not_due(report, settings, now=now, clients=clients)
     notices = sweep_notices(
         plan.verdicts,
-        acted={instance_id: str(outcome.action_of(instance_id)) for instance_id in outcome.acted},
+        acted={
+            **{instance_id: str(outcome.action_of(instance_id)) for instance_id in outcome.acted},
+            **dict.fromkeys(rotation.removed, "rotate"),
+        },
         errors=report.errors,
         now=now,
     )
