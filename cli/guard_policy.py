@@ -45,6 +45,10 @@ def guard_policy(
     A service control policy, and the same statements as a permissions boundary, that deny launching
     accelerator hosts without parkbrake:managed=true and a parkbrake:max-runtime tag, and deny editing
     parkbrake:* tags except by the stack's own roles. docs/guardrails.md says how to attach them.
+
+    \b
+    Example:
+      parkbrake guard-policy --stack prod --document scp > parkbrake-scp.json
     """
     from guardrails.errors import InputError
     from guardrails.guard_policy import permissions_boundary, service_control_policy
