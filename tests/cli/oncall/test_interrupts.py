@@ -9,8 +9,6 @@
 from __future__ import annotations
 
 import os
-import pty
-import select
 import signal
 import socket
 import subprocess
@@ -23,10 +21,10 @@ from pathlib import Path
 import pytest
 from ops_fleet import STACK, project_copy, seed
 
+from tests.cli.oncall.terminal import WAIT_SECONDS, on_terminal, read_until
 from tests.conftest import REPO_ROOT
 
 INTERRUPTED = 130
-WAIT_SECONDS = 60  # an upper bound on each wait; each returns as soon as its condition holds
 
 
 class SilentEndpoint:
@@ -109,12 +107,7 @@ def test_ctrl_c_in_the_first_aws_call_exits_130(
 def test_ctrl_c_at_a_confirmation_prompt_exits_130(aws: str, tmp_path: Path) -> None:
     seed(aws)
     project = project_copy(tmp_path)
-    controller, terminal = pty.openpty()
-    process = parkbrake_process(
-        ["park", "--now", "--stack", STACK, "--project-dir", str(project)],
-        dict(os.environ), stdin=terminal, stdout=terminal, stderr=terminal,
-    )  # fmt: skip
-    os.close(terminal)
+    process, controller = on_terminal(["park", "--now", "--stack", STACK, "--project-dir", str(project)])
     seen = read_until(controller, b"[y/N]")
     assert b"[y/N]" in seen, seen.decode(errors="replace")
 
@@ -127,23 +120,6 @@ def test_ctrl_c_at_a_confirmation_prompt_exits_130(aws: str, tmp_path: Path) -> 
     assert b"Interrupted" in seen
     assert b"Traceback" not in seen
     assert b"Aborted!" not in seen
-
-
-def read_until(controller: int, wanted: bytes) -> bytes:
-    """What the terminal shows until ``wanted`` appears or the process closes it."""
-    seen = b""
-    deadline = time.monotonic() + WAIT_SECONDS
-    while wanted not in seen and time.monotonic() < deadline:
-        if not select.select([controller], [], [], 1)[0]:
-            continue
-        try:
-            chunk = os.read(controller, 65536)
-        except OSError:  # the process exited and closed the terminal
-            break
-        if not chunk:
-            break
-        seen += chunk
-    return seen
 
 
 DEPLOY_IN_REAL_TIME = """

@@ -36,6 +36,7 @@ from cli.oncall.stack_file import read_config_value, set_config_value
 from guardrails import names, tags
 from guardrails.errors import InputError
 from lambdas.aws.environment import ClientFactory
+from tests.cli.oncall.terminal import WAIT_SECONDS, on_terminal, read_until
 
 TRAINING = names.autoscaling_group(STACK, "training")
 INFERENCE = names.autoscaling_group(STACK, "inference")
@@ -386,6 +387,27 @@ def test_unpark_now_shows_capacities_changed_since_parking_and_restores_them_onl
     )
 
     assert forced.exit_code == 0, forced.output
+    assert snapshot(aws) == UNPARKED
+
+
+def test_at_a_terminal_unpark_now_shows_the_drift_and_asks_before_restoring_over_it(
+    aws: str, fleet: Any, project: Path
+) -> None:
+    assert invoke("park", "--now", "--yes", "--stack", STACK, "--project-dir", str(project)).exit_code == 0
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=INFERENCE, MaxSize=8)
+    process, controller = on_terminal(["unpark", "--now", "--stack", STACK, "--project-dir", str(project)])
+
+    asked = read_until(controller, b"Restore the recorded capacities over them? [y/N]")
+    assert b"drift" in asked
+    assert b"max 3\xe2\x86\x928" in asked  # max 3→8, as the table shows it
+    os.write(controller, b"y\n")
+    confirmed = read_until(controller, b"now, as listed? [y/N]")
+    assert b"as listed?" in confirmed, confirmed.decode(errors="replace")
+    os.write(controller, b"y\n")
+    process.wait(timeout=WAIT_SECONDS)
+    os.close(controller)
+
+    assert process.returncode == 0
     assert snapshot(aws) == UNPARKED
 
 
