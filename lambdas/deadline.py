@@ -23,11 +23,10 @@ from guardrails.hosts import Host, as_utc
 from guardrails.rules.base import instant
 from guardrails.settings import Settings, SettingsError
 from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_from_settings
-from lambdas.aws import heartbeat
+from lambdas.aws import heartbeat, host_sweep
 from lambdas.aws.deadline_schedules import arm_deadline, disarm_deadline
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
-from lambdas.aws.host_sweep import sweep
 from lambdas.aws.logs import configure_logging
 
 log = logging.getLogger(__name__)
@@ -127,7 +126,7 @@ def on_state_change(
     for problem in deadline.problems:
         log.warning("%s: %s", host.instance_id, problem)
     if deadline.due(now):
-        report = sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
+        report = host_sweep.sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
         if report.errors:
             raise RuntimeError(
                 f"could not stop {host.instance_id}, already past its deadline: {report.errors}"

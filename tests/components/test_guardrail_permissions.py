@@ -26,6 +26,7 @@ LAMBDA_TESTS = [
     "tests/lambdas/test_deadline.py",
     "tests/lambdas/test_launcher.py",
     "tests/lambdas/test_serving_rotation.py",
+    "tests/lambdas/test_sweep_notices.py",
     "tests/lambdas/ledger/test_meter.py",
     "tests/lambdas/ledger/test_budget_guardrail.py",
 ]
@@ -39,6 +40,7 @@ GRANTS = Grants(
     autoscaling_group_arns=("arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*",),
     nightly_group_arn="arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*",
     database_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:ledger",
+    reap_untagged=True,  # test_sweep_notices stops unmanaged hosts, tagging them first
 )
 # Granted but never an API call the function's code makes, each with the reason.
 NOT_CALLS = {
@@ -47,6 +49,8 @@ NOT_CALLS = {
     "iam:PassRole": "an authorisation checked when CreateSchedule names the scheduler role, not a call",
     "secretsmanager:GetSecretValue": "the tests reach the ledger by PARKBRAKE_DATABASE_URL; in Lambda the "
     "store reads the secret",
+    "sqs:SendMessage": "the Lambda service sends an event that failed its retries to the function's "
+    "dead-letter queue with its role",
 }
 
 
@@ -63,7 +67,7 @@ HANDLER_ONLY = {
 
 
 # A guardrail that hands its work to another's code makes that one's calls too: (the other, the call).
-DELEGATES = {"deadline": ("reaper", "reaper.sweep(")}  # a host already past its deadline is swept
+DELEGATES = {"deadline": ("reaper", "host_sweep.sweep(")}  # a host already past its deadline is swept
 
 
 @pytest.fixture(scope="module")
