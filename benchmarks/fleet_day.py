@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -531,6 +532,8 @@ def main(argv: list[str] | None = None) -> None:
     import logging
 
     logging.disable(logging.WARNING)  # moto's and the Lambdas' logs would drown the figures
+    # The Lambdas' embedded-metric lines go to stdout, where the figures are printed.
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     total = time.perf_counter()
     moto = Moto()
     custodian = Custodian(moto.proxy.url)
