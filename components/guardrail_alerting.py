@@ -14,7 +14,7 @@ function's policy (``components/iam_policies.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -32,19 +32,16 @@ ALARMED_FINDINGS = ("unmanaged", "orphaned")
 FINDINGS_METRIC = "GuardrailFindings"  # lambdas.aws.heartbeat's name (components cannot import lambdas)
 
 
-@dataclass(frozen=True)
-class GuardedFunction:
-    """One guardrail Lambda and how long a retry of its events stays useful."""
-
-    guardrail: str
-    function: aws.lambda_.Function
-    max_event_age: timedelta
+# How long a failed event stays worth retrying. The sweep's own schedule uses the sweep period (the
+# next sweep supersedes it); the reaper's function keeps an hour, for the deadlines that invoke it.
+EVENT_AGE = {"reaper": timedelta(hours=1), "deadline": timedelta(hours=1), "launcher": timedelta(hours=1),
+             "meter": timedelta(hours=6), "budget": timedelta(minutes=1)}  # fmt: skip
 
 
 @dataclass
 class GuardrailAlertingArgs:
     stack: str
-    functions: Sequence[GuardedFunction]
+    functions: Mapping[str, aws.lambda_.Function]  # by guardrail
     topic_arn: pulumi.Input[str]
     sweep_every: timedelta
     tags: Mapping[str, str]
@@ -60,8 +57,8 @@ class GuardrailAlerting(pulumi.ComponentResource):
         super().__init__(type_token("GuardrailAlerting"), name, None, opts)
         self._args = args
         self.dead_letter_arns = {}
-        for guarded in args.functions:
-            self.dead_letter_arns[guarded.guardrail] = self._dead_letter_queue(guarded)
+        for guardrail, function in args.functions.items():
+            self.dead_letter_arns[guardrail] = self._dead_letter_queue(guardrail, function)
         table = aws.dynamodb.Table(
             "notices",
             name=names.notices_table(args.stack),
@@ -79,19 +76,19 @@ class GuardrailAlerting(pulumi.ComponentResource):
             {"dead_letter_arns": self.dead_letter_arns, "notices_table_name": self.notices_table_name}
         )
 
-    def delivery(self, guardrail: str, max_event_age: timedelta) -> dict[str, Any]:
+    def delivery(self, guardrail: str, max_event_age: timedelta | None = None) -> dict[str, Any]:
         """The retry policy and dead-letter queue of a target invoking ``guardrail``: merged into a
         Scheduler schedule's ``target``, or passed to an EventBridge rule's ``EventTarget``."""
         return {
             "retry_policy": {
-                "maximum_event_age_in_seconds": _seconds(max_event_age),
+                "maximum_event_age_in_seconds": _seconds(max_event_age or EVENT_AGE[guardrail]),
                 "maximum_retry_attempts": RETRY_ATTEMPTS,
             },
             "dead_letter_config": {"arn": self.dead_letter_arns[guardrail]},
         }
 
-    def _dead_letter_queue(self, guarded: GuardedFunction) -> pulumi.Output[str]:
-        args, guardrail = self._args, guarded.guardrail
+    def _dead_letter_queue(self, guardrail: str, function: aws.lambda_.Function) -> pulumi.Output[str]:
+        args = self._args
         queue = aws.sqs.Queue(
             f"{guardrail}-dlq",
             name=names.dead_letter_queue(args.stack, guardrail),
@@ -125,9 +122,9 @@ class GuardrailAlerting(pulumi.ComponentResource):
         # Lambda's asynchronous retries, then the failed event (with the error) to the queue.
         aws.lambda_.FunctionEventInvokeConfig(
             guardrail,
-            function_name=guarded.function.name,
+            function_name=function.name,
             maximum_retry_attempts=RETRY_ATTEMPTS,
-            maximum_event_age_in_seconds=_seconds(guarded.max_event_age),
+            maximum_event_age_in_seconds=_seconds(EVENT_AGE[guardrail]),
             destination_config={"on_failure": {"destination": queue.arn}},
             opts=child_of(self),
         )

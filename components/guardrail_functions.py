@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import child_of, named_child_of, type_token
-from components.guardrail_alerting import GuardedFunction, GuardrailAlerting, GuardrailAlertingArgs
+from components.guardrail_alerting import GuardrailAlerting, GuardrailAlertingArgs
 from components.iam_policies import GUARDRAIL_POLICIES, Grants, scheduler_policy, trust_policy
 from components.lambda_archive import (
     CODE_ARCHIVE,
@@ -49,10 +49,6 @@ STATE_CHANGE_PATTERN = json.dumps(
     }
 )
 BUDGET_EVERY = timedelta(minutes=1)
-# How long a failed event stays worth retrying. The sweep's own schedule uses the sweep period (the
-# next sweep supersedes it); the reaper's function keeps an hour, for the deadlines that invoke it.
-EVENT_AGE = {"reaper": timedelta(hours=1), "deadline": timedelta(hours=1), "launcher": timedelta(hours=1),
-             "meter": timedelta(hours=6), "budget": BUDGET_EVERY}  # fmt: skip
 
 
 @dataclass
@@ -250,16 +246,7 @@ class Guardrails(pulumi.ComponentResource):
         }
         alerting = GuardrailAlerting(
             "alerting",
-            GuardrailAlertingArgs(
-                stack=args.stack,
-                functions=[
-                    GuardedFunction(guardrail, function, EVENT_AGE[guardrail])
-                    for guardrail, function in deployed.items()
-                ],
-                topic_arn=topic_arn,
-                sweep_every=args.sweep_every,
-                tags=args.tags,
-            ),
+            GuardrailAlertingArgs(args.stack, deployed, topic_arn, args.sweep_every, args.tags),
             opts=child_of(self),
         )
         self._schedules(deployed, scheduler_role.arn, scheduler_permission, alerting)
@@ -383,7 +370,7 @@ class Guardrails(pulumi.ComponentResource):
                 "arn": deployed[LAUNCHER.guardrail].arn,
                 "role_arn": scheduler_role_arn,
                 "input": json.dumps({"pool": nightly.pool, "capacity": nightly.capacity}),
-                **alerting.delivery(LAUNCHER.guardrail, EVENT_AGE[LAUNCHER.guardrail]),
+                **alerting.delivery(LAUNCHER.guardrail),
             },
             opts=named_child_of(self, depends_on=[scheduler_permission]),
         )
@@ -576,7 +563,7 @@ class Guardrails(pulumi.ComponentResource):
             f"{function.guardrail}-from-{source}",
             rule=rule.name,
             arn=target.arn,
-            **alerting.delivery(function.guardrail, EVENT_AGE[function.guardrail]),
+            **alerting.delivery(function.guardrail),
             opts=child_of(self),
         )
 
