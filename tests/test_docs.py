@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,14 @@ from tests.exported_metrics import fleet_metrics, inference_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
-TOP_LEVEL = {entry.name for entry in ROOT.iterdir() if not entry.name.startswith(".")}
+# Tracked top-level names only: a local build/ or .venv/ is not part of the repository the docs describe.
+TOP_LEVEL = {
+    name.split("/", 1)[0]
+    for name in subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    if not name.startswith(".")
+}
 # A backticked token or a markdown link target that looks like a path: `cli/oncall/fleet.py`, `docs/x.md`.
 CODE_SPAN = re.compile(r"`([^`\s]+)`")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
