@@ -6,10 +6,12 @@ reaper) and by ``parkbrake status`` (the next scheduled start).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -297,14 +299,23 @@ def run_now(
     pool, capacity = launcher_payload(schedule)
     payload = schedule.payload or {}
     settings = settings_from_environment({**environ, STACK: stack, REGIONS: region})
-    # The launcher logs its refusal for CloudWatch; here the command reports it, once.
-    quiet = logging.getLogger(launcher.__name__)
-    handler = logging.NullHandler()
-    quiet.addHandler(handler)
-    try:
+    with _launcher_quiet(launcher.__name__):
         decision = launcher.launch(
             pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now, dry_run=dry_run
         )
+    return RunNow(name, payload, decision, dry_run)
+
+
+@contextmanager
+def _launcher_quiet(logger: str) -> Iterator[None]:
+    """Inside Lambda the launcher logs its refusal and prints its counters as embedded-metric JSON on
+    stdout, for CloudWatch. Run from the CLI, the command reports the decision itself (once), and its
+    stdout must stay the command's own (``--output json`` is one document)."""
+    quiet = logging.getLogger(logger)
+    handler = logging.NullHandler()
+    quiet.addHandler(handler)
+    try:
+        with redirect_stdout(io.StringIO()):
+            yield
     finally:
         quiet.removeHandler(handler)
-    return RunNow(name, payload, decision, dry_run)

@@ -11,7 +11,7 @@ import time
 
 from tests.conftest import REPO_ROOT
 
-WAIT_SECONDS = 60  # an upper bound on each wait; each returns as soon as its condition holds
+WAIT_SECONDS = 120  # an upper bound on each wait; each returns as soon as its condition holds
 
 
 def on_terminal(arguments: list[str]) -> tuple[subprocess.Popen[bytes], int]:
