@@ -403,6 +403,42 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
     console().print(table)
 
 
+@ledger.command("replay-dlq")
+@click.option("--stack", required=True, help="The stack whose meter dead-letter queue to replay.")
+@click.option("--region", default=None, help="Its region (default: the AWS configuration's).")
+@click.option("--max-messages", default=10_000, show_default=True, type=click.IntRange(1))
+@output_option
+def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -> None:
+    """Meter again what landed in the meter's dead-letter queue, deleting each message once recorded
+    (appended, already in the ledger, or not an accelerator host); the rest stay and exit 1."""
+    from lambdas.aws.clients import client
+    from lambdas.ledger.replay import replay_dead_letters
+    from lambdas.ledger.store import store_from_environment
+
+    store = store_from_environment()
+    try:
+        result = replay_dead_letters(
+            client,
+            queue_region=region,
+            stack=stack,
+            store=store,
+            settings=metering_settings(os.environ),
+            max_messages=max_messages,
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        click.echo(
+            f"replayed {result.read} messages: {result.meter.inserted} appended, {result.deleted} deleted"
+        )
+        for problem in result.kept:
+            click.echo(f"kept {problem['message_id']}: {problem['reason']}", err=True)
+    if result.kept:
+        click.get_current_context().exit(1)
+
+
 @ledger.command()
 @click.option("--tenant", required=True, help="Who pays.")
 @click.option("--instance-type", required=True, help="The instance type of the hosts about to start.")

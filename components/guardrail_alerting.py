@@ -35,7 +35,8 @@ FINDINGS_METRIC = "GuardrailFindings"  # lambdas.aws.heartbeat's name (component
 # How long a failed event stays worth retrying. The sweep's own schedule uses the sweep period (the
 # next sweep supersedes it); the reaper's function keeps an hour, for the deadlines that invoke it.
 EVENT_AGE = {"reaper": timedelta(hours=1), "deadline": timedelta(hours=1), "launcher": timedelta(hours=1),
-             "meter": timedelta(hours=6), "budget": timedelta(minutes=1)}  # fmt: skip
+             "meter": timedelta(hours=6), "budget": timedelta(minutes=1),
+             "reconciler": timedelta(minutes=15)}  # fmt: skip
 
 
 @dataclass

@@ -49,6 +49,10 @@ STATE_CHANGE_PATTERN = json.dumps(
     }
 )
 BUDGET_EVERY = timedelta(minutes=1)
+RECONCILER_EVERY = timedelta(minutes=15)
+# EventBridge keeps retrying a state change for the meter up to its own maximum, a day (Lambda's
+# asynchronous retries stop at six hours): the ledger's database may be down that long.
+METER_TARGET_EVENT_AGE = timedelta(hours=24)
 
 
 @dataclass
@@ -108,16 +112,18 @@ DEADLINE = Function("deadline", timeout_s=60, stops_hosts=True, arms_deadlines=T
 LAUNCHER = Function("launcher", timeout_s=60, starts_pool=True, uses_database=True)
 METER = Function("meter", timeout_s=60, stops_hosts=True, uses_database=True)
 BUDGET = Function("budget", timeout_s=120, stops_hosts=True, uses_database=True)
-FUNCTIONS = (REAPER, DEADLINE, LAUNCHER, METER, BUDGET)
+RECONCILER = Function("reconciler", timeout_s=300, uses_database=True)
+FUNCTIONS = (REAPER, DEADLINE, LAUNCHER, METER, BUDGET, RECONCILER)
 
 
 def deployed_functions(args: GuardrailsArgs) -> list[Function]:
-    """The reaper and the deadlines always; the launcher with a nightly start; meter and budget with a ledger."""
+    """The reaper and the deadlines always; the launcher with a nightly start; meter, budget and
+    reconciler with a ledger."""
     functions = [REAPER, DEADLINE]
     if args.nightly is not None:
         functions.append(LAUNCHER)
     if args.database_secret_arn is not None:
-        functions += [METER, BUDGET]
+        functions += [METER, BUDGET, RECONCILER]
     return functions
 
 
@@ -303,7 +309,8 @@ class Guardrails(pulumi.ComponentResource):
     def _scheduler_policy(
         self, functions: Sequence[Function], grants: pulumi.Output[Grants], role: aws.iam.Role
     ) -> aws.iam.RolePolicy:
-        invoked = [function.guardrail for function in functions if function in (REAPER, LAUNCHER)]
+        # The budget is invoked by its own crossing checks.
+        invoked = [function.guardrail for function in functions if function in (REAPER, LAUNCHER, BUDGET)]
         return aws.iam.RolePolicy(
             "scheduler",
             role=role.id,
@@ -391,6 +398,16 @@ class Guardrails(pulumi.ComponentResource):
                 self._trigger(
                     function, "state-change", state_change_rule, deployed[function.guardrail], alerting
                 )
+        if RECONCILER.guardrail in deployed:
+            reconciler_rule = aws.cloudwatch.EventRule(
+                "reconciler-clock",
+                name=f"{names.prefix(args.stack)}-reconciler",
+                description="the ledger's reconciler: EC2's accelerator hosts against the ledger",
+                schedule_expression=rate_expression(RECONCILER_EVERY),
+                tags=dict(args.tags),
+                opts=named_child_of(self),
+            )
+            self._trigger(RECONCILER, "clock", reconciler_rule, deployed[RECONCILER.guardrail], alerting)
         if BUDGET.guardrail in deployed:
             budget_rule = aws.cloudwatch.EventRule(
                 "budget-every-minute",
@@ -407,7 +424,7 @@ class Guardrails(pulumi.ComponentResource):
         for function in FUNCTIONS:
             if function.guardrail in deployed:
                 self._errors_alarm(function, deployed[function.guardrail], topic_arn)
-        heartbeats = {REAPER: self._args.sweep_every, BUDGET: BUDGET_EVERY}
+        heartbeats = {REAPER: self._args.sweep_every, BUDGET: BUDGET_EVERY, RECONCILER: RECONCILER_EVERY}
         for function, every in heartbeats.items():
             if function.guardrail in deployed:
                 self._heartbeat_alarm(function, every, topic_arn)
@@ -563,7 +580,7 @@ class Guardrails(pulumi.ComponentResource):
             f"{function.guardrail}-from-{source}",
             rule=rule.name,
             arn=target.arn,
-            **alerting.delivery(function.guardrail),
+            **alerting.delivery(function.guardrail, METER_TARGET_EVENT_AGE if function is METER else None),
             opts=child_of(self),
         )
 

@@ -241,16 +241,29 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
 
 def meter_policy(grants: Grants) -> PolicyDocument:
     """The usage ledger's meter: attributes each state change from EC2 (the host, its type's accelerators),
-    records it, and tells people about hosts it cannot price."""
+    records it, tells people about hosts it cannot price, and checks the changed tenants' budgets at
+    once (lambdas.budget: which may stop hosts, and arms each tenant's budget-crossing check)."""
     describe = statement(
         "DescribeHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"
     )  # no resource-level permissions
-    return document([*_basics("meter", grants, notifies=True), describe, *_ledger(grants)])
+    return document([*_basics("meter", grants, notifies=True), describe, *_stop_path(grants),
+                     *_deadline_schedules(grants, disarms=False), *_ledger(grants)])  # fmt: skip
 
 
 def budget_policy(grants: Grants) -> PolicyDocument:
-    """The budget check: spend caps per tenant, enforced through the stop path."""
-    return document([*_basics("budget", grants, notifies=True), *_stop_path(grants), *_ledger(grants)])
+    """The budget check: spend caps per tenant, enforced through the stop path, re-armed at each
+    tenant's crossing."""
+    return document([*_basics("budget", grants, notifies=True), *_stop_path(grants),
+                     *_deadline_schedules(grants, disarms=False), *_ledger(grants)])  # fmt: skip
+
+
+def reconciler_policy(grants: Grants) -> PolicyDocument:
+    """The reconciler: lists the accelerator hosts and appends the ledger's repairs (and tells people
+    about hosts it cannot price)."""
+    describe = statement(
+        "DescribeHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"
+    )  # no resource-level permissions
+    return document([*_basics("reconciler", grants, notifies=True), describe, *_ledger(grants)])
 
 
 GUARDRAIL_POLICIES: dict[str, Callable[[Grants], PolicyDocument]] = {
@@ -259,6 +272,7 @@ GUARDRAIL_POLICIES: dict[str, Callable[[Grants], PolicyDocument]] = {
     "launcher": launcher_policy,
     "meter": meter_policy,
     "budget": budget_policy,
+    "reconciler": reconciler_policy,
 }
 
 

@@ -17,6 +17,7 @@ prove both agree on random event streams.
 from __future__ import annotations
 
 import bisect
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -335,3 +336,62 @@ def usage_by_key(
         )
         totals[(who.tenant, who.pool, who.instance_type)] += Usage(who.accelerators * used_ms, cost)
     return dict(totals)
+
+
+@dataclass(frozen=True)
+class Ec2Host:
+    """What EC2 says of an accelerator host now: the reconciler's side of the comparison."""
+
+    instance_id: str
+    region: str
+    state: str
+    launched_ms: int  # LaunchTime: when it last started
+    transition_ms: int | None  # when it left running, from StateTransitionReason (None: not said)
+
+
+_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
+
+
+def transition_ms(reason: str) -> int | None:
+    """The time in EC2's ``StateTransitionReason`` ("User initiated (2025-05-05 10:00:00 GMT)")."""
+    found = _TRANSITION_TIME.search(reason or "")
+    if found is None:
+        return None
+    return to_ms(datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC))
+
+
+def reconcile(
+    hosts: Iterable[Ec2Host], latest: Mapping[str, Interval], *, now_ms: int, home_region: str
+) -> list[StateChange]:
+    """The events that make the ledger agree with EC2, marked as the reconciler's.
+
+    ``latest`` is each host's latest interval in the ledger (every host with an open interval is in
+    it). A running host with no open interval starts at its launch time; an open interval whose host
+    stopped ends at the transition time EC2 reports, or now when EC2 no longer describes the host; a
+    start and stop the ledger never saw (the host's last launch, after its latest interval) is added
+    whole. Event ids are derived from what they repair, so running it again adds nothing. (Only a
+    host's last start is visible in EC2: earlier cycles lost entirely cannot be repaired.)
+    """
+    changes: list[StateChange] = []
+    described = {host.instance_id for host in hosts}
+
+    def event(host_id: str, region: str, state: str, at_ms: int) -> StateChange:
+        return StateChange(f"reconciler:{host_id}:{state}:{at_ms}", host_id, state, at_ms, region)
+
+    for host in hosts:
+        known = latest.get(host.instance_id)
+        is_open = known is not None and known.is_open
+        unseen_launch = known is None or known.started_ms < host.launched_ms
+        stopped_ms = host.transition_ms if host.state in STOP_STATES else None
+        if host.state == "running" and not is_open:
+            changes.append(event(host.instance_id, host.region, "running", host.launched_ms))
+        elif stopped_ms is not None and is_open:
+            changes.append(event(host.instance_id, host.region, "stopped", stopped_ms))
+        elif stopped_ms is not None and unseen_launch and stopped_ms >= host.launched_ms:
+            changes.append(event(host.instance_id, host.region, "running", host.launched_ms))
+            changes.append(event(host.instance_id, host.region, "stopped", stopped_ms))
+    for instance_id, interval in sorted(latest.items()):
+        if interval.is_open and instance_id not in described:
+            # EC2 forgot the host (terminated over an hour ago): it ran no later than now.
+            changes.append(event(instance_id, home_region, "terminated", max(now_ms, interval.started_ms)))
+    return changes

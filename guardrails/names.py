@@ -48,6 +48,11 @@ def deadline_schedule(instance_id: str) -> str:
     return f"deadline-{instance_id}"
 
 
+def budget_crossing_schedule(tenant: str) -> str:
+    """Schedule names allow ``[0-9a-zA-Z-_.]``, 64 characters: a tenant is named by a digest."""
+    return f"budget-{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"
+
+
 def dead_letter_queue(stack: str, guardrail: str) -> str:
     """SQS queue where a guardrail's events end after their retries (alarmed on its depth)."""
     return f"{function_name(stack, guardrail)}-dlq"

@@ -252,6 +252,10 @@ class Enforcer(Protocol):
 
     def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport: ...
 
+    def arm_crossing(self, tenant: str, at: datetime) -> None:
+        """Check ``tenant``'s budget again at ``at``, when its spend reaches the limit."""
+        ...
+
 
 def budget_notice(decisions: Sequence[BudgetDecision]) -> tuple[str, str]:
     """Subject and message for newly crossed thresholds: one notice, for the highest of them."""
@@ -263,3 +267,19 @@ def budget_notice(decisions: Sequence[BudgetDecision]) -> tuple[str, str]:
 def period_bounds_ms(now: datetime) -> dict[Period, int]:
     """The start of each kind of period containing ``now``, in epoch milliseconds."""
     return {period: to_ms(period_start(period, now)) for period in PERIODS}
+
+
+def crossing_at(status: TenantRunway) -> datetime | None:
+    """When the tenant's *spent* reaches its limit at the current burn (now if it has), for the budget
+    guardrail to arm a one-time check there; None when nothing would stop (no limit, no ``stop``
+    action, nothing burning)."""
+    limit = status.budget.limit_usd
+    if limit is None or "stop" not in status.budget.actions or not status.totals.running_hosts:
+        return None
+    left = limit - status.spent_usd
+    if left <= 0:
+        return status.now
+    if status.totals.burn_usd_per_hour <= 0:
+        return None
+    ms = Fraction(left) * MS_PER_HOUR / Fraction(status.totals.burn_usd_per_hour)
+    return status.now + timedelta(milliseconds=int(ms))

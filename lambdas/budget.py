@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from guardrails import tags
+from guardrails import names, tags
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
 from guardrails.launch import Admission, AdmissionRequest
@@ -34,9 +34,11 @@ from guardrails.runway import (
     TenantRunway,
     budget_decisions,
     budget_notice,
+    crossing_at,
 )
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
+from lambdas.aws.deadline_schedules import arm_budget_crossing
 from lambdas.aws.environment import (
     ClientFactory,
     container_settings,
@@ -54,6 +56,21 @@ GUARDRAIL = "budget"
 DEFAULT_LEASE = timedelta(minutes=30)
 
 
+@dataclass(frozen=True)
+class CrossingTarget:
+    """Where a budget crossing schedule lives and what it invokes, as whom."""
+
+    stack: str
+    target_arn: str  # the budget Lambda
+    role_arn: str  # the Scheduler role
+
+
+def budget_function_arn(invoked_function_arn: str, stack: str) -> str:
+    """The stack's budget Lambda, next to the function now running (the meter's or its own)."""
+    parts = invoked_function_arn.split(":")
+    return ":".join([*parts[:6], names.function_name(stack, GUARDRAIL)])
+
+
 class AwsEnforcer:
     """Budget actions on AWS: SNS for notices, the shared stop path for hosts."""
 
@@ -64,20 +81,46 @@ class AwsEnforcer:
         regions: Sequence[str],
         topic_arn: str | None,
         spot_action: SpotAction,
+        crossing: CrossingTarget | None = None,
     ) -> None:
         self._clients = clients
         self._regions = tuple(regions)
         self._topic_arn = topic_arn
         self._spot_action = spot_action
+        self._crossing = crossing
 
     @classmethod
-    def from_settings(cls, settings: Settings, clients: ClientFactory) -> AwsEnforcer:
+    def from_settings(
+        cls, settings: Settings, clients: ClientFactory, *, invoked_function_arn: str | None = None
+    ) -> AwsEnforcer:
+        """``invoked_function_arn`` (the running Lambda's) locates the budget Lambda the crossing
+        checks invoke; without it (the CLI) no crossing is armed and the one-minute rule decides."""
         spot_action: SpotAction = "stop" if settings.spot_action == "stop" else "terminate"
+        crossing = None
+        if invoked_function_arn and settings.stack and settings.scheduler_role_arn:
+            crossing = CrossingTarget(
+                settings.stack,
+                budget_function_arn(invoked_function_arn, settings.stack),
+                settings.scheduler_role_arn,
+            )
         return cls(
             clients=clients,
             regions=settings.regions,
             topic_arn=settings.sns_topic_arn,
             spot_action=spot_action,
+            crossing=crossing,
+        )
+
+    def arm_crossing(self, tenant: str, at: datetime) -> None:
+        if self._crossing is None:
+            return
+        arm_budget_crossing(
+            self._clients("scheduler", self._regions[0]),
+            stack=self._crossing.stack,
+            tenant=tenant,
+            at=at,
+            target_arn=self._crossing.target_arn,
+            role_arn=self._crossing.role_arn,
         )
 
     def notify(self, tenant: str, subject: str, message: str) -> None:
@@ -143,6 +186,7 @@ class BudgetRun:
     stopped: list[str] = field(default_factory=list)
     would: list[dict[str, Any]] = field(default_factory=list)  # dry run: {"tenant", "action", "reason", ...}
     errors: list[dict[str, str]] = field(default_factory=list)
+    armed: list[dict[str, str]] = field(default_factory=list)  # {"tenant", "at"}: crossing checks armed
     dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -172,6 +216,14 @@ def enforce_budgets(
                     ).acted
                 run.would.append(would | {"reason": decision.reason})
             continue
+        at = crossing_at(status)
+        if at is not None and at > now:
+            try:
+                enforcer.arm_crossing(status.tenant, at)
+                run.armed.append({"tenant": status.tenant, "at": at.isoformat()})
+            except Exception as error:  # the one-minute rule still stands; the run reports the failure
+                log.exception("arming the budget crossing of tenant %s failed", status.tenant)
+                run.errors.append({"tenant": status.tenant, "action": "arm", "error": describe_error(error)})
         for action in ("notify", "deny", "stop"):
             chosen = [decision for decision in decisions if decision.action == action]
             if not chosen:
@@ -257,7 +309,9 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     requested = event.get("tenants")
     run = enforce_budgets(
         container_store(),
-        AwsEnforcer.from_settings(settings, default_clients),
+        AwsEnforcer.from_settings(
+            settings, default_clients, invoked_function_arn=getattr(context, "invoked_function_arn", None)
+        ),
         now=now,
         default_cap=settings.default_max_runtime,
         tenants=[str(tenant) for tenant in requested] if isinstance(requested, list) else None,

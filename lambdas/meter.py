@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from guardrails.errors import ParkbrakeError
 from guardrails.instance_types import is_accelerator
 from guardrails.ledger import (
     Attribution,
@@ -247,10 +246,9 @@ def alert_unpriced(
         "count toward no budget until priced: run `parkbrake pricing refresh`, then `parkbrake ledger "
         "migrate` (which records new prices; a type's first price covers its past usage)."
     )
-    if settings.sns_topic_arn is None:
-        raise ParkbrakeError(
-            f"cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. {message}"
-        )
+    if settings.sns_topic_arn is None:  # the counted action above still shows on the dashboard
+        log.error("cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", message)
+        return
     clients("sns", None).publish(
         TopicArn=settings.sns_topic_arn, Subject="parkbrake: unpriced accelerator hosts", Message=message
     )
@@ -270,7 +268,9 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     if result.tenants:
         run = budget.enforce_budgets(
             store,
-            budget.AwsEnforcer.from_settings(settings, default_clients),
+            budget.AwsEnforcer.from_settings(
+                settings, default_clients, invoked_function_arn=getattr(context, "invoked_function_arn", None)
+            ),
             now=now,
             default_cap=settings.default_max_runtime,
             tenants=sorted(result.tenants),

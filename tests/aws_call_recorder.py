@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget")
+GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget", "reconciler")
 HANDLER_MODULES = {str(REPO_ROOT / "lambdas" / f"{guardrail}.py"): guardrail for guardrail in GUARDRAILS}
 OUTPUT_VARIABLE = "PARKBRAKE_AWS_CALLS"
 RECORDED: dict[str, set[str]] = defaultdict(set)

@@ -57,16 +57,40 @@ def arm_deadline(
         "Description": f"parkbrake deadline of {instance_id}",
         "Target": target,
     }
+    return _create_or_update(scheduler, request)
+
+
+def _create_or_update(scheduler: Any, request: dict[str, Any]) -> Literal["created", "updated"]:
     try:
         scheduler.create_schedule(**request)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") != "ConflictException":
             raise
         scheduler.update_schedule(**request)
-        log.info("moved the deadline of %s to %s", instance_id, request["ScheduleExpression"])
+        log.info("moved %s to %s", request["Name"], request["ScheduleExpression"])
         return "updated"
-    log.info("armed the deadline of %s at %s", instance_id, request["ScheduleExpression"])
+    log.info("armed %s at %s", request["Name"], request["ScheduleExpression"])
     return "created"
+
+
+def arm_budget_crossing(
+    scheduler: Any, *, stack: str, tenant: str, at: datetime, target_arn: str, role_arn: str
+) -> Literal["created", "updated"]:
+    """A one-time check of ``tenant``'s budget at the instant its spend reaches the limit (the budget
+    Lambda with ``{"tenants": [tenant]}``), in the deadlines' group; moved as the burn changes."""
+    return _create_or_update(
+        scheduler,
+        {
+            "Name": names.budget_crossing_schedule(tenant),
+            "GroupName": names.deadline_schedule_group(stack),
+            "ScheduleExpression": schedule_expression(at),
+            "ScheduleExpressionTimezone": "UTC",
+            "FlexibleTimeWindow": {"Mode": "OFF"},
+            "ActionAfterCompletion": "DELETE",
+            "Description": f"parkbrake budget limit of tenant {tenant}"[:512],
+            "Target": {"Arn": target_arn, "RoleArn": role_arn, "Input": json.dumps({"tenants": [tenant]})},
+        },
+    )
 
 
 def disarm_deadline(scheduler: Any, *, stack: str, instance_id: str) -> bool:

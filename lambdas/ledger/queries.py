@@ -51,6 +51,18 @@ CROSS JOIN LATERAL (
 ) AS a
 """
 
+# Each host's latest interval: of the hosts named, and of every host with an open interval.
+LATEST_INTERVALS = """
+SELECT DISTINCT ON (instance_id) opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
+       started_ms, ended_ms, closed_by
+FROM (
+    SELECT * FROM intervals WHERE instance_id = ANY(%(instance_ids)s::text[])
+    UNION ALL
+    SELECT * FROM intervals WHERE billed_until_ms IS NULL
+) AS candidates
+ORDER BY instance_id, started_ms DESC
+"""
+
 INTERVALS = """
 SELECT opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
        started_ms, ended_ms, closed_by

@@ -374,7 +374,13 @@ class LedgerStore:
     def intervals(self, *, tenant: str | None = None) -> list[Interval]:
         with self._connections.connection() as connection:
             rows = connection.execute(sql.INTERVALS, {"tenant": tenant}).fetchall()
-        return [Interval(row[0], row[1], Attribution(*row[2:7]), row[7], row[8], row[9]) for row in rows]
+        return [_interval(row) for row in rows]
+
+    def latest_intervals(self, instance_ids: Sequence[str]) -> dict[str, Interval]:
+        """The latest interval of each host named, and of every host with an open interval."""
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.LATEST_INTERVALS, {"instance_ids": list(instance_ids)}).fetchall()
+        return {row[1]: _interval(row) for row in rows}
 
     def usage_rows(
         self,
@@ -577,6 +583,10 @@ def _runways(
         )
         runways.append(TenantRunway(budget, now, totals))
     return runways
+
+
+def _interval(row: Sequence[Any]) -> Interval:
+    return Interval(row[0], row[1], Attribution(*row[2:7]), row[7], row[8], row[9])
 
 
 def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:

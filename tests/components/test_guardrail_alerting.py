@@ -26,7 +26,7 @@ QUEUE = "aws:sqs/queue:Queue"
 QUEUE_POLICY = "aws:sqs/queuePolicy:QueuePolicy"
 INVOKE_CONFIG = "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig"
 TABLE = "aws:dynamodb/table:Table"
-GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget")
+GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget", "reconciler")
 
 
 def queue_arn(guardrail: str) -> str:
@@ -65,7 +65,12 @@ def test_every_scheduler_target_retries_and_dead_letters() -> None:
 def test_every_eventbridge_rule_target_retries_and_dead_letters() -> None:
     run = configured()
     targets = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}
-    assert set(targets) == {"deadline-from-state-change", "meter-from-state-change", "budget-from-clock"}
+    assert set(targets) == {
+        "deadline-from-state-change",
+        "meter-from-state-change",
+        "budget-from-clock",
+        "reconciler-from-clock",
+    }
     for name, target in targets.items():
         guardrail = name.split("-from-")[0]
         assert target["retryPolicy"]["maximumRetryAttempts"] == RETRY_ATTEMPTS
@@ -111,7 +116,7 @@ def test_scheduler_may_dead_letter_to_the_queues_of_what_it_invokes() -> None:
     assert grant["Action"] == ["sqs:SendMessage"]
     assert grant["Resource"] == [
         f"arn:aws:sqs:us-east-1:123456789012:{names.dead_letter_queue('dev', guardrail)}"
-        for guardrail in ("reaper", "launcher")
+        for guardrail in ("reaper", "launcher", "budget")  # the budget: its crossing checks
     ]
 
 

@@ -29,6 +29,8 @@ LAMBDA_TESTS = [
     "tests/lambdas/test_sweep_notices.py",
     "tests/lambdas/ledger/test_meter.py",
     "tests/lambdas/ledger/test_budget_guardrail.py",
+    "tests/lambdas/ledger/test_budget_crossing.py",
+    "tests/lambdas/ledger/test_reconciler.py",
 ]
 GRANTS = Grants(
     partition="aws",
@@ -63,11 +65,16 @@ STOP_PATH = {"ec2:StopInstances", "ec2:TerminateInstances", "autoscaling:Termina
 HANDLER_ONLY = {
     ("meter", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
     ("budget", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
+    ("reconciler", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
+    ("reconciler", "sns:Publish"): "meter.alert_unpriced(",
 }
 
 
 # A guardrail that hands its work to another's code makes that one's calls too: (the other, the call).
-DELEGATES = {"deadline": ("reaper", "host_sweep.sweep(")}  # a host already past its deadline is swept
+DELEGATES = {
+    "deadline": ("reaper", "host_sweep.sweep("),  # a host already past its deadline is swept
+    "meter": ("budget", "budget.enforce_budgets("),  # the changed tenants' budgets are checked at once
+}
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,7 @@ SERVING_GROUP = f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:3c4d:
 SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:parkbrake-dev-db-AbCdEf"
 REAPER_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-reaper"
 LAUNCHER_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-launcher"
+BUDGET_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-budget"
 STOP_ACTIONS = {
     "ec2:StopInstances",
     "ec2:TerminateInstances",
@@ -144,7 +145,7 @@ def test_park_switch_values(parked: bool, nightly_state: str, parameter: str) ->
     )
     alarms = {alarm.inputs["name"] for alarm in run.of_type(ALARM)}
     assert {"parkbrake-dev-reaper-errors", "parkbrake-dev-reaper-heartbeat"} <= alarms
-    assert len(run.of_type(RULE)) == 2  # the state-change rule and the budget clock
+    assert len(run.of_type(RULE)) == 3  # the state-change rule, the budget clock and the reconciler's
 
 
 # --- triggers -----------------------------------------------------------------------------------------------
@@ -181,7 +182,7 @@ def test_without_a_nightly_schedule_there_is_no_launcher() -> None:
 
     assert [schedule.name for schedule in run.of_type(SCHEDULE)] == ["reaper"]
     assert "launcher" not in {function.name for function in run.of_type(FUNCTION)}
-    assert statements_of(run, "scheduler")[0]["Resource"] == [REAPER_ARN]
+    assert statements_of(run, "scheduler")[0]["Resource"] == [REAPER_ARN, BUDGET_ARN]
 
 
 def test_schedule_groups_for_recurring_and_deadline_schedules() -> None:
@@ -206,15 +207,32 @@ def test_state_change_rule_feeds_the_deadline_and_the_meter_with_permission() ->
     assert targets["budget-from-clock"]["arn"].endswith(":budget")
     assert run.named(RULE, "budget-every-minute").inputs["scheduleExpression"] == "rate(1 minute)"
     rule_arn = {  # the mock engine's ARNs
-        "state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
-        "clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:budget-every-minute",
+        "deadline-from-state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
+        "meter-from-state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
+        "budget-from-clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:budget-every-minute",
+        "reconciler-from-clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:reconciler-clock",
     }
     permissions = {permission.name: permission.inputs for permission in run.of_type(PERMISSION)}
-    assert set(permissions) == {"deadline-from-state-change", "meter-from-state-change", "budget-from-clock"}
+    assert set(permissions) == set(rule_arn)
     for name, permission in permissions.items():
         assert permission["principal"] == "events.amazonaws.com"
         assert permission["action"] == "lambda:InvokeFunction"
-        assert permission["sourceArn"] == rule_arn[name.split("-from-")[1]]
+        assert permission["sourceArn"] == rule_arn[name]
+    assert run.named(RULE, "reconciler-clock").inputs["scheduleExpression"] == "rate(15 minutes)"
+
+
+def test_the_meter_never_loses_an_event_retries_24h_then_its_dead_letter_queue() -> None:
+    run = configured()
+
+    targets = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}
+    meter = targets["meter-from-state-change"]
+    # EventBridge's longest: the ledger's database may be down for hours (Lambda's own retries stop at 6 h).
+    assert meter["retryPolicy"]["maximumEventAgeInSeconds"] == 86400
+    assert meter["deadLetterConfig"]["arn"]  # the meter's queue, replayed by `parkbrake ledger replay-dlq`
+    assert targets["reconciler-from-clock"]["deadLetterConfig"]["arn"]
+    assert {"parkbrake-dev-reconciler-heartbeat", "parkbrake-dev-reconciler-errors"} <= {
+        alarm.inputs["name"] for alarm in run.of_type(ALARM)
+    }
 
 
 def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_vpc() -> None:
@@ -244,7 +262,7 @@ def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_
 def test_functions_are_named_and_handled_by_their_lambdas_module() -> None:
     functions = {function.name: function.inputs for function in configured().of_type(FUNCTION)}
 
-    assert set(functions) == {"reaper", "deadline", "launcher", "meter", "budget"}
+    assert set(functions) == {"reaper", "deadline", "launcher", "meter", "budget", "reconciler"}
     for guardrail, inputs in functions.items():
         assert inputs["name"] == names.function_name("dev", guardrail)
         assert inputs["handler"] == f"lambdas.{guardrail}.handler"
@@ -307,6 +325,7 @@ def test_database_layers_reach_only_the_database_functions() -> None:
         "launcher",
         "meter",
         "budget",
+        "reconciler",
     }
     # every function has the dependency layer `parkbrake package` writes, first
     dependencies = run.named("aws:lambda/layerVersion:LayerVersion", "dependencies")
@@ -378,7 +397,8 @@ def test_only_the_functions_that_act_through_the_stop_path_may_stop_hosts() -> N
         if any(actions(statement) & stop_path for statement in statements_of(run, function.name))
     }
     # The deadline stops a host already past its cap when its event arrives; the budget enforces budgets.
-    assert may_stop == {"reaper", "deadline", "budget"}
+    # The meter checks the changed tenants' budgets at once (lambdas.budget), which may stop hosts.
+    assert may_stop == {"reaper", "deadline", "budget", "meter"}
     assert "ShrinkManagedGroupsOnly" not in by_sid(statements_of(run, "launcher"))
 
 
@@ -403,13 +423,13 @@ def test_launcher_reads_only_the_park_parameter_and_starts_only_the_nightly_pool
     assert grants["ReadDatabaseSecret"]["Resource"] == SECRET_ARN
 
 
-def test_scheduler_role_may_invoke_only_the_reaper_and_the_launcher() -> None:
+def test_scheduler_role_may_invoke_only_the_reaper_the_launcher_and_the_budget() -> None:
     run = configured()
 
     invoke, dead_letters = statements_of(run, "scheduler")
     assert actions(invoke) == {"lambda:InvokeFunction"}
     assert actions(dead_letters) == {"sqs:SendMessage"}  # their queues: test_guardrail_alerting
-    assert invoke["Resource"] == [REAPER_ARN, LAUNCHER_ARN]
+    assert invoke["Resource"] == [REAPER_ARN, LAUNCHER_ARN, BUDGET_ARN]
     trust = json.loads(run.named(ROLE, "scheduler").inputs["assumeRolePolicy"])["Statement"]
     assert trust == [
         {
@@ -509,7 +529,7 @@ def test_outputs_name_the_topic_the_reaper_and_every_function() -> None:
     assert outputs["reaper"] == "arn:aws:lambda:us-east-1:123456789012:reaper"
     assert outputs["functions"] == {
         guardrail: names.function_name("dev", guardrail)
-        for guardrail in ("reaper", "deadline", "launcher", "meter", "budget")
+        for guardrail in ("reaper", "deadline", "launcher", "meter", "budget", "reconciler")
     }
 
 

@@ -62,8 +62,14 @@ def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
     sweep = {"ListStacks", "RememberNotices"}
     assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
     assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
-    assert sids(GUARDRAIL_POLICIES["meter"](GRANTS)) - basics == {"DescribeHosts", "ReadDatabaseSecret"}
-    assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | {"ReadDatabaseSecret"}
+    ledger = {"ReadDatabaseSecret"}
+    # The meter checks the changed tenants' budgets at once: the stop path and the crossing checks.
+    assert (
+        sids(GUARDRAIL_POLICIES["meter"](GRANTS)) - basics
+        == {"DescribeHosts"} | stop_path | deadlines | ledger
+    )
+    assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | deadlines | ledger
+    assert sids(GUARDRAIL_POLICIES["reconciler"](GRANTS)) - basics == {"DescribeHosts", "ReadDatabaseSecret"}
     assert sids(GUARDRAIL_POLICIES["launcher"](GRANTS)) - basics == {
         "ReadParkState",
         "DescribePool",

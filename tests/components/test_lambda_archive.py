@@ -72,7 +72,7 @@ def test_the_stack_declares_the_functions_package_writes() -> None:
 
     run = offline_run(load_stack_config("dev", REPO_ROOT))
     declared = declared_functions(run.resources)
-    assert declared == lambda_functions(["budget", "deadline", "launcher", "meter", "reaper"])
+    assert declared == lambda_functions(["budget", "deadline", "launcher", "meter", "reaper", "reconciler"])
     for function in run.of_type("aws:lambda/function:Function"):
         assert function.inputs["runtime"] == RUNTIME
         assert function.inputs["architectures"] == ["x86_64"]

@@ -55,6 +55,9 @@ class CountingEnforcer:
     def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport:
         return StopReport()
 
+    def arm_crossing(self, tenant: str, at: datetime) -> None:
+        raise AssertionError("no budget here has the stop action")
+
 
 @pytest.fixture
 def clients(aws: str) -> ClientFactory:

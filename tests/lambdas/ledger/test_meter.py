@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
@@ -11,6 +12,7 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from botocore.exceptions import ClientError
 from guardrail_fleet import (
+    STACK,
     client_factory,
     guardrail_settings,
     launch,
@@ -22,9 +24,11 @@ from guardrail_fleet import (
 )
 from ledger_streams import T0, at, ms, step, who
 
+from guardrails import names
 from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
 from lambdas import meter
 from lambdas.aws.environment import ClientFactory, container_settings
+from lambdas.ledger import replay
 from lambdas.ledger.store import LedgerStore, LedgerUnavailable, container_store
 
 
@@ -229,3 +233,26 @@ def test_a_backfill_never_rewrites_a_closed_interval(store: LedgerStore, clients
         {"event_id": inside["id"], "instance_id": host, "reason": "inside the host's closed history"}
     ]
     assert store.intervals() == before
+
+
+def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_keeps_the_bad(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    sqs = clients("sqs", None)
+    queue_url = sqs.create_queue(QueueName=names.dead_letter_queue(STACK, "meter"))["QueueUrl"]
+    ec2 = clients("ec2", None)
+    (first,) = launch(ec2, "g5.xlarge", managed_tags())
+    (second,) = launch(ec2, "g5.xlarge", managed_tags())
+    undelivered = state_change(first, "running", at(0))  # EventBridge's dead letter: the event itself
+    failed = {"requestContext": {"condition": "RetriesExhausted"},  # Lambda's on-failure record
+              "requestPayload": state_change(second, "running", at(1))}  # fmt: skip
+    for body in (json.dumps(undelivered), json.dumps(failed), "not json"):
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+                                       settings=guardrail_settings(), max_messages=100)  # fmt: skip
+    assert (result.read, result.deleted, result.meter.inserted) == (3, 2, 2)
+    assert [problem["reason"] for problem in result.kept] == ["Expecting value: line 1 column 1 (char 0)"]
+    assert {interval.instance_id for interval in store.intervals()} == {first, second}
+    again = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+                                      settings=guardrail_settings(), max_messages=100)  # fmt: skip
+    assert again.read == 0  # the bad one is invisible for a while, the good ones are gone

@@ -1,0 +1,77 @@
+"""The reconciler: every 15 minutes, make the ledger agree with what EC2 says of its accelerator hosts.
+
+Events can be lost (the database down longer than EventBridge retries, a dead-letter queue nobody
+replayed). The reconciler lists every accelerator host of the guarded regions, compares it with the
+ledger's latest interval of each (guardrails.ledger.reconcile) and appends the repairs through the
+meter, marked ``source=reconciler``. It records its heartbeat only after a run without errors, so
+its alarm pages when it stops working.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from guardrails.instance_types import is_accelerator
+from guardrails.ledger import Ec2Host, reconcile, to_ms, transition_ms
+from guardrails.settings import Settings
+from lambdas import meter
+from lambdas.aws import heartbeat
+from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.ledger.store import LedgerStore, container_store
+
+log = logging.getLogger(__name__)
+GUARDRAIL = "reconciler"
+WATCHED_STATES = ["running", "stopping", "stopped", "shutting-down", "terminated"]
+
+
+def accelerator_hosts(clients: ClientFactory, regions: tuple[str, ...]) -> list[Ec2Host]:
+    """Every accelerator host EC2 describes in ``regions`` (terminated ones stay about an hour)."""
+    hosts = []
+    for region in regions:
+        pages = (
+            clients("ec2", region)
+            .get_paginator("describe_instances")
+            .paginate(Filters=[{"Name": "instance-state-name", "Values": WATCHED_STATES}])
+        )
+        for page in pages:
+            for reservation in page["Reservations"]:
+                for instance in reservation["Instances"]:
+                    if not is_accelerator(instance["InstanceType"]):
+                        continue
+                    hosts.append(
+                        Ec2Host(
+                            instance["InstanceId"],
+                            region,
+                            instance["State"]["Name"],
+                            to_ms(instance["LaunchTime"]),
+                            transition_ms(instance.get("StateTransitionReason", "")),
+                        )
+                    )
+    return hosts
+
+
+def run_reconciler(
+    *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
+) -> dict[str, Any]:
+    hosts = accelerator_hosts(clients, settings.regions)
+    latest = store.latest_intervals([host.instance_id for host in hosts])
+    repairs = reconcile(hosts, latest, now_ms=to_ms(now), home_region=settings.regions[0])
+    result = meter.meter(repairs, store=store, clients=clients, settings=settings, received_at=now,
+                         source=GUARDRAIL)  # fmt: skip
+    for note in result.unattributed + result.skipped:
+        log.warning("reconciler could not repair: %s", note)
+    heartbeat.count_action(GUARDRAIL, "repair", "missing-event", result.inserted)
+    return {"hosts": len(hosts), "repairs": [change.event_id for change in repairs]} | result.as_dict()
+
+
+def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
+    now = utc_now()
+    settings = container_settings()
+    outcome = run_reconciler(store=container_store(), clients=default_clients, settings=settings, now=now)
+    meter.alert_unpriced(outcome["unpriced"], settings=settings, clients=default_clients)
+    heartbeat.record_success(
+        GUARDRAIL, stack=settings.stack, cloudwatch=default_clients("cloudwatch", None), now=now
+    )
+    return outcome

@@ -1,0 +1,107 @@
+"""The reconciler: the ledger made to agree with EC2 after events were lost, against moto and a real
+PostgreSQL; and its rules on a virtual clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from guardrail_fleet import (
+    client_factory,
+    guardrail_settings,
+    launch,
+    launch_time,
+    managed_tags,
+    state_change,
+)
+from ledger_streams import ms, who
+
+from guardrails.ledger import Ec2Host, Interval, reconcile, state_change_from_event, to_ms, transition_ms
+from lambdas import meter, reconciler
+from lambdas.aws.environment import ClientFactory
+from lambdas.ledger.store import LedgerStore, LedgerUnavailable
+
+
+def test_the_rules_on_a_virtual_clock() -> None:
+    known = who()
+    latest = {
+        "i-open-stopped": Interval("r1", "i-open-stopped", known, ms(0), None),
+        "i-open-running": Interval("r2", "i-open-running", known, ms(0), None),
+        "i-closed-restarted": Interval("r3", "i-closed-restarted", known, ms(0), ms(10), "s3"),
+        "i-gone": Interval("r4", "i-gone", known, ms(0), None),
+    }
+    hosts = [
+        Ec2Host("i-open-stopped", "us-east-1", "stopped", ms(0), ms(30)),
+        Ec2Host("i-open-running", "us-east-1", "running", ms(0), None),
+        Ec2Host("i-closed-restarted", "us-east-1", "running", ms(20), None),
+        Ec2Host("i-unseen-whole", "us-east-1", "terminated", ms(40), ms(50)),
+        Ec2Host("i-unseen-running", "us-east-1", "running", ms(45), None),
+    ]
+    repairs = reconcile(hosts, latest, now_ms=ms(60), home_region="us-east-1")
+    assert [(change.instance_id, change.state, change.at_ms) for change in repairs] == [
+        ("i-open-stopped", "stopped", ms(30)),
+        ("i-closed-restarted", "running", ms(20)),
+        ("i-unseen-whole", "running", ms(40)),
+        ("i-unseen-whole", "stopped", ms(50)),
+        ("i-unseen-running", "running", ms(45)),
+        ("i-gone", "terminated", ms(60)),
+    ]
+    assert all(change.event_id.startswith("reconciler:") for change in repairs)
+
+
+def test_ec2_transition_reasons_give_their_time() -> None:
+    assert transition_ms("User initiated (2036-05-05 10:00:00 GMT)") == ms(0)
+    assert transition_ms("Server.SpotInstanceTermination") is None
+
+
+@pytest.fixture
+def clients(aws: str) -> ClientFactory:
+    return client_factory(aws)
+
+
+def meter_events(events: list[dict[str, Any]], store: LedgerStore, clients: ClientFactory) -> None:
+    changes = [state_change_from_event(event) for event in events]
+    meter.meter(
+        changes, store=store, clients=clients, settings=guardrail_settings(), received_at=datetime.now(UTC)
+    )
+
+
+def ended(ec2: Any, instance_id: str) -> int:
+    description = ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    found = transition_ms(description["StateTransitionReason"])
+    assert found is not None
+    return found
+
+
+def test_after_an_hour_without_the_database_the_ledger_equals_the_exact_answer(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (a,) = launch(ec2, "g5.xlarge", managed_tags(tenant="research"))
+    (b,) = launch(ec2, "p4d.24xlarge", managed_tags(tenant="vision"))
+    meter_events([state_change(a, "running", launch_time(ec2, a)), state_change(b, "running", launch_time(ec2, b))],
+                 store, clients)  # fmt: skip
+    # PostgreSQL goes away: every event of the next hour fails and, nobody replaying it, is lost.
+    down = LedgerStore.connect("postgresql://parkbrake@127.0.0.1:9/ledger")
+    ec2.stop_instances(InstanceIds=[a])
+    (c,) = launch(ec2, "p5e.48xlarge", managed_tags(tenant="product"))  # not in the price table
+    (d,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product"))
+    ec2.terminate_instances(InstanceIds=[d])
+    ec2.terminate_instances(InstanceIds=[b])
+    lost = [state_change(a, "stopped", datetime.now(UTC)), state_change(c, "running", launch_time(ec2, c))]
+    with pytest.raises(LedgerUnavailable):
+        meter_events(lost, down, clients)
+    # It returns an hour later (virtual time); the reconciler runs.
+    back = datetime.now(UTC) + timedelta(hours=1)
+    outcome = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
+    assert outcome["inserted"] == 5
+    truth = {
+        a: (to_ms(launch_time(ec2, a)), ended(ec2, a)),
+        b: (to_ms(launch_time(ec2, b)), ended(ec2, b)),
+        c: (to_ms(launch_time(ec2, c)), None),
+        d: (to_ms(launch_time(ec2, d)), ended(ec2, d)),
+    }
+    assert {i.instance_id: (i.started_ms, i.ended_ms) for i in store.intervals()} == truth
+    again = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
+    assert (again["inserted"], again["repairs"]) == (0, [])  # nothing left to repair
