@@ -5,14 +5,12 @@ The database is ``PARKBRAKE_DATABASE_URL`` (or ``PARKBRAKE_DATABASE_SECRET_ARN``
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -22,6 +20,7 @@ from cli.options import output_option
 from guardrails.errors import InputError, ParkbrakeError
 
 if TYPE_CHECKING:
+    from guardrails.invoice import Invoice
     from guardrails.ledger import StateChange, Usage
     from guardrails.runway import Budget, Period, TenantRunway
     from guardrails.settings import Settings
@@ -274,54 +273,120 @@ def usage_report(
     return [TenantReport(tenant, by_tenant[tenant]) for tenant in sorted(by_tenant)]
 
 
-def report_csv(reports: Sequence[TenantReport]) -> str:
-    """One row per tenant, pool and instance type, amounts as exact decimals."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["tenant", "pool", "instance_type", "accelerator_seconds", "cost_usd"])
-    for report in reports:
-        for row in report.rows:
-            writer.writerow(
-                [row.tenant, row.pool, row.instance_type, row.usage.accelerator_seconds, row.usage.cost_usd]
-            )
-    return buffer.getvalue()
-
-
 @ledger.command()
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to report (repeatable); default: all.")
-@click.option("--since", help="Start (ISO-8601, UTC); default: the start of this month.")
-@click.option("--until", help="End, exclusive (ISO-8601, UTC); default: now.")
 @click.option(
-    "--output", "-o", type=click.Choice(["text", "csv", "json"]), default="text", show_default=True,
-    help="text for people, csv for invoicing, json for scripts.",
+    "--since", help="Start (ISO-8601; UTC unless it has an offset); default: the start of this month."
+)
+@click.option("--until", help="End, exclusive (ISO-8601); default: now.")
+@click.option("--month", help="A calendar month, YYYY-MM, in --timezone (instead of --since/--until).")
+@click.option(
+    "--timezone", "zone", default="UTC", show_default=True, help="Where the month starts (IANA name)."
+)
+@click.option(
+    "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown"]), default="text",
+    show_default=True, help="text for people; csv, json or markdown: the invoice.",
 )  # fmt: skip
-def report(tenants: tuple[str, ...], since: str | None, until: str | None, output: str) -> None:
-    """Accelerator-seconds and cost per tenant, by pool and instance type, for a time window.
+def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
+    """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
+    instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
+    model, price source and date, currency, subtotal, total and a month-end forecast.
 
     \b
     Example:
-      parkbrake ledger report --tenant research --since 2026-11-01 --output json
+      parkbrake ledger report --tenant research --month 2026-11 --timezone Europe/Berlin --format markdown
     """
-    from guardrails.runway import period_start
+    from guardrails.invoice import invoices_csv, invoices_markdown
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
-    start = parse_instant(since, "--since") if since else period_start("month", now)
-    end = parse_instant(until, "--until") if until else None
-    if end is not None and end <= start:
-        raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
+    start, end, month_end = report_window(now, **window)
     store = store_from_environment()
     try:
         reports = usage_report(store, now=now, since=start, until=end, tenants=tenants)
+        invoices = tenant_invoices(
+            store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
+        )
     finally:
         store.close()
     if output == "csv":
-        click.echo(report_csv(reports), nl=False)
+        click.echo(invoices_csv(invoices), nl=False)
+    elif output == "markdown":
+        click.echo(invoices_markdown(invoices))
     elif output == "json":
-        window = {"since": start.isoformat(), "until": (end or now).isoformat()}
-        click.echo(json.dumps(window | {"tenants": [r.as_dict() for r in reports]}, indent=2))
+        billed = {invoice.tenant: invoice.as_dict() for invoice in invoices}
+        document = [r.as_dict() | {"invoice": billed.get(r.tenant)} for r in reports]
+        click.echo(
+            json.dumps({"since": start.isoformat(), "until": end.isoformat(), "tenants": document}, indent=2)
+        )
     else:
-        print_report(reports, start, end or now)
+        print_report(reports, start, end)
+
+
+def report_window(
+    now: datetime, *, since: str | None, until: str | None, month: str | None, zone: str | None
+) -> tuple[datetime, datetime, datetime]:
+    """``[start, end)`` of the report and the end of the month it starts in (for the forecast)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        where = ZoneInfo(zone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--timezone: {zone!r} is not an IANA time zone (Europe/Berlin, UTC)") from None
+    local_now = now.astimezone(where)
+    if month is not None:
+        if since or until:
+            raise InputError("--month: give either --month or --since/--until, not both")
+        try:
+            first = datetime.strptime(month, "%Y-%m").replace(tzinfo=where)
+        except ValueError:
+            raise InputError(f"--month: {month!r} is not a month (YYYY-MM)") from None
+        start, end = first, _next_month(first)
+    else:
+        first = local_now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        start = parse_instant(since, "--since") if since else first
+        end = parse_instant(until, "--until") if until else now
+    if end <= start:
+        raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
+    local_start = start.astimezone(where)
+    return start, end, _next_month(local_start.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+
+
+def _next_month(first: datetime) -> datetime:
+    return first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
+
+
+def tenant_invoices(
+    store: LedgerStore,
+    *,
+    now: datetime,
+    since: datetime,
+    until: datetime,
+    month_end: datetime,
+    tenants: Sequence[str],
+) -> list[Invoice]:
+    """One invoice per tenant; while its month is running, with the month-end forecast at the current burn."""
+    from guardrails.invoice import Invoice, month_end_forecast
+
+    lines = store.invoice_lines(
+        now=now, since=since, until=min(until, month_end), tenants=list(tenants) or None
+    )
+    by_tenant: dict[str, list[Any]] = {tenant: [] for tenant in tenants}
+    for line in lines:
+        by_tenant.setdefault(line.tenant, []).append(line)
+    burns = {}
+    if since <= now < month_end:
+        burns = {
+            s.tenant: s.totals.burn_usd_per_hour for s in store.runways(now=now, default_cap=timedelta(0))
+        }
+    invoices = []
+    for tenant in sorted(by_tenant):
+        invoice = Invoice(tenant, since, until, tuple(by_tenant[tenant]))
+        if tenant in burns:
+            forecast = month_end_forecast(invoice.total_usd, burns[tenant], now, month_end)
+            invoice = replace(invoice, forecast_usd=forecast)
+        invoices.append(invoice)
+    return invoices
 
 
 def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
@@ -406,11 +471,18 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
 @ledger.command("replay-dlq")
 @click.option("--stack", required=True, help="The stack whose meter dead-letter queue to replay.")
 @click.option("--region", default=None, help="Its region (default: the AWS configuration's).")
-@click.option("--max-messages", default=10_000, show_default=True, type=click.IntRange(1))
+@click.option(
+    "--max-messages", default=10_000, show_default=True, type=click.IntRange(1), help="Stop after this many."
+)
 @output_option
 def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -> None:
     """Meter again what landed in the meter's dead-letter queue, deleting each message once recorded
-    (appended, already in the ledger, or not an accelerator host); the rest stay and exit 1."""
+    (appended, already in the ledger, or not an accelerator host); the rest stay and exit 1.
+
+    \b
+    Example:
+      parkbrake ledger replay-dlq --stack prod
+    """
     from lambdas.aws.clients import client
     from lambdas.ledger.replay import replay_dead_letters
     from lambdas.ledger.store import store_from_environment

@@ -116,6 +116,44 @@ LEFT JOIN cost c USING (tenant, pool, instance_type)
 ORDER BY u.tenant, u.pool, u.instance_type
 """
 
+# Invoice lines in a window: per tenant, pool, instance type, region (of the start) and price in
+# effect, the billed instance-ms, the accelerator-ms used and Σ price × ms. A type with no price
+# gives one line without a price.
+INVOICE_LINES = """
+WITH spans AS (
+    SELECT i.tenant, i.pool, i.instance_type, i.accelerators, e.region, i.started_ms,
+           coalesce(i.ended_ms, greatest(i.started_ms, %(now_ms)s)) AS used_until_ms,
+           coalesce(i.billed_until_ms,
+                    i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0))) AS billed_until_ms
+    FROM intervals i
+    JOIN events e ON e.event_id = i.opened_by
+    WHERE (%(tenants)s::text[] IS NULL OR i.tenant = ANY(%(tenants)s::text[]))
+      AND i.started_ms < %(until_ms)s
+      AND (i.billed_until_ms IS NULL OR i.billed_until_ms > %(since_ms)s)
+), clipped AS (
+    SELECT s.*, greatest(s.started_ms, %(since_ms)s) AS from_ms, least(s.billed_until_ms, %(until_ms)s) AS to_ms,
+           least(s.used_until_ms, %(until_ms)s) AS used_to_ms
+    FROM spans s
+    WHERE s.billed_until_ms > %(since_ms)s
+), parts AS (
+    SELECT c.tenant, c.pool, c.instance_type, c.region, c.accelerators, p.usd_per_hour, p.valid_from,
+           greatest(c.from_ms, coalesce(p.from_ms, c.from_ms)) AS part_from,
+           least(c.to_ms, coalesce(p.until_ms, c.to_ms)) AS part_to,
+           least(c.used_to_ms, coalesce(p.until_ms, c.used_to_ms)) AS used_to
+    FROM clipped c
+    LEFT JOIN price_ranges p ON p.instance_type = c.instance_type
+                            AND p.from_ms < c.to_ms AND p.until_ms > c.from_ms
+)
+SELECT x.tenant, x.pool, x.instance_type, x.region, x.usd_per_hour, q.source,
+       CASE WHEN isfinite(x.valid_from) THEN x.valid_from END,
+       sum(x.part_to - x.part_from), sum(x.accelerators::bigint * greatest(0, x.used_to - x.part_from)),
+       coalesce(sum(x.usd_per_hour * (x.part_to - x.part_from)), 0)
+FROM parts x
+LEFT JOIN prices q ON q.instance_type = x.instance_type AND q.valid_from = x.valid_from
+GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.usd_per_hour, q.source, x.valid_from
+ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.valid_from NULLS FIRST
+"""
+
 # All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart.
 USAGE_TOTALS = """
 WITH running AS (

@@ -28,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.invoice import InvoiceLine
 from guardrails.launch import Admission, AdmissionRequest, decide_admission
 from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usage, UsageKey, from_ms, to_ms
 from guardrails.pricing import PriceTable
@@ -405,6 +406,25 @@ class LedgerStore:
             unpriced_ms = int(billed_ms) - int(priced_ms)
             result.append(UsageRow(tenant, pool, instance_type, usage, int(running), unpriced_ms))
         return result
+
+    def invoice_lines(
+        self, *, now: datetime, since: datetime, until: datetime, tenants: Sequence[str] | None = None
+    ) -> list[InvoiceLine]:
+        """Invoice lines for ``[since, until)`` (guardrails.invoice), split wherever the price changed."""
+        parameters = {
+            "now_ms": to_ms(now),
+            "since_ms": to_ms(since),
+            "until_ms": to_ms(until),
+            "tenants": list(tenants) if tenants is not None else None,
+        }
+        with self._connections.connection() as connection:
+            rows = connection.execute(sql.INVOICE_LINES, parameters).fetchall()
+        return [
+            InvoiceLine(
+                tenant, pool, kind, region, price, source, valid_from, int(billed), int(used), Decimal(cost)
+            )
+            for tenant, pool, kind, region, price, source, valid_from, billed, used, cost in rows
+        ]
 
     def usage_totals(self, *, now: datetime) -> list[UsageRow]:
         """All-time usage per tenant, pool and instance type: what the exporter serves.

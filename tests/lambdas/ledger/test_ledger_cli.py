@@ -105,17 +105,39 @@ def test_report_json_per_tenant_with_pool_and_instance_type(seeded: dict[str, st
     ]
 
 
-def test_report_csv_for_invoicing_and_one_tenant(seeded: dict[str, str]) -> None:
+def test_report_csv_is_an_invoice_for_one_tenant(seeded: dict[str, str]) -> None:
     result = invoke(
-        "ledger", "report", "--tenant", "product", "--tenant", "nobody", *WINDOW, "--output", "csv"
+        "ledger", "report", "--tenant", "product", "--tenant", "nobody", *WINDOW, "--format", "csv"
     )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
-    assert rows == [{"tenant": "product", "pool": "inference", "instance_type": "g5.xlarge",
-                     "accelerator_seconds": "30.000", "cost_usd": "0.016767"}]  # fmt: skip
-    as_json = json.loads(invoke("ledger", "report", "--tenant", "nobody", *WINDOW, "-o", "json").stdout)
-    assert as_json["tenants"] == [{"tenant": "nobody", "accelerator_seconds": 0.0, "cost_usd": 0.0,
-                                   "by_pool": [], "by_instance_type": [], "breakdown": []}]  # fmt: skip
+    assert rows == [{
+        "tenant": "product", "period_start": "2036-05-05T00:00:00+00:00", "period_end": "2036-05-06T00:00:00+00:00",
+        "pool": "inference", "instance_type": "g5.xlarge", "region": "us-east-1", "pricing_model": "on-demand",
+        "instance_hours": "0.016667", "accelerator_seconds": "30.000", "unit_price_usd_per_hour": "1.006000",
+        "price_source": "prices.json", "price_valid_from": "", "currency": "USD", "subtotal_usd": "0.016767",
+    }]  # fmt: skip
+
+
+def test_report_markdown_and_json_invoices_of_a_month_in_a_time_zone(seeded: dict[str, str]) -> None:
+    markdown = invoke(
+        "ledger", "report", "--month", "2036-05", "--timezone", "Europe/Berlin", "-o", "markdown"
+    )
+    assert markdown.exit_code == 0, markdown.output
+    assert "## research: 2036-05-01 00:00 CEST to 2036-06-01 00:00 CEST" in markdown.stdout
+    assert (
+        "| training | p4d.24xlarge | us-east-1 | on-demand | 1.500000 | 43200.000 | 32.772600 |"
+        in markdown.stdout
+    )
+    assert "**Total: 49.158900 USD**" in markdown.stdout
+    document = json.loads(invoke("ledger", "report", "--month", "2036-05", "--output", "json").stdout)
+    research = next(tenant for tenant in document["tenants"] if tenant["tenant"] == "research")
+    assert research["cost_usd"] == 49.1589
+    assert research["invoice"]["total_usd"] == "49.158900"
+    assert research["invoice"]["lines"][0]["price_source"] == "prices.json"
+    bad = invoke("ledger", "report", "--month", "May", "--timezone", "Mars/Olympus")
+    assert bad.exit_code == 2
+    assert "--timezone" in bad.output
 
 
 def test_report_text_is_a_table(seeded: dict[str, str]) -> None:

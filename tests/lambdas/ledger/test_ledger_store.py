@@ -7,7 +7,7 @@ import json
 import random
 import socket
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -288,3 +288,22 @@ def test_a_plain_url_secret_is_used_as_is() -> None:
         "host": "db",
     }
     assert make_conninfo(url_from_secret('{"url": "host=db"}')) == "host=db"
+
+
+def test_an_invoice_splits_at_a_price_change_and_forecasts_the_month_at_the_current_burn(
+    store: LedgerStore,
+) -> None:
+    from cli.ledger import tenant_invoices
+
+    appended(store, [step("r1", "i-1", "running", ms(0))])  # g5.xlarge at $1.006/h, still running
+    store.add_price("g5.xlarge", Decimal("2"), at(60), "test: a change")
+    month_end = datetime(2036, 6, 1, tzinfo=UTC)
+    (invoice,) = tenant_invoices(store, now=at(120), since=datetime(2036, 5, 1, tzinfo=UTC), until=at(120),
+                                 month_end=month_end, tenants=())  # fmt: skip
+    assert [(line.usd_per_hour, line.billed_ms, line.subtotal_usd) for line in invoice.lines] == [
+        (Decimal("1.006000"), 3_600_000, Decimal("1.006000")),
+        (Decimal("2.000000"), 3_600_000, Decimal("2.000000")),
+    ]
+    assert invoice.total_usd == Decimal("3.006000")
+    hours_left = Decimal((month_end - at(120)).total_seconds()) / 3600
+    assert invoice.forecast_usd == (Decimal("3.006") + 2 * hours_left).quantize(Decimal("0.000001"))

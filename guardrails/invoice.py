@@ -1,0 +1,145 @@
+"""An invoice a finance team accepts: per tenant and period, one line per pool, instance type,
+region and price, each with the instance-hours billed, the accelerator-seconds used, the unit price
+with its pricing model, source and date, and the subtotal; the total, and a month-end forecast at
+the current burn. Amounts are exact (the ledger's Σ price × milliseconds) and rounded once per
+figure, to the micro-dollar."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from guardrails.ledger import MS_PER_HOUR, seconds, usd
+
+CURRENCY = "USD"
+ON_DEMAND = "on-demand"
+CSV_COLUMNS = (
+    "tenant", "period_start", "period_end", "pool", "instance_type", "region", "pricing_model",
+    "instance_hours", "accelerator_seconds", "unit_price_usd_per_hour", "price_source", "price_valid_from",
+    "currency", "subtotal_usd",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class InvoiceLine:
+    tenant: str
+    pool: str
+    instance_type: str
+    region: str
+    usd_per_hour: Decimal | None  # None: unpriced (metered, not yet billable)
+    price_source: str | None
+    price_valid_from: datetime | None  # None: the type's first price, in effect since always
+    billed_ms: int  # instance time billed: per second, 60 s minimum per start
+    accelerator_ms: int
+    usd_hour_ms: Decimal
+
+    @property
+    def instance_hours(self) -> Decimal:
+        return Decimal(self.billed_ms) / MS_PER_HOUR
+
+    @property
+    def subtotal_usd(self) -> Decimal:
+        return usd(self.usd_hour_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pool": self.pool,
+            "instance_type": self.instance_type,
+            "region": self.region,
+            "pricing_model": ON_DEMAND,
+            "instance_hours": str(self.instance_hours.quantize(Decimal("0.000001"))),
+            "accelerator_seconds": str(seconds(self.accelerator_ms)),
+            "unit_price_usd_per_hour": None if self.usd_per_hour is None else str(self.usd_per_hour),
+            "price_source": self.price_source,
+            "price_valid_from": self.price_valid_from.isoformat() if self.price_valid_from else None,
+            "currency": CURRENCY,
+            "subtotal_usd": str(self.subtotal_usd),
+        }
+
+
+@dataclass(frozen=True)
+class Invoice:
+    tenant: str
+    since: datetime
+    until: datetime
+    lines: tuple[InvoiceLine, ...]
+    forecast_usd: Decimal | None = None  # the month's total at the current burn; None: period ended
+
+    @property
+    def total_usd(self) -> Decimal:
+        return usd(sum((line.usd_hour_ms for line in self.lines), Decimal(0)))
+
+    @property
+    def unpriced_hours(self) -> Decimal:
+        return sum((line.instance_hours for line in self.lines if line.usd_per_hour is None), Decimal(0))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant,
+            "period_start": self.since.isoformat(),
+            "period_end": self.until.isoformat(),
+            "currency": CURRENCY,
+            "lines": [line.as_dict() for line in self.lines],
+            "total_usd": str(self.total_usd),
+            "unpriced_instance_hours": str(self.unpriced_hours.quantize(Decimal("0.000001"))),
+            "forecast_month_end_usd": None if self.forecast_usd is None else str(self.forecast_usd),
+        }
+
+
+def month_end_forecast(
+    spent_usd: Decimal, burn_usd_per_hour: Decimal, now: datetime, month_end: datetime
+) -> Decimal:
+    """What the month comes to if the hosts running now keep running to its end."""
+    hours_left = max(Decimal(0), Decimal((month_end - now).total_seconds()) / 3600)
+    return (spent_usd + burn_usd_per_hour * hours_left).quantize(Decimal("0.000001"))
+
+
+def invoices_csv(invoices: Sequence[Invoice]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for invoice in invoices:
+        for line in invoice.lines:
+            fields = line.as_dict()
+            writer.writerow(
+                [invoice.tenant, invoice.since.isoformat(), invoice.until.isoformat()]
+                + [fields[column] for column in CSV_COLUMNS[3:]]
+            )
+    return buffer.getvalue()
+
+
+def invoices_json(invoices: Sequence[Invoice]) -> str:
+    return json.dumps([invoice.as_dict() for invoice in invoices], indent=2)
+
+
+def invoices_markdown(invoices: Sequence[Invoice]) -> str:
+    parts = []
+    for invoice in invoices:
+        parts.append(
+            f"## {invoice.tenant}: {invoice.since:%Y-%m-%d %H:%M %Z} to {invoice.until:%Y-%m-%d %H:%M %Z}\n\n"
+            "| pool | instance type | region | pricing | instance-hours | accelerator-seconds | unit price (USD/h) "
+            "| price source (from) | subtotal (USD) |\n|---|---|---|---|--:|--:|--:|---|--:|"
+        )
+        for line in invoice.lines:
+            fields = line.as_dict()
+            price = fields["unit_price_usd_per_hour"] or "unpriced"
+            source = f"{fields['price_source'] or '-'} ({fields['price_valid_from'] or 'first price'})"
+            parts.append(
+                f"| {line.pool} | {line.instance_type} | {line.region} | {ON_DEMAND} | {fields['instance_hours']} "
+                f"| {fields['accelerator_seconds']} | {price} | {source} | {fields['subtotal_usd']} |"
+            )
+        parts.append(f"\n**Total: {invoice.total_usd} {CURRENCY}**")
+        if invoice.unpriced_hours:
+            parts.append(
+                f"\n{invoice.unpriced_hours:.6f} instance-hours are unpriced (no price recorded yet)."
+            )
+        if invoice.forecast_usd is not None:
+            parts.append(f"\nMonth-end forecast at the current burn: {invoice.forecast_usd} {CURRENCY}.")
+        parts.append("")
+    return "\n".join(parts)
