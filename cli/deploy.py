@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import click
 
@@ -24,6 +25,8 @@ from cli.options import (
 )
 from guardrails.errors import ParkbrakeError
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
@@ -32,6 +35,36 @@ if TYPE_CHECKING:
     from cli.oncall.deploy_phases import DeployResult, DeployTarget
     from cli.oncall.deploy_runtime import ServiceAt
     from cli.oncall.revisions import TaskDefinitionFacts
+
+
+def rollout_options(*, canary_takes: str, draining: str) -> Callable[[F], F]:
+    """--canary, --bake and --timeout, shared by deploy and rollback (only the help's subject differs)."""
+
+    def decorate(command: F) -> F:
+        command = click.option(
+            "--timeout",
+            type=DURATION,
+            default="20m",
+            show_default=True,
+            help=f"How long the colour may take to become healthy (and {draining} to drain).",
+        )(command)
+        command = click.option(
+            "--bake",
+            type=DURATION,
+            default="5m",
+            show_default=True,
+            help="How long the canary must stay healthy.",
+        )(command)
+        return click.option(
+            "--canary",
+            "canary_percent",
+            type=click.IntRange(1, 50),
+            default=10,
+            show_default=True,
+            help=f"Percent of traffic {canary_takes} takes while it bakes.",
+        )(command)
+
+    return decorate
 
 
 @click.command()
@@ -48,24 +81,7 @@ if TYPE_CHECKING:
     "the extra host removed.",
 )
 @stack_option
-@click.option(
-    "--canary",
-    "canary_percent",
-    type=click.IntRange(1, 50),
-    default=10,
-    show_default=True,
-    help="Percent of traffic the new colour takes while it bakes.",
-)
-@click.option(
-    "--bake", type=DURATION, default="5m", show_default=True, help="How long the canary must stay healthy."
-)
-@click.option(
-    "--timeout",
-    type=DURATION,
-    default="20m",
-    show_default=True,
-    help="How long the new colour may take to become healthy (and the old one to drain).",
-)
+@rollout_options(canary_takes="the new colour", draining="the old one")
 @click.option("--allow-tag", is_flag=True, help="Accept a tag that cannot be resolved to a digest.")
 @project_dir_option
 @dry_run_option
@@ -124,24 +140,7 @@ def deploy(
 @click.command()
 @click.argument("service")
 @stack_option
-@click.option(
-    "--canary",
-    "canary_percent",
-    type=click.IntRange(1, 50),
-    default=10,
-    show_default=True,
-    help="Percent of traffic the previous revision takes while it bakes.",
-)
-@click.option(
-    "--bake", type=DURATION, default="5m", show_default=True, help="How long the canary must stay healthy."
-)
-@click.option(
-    "--timeout",
-    type=DURATION,
-    default="20m",
-    show_default=True,
-    help="How long the colour may take to become healthy (and the other one to drain).",
-)
+@rollout_options(canary_takes="the previous revision", draining="the other one")
 @project_dir_option
 @dry_run_option
 @yes_option
