@@ -34,7 +34,7 @@ from guardrails.pricing import load_price_table
 from lambdas.ledger.store import LedgerStore
 from tests.conftest import REPO_ROOT, TEST_REGION
 
-GUARDRAILS = ["budget", "deadline", "launcher", "meter", "reaper"]
+GUARDRAILS = ["budget", "deadline", "launcher", "meter", "reaper", "reconciler"]
 MACHINE_PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
 # ELF e_machine values: what a shared library was built for.
 ELF_MACHINES = {"x86_64": 0x3E, "arm64": 0xB7}
@@ -224,6 +224,7 @@ def test_the_artifacts_run_every_handler_in_a_clean_runtime(
         ("meter", state_change(host, "running", now)),
         ("launcher", {"pool": "training", "capacity": 1}),
         ("budget", scheduled),
+        ("reconciler", scheduled | {"id": "reconcile-tick"}),
     ]
     (tmp_path / "events.json").write_text(json.dumps(events))
     environment = {
@@ -253,7 +254,17 @@ def test_the_artifacts_run_every_handler_in_a_clean_runtime(
         GroupName=names.deadline_schedule_group(STACK)
     )
     assert len(schedules["Schedules"]) == 1  # the deadline armed the host's
+    reservations = clients("ec2", TEST_REGION).describe_instances(
+        Filters=[{"Name": "instance-type", "Values": ["g5.12xlarge"]}]
+    )["Reservations"]
+    (started,) = [
+        instance["InstanceId"] for reservation in reservations for instance in reservation["Instances"]
+    ]
     store = LedgerStore.connect(ledger)
-    assert [interval.instance_id for interval in store.intervals()] == [host]  # the meter appended it
+    # The meter appended the host it was told of; the reconciler the one the launcher started, whose
+    # state change no event delivered (moto sends none).
+    assert sorted(interval.instance_id for interval in store.intervals()) == sorted([host, started])
     store.close()
     assert "errors" not in results["budget"] or not results["budget"]["errors"]
+    assert results["reconciler"]["hosts"] == 2
+    assert len(results["reconciler"]["repairs"]) == 1
