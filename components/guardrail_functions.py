@@ -398,26 +398,24 @@ class Guardrails(pulumi.ComponentResource):
                 self._trigger(
                     function, "state-change", state_change_rule, deployed[function.guardrail], alerting
                 )
-        if RECONCILER.guardrail in deployed:
-            reconciler_rule = aws.cloudwatch.EventRule(
-                "reconciler-clock",
-                name=f"{names.prefix(args.stack)}-reconciler",
-                description="the ledger's reconciler: EC2's accelerator hosts against the ledger",
-                schedule_expression=rate_expression(RECONCILER_EVERY),
+        # (function, the rule's logical name — kept, since renaming it replaces the rule —, what it does, how often)
+        clocks = (
+            (RECONCILER, "reconciler-clock", "the ledger's reconciler: EC2's accelerator hosts against the ledger",
+             RECONCILER_EVERY),
+            (BUDGET, "budget-every-minute", "the budget check: spend caps per tenant", BUDGET_EVERY),
+        )  # fmt: skip
+        for function, rule_name, description, every in clocks:
+            if function.guardrail not in deployed:
+                continue
+            clock_rule = aws.cloudwatch.EventRule(
+                rule_name,
+                name=f"{names.prefix(args.stack)}-{function.guardrail}",
+                description=description,
+                schedule_expression=rate_expression(every),
                 tags=dict(args.tags),
                 opts=named_child_of(self),
             )
-            self._trigger(RECONCILER, "clock", reconciler_rule, deployed[RECONCILER.guardrail], alerting)
-        if BUDGET.guardrail in deployed:
-            budget_rule = aws.cloudwatch.EventRule(
-                "budget-every-minute",
-                name=f"{names.prefix(args.stack)}-budget",
-                description="the budget check: spend caps per tenant",
-                schedule_expression=rate_expression(BUDGET_EVERY),
-                tags=dict(args.tags),
-                opts=named_child_of(self),
-            )
-            self._trigger(BUDGET, "clock", budget_rule, deployed[BUDGET.guardrail], alerting)
+            self._trigger(function, "clock", clock_rule, deployed[function.guardrail], alerting)
 
     def _alarms(self, deployed: Mapping[str, aws.lambda_.Function], topic_arn: pulumi.Input[str]) -> None:
         """Errors of every function; a missing heartbeat of every periodic one."""
