@@ -18,6 +18,7 @@ from typing import Any
 from guardrails.settings import Settings
 from guardrails.sweep_notice import KIND_OF_RULE
 from lambdas.aws import heartbeat
+from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.host_sweep import SweepReport, sweep
 from lambdas.aws.logs import configure_logging
@@ -50,19 +51,30 @@ def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None
 
 
 def handle(
-    event: Mapping[str, Any] | None, *, settings: Settings, clients: ClientFactory, now: datetime
+    event: Mapping[str, Any] | None,
+    *,
+    settings: Settings,
+    clients: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
+    """Sweep; ``decisions`` records what the sweep decided (by default, as log lines only)."""
     dry_run, instance_ids = parse_event(event)
     report = sweep(settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids)
     result = report.as_dict()
+    decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
+    # Recorded after the sweep acted: a ledger that is down never holds a stop back.
+    recorded = decisions.record(report.decisions(actor=heartbeat.REAPER, now=now))
+    result["errors"] = [*result["errors"], *recorded]
     log.info("reaper result", extra={"result": {k: v for k, v in result.items() if k != "hosts"}})
     if dry_run:
         return result
     count(report, stack=settings.stack, full_sweep=instance_ids is None)
     if report.errors and instance_ids is not None:
         raise DeadlineStopFailed(f"the deadline of {', '.join(instance_ids)} failed: {report.errors}")
-    # The heartbeat says "the sweep ran and could act": only a full, real, error-free sweep earns it.
-    if not report.errors and instance_ids is None:
+    # The heartbeat says "the sweep ran and could act": only a full, real, error-free sweep earns it
+    # (and one whose decisions could not be logged pages too).
+    if not report.errors and not recorded and instance_ids is None:
         heartbeat.record_success(
             heartbeat.REAPER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
         )
@@ -92,4 +104,10 @@ def count(report: SweepReport, *, stack: str | None, full_sweep: bool) -> None:
 
 def handler(event: dict[str, Any] | None, context: object) -> dict[str, Any]:
     configure_logging(heartbeat.REAPER)
-    return handle(event, settings=container_settings(), clients=default_clients, now=utc_now())
+    return handle(
+        event,
+        settings=container_settings(),
+        clients=default_clients,
+        now=utc_now(),
+        decisions=decision_log(heartbeat.REAPER, origin_of(context)),
+    )

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from guardrails import tags
+from guardrails.decisions import Decision, notification_decision, sweep_decisions
 from guardrails.hosts import Host
 from guardrails.rotation import is_serving
 from guardrails.rules.base import instant
@@ -29,6 +30,8 @@ from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
 from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
 
 log = logging.getLogger(__name__)
+# What taking a host off the bill may fail at (a host that could not be tagged was not stopped either).
+STOP_ACTIONS = frozenset({"tag", "stop", "terminate", "remove-from-group"})
 
 
 @dataclass
@@ -81,6 +84,38 @@ class SweepReport:
             "notified": self.publication.subject,
             "hosts": [_host_row(verdict, self.outcome, acted, failed) for verdict in self.plan.verdicts],
         }
+
+    def decisions(self, *, actor: str, now: datetime) -> list[Decision]:
+        """What the sweep decided, for the decision log; a dry run decided nothing."""
+        if self.dry_run:
+            return []
+        acted = {instance_id: str(self.outcome.action_of(instance_id)) for instance_id in self.outcome.acted}
+        acted |= dict.fromkeys(self.rotation.removed if self.rotation else [], "rotate")
+        failed = {
+            error["instance_id"]: f"{error.get('action')}: {error['error']}"
+            for error in self.errors
+            if "instance_id" in error and error.get("action") in STOP_ACTIONS
+        }
+        adopted = [
+            verdict.host.instance_id
+            for verdict in self.plan.to_stop
+            if not verdict.host.managed and verdict.host.instance_id not in failed
+        ]
+        decisions = sweep_decisions(
+            self.plan.verdicts,
+            actor=actor,
+            now=now,
+            acted=acted,
+            adopted=adopted,
+            failed=failed,
+            full_sweep=self.plan.instance_ids is None,
+        )
+        if self.publication.subject:
+            hosts = [notice.subject for notice in self.publication.sent]
+            decisions.append(
+                notification_decision(actor=actor, now=now, subject=self.publication.subject, hosts=hosts)
+            )
+        return decisions
 
 
 def _host_row(verdict: Verdict, outcome: StopOutcome, acted: set[str], failed: set[str]) -> dict[str, Any]:

@@ -258,6 +258,11 @@ class LedgerStore:
     def close(self) -> None:
         self._connections.close()
 
+    @property
+    def connections(self) -> Connections:
+        """The store's connections, shared with the ledger's other tables (lambdas.ledger.decisions)."""
+        return self._connections
+
     @contextmanager
     def _transaction(self) -> Iterator[psycopg.Connection[Any]]:
         with self._connections.connection() as connection, connection.transaction():

@@ -1,0 +1,182 @@
+"""The guardrails' decision log: one record per decision (a stop, a skip and why, a clamp, an
+exemption, an extension, a budget action, a notification), with who decided and why.
+
+Pure: the records and the decisions a sweep, a deadline or a launch made. The sink that writes them
+(a JSON log line always, the ledger when configured) is :mod:`lambdas.aws.decision_log`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from guardrails import tags
+from guardrails.rules.base import instant
+from guardrails.sweep import Verdict
+from guardrails.sweep_notice import KIND_OF_RULE
+
+# Every kind of decision, and what it means; docs/architecture.md lists the same.
+KINDS: Mapping[str, str] = {
+    "stop": "a host stopped (or, spot, terminated; or removed from its Auto Scaling group)",
+    "stop-failed": "a host due to stop that could not be stopped",
+    "skip": "a running host left running, and why",
+    "clamp": "a cap longer than the stack's ceiling, shortened to it",
+    "exemption-honoured": f"a valid {tags.EXEMPT_UNTIL} postponed a host's deadline",
+    "exemption-refused": f"a {tags.EXEMPT_UNTIL} that is malformed or beyond the limit, ignored",
+    "adopt": "an unmanaged or orphaned host tagged as this stack's, to be stopped",
+    "finding": "an unmanaged, orphaned or malformed-tags host reported",
+    "deadline-armed": "a host's deadline schedule created",
+    "deadline-moved": "a host's deadline schedule moved",
+    "deadline-disarmed": "a stopped host's deadline schedule deleted",
+    "deadline-judged": "a host already past its deadline when it started, judged at once",
+    "deadline-ignored": "a state change that arms nothing, and why",
+    "extend": "a host's deadline moved by a person, with their reason",
+    "warn": "a host's owner warned before its deadline",
+    "notify": "a notification sent",
+    "launch-start": "a pool's desired capacity raised by the nightly launcher",
+    "launch-refuse": "a nightly start refused, and why",
+    "budget-notify": "a budget threshold crossed, the tenant notified",
+    "budget-deny": "a tenant's new work denied: the budget is spent",
+    "budget-stop": "a tenant's running hosts stopped: the budget is spent",
+}
+
+
+class UnknownDecisionKind(ValueError):
+    """A decision of a kind :data:`KINDS` does not list."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    actor: str  # a guardrail (reaper, deadline, launcher, budget) or a person's ARN
+    reason: str
+    at: datetime
+    instance_id: str | None = None
+    tenant: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UnknownDecisionKind(f"decision kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if not self.actor.strip() or not self.reason.strip():
+            raise ValueError(f"a {self.kind} decision needs an actor and a reason")
+
+    def key(self, origin: str) -> str:
+        """The decision's idempotency key within ``origin`` (the invocation or event that decided):
+        its kind and subject, and the rule behind it, never a time or a text that a retry changes."""
+        subject = self.instance_id or self.tenant or "-"
+        rule = self.details.get("rule")
+        return ":".join([origin, self.kind, subject, *([str(rule)] if rule else [])])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "at": instant(self.at),
+            "kind": self.kind,
+            "actor": self.actor,
+            "instance_id": self.instance_id,
+            "tenant": self.tenant,
+            "reason": self.reason,
+            "details": dict(self.details),
+        }
+
+
+def sweep_decisions(
+    verdicts: Iterable[Verdict],
+    *,
+    actor: str,
+    now: datetime,
+    acted: Mapping[str, str],
+    adopted: Iterable[str] = (),
+    failed: Mapping[str, str],
+    full_sweep: bool,
+) -> list[Decision]:
+    """What a (real, not dry-run) sweep decided about each host.
+
+    ``acted`` maps the hosts acted on to the action taken (stop, terminate, remove-from-group,
+    rotate); ``failed`` the hosts whose stop failed to the error. A full sweep logs the hosts that
+    run (a stopped host is no decision every five minutes); a sweep of named hosts logs them all.
+    """
+    adopted = set(adopted)
+    decisions: list[Decision] = []
+    for verdict in verdicts:
+        if full_sweep and verdict.host.state != "running" and verdict.host.instance_id not in acted:
+            continue
+        decisions += _host_decisions(
+            verdict,
+            actor=actor,
+            now=now,
+            action=acted.get(verdict.host.instance_id),
+            adopted=verdict.host.instance_id in adopted,
+            failure=failed.get(verdict.host.instance_id),
+        )
+    return decisions
+
+
+def _host_decisions(
+    verdict: Verdict, *, actor: str, now: datetime, action: str | None, adopted: bool, failure: str | None
+) -> list[Decision]:
+    host, deadline = verdict.host, verdict.deadline
+    decisions: list[Decision] = []
+
+    def decide(kind: str, reason: str, **details: Any) -> None:
+        decisions.append(
+            Decision(kind, actor, reason, now, host.instance_id, host.tenant, _without_none(details))
+        )
+
+    refusals = (
+        [problem for problem in deadline.problems if problem.startswith(tags.EXEMPT_UNTIL)]
+        if deadline
+        else []
+    )
+    for refusal in refusals:
+        decide("exemption-refused", refusal, tag=host.tags.get(tags.EXEMPT_UNTIL))
+    if (
+        deadline is not None
+        and deadline.exempt_until is not None
+        and deadline.exempt_until > deadline.deadline
+    ):
+        decide(
+            "exemption-honoured",
+            f"exempt until {instant(deadline.exempt_until)}, past its cap's deadline {instant(deadline.deadline)}",
+            exempt_until=instant(deadline.exempt_until),
+            deadline=instant(deadline.deadline),
+        )
+    for finding in verdict.reports:
+        if finding.reason == "; ".join(refusals):
+            continue  # the malformed-tags report of just the refused exemption, logged above
+        kind = "clamp" if finding.rule == "cap-above-ceiling" else "finding"
+        decide(kind, finding.reason, rule=finding.rule, finding=KIND_OF_RULE.get(finding.rule))
+    common = {
+        "rule": verdict.rule,
+        "deadline": instant(deadline.enforce_at) if deadline else None,
+        "state": host.state,
+    }
+    if adopted:
+        decide("adopt", f"tagged as managed before stopping it: {verdict.reason}", rule=verdict.rule)
+    if action is not None:
+        decide("stop", verdict.reason, **common, action=action)
+    elif failure is not None:
+        decide("stop-failed", f"{verdict.reason}; the stop failed: {failure}", **common)
+    elif verdict.action == "skip":
+        decide("skip", verdict.reason, **common)
+    return decisions
+
+
+def notification_decision(
+    *, actor: str, now: datetime, subject: str, hosts: Sequence[str], tenant: str | None = None
+) -> Decision:
+    """A notification sent: its subject and the hosts it is about."""
+    return Decision(
+        "notify",
+        actor,
+        f"sent {subject!r}",
+        now,
+        tenant=tenant,
+        details={"subject": subject, "hosts": list(hosts)},
+    )
+
+
+def _without_none(details: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in details.items() if value is not None}

@@ -1,0 +1,98 @@
+"""The decision log in the ledger database: append (through ``ledger_append_decisions``, the app
+role's only way in) and read back, newest last.
+
+A decision is keyed by the invocation or event that made it, its kind and its subject
+(:meth:`guardrails.decisions.Decision.key`): a retried invocation appends nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from guardrails.decisions import Decision
+from lambdas.ledger.store import Connections, LedgerStore
+
+APPEND = """
+SELECT decision_key, outcome FROM ledger_append_decisions(
+    %(keys)s::text[], %(moments)s::timestamptz[], %(kinds)s::text[], %(actors)s::text[], %(instance_ids)s::text[],
+    %(tenants)s::text[], %(reasons)s::text[], %(details)s::jsonb[])
+"""
+# The newest ``limit`` matching decisions, returned oldest first.
+SELECT = """
+SELECT * FROM (
+    SELECT id, decision_key, at, kind, actor, instance_id, tenant, reason, details
+    FROM decisions
+    WHERE (%(instance_id)s::text IS NULL OR instance_id = %(instance_id)s::text)
+      AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+      AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
+      AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+    ORDER BY at DESC, id DESC
+    LIMIT %(limit)s
+) AS newest
+ORDER BY at, id
+"""
+
+
+@dataclass(frozen=True)
+class LoggedDecision:
+    id: int
+    key: str
+    decision: Decision
+
+
+class DecisionLedger:
+    def __init__(self, connections: Connections) -> None:
+        self._connections = connections
+
+    @classmethod
+    def of(cls, store: LedgerStore) -> DecisionLedger:
+        """The decision log of ``store``'s database, on the same connections."""
+        return cls(store.connections)
+
+    def append(self, decisions: Sequence[Decision], *, origin: str) -> dict[str, str]:
+        """Append ``decisions`` made by ``origin``; each key → ``appended`` or ``duplicate``."""
+        unique = {decision.key(origin): decision for decision in decisions}
+        if not unique:
+            return {}
+        parameters = {
+            "keys": list(unique),
+            "moments": [decision.at for decision in unique.values()],
+            "kinds": [decision.kind for decision in unique.values()],
+            "actors": [decision.actor for decision in unique.values()],
+            "instance_ids": [decision.instance_id for decision in unique.values()],
+            "tenants": [decision.tenant for decision in unique.values()],
+            "reasons": [decision.reason for decision in unique.values()],
+            "details": [json.dumps(dict(decision.details), default=str) for decision in unique.values()],
+        }
+        with self._connections.connection() as connection, connection.transaction():
+            return dict(connection.execute(APPEND, parameters).fetchall())
+
+    def read(
+        self,
+        *,
+        instance_id: str | None = None,
+        tenant: str | None = None,
+        since: datetime | None = None,
+        kinds: Sequence[str] | None = None,
+        limit: int = 500,
+    ) -> list[LoggedDecision]:
+        """The newest ``limit`` decisions that match every filter given, oldest first."""
+        parameters: dict[str, Any] = {
+            "instance_id": instance_id,
+            "tenant": tenant,
+            "since": since,
+            "kinds": list(kinds) if kinds else None,
+            "limit": limit,
+        }
+        with self._connections.connection() as connection:
+            rows = connection.execute(SELECT, parameters).fetchall()
+        return [
+            LoggedDecision(
+                row_id, key, Decision(kind, actor, reason, at, instance, owner_tenant, details or {})
+            )
+            for row_id, key, at, kind, actor, instance, owner_tenant, reason, details in rows
+        ]
