@@ -28,7 +28,7 @@ from components.lambda_archive import (
     lambda_functions,
     package_dir,
 )
-from guardrails import names, settings
+from guardrails import names, settings, tags
 from guardrails.durations import format_duration
 from guardrails.schedules import eventbridge_cron, rate_expression
 
@@ -105,13 +105,17 @@ class Function:
     arms_deadlines: bool = False  # creates, moves and deletes per-host deadline schedules
     starts_pool: bool = False  # sets the nightly pool's desired capacity
     uses_database: bool = False  # the ledger: runs in the VPC with the database secret
+    # Its clock skips the database while no accelerator host runs, so a parked database can pause.
+    database_while_hosts_run: bool = False
 
 
 REAPER = Function("reaper", timeout_s=300, stops_hosts=True, arms_deadlines=True)
 DEADLINE = Function("deadline", timeout_s=60, stops_hosts=True, arms_deadlines=True)
 LAUNCHER = Function("launcher", timeout_s=60, starts_pool=True, uses_database=True)
 METER = Function("meter", timeout_s=60, stops_hosts=True, uses_database=True)
-BUDGET = Function("budget", timeout_s=120, stops_hosts=True, uses_database=True)
+BUDGET = Function(
+    "budget", timeout_s=120, stops_hosts=True, uses_database=True, database_while_hosts_run=True
+)
 RECONCILER = Function("reconciler", timeout_s=300, uses_database=True)
 FUNCTIONS = (REAPER, DEADLINE, LAUNCHER, METER, BUDGET, RECONCILER)
 
@@ -492,6 +496,8 @@ class Guardrails(pulumi.ComponentResource):
         guardrail = function.guardrail
         function_name = names.function_name(args.stack, guardrail)
         function_tags = dict(args.tags)
+        if function.database_while_hosts_run:
+            function_tags[tags.DATABASE_USE] = tags.DATABASE_WHILE_HOSTS_RUN
         role, permissions = self._role(function, grants)
         # The functions that reach the ledger database run in the VPC; the reaper and the deadlines stay
         # outside it, so a network or database outage can never silence them.

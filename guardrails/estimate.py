@@ -295,13 +295,35 @@ def _rate_seconds(expression: str) -> int | None:
     return int(amount) * seconds if seconds and amount.isdigit() else None
 
 
+def _hosts_can_run(resources: list[ResourceLike]) -> bool:
+    """Whether the stack as declared starts accelerator hosts: a pool with capacity, or an enabled
+    schedule (a nightly start). Parked, neither."""
+    groups = _of_type(resources, "aws:autoscaling/group:Group")
+    return any(
+        _number(group.inputs.get("desiredCapacity")) > 0 or _number(group.inputs.get("minSize")) > 0
+        for group in groups
+    ) or any(
+        schedule.inputs.get("state", "ENABLED") == "ENABLED"
+        and not str(schedule.inputs.get("scheduleExpression", "")).startswith("rate(")
+        for schedule in _of_type(resources, "aws:scheduler/schedule:Schedule")
+    )
+
+
 def _database_clients_every(resources: list[ResourceLike]) -> dict[str, int]:
-    """Lambda functions that reach the database and run on a ``rate()`` clock: name → seconds between runs."""
+    """Lambda functions that reach the database and run on a ``rate()`` clock: name → seconds between runs.
+
+    A function tagged to read the database only while accelerator hosts run does not count while the
+    stack starts none."""
+    hosts_can_run = _hosts_can_run(resources)
     clients = {  # an invocation target names a function by its ARN, whose last part is the function's name
         alias: function.name
         for function in _of_type(resources, "aws:lambda/function:Function")
         if set(DATABASE_CLIENT_VARIABLES)
         & set((function.inputs.get("environment") or {}).get("variables") or {})
+        and (
+            hosts_can_run
+            or _tag_map(function.inputs.get("tags")).get(tags.DATABASE_USE) != tags.DATABASE_WHILE_HOSTS_RUN
+        )
         for alias in (str(function.inputs.get("name") or function.name), function.name)
     }
     clocks: list[tuple[str, str]] = [  # (what it invokes, its schedule expression)

@@ -25,6 +25,10 @@ SERVING = "parkbrake:serving"
 ROTATING_SINCE = "parkbrake:rotating-since"
 # On a task definition a deploy verified serving (the instant, ISO-8601 UTC): what `rollback` goes back to.
 VERIFIED = "parkbrake:verified"
+# On a guardrail Lambda whose clock reads the database only while accelerator hosts run
+# (DATABASE_WHILE_HOSTS_RUN), so the estimate knows that clock lets a parked database pause.
+DATABASE_USE = "parkbrake:database-use"
+DATABASE_WHILE_HOSTS_RUN = "while-hosts-run"
 
 REQUIRED_ON_GPU_HOSTS = (MANAGED, STACK, POOL, TENANT, MAX_RUNTIME, REVISION)
 

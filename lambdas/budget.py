@@ -11,7 +11,10 @@ Every action is written to the ledger's ``guardrail_actions`` with its reason. T
 an :class:`~guardrails.runway.Enforcer`; :class:`AwsEnforcer` is the AWS one.
 
 Events: ``{}`` (or a Scheduler/EventBridge payload) checks every tenant; ``{"tenants": [...]}`` just
-those; ``{"dry_run": true}`` reports what would be done and does nothing.
+those; ``{"dry_run": true}`` reports what would be done and does nothing. The one-minute clock's own
+event (EventBridge's ``Scheduled Event``) first asks EC2 whether any managed accelerator host runs:
+with none, spend cannot grow and nothing can be stopped, so it leaves the database alone and a parked
+Aurora cluster can pause (a clock every minute would hold it awake at 0.5 ACU around the clock).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from guardrails.runway import (
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_budget_crossing
+from lambdas.aws.ec2_hosts import list_hosts
 from lambdas.aws.environment import (
     ClientFactory,
     container_settings,
@@ -302,10 +306,31 @@ def gate_from_environment(settings: Settings) -> LedgerBudgetGate | None:
     return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime)
 
 
+def is_clock_event(event: dict[str, Any]) -> bool:
+    """The one-minute rule's invocation: EventBridge's native scheduled event."""
+    return event.get("source") == "aws.events" and event.get("detail-type") == "Scheduled Event"
+
+
+def any_managed_host_running(regions: Sequence[str], clients: ClientFactory) -> bool:
+    """Whether a managed accelerator host runs in any guarded region; a failed listing counts as yes,
+    so an EC2 error never skips the budget check."""
+    try:
+        return any(host.managed for region in regions for host in list_hosts(clients("ec2", region), region))
+    except Exception:
+        log.exception("could not list the running hosts; checking the budgets anyway")
+        return True
+
+
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     configure_logging(GUARDRAIL)
     now = utc_now()
     settings = container_settings()
+    if is_clock_event(event) and not any_managed_host_running(settings.regions, default_clients):
+        log.info("no managed accelerator host runs: the budgets cannot move, the database is left to sleep")
+        heartbeat.record_success(
+            GUARDRAIL, stack=settings.stack, cloudwatch=default_clients("cloudwatch", None), now=now
+        )
+        return BudgetRun().as_dict() | {"idle": True}
     requested = event.get("tenants")
     run = enforce_budgets(
         container_store(),

@@ -54,7 +54,8 @@ def test_json_carries_resources_costs_and_verdicts_and_exits_0() -> None:
     items = {(item["kind"], item["name"]): item for item in report["cost"]["items"]}
     assert items[("gpu-pool", "training")]["detail"].endswith("(covering 5d)")
     assert items[("public-ipv4", "public-ipv4")]["parked"] > 0
-    assert "held awake" in items[("database", "database-cluster")]["parked_detail"]
+    # Parked, nothing starts a host, so the budget clock leaves the database to pause.
+    assert "auto-paused" in items[("database", "database-cluster")]["parked_detail"]
     assert sum(item["unparked"] for item in items.values()) == pytest.approx(monthly["unparked"])
     assert all(verdict["passed"] for verdict in report["policies"] if verdict["enforcement"] == "mandatory")
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guardrails import tags
 from guardrails.estimate import CostEstimate, covered_hours, estimate_monthly_cost, runs_per_month
 from guardrails.pricing import PriceNotFound, PriceTable, price_table_from_document
 from guardrails.schedules import eventbridge_cron_to_five_fields
@@ -208,7 +209,7 @@ def test_parked_still_pays_for_what_bills_while_nothing_runs() -> None:
     ) + Decimal("10.95")
 
 
-def database_client(every: str) -> list[Resource]:
+def database_client(every: str, function_tags: dict[str, str] | None = None) -> list[Resource]:
     return [
         Resource(
             "aws:lambda/function:Function",
@@ -216,6 +217,7 @@ def database_client(every: str) -> list[Resource]:
             {
                 "name": "dev-budget",
                 "environment": {"variables": {"PARKBRAKE_DATABASE_SECRET_ARN": "arn:secret"}},
+                "tags": function_tags or {},
             },
         ),
         Resource(
@@ -253,6 +255,30 @@ def test_a_database_client_on_a_short_clock_holds_an_auto_pausing_database_awake
     (paused,) = estimate([paused_database(), *database_client("rate(1 hour)")]).items
     assert paused.monthly_usd == Decimal("2.00")
     assert "auto-paused" in paused.detail
+
+
+def test_a_clock_that_reads_the_database_only_while_hosts_run_lets_a_parked_database_pause() -> None:
+    client = database_client("rate(1 minute)", {tags.DATABASE_USE: tags.DATABASE_WHILE_HOSTS_RUN})
+    (paused,) = estimate([paused_database(), *client]).items  # nothing declared starts a host
+    assert paused.monthly_usd == Decimal("2.00")
+    assert "auto-paused" in paused.detail
+
+    def pool(desired: int) -> Resource:
+        return Resource("aws:autoscaling/group:Group", "training", {"desiredCapacity": desired, "minSize": 0})
+
+    nightly = Resource(
+        "aws:scheduler/schedule:Schedule",
+        "nightly",
+        {"scheduleExpression": "cron(0 1 * * ? *)", "state": "ENABLED"},
+    )
+    for starts_hosts in ([pool(1)], [pool(0), nightly]):
+        awake = next(item for item in estimate([paused_database(), *client, *starts_hosts]).items
+                     if item.kind == "database")  # fmt: skip
+        assert "held awake at 0.5 ACU by budget (every 1m)" in awake.detail
+    disabled = Resource("aws:scheduler/schedule:Schedule", "nightly", nightly.inputs | {"state": "DISABLED"})
+    asleep = next(item for item in estimate([paused_database(), *client, pool(0), disabled]).items
+                  if item.kind == "database")  # fmt: skip
+    assert asleep.monthly_usd == Decimal("2.00")
 
 
 def test_two_serverless_instances_bill_twice_the_capacity() -> None:
