@@ -36,6 +36,7 @@ from guardrails.job_policy import CapPolicy, OnExit
 SAMPLE_EVERY = timedelta(seconds=10)  # the agent's and run's --interval
 IDLE_AFTER = timedelta(minutes=15)  # parkbrake agent --idle-after (its default)
 HANG_AFTER = timedelta(minutes=10)  # --hang-after, agent default and the training jobs' flag
+IDLE_AFTER_EMPTY = timedelta(minutes=2)  # parkbrake agent --idle-after-empty (its default)
 GRACE = timedelta(seconds=60)  # parkbrake run --grace (its default)
 API_STOP_AFTER = timedelta(seconds=120)  # --api-stop-after (its default)
 THRESHOLD = 5.0
@@ -223,7 +224,13 @@ def run_host_agent(plan: HostPlan, launched: datetime) -> list[LineOneAction]:
     run_agent(
         TimedReplay(recording(plan), clock, launched),
         clock,
-        IdlePolicy(IDLE_AFTER, THRESHOLD, max_gap=SAMPLE_EVERY * 3, hang_after=HANG_AFTER),
+        IdlePolicy(
+            IDLE_AFTER,
+            THRESHOLD,
+            max_gap=SAMPLE_EVERY * 3,
+            hang_after=HANG_AFTER,
+            idle_after_empty=IDLE_AFTER_EMPTY,
+        ),
         interval=SAMPLE_EVERY,
         metrics=GpuMetrics(),
         shutdown_command=OS_SHUTDOWN,

@@ -44,6 +44,22 @@ from cli.options import (
     "counts as idle (a stuck job, a forgotten notebook). off: a compute process always keeps the GPU busy.",
 )
 @click.option(
+    "--idle-after-empty",
+    type=OPTIONAL_DURATION,
+    default="2m",
+    show_default=True,
+    help="Shut down sooner, after this long, when every GPU is idle with no compute process at all (no "
+    "CUDA context: nothing to lose). off: only --idle-after.",
+)
+@click.option(
+    "--report-unknown-after",
+    type=DURATION,
+    default="10m",
+    show_default=True,
+    help="Report a GPU reading that has been unknown (failed, stale or implausible) this long; unknown is "
+    "never counted as idle.",
+)
+@click.option(
     "--port", type=click.IntRange(0, 65535), default=9400, show_default=True, help="Port of /metrics."
 )
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address /metrics listens on.")
@@ -68,6 +84,8 @@ def agent(
     idle_after: timedelta,
     threshold: float,
     hang_after: timedelta | None,
+    idle_after_empty: timedelta | None,
+    report_unknown_after: timedelta,
     port: int,
     address: str,
     interval: timedelta,
@@ -80,10 +98,12 @@ def agent(
 ) -> None:
     """Export GPU metrics on /metrics and shut the host down when every GPU is idle.
 
-    A GPU is idle at or under --threshold percent utilisation with no compute process, or with one
-    that has kept it there for --hang-after; the host shuts down once every GPU has been idle for the
-    whole --idle-after window, and stops itself through the EC2 API if it is still up
-    --api-stop-after later. Needs an NVIDIA driver (NVML), except with --replay.
+    A GPU is idle at or under --threshold percent utilisation (and memory copies) with steady memory
+    and no compute process, or with one that has kept it there for --hang-after; the host shuts down
+    once every GPU has been idle for the whole --idle-after window (--idle-after-empty when no GPU
+    holds any process), and stops itself through the EC2 API if it is still up --api-stop-after
+    later. A failed, stale or implausible reading is unknown, never idle. Needs an NVIDIA driver
+    (NVML), except with --replay.
 
     \b
     Example:
@@ -109,6 +129,8 @@ def agent(
         # Three missed samples in a row: the agent was not running, so the window starts again.
         max_gap=interval * 3,
         hang_after=hang_after,
+        idle_after_empty=idle_after_empty,
+        report_unknown_after=report_unknown_after,
     )
     command = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 

@@ -25,7 +25,16 @@ from cli.host.job_wrapper import ShutdownCommand, ShutdownResult
 from guardrails.clock import Clock
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError
-from guardrails.idle import GpuSample, IdlePolicy, IdleState, IdleVerdict, Observation, SampleFailure, observe
+from guardrails.idle import (
+    GpuSample,
+    GpuState,
+    IdlePolicy,
+    IdleState,
+    IdleVerdict,
+    Observation,
+    SampleFailure,
+    observe,
+)
 from stacks.validation import Problems, Section
 
 
@@ -75,17 +84,29 @@ class NvmlSampler:
 
     def _read(self, index: int, handle: Any) -> GpuSample:
         nvml = self._nvml
+        rates = nvml.nvmlDeviceGetUtilizationRates(handle)
         return GpuSample(
             index=index,
             uuid=self._uuids[index],
-            utilization_percent=float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu),
+            utilization_percent=float(rates.gpu),
             memory_used_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).used),
+            memory_utilization_percent=float(rates.memory),
+            counter_timestamp_us=self._counter_timestamp(handle),
             temperature_celsius=self._optional(
                 lambda: float(nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
             ),
             power_watts=self._optional(lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000),
             compute_pids=tuple(process.pid for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle)),
         )
+
+    def _counter_timestamp(self, handle: Any) -> int | None:
+        """When the driver last sampled the utilisation counter (microseconds); None where it keeps no samples."""
+        nvml = self._nvml
+        try:
+            _kind, samples = nvml.nvmlDeviceGetSamples(handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+        except (nvml.NVMLError_NotSupported, nvml.NVMLError_NotFound):
+            return None
+        return max((int(sample.timeStamp) for sample in samples), default=None)
 
     def _optional(self, read: Callable[[], float]) -> float | None:
         """Temperature and power are not reported by every GPU; their absence is not an error."""
@@ -112,6 +133,8 @@ GPU_KEYS = {
     "temperature_celsius",
     "power_watts",
     "compute_pids",
+    "memory_utilization_percent",
+    "counter_timestamp_us",
 }
 
 
@@ -130,6 +153,12 @@ def sample_as_json(gpu: GpuSample) -> dict[str, Any]:
         "temperature_celsius": gpu.temperature_celsius,
         "power_watts": gpu.power_watts,
         "compute_pids": list(gpu.compute_pids),
+        **(
+            {}
+            if gpu.memory_utilization_percent is None
+            else {"memory_utilization_percent": gpu.memory_utilization_percent}
+        ),
+        **({} if gpu.counter_timestamp_us is None else {"counter_timestamp_us": gpu.counter_timestamp_us}),
     }
 
 
@@ -163,6 +192,10 @@ def _gpu_from_json(raw: object, path: str, problems: Problems) -> GpuSample:
         temperature_celsius=optional_number("temperature_celsius"),
         power_watts=optional_number("power_watts"),
         compute_pids=pids,
+        memory_utilization_percent=gpu.number("memory_utilization_percent", maximum=100.0)
+        if gpu.has("memory_utilization_percent")
+        else None,
+        counter_timestamp_us=gpu.integer("counter_timestamp_us") if gpu.has("counter_timestamp_us") else None,
     )
 
 
@@ -304,6 +337,18 @@ class GpuMetrics:
             "How long every GPU has been idle (0 while any is busy).",
             registry=self.registry,
         )
+        self.reading_state = Gauge(
+            "parkbrake_gpu_reading_state",
+            "1 for the state the GPU's reading was judged in (active, held, hung, empty, unknown), 0 for the others.",
+            [*labels, "state"],
+            registry=self.registry,
+        )
+        self.unknown_seconds = Gauge(
+            "parkbrake_agent_reading_unknown_seconds",
+            "How long the reading has been unknown (a failed, stale or implausible sample; 0 while it is not). "
+            "Unknown is never idle.",
+            registry=self.registry,
+        )
         self.sample_errors = Counter(
             "parkbrake_agent_sample_errors", "Samples that could not be taken.", registry=self.registry
         )
@@ -317,14 +362,16 @@ class GpuMetrics:
         ]
         self._exported: set[tuple[str, str]] = set()
 
-    def update(self, observation: Observation, idle_for: timedelta, hung: tuple[GpuSample, ...] = ()) -> None:
+    def update(self, observation: Observation, verdict: IdleVerdict) -> None:
         """Export one observation; a GPU that is gone, or a failed sample, stops exporting its last values."""
-        self.idle_seconds.set(idle_for.total_seconds())
+        self.idle_seconds.set(verdict.idle_for.total_seconds())
+        self.unknown_seconds.set(verdict.unknown_for.total_seconds())
         if isinstance(observation, SampleFailure):
             self.sample_errors.inc()
             observation = []
         exported: dict[tuple[str, str], dict[Gauge, float | None]] = {}
-        hung_uuids = {gpu.uuid for gpu in hung}
+        hung_uuids = {gpu.uuid for gpu in verdict.hung}
+        states = {judged.gpu.uuid: judged.state for judged in verdict.gpus}
         for gpu in observation:
             labels = (str(gpu.index), gpu.uuid)
             exported[labels] = {
@@ -338,6 +385,13 @@ class GpuMetrics:
         for labels in self._exported - exported.keys():
             for gauge in self._per_gpu:
                 _remove(gauge, labels)
+            for state in GpuState:
+                _remove(self.reading_state, (*labels, state.value))
+        for gpu in observation:
+            for state in GpuState:
+                self.reading_state.labels(str(gpu.index), gpu.uuid, state.value).set(
+                    1.0 if states.get(gpu.uuid) is state else 0.0
+                )
         for labels, values in exported.items():
             for gauge, value in values.items():
                 if value is None:
@@ -347,7 +401,7 @@ class GpuMetrics:
         self._exported = set(exported)
 
 
-def _remove(gauge: Gauge, labels: tuple[str, str]) -> None:
+def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
     with suppress(KeyError):  # never exported under these labels
         gauge.remove(*labels)
 
@@ -374,7 +428,7 @@ def serve_metrics(metrics: GpuMetrics, address: str, port: int) -> Iterator[int]
 
 @dataclass(frozen=True)
 class AgentEvent:
-    kind: str  # idle, busy, sample-failed, shutdown, replay-ended
+    kind: str  # idle, busy, hung, unknown, unknown-too-long, shutdown, api-stop, replay-ended
     at: datetime
     elapsed: timedelta  # since the first sample
     message: str
@@ -402,12 +456,27 @@ class AgentResult:
         return 1 if host_left_running(self.shutdown, self.api_stop) else 0
 
 
-def _state_of(observation: Observation, verdict: IdleVerdict) -> str:
-    if isinstance(observation, SampleFailure):
-        return "sample-failed"
+def _state_of(verdict: IdleVerdict) -> str:
+    if verdict.unknown:
+        return "unknown"
     if verdict.hung and verdict.idle:
         return "hung"
     return "idle" if verdict.idle else "busy"
+
+
+def _state_message(state: str, verdict: IdleVerdict, policy: IdlePolicy) -> str:
+    if state == "hung":
+        return _hung_message(verdict, policy)
+    if state == "unknown":
+        return "reading unknown, never counted as idle: " + "; ".join(verdict.unknown)
+    if state == "busy":
+        return "; ".join(verdict.busy)
+    if verdict.empty and policy.idle_after_empty is not None:
+        return (
+            "every GPU idle with no compute process; the host shuts down if this lasts "
+            f"{format_duration(policy.idle_after_empty)}"
+        )
+    return f"every GPU idle; the host shuts down if this lasts {format_duration(policy.idle_after)}"
 
 
 def _hung_message(verdict: IdleVerdict, policy: IdlePolicy) -> str:
@@ -443,6 +512,7 @@ def run_agent(
     state = IdleState()
     first_at: datetime | None = None
     previous_state = ""
+    unknown_reported = False
     while True:
         observation: Observation
         try:
@@ -465,20 +535,26 @@ def run_agent(
             recording.flush()
         verdict = observe(policy, state, observation, now)
         state = verdict.state
-        metrics.update(observation, verdict.idle_for, verdict.hung)
+        metrics.update(observation, verdict)
         elapsed = now - first_at
-        current_state = _state_of(observation, verdict)
+        current_state = _state_of(verdict)
+        detail = {
+            "reasons": list(verdict.unknown or verdict.busy),
+            "gpus": [{"gpu": judged.gpu.index, "state": judged.state.value} for judged in verdict.gpus],
+        }
         if current_state != previous_state:
-            if current_state == "hung":
-                message = _hung_message(verdict, policy)
-            elif verdict.idle:
-                message = (
-                    f"every GPU idle; the host shuts down if this lasts {format_duration(policy.idle_after)}"
-                )
-            else:
-                message = "; ".join(verdict.busy)
-            emit(AgentEvent(current_state, now, elapsed, message, {"reasons": list(verdict.busy)}))
+            message = _state_message(current_state, verdict, policy)
+            emit(AgentEvent(current_state, now, elapsed, message, detail))
             previous_state = current_state
+            unknown_reported = False
+        if verdict.unknown_overdue and not unknown_reported:
+            # Once per unknown spell: the host is kept running on a reading nobody can trust.
+            message = (
+                f"the GPU reading has been unknown for {format_duration(verdict.unknown_for)}: the host is never "
+                "shut down as idle on it; check the driver (nvidia-smi) and the agent's log"
+            )
+            emit(AgentEvent("unknown-too-long", now, elapsed, message, detail))
+            unknown_reported = True
         if verdict.shut_down:
             idle_since = verdict.state.idle_since or now
             result = shutdown_command.run(

@@ -116,11 +116,11 @@ def test_failed_samples_are_reported_and_restart_the_window(recorder: ShutdownRe
     events, _ = replay(records, recorder)
     assert [(event.kind, event.elapsed.total_seconds()) for event in events] == [
         ("idle", 0),
-        ("sample-failed", 500),
+        ("unknown", 500),
         ("idle", 510),
         ("shutdown", 1410),
     ]
-    assert events[1].message == "sampling failed: NVML: GPU is lost"
+    assert events[1].message == "reading unknown, never counted as idle: sampling failed: NVML: GPU is lost"
 
 
 def test_a_failing_shutdown_command_makes_the_agent_exit_1(recorder: ShutdownRecorder) -> None:
@@ -243,7 +243,9 @@ def test_a_recording_round_trips(tmp_path: Path, recorder: ShutdownRecorder) -> 
     original = load_recording(RECORDINGS / "lingering.jsonl")
     again = load_recording(recorded)
     assert again == original[: len(again)]
-    assert again[-1].t == 1500  # it recorded up to the shutdown
+    # It recorded up to the shutdown: GPU 1's context went at t=600, so no GPU holds any process
+    # and the command's --idle-after-empty of 2 minutes applies.
+    assert again[-1].t == 720
 
 
 def test_a_bad_recording_lists_every_problem(tmp_path: Path) -> None:
@@ -303,9 +305,20 @@ def test_the_command_replays_a_recording_and_shuts_down(recorder: ShutdownRecord
     assert [event["event"] for event in events] == ["started", "busy", "idle", "shutdown"]
     assert events[0]["source"] == "replay"
     assert events[0]["port"] > 0
-    assert events[-1]["elapsed_seconds"] == 1200
+    # Training ends at t=300 and takes its processes with it: empty GPUs, so 2 minutes, not 15.
+    assert events[-1]["elapsed_seconds"] == 420
     assert events[-1]["shutdown"]["ok"] is True
     assert len(recorder.calls()) == 1
+
+
+def test_the_command_without_the_empty_window_waits_the_whole_idle_window(recorder: ShutdownRecorder) -> None:
+    completed = agent_command(
+        "--replay", str(RECORDINGS / "idle.jsonl"), "--idle-after-empty", "off", "-o", "json"
+    )
+    assert completed.returncode == 0, completed.stderr
+    events = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert events[-1]["event"] == "shutdown"
+    assert events[-1]["elapsed_seconds"] == 1200
 
 
 def test_the_command_in_text(recorder: ShutdownRecorder) -> None:

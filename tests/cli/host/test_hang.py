@@ -1,9 +1,10 @@
 """The hang window: a GPU held by a process at 0% is a hung job, not work.
 
 ``recordings/hung.jsonl`` samples two H200s every 10 s: training until t=300, then both GPUs at 0%
-with the job's CUDA contexts still held until the end (t=2400). The agent (10-minute hang window,
-15-minute idle window) counts the GPUs idle from t=900 and shuts down at t=1800; ``parkbrake run
---hang-after 10m`` ends the job at t=900. Everything runs in virtual time; the jobs are real processes.
+with the job's CUDA contexts still held until the end (t=2400). The sample at t=300 still moves the
+job's memory (its last step), so the GPUs are quiet from t=310. The agent (10-minute hang window,
+15-minute idle window) counts the GPUs idle from t=910 and shuts down at t=1810; ``parkbrake run
+--hang-after 10m`` ends the job at t=910. Everything runs in virtual time; the jobs are real processes.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ SLEEPS = ["sleep", "600"]
 
 
 def gpu(index: int = 0, utilization: float = 0, pids: tuple[int, ...] = ()) -> GpuSample:
-    return GpuSample(index, f"GPU-{index}", utilization, 0, 30.0, 70.0, pids)
+    return GpuSample(index, f"GPU-{index}", utilization, 2**30, 30.0, 70.0, pids)  # a steady GiB in use
 
 
 def play(policy: IdlePolicy, timeline: list[tuple[float, Observation]]) -> list[IdleVerdict]:
@@ -140,8 +141,8 @@ def test_the_agent_shuts_a_hung_host_down_and_says_why() -> None:
     assert result.exit_status == 0
     assert [(e.kind, e.elapsed.total_seconds()) for e in events] == [
         ("busy", 0),
-        ("hung", 900),
-        ("shutdown", 1800),
+        ("hung", 910),
+        ("shutdown", 1810),
     ]
     hung = events[1].message
     assert "GPU 0 held by process 4242" in hung
@@ -167,8 +168,8 @@ def test_the_agent_command_has_a_10_minute_hang_window_by_default(recorder: Shut
     events = [json.loads(line) for line in completed.stdout.splitlines()]
     assert [(e["event"], e.get("elapsed_seconds")) for e in events[1:]] == [
         ("busy", 0),
-        ("hung", 900),
-        ("shutdown", 1800),
+        ("hung", 910),
+        ("shutdown", 1810),
     ]
     assert [call["env"]["PARKBRAKE_SHUTDOWN_REASON"] for call in recorder.calls()] == ["idle"]
 
@@ -199,8 +200,8 @@ def test_run_ends_a_hung_job_once_its_gpus_are_quiet_for_the_hang_window() -> No
         log=log.append,
     )
     assert (result.ended_by, result.hung, result.cap_reached) == ("hung", True, False)
-    # Quiet from t=300: hung at t=900, then ended within its grace (SIGTERM, or SIGKILL after 30 s).
-    assert 900 <= result.runtime.total_seconds() <= 930
+    # Quiet from t=310: hung at t=910, then ended within its grace (SIGTERM, or SIGKILL after 30 s).
+    assert 910 <= result.runtime.total_seconds() <= 940
     assert result.signal in ("SIGTERM", "SIGKILL")
     assert any("the job is hung" in line and "hang window of 10m" in line for line in log)
 
@@ -249,7 +250,7 @@ def test_the_run_command_ends_a_hung_job_from_a_replayed_recording(recorder: Shu
     )
     report = json.loads(completed.stderr.splitlines()[-1])
     assert report["job"]["ended_by"] == "hung"
-    assert 900 <= report["job"]["runtime_seconds"] <= 930
+    assert 910 <= report["job"]["runtime_seconds"] <= 940
     assert completed.returncode == report["job"]["exit_status"] in (137, 143)
     assert [call["env"]["PARKBRAKE_SHUTDOWN_REASON"] for call in recorder.calls()] == ["job-hung"]
 

@@ -8,7 +8,16 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrails.idle import GpuSample, IdlePolicy, IdleState, IdleVerdict, Observation, SampleFailure, observe
+from guardrails.idle import (
+    GpuSample,
+    GpuState,
+    IdlePolicy,
+    IdleState,
+    IdleVerdict,
+    Observation,
+    SampleFailure,
+    observe,
+)
 
 START = datetime(2025, 3, 1, 2, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -16,7 +25,7 @@ POLICY = IdlePolicy(idle_after=60 * S, threshold_percent=5, max_gap=30 * S)
 
 
 def gpu(index: int = 0, utilization: float = 0, pids: tuple[int, ...] = ()) -> GpuSample:
-    return GpuSample(index, f"GPU-{index}", utilization, 0, 30.0, 70.0, pids)
+    return GpuSample(index, f"GPU-{index}", utilization, 2**30, 30.0, 70.0, pids)  # a steady GiB in use
 
 
 def play(policy: IdlePolicy, timeline: list[tuple[float, Observation]]) -> list[IdleVerdict]:
@@ -78,7 +87,8 @@ def test_a_failed_sample_is_not_evidence_of_idleness() -> None:
         (t, SampleFailure("GPU is lost") if t == 40 else [gpu(0, 0)]) for t in range(0, 201, 10)
     ]
     verdicts = play(POLICY, timeline)
-    assert verdicts[4].busy == ("sampling failed: GPU is lost",)
+    assert verdicts[4].unknown == ("sampling failed: GPU is lost",)
+    assert not verdicts[4].idle
     assert first_shutdown(verdicts, timeline) == 110
 
 
@@ -86,7 +96,7 @@ def test_no_gpu_reported_is_not_idle() -> None:
     timeline: list[tuple[float, Observation]] = [(t, []) for t in range(0, 301, 10)]
     verdicts = play(POLICY, timeline)
     assert first_shutdown(verdicts, timeline) is None
-    assert verdicts[0].busy == ("no GPU reported",)
+    assert verdicts[0].unknown == ("no GPU reported",)
 
 
 def test_a_silence_longer_than_the_gap_restarts_the_window() -> None:
@@ -126,13 +136,20 @@ def _observation(raw: list[tuple[int, bool]] | None) -> Observation:
     ]
 
 
+def _idle_alone(policy: IdlePolicy, observation: Observation) -> bool:
+    """Whether this one sample shows every GPU idle (memory is steady in these samples)."""
+    if isinstance(observation, SampleFailure) or not observation:
+        return False
+    return all(policy.judge(gpu, None, None).state is GpuState.EMPTY for gpu in observation)
+
+
 def _oracle(policy: IdlePolicy, history: list[tuple[float, Observation]]) -> bool:
     """Shut down iff some suffix of samples is all idle, without a gap, and spans at least idle_after."""
     assert policy.max_gap is not None
     now = history[-1][0]
     for start in range(len(history) - 1, -1, -1):
         t, observation = history[start]
-        if policy.busy_reasons(observation):
+        if not _idle_alone(policy, observation):
             return False
         if now - t >= policy.idle_after.total_seconds():
             return True

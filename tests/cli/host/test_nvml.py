@@ -24,6 +24,10 @@ class NVMLError_NotSupported(NVMLError):  # pynvml's own name
     pass
 
 
+class NVMLError_NotFound(NVMLError):  # pynvml's own name
+    pass
+
+
 @dataclass
 class FakeGpu:
     uuid: bytes | str
@@ -33,6 +37,9 @@ class FakeGpu:
     power_milliwatts: int | None  # None: not supported
     pids: list[int] = field(default_factory=list)
     lost: bool = False
+    memory_copy: int = 0  # percent
+    # The driver's utilisation samples (CPU timestamps, µs); None: the GPU keeps none (NotSupported).
+    utilization_samples: list[int] | None = field(default_factory=lambda: [1_000_000, 1_166_666])
 
 
 @dataclass
@@ -44,7 +51,9 @@ class FakeNvml:
     shut_down: bool = False
     NVMLError: type[Exception] = NVMLError
     NVMLError_NotSupported: type[Exception] = NVMLError_NotSupported
+    NVMLError_NotFound: type[Exception] = NVMLError_NotFound
     NVML_TEMPERATURE_GPU: int = 0
+    NVML_GPU_UTILIZATION_SAMPLES: int = 1
 
     def nvmlInit(self) -> None:
         if self.init_error:
@@ -65,7 +74,7 @@ class FakeNvml:
     def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> SimpleNamespace:
         if gpu.lost:
             raise NVMLError("GPU is lost")
-        return SimpleNamespace(gpu=gpu.utilization, memory=0)
+        return SimpleNamespace(gpu=gpu.utilization, memory=gpu.memory_copy)
 
     def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> SimpleNamespace:
         return SimpleNamespace(used=gpu.memory_used, total=150_754_820_096)
@@ -79,6 +88,20 @@ class FakeNvml:
             raise NVMLError_NotSupported("Not Supported")
         return gpu.power_milliwatts
 
+    def nvmlDeviceGetSamples(
+        self, gpu: FakeGpu, sampling_type: int, last_seen: int
+    ) -> tuple[int, list[SimpleNamespace]]:
+        assert sampling_type == self.NVML_GPU_UTILIZATION_SAMPLES
+        if gpu.utilization_samples is None:
+            raise NVMLError_NotSupported("Not Supported")
+        kept = [stamp for stamp in gpu.utilization_samples if stamp > last_seen]
+        if not kept:
+            raise NVMLError_NotFound("Not Found")
+        return 1, [
+            SimpleNamespace(timeStamp=stamp, sampleValue=SimpleNamespace(uiVal=gpu.utilization))
+            for stamp in kept
+        ]
+
     def nvmlDeviceGetComputeRunningProcesses(self, gpu: FakeGpu) -> list[SimpleNamespace]:
         return [SimpleNamespace(pid=pid, usedGpuMemory=1) for pid in gpu.pids]
 
@@ -86,8 +109,8 @@ class FakeNvml:
 def h200s() -> FakeNvml:
     return FakeNvml(
         [
-            FakeGpu(b"GPU-5f0c1e2a", 97, 120 * 2**30, 63, 655_500, [4242]),
-            FakeGpu("GPU-a93b7c44", 0, 548 * 2**20, 31, None),
+            FakeGpu(b"GPU-5f0c1e2a", 97, 120 * 2**30, 63, 655_500, [4242], memory_copy=41),
+            FakeGpu("GPU-a93b7c44", 0, 548 * 2**20, 31, None, utilization_samples=None),
         ]
     )
 
@@ -95,9 +118,18 @@ def h200s() -> FakeNvml:
 def test_every_gpu_is_read_in_the_exported_units() -> None:
     sampler = NvmlSampler(h200s())
     assert sampler.sample() == [
-        GpuSample(0, "GPU-5f0c1e2a", 97.0, 120 * 2**30, 63.0, 655.5, (4242,)),
-        GpuSample(1, "GPU-a93b7c44", 0.0, 548 * 2**20, 31.0, None, ()),
+        GpuSample(0, "GPU-5f0c1e2a", 97.0, 120 * 2**30, 63.0, 655.5, (4242,), 41.0, 1_166_666),
+        GpuSample(1, "GPU-a93b7c44", 0.0, 548 * 2**20, 31.0, None, (), 0.0, None),
     ]
+
+
+def test_the_utilisation_counter_timestamp_is_the_drivers_newest_sample() -> None:
+    nvml = h200s()
+    sampler = NvmlSampler(nvml)
+    nvml.gpus[0].utilization_samples = [1_000_000, 1_166_666, 1_333_333]
+    assert sampler.sample()[0].counter_timestamp_us == 1_333_333
+    nvml.gpus[0].utilization_samples = []  # the driver's buffer holds nothing: NVML answers NotFound
+    assert sampler.sample()[0].counter_timestamp_us is None
 
 
 def test_a_gpu_lost_mid_run_is_a_failed_sample_not_a_crash() -> None:
