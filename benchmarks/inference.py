@@ -36,7 +36,8 @@ from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
-from lambdas.ledger.store import LedgerStore, SingleConnection
+from lambdas.ledger.connections import SingleConnection
+from lambdas.ledger.store import LedgerStore
 from services.inference.export import build_model
 from services.inference.keys import ApiKeyStore
 from services.inference.model import Embedder

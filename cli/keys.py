@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @contextmanager
 def key_store() -> Iterator[ApiKeyStore]:
-    from lambdas.ledger.store import SingleConnection, database_url
+    from lambdas.ledger.connections import SingleConnection, database_url
     from services.inference.keys import ApiKeyStore
 
     connections = SingleConnection(database_url(os.environ))

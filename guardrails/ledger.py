@@ -10,7 +10,7 @@
   its 60-second minimum per start, at the price in effect over each part of the billed time; money
   is summed exactly as USD-per-hour × milliseconds and rounded once, at the end.
 
-The database computes the same (``lambdas/ledger/migrations``, ``lambdas/ledger/store.py``); the tests
+The database computes the same (``lambdas/ledger/migrations``, ``lambdas/ledger/queries.py``); the tests
 prove both agree on random event streams.
 """
 

@@ -34,7 +34,8 @@ from lambdas import budget
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
-from lambdas.ledger.store import APPENDED, CLOSED_HISTORY, UNBOUNDED_MS, LedgerStore, container_store
+from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY
+from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore, container_store
 
 log = logging.getLogger(__name__)
 GUARDRAIL = "meter"

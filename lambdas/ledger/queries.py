@@ -1,4 +1,4 @@
-"""The SQL of :mod:`lambdas.ledger.store`, kept apart so each query reads as one piece.
+"""The SQL of the ledger's store (:mod:`lambdas.ledger.store` and its modules), kept apart so each query reads as one piece.
 
 Appends pass their column arrays in binary (``%b``): for a batch of a thousand events that is a
 sixth less time than quoting every text element.

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, Protocol
 
 from guardrails.idempotency import Lease
-from lambdas.ledger.store import Connections, LedgerUnavailable
+from lambdas.ledger.connections import Connections, LedgerUnavailable
 
 COMPRESS_FROM_BYTES = 1024  # smaller bodies are stored as they are
 DEFAULT_MAX_STORED_BYTES = 8 * 1024 * 1024  # after compression

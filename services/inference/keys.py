@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from guardrails.errors import InputError
-from lambdas.ledger.store import Connections
+from lambdas.ledger.connections import Connections
 
 KEY_PREFIX = "pbk_"
 ID_PREFIX = "key_"

@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from guardrails.clock import SystemClock
 from guardrails.errors import ParkbrakeError
-from lambdas.ledger.store import Connections, LedgerUnavailable, PooledConnections, database_url
+from lambdas.ledger.connections import Connections, LedgerUnavailable, PooledConnections, database_url
 from services.inference.api import EMBEDDINGS_PATH, EmbeddingsApi, Request, Response
 from services.inference.idempotency import PostgresIdempotencyStore
 from services.inference.keys import ApiKeyStore

@@ -63,7 +63,7 @@ def test_list_and_revoke(database: str):
 
 
 def test_a_revoked_key_no_longer_authenticates(database: str):
-    from lambdas.ledger.store import SingleConnection
+    from lambdas.ledger.connections import SingleConnection
 
     created = json.loads(invoke("create", "-t", "acme", "-o", "json").output)
     store = ApiKeyStore(SingleConnection(database))

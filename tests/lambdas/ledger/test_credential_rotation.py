@@ -19,7 +19,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from lambdas.ledger.store import LedgerUnavailable, store_from_environment
+from lambdas.ledger.connections import LedgerUnavailable
+from lambdas.ledger.store import store_from_environment
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from guardrail_fleet import client_factory, launch, managed_tags, state_change
 from ledger_streams import at
 
 from cli.main import parkbrake
-from lambdas.ledger.store import migrations
+from lambdas.ledger.schema import migrations
 
 WINDOW = ["--since", "2036-05-05", "--until", "2036-05-06T00:00:00Z"]
 

@@ -20,15 +20,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from guardrails.errors import InputError
 from guardrails.ledger import intervals_from, usage_by_key
 from guardrails.runway import Budget, runway_totals
-from lambdas.ledger.store import (
-    LedgerError,
-    LedgerStore,
-    LedgerUnavailable,
-    Migration,
-    PooledConnections,
-    database_url,
-    migrations,
-)
+from lambdas.ledger.connections import LedgerUnavailable, PooledConnections, database_url
+from lambdas.ledger.schema import LedgerError, Migration, migrations
+from lambdas.ledger.store import LedgerStore
 
 KEY = ("research", "training", "g5.xlarge")
 G5 = Decimal("1.006")  # prices.json's g5.xlarge
@@ -279,7 +273,7 @@ def test_no_database_configured_says_what_to_set() -> None:
 
 
 def test_a_plain_url_secret_is_used_as_is() -> None:
-    from lambdas.ledger.store import url_from_secret
+    from lambdas.ledger.connections import url_from_secret
 
     assert url_from_secret("postgresql://app:pw@db:5432/ledger\n") == "postgresql://app:pw@db:5432/ledger"
     assert conninfo_to_dict(url_from_secret('{"username": "app", "password": "p w", "host": "db"}')) == {

@@ -29,7 +29,8 @@ from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_ev
 from lambdas import meter
 from lambdas.aws.environment import ClientFactory, container_settings
 from lambdas.ledger import replay
-from lambdas.ledger.store import LedgerStore, LedgerUnavailable, container_store
+from lambdas.ledger.connections import LedgerUnavailable
+from lambdas.ledger.store import LedgerStore, container_store
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from ledger_streams import ms, who
 from guardrails.ledger import Ec2Host, Interval, reconcile, state_change_from_event, to_ms, transition_ms
 from lambdas import meter, reconciler
 from lambdas.aws.environment import ClientFactory
-from lambdas.ledger.store import LedgerStore, LedgerUnavailable
+from lambdas.ledger.connections import LedgerUnavailable
+from lambdas.ledger.store import LedgerStore
 
 
 def test_the_rules_on_a_virtual_clock() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from lambdas.ledger.store import PooledConnections
+from lambdas.ledger.connections import PooledConnections
 from services.inference.export import build_model
 from services.inference.keys import ApiKeyStore
 from services.inference.model import Embedder

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lambdas.ledger.store import PooledConnections
+from lambdas.ledger.connections import PooledConnections
 from services.inference.idempotency import Outcome, Scope
 from services.inference.keys import ApiKeyStore
 from services.inference.model import Embedder

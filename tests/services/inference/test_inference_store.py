@@ -13,7 +13,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from guardrails.idempotency import Lease, wait_intervals
-from lambdas.ledger.store import PooledConnections, SingleConnection
+from lambdas.ledger.connections import PooledConnections, SingleConnection
 from services.inference.idempotency import (
     COMPRESS_FROM_BYTES,
     Outcome,

@@ -1,0 +1,164 @@
+"""Where the ledger's database is, and connections to it (psycopg 3).
+
+Where the database is: ``PARKBRAKE_DATABASE_URL``, or the secret named by
+``PARKBRAKE_DATABASE_SECRET_ARN`` (RDS's JSON secret, or a URL). A Lambda keeps one connection per
+container (:class:`SingleConnection`, reconnecting when it breaks); long-running processes use a
+``psycopg_pool`` pool (:class:`PooledConnections`). A database that cannot be reached raises
+:class:`LedgerUnavailable`, which the CLI prints as one line and which makes the meter fail, so
+that EventBridge delivers the event again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from guardrails.errors import ParkbrakeError
+from guardrails.settings import DATABASE_SECRET_ARN, DATABASE_URL
+
+CONNECT_TIMEOUT_S = 5
+
+
+class LedgerUnavailable(ParkbrakeError):
+    """The database cannot be reached or used; nothing was written."""
+
+
+def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None = None) -> str:
+    """``PARKBRAKE_DATABASE_URL``, else the Secrets Manager secret ``PARKBRAKE_DATABASE_SECRET_ARN``.
+
+    ``secrets`` makes the Secrets Manager client only when it is needed.
+    """
+    url = environ.get(DATABASE_URL, "").strip()
+    if url:
+        return url
+    secret_arn = environ.get(DATABASE_SECRET_ARN, "").strip()
+    if not secret_arn:
+        raise ParkbrakeError(
+            f"no ledger database configured: set {DATABASE_URL} (postgresql://user:password@host/db) "
+            f"or {DATABASE_SECRET_ARN}"
+        )
+    if secrets is None:
+        from lambdas.aws.clients import client
+
+        secrets = lambda: client("secretsmanager")  # noqa: E731
+    text = secrets().get_secret_value(SecretId=secret_arn)["SecretString"]
+    return url_from_secret(text)
+
+
+def url_from_secret(text: str) -> str:
+    """A URL secret as is; RDS's JSON secret (username, password, host, port, dbname) as a conninfo."""
+    if not text.lstrip().startswith("{"):
+        return text.strip()
+    secret = json.loads(text)
+    if "url" in secret:
+        return str(secret["url"])
+    fields = {"user": secret.get("username"), "password": secret.get("password"), "host": secret.get("host")}
+    fields |= {"port": secret.get("port"), "dbname": secret.get("dbname")}
+    return make_conninfo("", **{key: str(value) for key, value in fields.items() if value is not None})
+
+
+def describe_target(url: str) -> str:
+    """``user@host:port/dbname`` without the password, for error messages."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return f"(unparsable {DATABASE_URL})"
+    host = parts.get("host") or "localhost"
+    return f"{parts.get('user', '')}@{host}:{parts.get('port', 5432)}/{parts.get('dbname', '')}".lstrip("@")
+
+
+def _unavailable(url: str, error: Exception) -> LedgerUnavailable:
+    detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return LedgerUnavailable(
+        f"cannot use the ledger database {describe_target(url)}: {detail}; "
+        f"check {DATABASE_URL} (or {DATABASE_SECRET_ARN}) and that the server is up"
+    )
+
+
+class Connections(Protocol):
+    def connection(self) -> Any:
+        """A context manager yielding an autocommit ``psycopg.Connection``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# SQLSTATE invalid_password and invalid_authorization_specification: the credentials, not the server.
+LOGIN_FAILURES = frozenset({"28P01", "28000"})
+
+
+def is_login_failure(error: psycopg.OperationalError) -> bool:
+    return error.sqlstate in LOGIN_FAILURES or "password authentication failed" in str(error)
+
+
+class SingleConnection:
+    """One connection, made on first use and remade when broken: what a Lambda container keeps.
+
+    ``reread`` gives the current URL again (from the Secrets Manager secret): RDS rotates the master
+    password every seven days, so a login that fails is retried once with the credentials read anew.
+    """
+
+    def __init__(self, url: str, *, reread: Callable[[], str] | None = None) -> None:
+        self.url = url
+        self._reread = reread
+        self._connection: psycopg.Connection[Any] | None = None
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+        except psycopg.OperationalError as error:
+            if self._reread is None or not is_login_failure(error):
+                raise
+            self.url = self._reread()
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            if self._connection is None or self._connection.closed or self._connection.broken:
+                self._connection = self._connect()
+            yield self._connection
+        except psycopg.OperationalError as error:
+            raise _unavailable(self.url, error) from error
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+
+
+class PooledConnections:
+    """A ``psycopg_pool`` pool for processes that live long and serve many requests (exporter, CLI)."""
+
+    def __init__(self, url: str, *, max_size: int = 4, timeout: float = CONNECT_TIMEOUT_S * 2) -> None:
+        self.url = url
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
+            check=ConnectionPool.check_connection,
+            open=False,
+            timeout=timeout,
+        )
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as error:
+            self._pool.close()
+            raise _unavailable(url, error) from error
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        try:
+            with self._pool.connection() as connection:
+                yield connection
+        except (psycopg.OperationalError, PoolTimeout) as error:
+            raise _unavailable(self.url, error) from error
+
+    def close(self) -> None:
+        self._pool.close()
