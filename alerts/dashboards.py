@@ -4,9 +4,12 @@ tenants (spend, budgets, runway), built with grafana-foundation-sdk and committe
     python -m alerts.dashboards          # rewrite alerts/dashboards/*.json
     python -m alerts.dashboards --check  # exit 1 when the committed JSON differs from this code
 
-Every panel queries a Prometheus data source chosen by the ``datasource`` variable, and only metrics
-that parkbrake exports (``parkbrake agent``, ``parkbrake exporter``, the guardrails), the recording
-rules of ``alerts/parkbrake.rules.yml`` and Prometheus's own ``up``; a test checks that.
+Every panel but one queries a Prometheus data source chosen by the ``datasource`` variable, and only
+metrics that parkbrake exports (``parkbrake agent``, ``parkbrake exporter``, the guardrails), the
+recording rules of ``alerts/parkbrake.rules.yml`` and Prometheus's own ``up``; a test checks that.
+The guardrails' actions are counted where the Lambdas write them, in CloudWatch (the embedded metric
+format), so that panel reads a CloudWatch data source (the ``cloudwatch`` variable) with a Metrics
+Insights query over exactly the metric and dimensions ``lambdas.aws.heartbeat.count_action`` writes.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.builders import cloudwatch, dashboard, prometheus, stat, timeseries
 from grafana_foundation_sdk.builders.common import ReduceDataOptions, StackingConfig
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.cloudwatch import CloudWatchQueryMode, MetricEditorMode, MetricQueryType
 from grafana_foundation_sdk.models.common import BigValueGraphMode, StackingMode
 from grafana_foundation_sdk.models.dashboard import (
     DashboardCursorSync,
@@ -29,8 +33,14 @@ from grafana_foundation_sdk.models.dashboard import (
     VariableSort,
 )
 
+from guardrails import names
+from lambdas.aws.heartbeat import ACTIONS_EMF, GUARDRAIL_DIMENSION
+
 FOLDER = Path(__file__).resolve().parent / "dashboards"
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+CLOUDWATCH = DataSourceRef(type_val="cloudwatch", uid="${cloudwatch}")
+# The dimensions every GuardrailActions datapoint carries (lambdas.aws.heartbeat.count_action).
+ACTION_DIMENSIONS = ("Action", GUARDRAIL_DIMENSION, "Reason")
 # The agent's default idle threshold (`parkbrake agent --threshold 5`), as a ratio.
 IDLE_RATIO = 0.05
 SCRAPE_JOBS = 'job="parkbrake-agent"'
@@ -69,6 +79,39 @@ def graph(title: str, description: str, unit: str, *targets: prometheus.Dataquer
     for index, target in enumerate(targets):
         panel = panel.with_target(target.ref_id("ABCDEFGH"[index]))
     return panel
+
+
+def guardrail_actions() -> timeseries.Panel:
+    """Stops, refusals, reports and starts per hour, by guardrail and action, from CloudWatch."""
+    schema = ", ".join([f'"{names.heartbeat_namespace()}"', *sorted(ACTION_DIMENSIONS)])
+    sql = (
+        f"SELECT SUM({ACTIONS_EMF}) FROM SCHEMA({schema}) "
+        f"GROUP BY {GUARDRAIL_DIMENSION}, Action ORDER BY SUM() DESC"
+    )
+    target = (
+        cloudwatch.CloudWatchMetricsQuery()
+        .datasource(CLOUDWATCH)
+        .query_mode(CloudWatchQueryMode.METRICS)
+        .metric_query_type(MetricQueryType.QUERY)
+        .metric_editor_mode(MetricEditorMode.CODE)
+        .sql_expression(sql)
+        .region("default")
+        .period("3600")
+        .ref_id("A")
+    )
+    return stacked(
+        timeseries.Panel()
+        .title("Guardrail actions per hour")
+        .description(
+            "Stops, refusals, reports and starts, by guardrail and action: the Lambdas' "
+            f"{ACTIONS_EMF} counter in CloudWatch ({names.heartbeat_namespace()})."
+        )
+        .datasource(CLOUDWATCH)
+        .unit("none")
+        .height(8)
+        .span(12)
+        .with_target(target)
+    )
 
 
 def stacked(panel: timeseries.Panel) -> timeseries.Panel:
@@ -211,6 +254,8 @@ def fleet_dashboard() -> dashboard.Dashboard:
                 query("time() - parkbrake_guardrail_last_success_timestamp_seconds", "{{guardrail}}"),
             )
         )
+        .with_variable(dashboard.DatasourceVariable("cloudwatch").label("CloudWatch").type("cloudwatch"))
+        .with_panel(guardrail_actions())
     )
 
 

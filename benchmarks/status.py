@@ -5,13 +5,17 @@ AWS answer ``status`` reads is recorded through a proxy, and the measured runs r
 answers from a replay server in another process, which only looks them up: what is measured is the
 client's own time (botocore's parsing included), and every run reads exactly the same response.
 
-    python -m benchmarks.status [--hosts 1000] [--runs 5]
+    python -m benchmarks.status [--hosts 1000] [--runs 5] [--tmux-capture status-80col.txt]
 
 Figures: ``in-process`` is fleet_status + the text rendering at 80 columns with fresh clients (what
 one run of the command does after Python started); ``command`` is the whole ``parkbrake status``
 process (interpreter start and imports included), text at 80 columns and JSON. Each is given as CPU
 time (user + system: the client's own work, which is what the goal is about) and wall time, which on
 a busy machine also counts the time other processes held the CPU (the load average is printed).
+
+``--tmux-capture FILE`` also runs ``parkbrake status`` in a real 80-column terminal (a detached tmux
+pane, 80×50, against the same replay) and writes everything it printed, scrollback included, to FILE:
+what an on-call engineer sees. It needs tmux on PATH.
 """
 
 from __future__ import annotations
@@ -171,7 +175,8 @@ def in_process_run(endpoint: str) -> tuple[float, float]:
     from lambdas.aws import clients
 
     os.environ["AWS_ENDPOINT_URL"] = endpoint
-    clients._client.cache_clear()  # fresh clients, as a new process makes them
+    clients._client.cache_clear()  # fresh clients and models, as a new process makes them
+    clients._models.cache_clear()
     cpu, started = time.process_time(), time.perf_counter()
     report = fleet_status(
         stack=None, regions=[REGION], clients=clients.client,
@@ -201,10 +206,57 @@ def command_run(endpoint: str, *arguments: str) -> tuple[float, float, str]:
     return cpu, wall, done.stdout
 
 
+def tmux_capture(endpoint: str, path: Path) -> None:
+    """``parkbrake status`` in an 80-column tmux pane; the pane's whole text (scrollback too) to ``path``."""
+    folder = Path(tempfile.mkdtemp(prefix="parkbrake-status-tmux-"))
+    config = folder / "tmux.conf"
+    config.write_text("set -g history-limit 100000\nset -g remain-on-exit on\n")
+    tmux = ["tmux", "-S", str(folder / "socket"), "-f", str(config)]
+    command = " ".join(
+        [
+            f"AWS_ENDPOINT_URL={endpoint}",
+            str(Path(sys.executable).parent / "parkbrake"),
+            "status",
+            "--regions",
+            REGION,
+        ]
+    )
+    subprocess.run([*tmux, "new-session", "-d", "-x", "80", "-y", "50", "-s", "status", command], check=True)
+    try:
+        for _ in range(600):  # the pane stays (remain-on-exit) once the command has ended
+            panes = subprocess.run(
+                [*tmux, "list-panes", "-t", "status", "-F", "#{pane_dead} #{pane_dead_status}"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            dead, _, code = panes.stdout.strip().partition(" ")
+            if dead == "1":
+                break
+            time.sleep(0.1)
+        else:
+            raise SystemExit("parkbrake status did not finish in the tmux pane within 60 s")
+        text = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-t", "status", "-S", "-", "-E", "-"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    if lines and lines[-1].startswith("Pane is dead"):  # tmux's own remain-on-exit line
+        lines.pop()
+    path.write_text("\n".join(lines).rstrip() + "\n")
+    widest = max(len(line) for line in lines)
+    print(f"tmux capture: {len(lines)} lines, widest {widest} columns, exit {code or '?'}, in {path}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--tmux-capture", type=Path, help="Also capture status in an 80-column tmux pane here."
+    )
     options = parser.parse_args(argv)
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_REGION=REGION)
     os.environ.pop("PARKBRAKE_DATABASE_URL", None)
@@ -227,6 +279,8 @@ def main(argv: list[str] | None = None) -> None:
         in_process = [in_process_run(endpoint) for _ in range(options.runs)]
         text = [command_run(endpoint) for _ in range(options.runs)]
         as_json = [command_run(endpoint, "--output", "json") for _ in range(options.runs)]
+        if options.tmux_capture:
+            tmux_capture(endpoint, options.tmux_capture)
     finally:
         replay.terminate()
         replay.wait(timeout=10)

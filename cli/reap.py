@@ -84,10 +84,12 @@ def run_reap(
     output: str,
 ) -> SweepReport:
     """List and judge, show the plan, ask, act, show what happened."""
+    from cli.oncall.in_process import lambda_quiet
     from lambdas.aws import host_sweep
 
     settings = settings_from_environment(environ)
-    plan = host_sweep.plan_sweep(settings, now=now, clients=clients)
+    with lambda_quiet():  # every failure is in the plan or the report, and printed once from there
+        plan = host_sweep.plan_sweep(settings, now=now, clients=clients)
     if plan.errors and not plan.verdicts:  # nothing was judged: never say "no GPU hosts"
         raise ParkbrakeError("; ".join(describe_plan_error(error) for error in plan.errors))
     if output == "text":
@@ -95,7 +97,8 @@ def run_reap(
     if (plan.to_stop or plan.to_rotate) and not dry_run:
         rotating = f" and rotate {len(plan.to_rotate)} serving host(s)" if plan.to_rotate else ""
         confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}?", assume_yes=assume_yes)
-    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
+    with lambda_quiet():
+        report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
     if output == "json":
         result = report.as_dict()
         click.echo(json.dumps(result, indent=2))

@@ -209,6 +209,10 @@ class FleetStatus:
             "spent_today_usd": _number(sum((host.cost_today for host in self.hosts), Decimal(0))),
             "overdue": states["overdue"],
             "unmanaged": states["unmanaged"],
+            # What the hosts no guardrail may stop cost each hour: the finding's size, not just its count.
+            "unmanaged_usd_per_hour": _number(
+                sum((h.usd_per_hour or Decimal(0) for h in self.hosts if h.state == "unmanaged"), Decimal(0))
+            ),
             "bad_tags": states["bad-tags"],
             "exempt": states["exempt"],
             "parked_stacks": sorted(stack.stack for stack in self.stacks if stack.parked),

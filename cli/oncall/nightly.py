@@ -6,12 +6,9 @@ reaper) and by ``parkbrake status`` (the next scheduled start).
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import re
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, redirect_stdout
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -292,6 +289,7 @@ def run_now(
 ) -> RunNow:
     """Run the launcher in-process with the schedule's own payload: the same refusals (parked, at
     capacity, runway through ``gate``) as when Scheduler invokes it, without waiting for the next firing."""
+    from cli.oncall.in_process import lambda_quiet
     from guardrails.settings import REGIONS, STACK, settings_from_environment
     from lambdas import launcher
 
@@ -299,23 +297,8 @@ def run_now(
     pool, capacity = launcher_payload(schedule)
     payload = schedule.payload or {}
     settings = settings_from_environment({**environ, STACK: stack, REGIONS: region})
-    with _launcher_quiet(launcher.__name__):
+    with lambda_quiet(launcher.__name__):
         decision = launcher.launch(
             pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now, dry_run=dry_run
         )
     return RunNow(name, payload, decision, dry_run)
-
-
-@contextmanager
-def _launcher_quiet(logger: str) -> Iterator[None]:
-    """Inside Lambda the launcher logs its refusal and prints its counters as embedded-metric JSON on
-    stdout, for CloudWatch. Run from the CLI, the command reports the decision itself (once), and its
-    stdout must stay the command's own (``--output json`` is one document)."""
-    quiet = logging.getLogger(logger)
-    handler = logging.NullHandler()
-    quiet.addHandler(handler)
-    try:
-        with redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        quiet.removeHandler(handler)

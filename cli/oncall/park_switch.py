@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from cli.oncall.stack_file import ConfigEdit, read_config_value, set_config_value
+from cli.oncall.stack_file import ConfigEdit, config_region, read_config_value, set_config_value
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.estimate import CostChange, CostEstimate, compare_estimates
 from guardrails.settings import aws_region
@@ -149,16 +149,6 @@ def config_parked(stack: str, project_dir: Path) -> bool | None:
     except InputError:
         return None
     return value if isinstance(value, bool) else None
-
-
-def config_region(stack: str, project_dir: Path) -> str | None:
-    """The stack's ``aws:region``, read without validating the rest (an emergency must not wait on a typo)."""
-    path = stack_file(stack, project_dir)
-    try:
-        value = read_config_value(path, "aws:region") if path.is_file() else None
-    except InputError:
-        return None
-    return value if isinstance(value, str) else None
 
 
 def stack_region(stack: str, project_dir: Path, explicit: str | None) -> str:

@@ -44,7 +44,7 @@ def choose_regions(
     import os
     from pathlib import Path
 
-    from cli.oncall.park_switch import config_region
+    from cli.oncall.stack_file import config_region
     from guardrails.settings import aws_region
 
     environment = os.environ if environ is None else environ

@@ -47,6 +47,19 @@ def read_config_value(path: Path, dotted_key: str) -> Any:
     return document
 
 
+def config_region(stack: str, project_dir: Path) -> str | None:
+    """The stack's ``aws:region``, read without validating the rest (an emergency must not wait on a typo)."""
+    # Imported here: choosing a region (every status and reap) must not load the stack model.
+    from stacks.config import stack_file
+
+    path = stack_file(stack, project_dir)
+    try:
+        value = read_config_value(path, "aws:region") if path.is_file() else None
+    except InputError:
+        return None
+    return value if isinstance(value, str) else None
+
+
 def set_config_value(path: Path, dotted_key: str, value: ConfigValue, *, write: bool = True) -> ConfigEdit:
     """Set ``dotted_key`` to ``value`` in the stack file at ``path``; idempotent.
 

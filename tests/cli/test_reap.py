@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +181,26 @@ def test_a_listing_error_is_one_clear_line_and_a_failure(aws: str, env: dict[str
             assert result.output.splitlines() == [
                 f"Error: could not list GPU hosts in {REGION}: UnauthorizedOperation: You are not authorized."
             ]
+
+
+def test_a_listing_error_in_a_real_process_is_said_once(aws: str, env: dict[str, str]) -> None:
+    """Outside pytest no handler catches the sweep's log lines (Lambda's, for CloudWatch): the command's
+    own line must be the only one, not Python's last-resort copy of the log line beside it."""
+    from aws_fault_proxy import FaultProxy
+
+    with FaultProxy(aws) as proxy:
+        proxy.fail("DescribeInstances", "UnauthorizedOperation", "You are not authorized.", status=403)
+        done = subprocess.run(
+            [sys.executable, "-c", "from cli.main import main; main()", "reap", "--dry-run"],
+            env={**os.environ, **env, "AWS_ENDPOINT_URL": proxy.url}, cwd=Path(__file__).parents[2],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"Error: could not list GPU hosts in {REGION}: UnauthorizedOperation: You are not authorized."
+    ]
 
 
 def test_unmanaged_hosts_are_shown_with_their_burn_rate(aws: str, env: dict[str, str]) -> None:

@@ -20,6 +20,7 @@ from cli.main import parkbrake
 from cli.oncall.fleet import fleet_status
 from cli.oncall.status_view import parse_filters, print_status, select
 from guardrails import names
+from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
 from lambdas.aws.clients import client
 
@@ -236,10 +237,13 @@ def test_the_summary_comes_first_and_overdue_and_unmanaged_hosts_lead_the_table(
 
     summary = report.summary()
     assert (summary["hosts"], summary["overdue"], summary["unmanaged"], summary["exempt"]) == (5, 2, 1, 0)
+    unmanaged_burn = load_price_table().instances["g5.xlarge"].usd_per_hour  # the one unmanaged host
+    assert summary["unmanaged_usd_per_hour"] == float(unmanaged_burn.quantize(Decimal("0.01")))
     text = rendered(report, 120)
     lines = text.splitlines()
     assert lines[1].strip().startswith("hosts 5 · accelerators 8 · 2 overdue · 1 unmanaged · 0 exempt")
     assert lines[2].strip().startswith("burn $")
+    assert lines[3].strip() == f"unmanaged hosts burn ${unmanaged_burn:,.2f}/h: no guardrail may stop them"
     order = [line.split()[1] for line in lines if line.startswith("i-")]
     assert order[:3] == ["overdue", "overdue", "unmanaged"]
     assert order[3:] == ["running", "running"]
