@@ -48,6 +48,11 @@ def deadline_schedule(instance_id: str) -> str:
     return f"deadline-{instance_id}"
 
 
+def warning_schedule(instance_id: str) -> str:
+    """The one-time schedule that warns a host's owner before its deadline (in the deadlines' group)."""
+    return f"warn-{instance_id}"
+
+
 def budget_crossing_schedule(tenant: str) -> str:
     """Schedule names allow ``[0-9a-zA-Z-_.]``, 64 characters: a tenant is named by a digest."""
     return f"budget-{hashlib.sha256(tenant.encode()).hexdigest()[:32]}"

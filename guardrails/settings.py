@@ -34,8 +34,13 @@ DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 # The DynamoDB table where the sweep records which findings it has notified, so that a finding about
 # the same host reaches people at most once a day (unset: every sweep notifies every finding).
 NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
+# How long before a host's deadline its owner is warned (a one-time schedule beside the deadline's).
+WARN_BEFORE = "PARKBRAKE_WARN_BEFORE"
+# The Secrets Manager secret holding a Slack-compatible incoming webhook URL: notices go there too.
+CHAT_WEBHOOK_SECRET_ARN = "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN"
 
 DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
+DEFAULT_WARN_BEFORE = timedelta(minutes=15)
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
 
@@ -63,6 +68,8 @@ class Settings:
     scheduler_role_arn: str | None = None
     deadline_dead_letter_arn: str | None = None
     notices_table: str | None = None
+    warn_before: timedelta = DEFAULT_WARN_BEFORE
+    chat_webhook_secret_arn: str | None = None
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -103,6 +110,12 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
     default_max_runtime = duration(DEFAULT_MAX_RUNTIME, timedelta(minutes=90))
     max_exemption = duration(MAX_EXEMPTION, timedelta(hours=24))
     pool_caps = _pool_caps(text(POOL_MAX_RUNTIMES), problems)
+    warn_before = duration(WARN_BEFORE, DEFAULT_WARN_BEFORE)
+    if warn_before >= ceiling:
+        problems.append(
+            f"{WARN_BEFORE}: {format_duration(warn_before)} is not shorter than {MAX_RUNTIME_CEILING} "
+            f"({format_duration(ceiling)}); no host could run long enough to be warned"
+        )
     problems += _above_ceiling(ceiling, {DEFAULT_MAX_RUNTIME: default_max_runtime}) + _above_ceiling(
         ceiling, {f"{POOL_MAX_RUNTIMES}[{pool}]": cap for pool, cap in pool_caps.items()}
     )
@@ -120,6 +133,8 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         scheduler_role_arn=arn(SCHEDULER_ROLE_ARN),
         deadline_dead_letter_arn=arn(DEADLINE_DEAD_LETTER_ARN),
         notices_table=text(NOTICES_TABLE),
+        warn_before=warn_before,
+        chat_webhook_secret_arn=arn(CHAT_WEBHOOK_SECRET_ARN),
     )
     if problems:
         raise SettingsError(problems)

@@ -14,6 +14,7 @@ from decimal import Decimal
 
 from guardrails.durations import format_duration
 from guardrails.hosts import Host
+from guardrails.owners import owner_of
 from guardrails.pricing import cost_since_start, load_price_table
 from guardrails.rules.base import instant
 from guardrails.sweep import Verdict
@@ -63,7 +64,8 @@ class Notice:
         cost = f"${self.cost_usd:,.2f}" if self.cost_usd is not None else "unknown (no price for the type)"
         return [
             f"- {host.instance_id} ({host.region}) Name={host.tags.get('Name') or '-'} "
-            f"tenant={host.tenant or '-'} pool={host.pool or '-'} type={host.instance_type}",
+            f"tenant={host.tenant or '-'} pool={host.pool or '-'} type={host.instance_type} "
+            f"owner={owner_of(host.tags) or '-'}",
             f"  running {format_duration(self.running or timedelta(0))}, cost so far {cost}",
             f"  action: {self.action}",
             f"  reason: {self.reason}",
@@ -123,10 +125,21 @@ def sweep_notices(
 
 
 def _about(host: Host, section: str, action: str, reason: str, *, key: str | None, now: datetime) -> Notice:
+    running, cost = running_cost(host, now)
+    return Notice(section, host.instance_id, action, reason, key, host, running, cost)
+
+
+def running_cost(host: Host, now: datetime) -> tuple[timedelta, Decimal | None]:
+    """How long the host has run since its last start, and what that cost (None: no price for its type)."""
     running = now - host.launch_time
     price = load_price_table().instances.get(host.instance_type)
-    cost = cost_since_start(price.usd_per_hour, running) if price else None
-    return Notice(section, host.instance_id, action, reason, key, host, running, cost)
+    return running, cost_since_start(price.usd_per_hour, running) if price else None
+
+
+def owners(notices: Iterable[Notice]) -> list[str]:
+    """The valid owners of the hosts the notices are about, each once, in order."""
+    found = (owner_of(notice.host.tags) for notice in notices if notice.host is not None)
+    return list(dict.fromkeys(owner for owner in found if owner))
 
 
 def compose(stack: str | None, notices: Sequence[Notice], *, repeats: int, now: datetime) -> tuple[str, str]:

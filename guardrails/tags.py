@@ -9,6 +9,12 @@ TENANT = "parkbrake:tenant"
 MAX_RUNTIME = "parkbrake:max-runtime"
 EXEMPT_UNTIL = "parkbrake:exempt-until"
 REVISION = "parkbrake:revision"
+# Who is told about this host: an e-mail address or a chat handle (guardrails/owners.py says which).
+OWNER = "parkbrake:owner"
+# Beyond docs/architecture.md's contracts: what `parkbrake extend` records beside the exemption it sets.
+EXTENDED_BY = "parkbrake:extended-by"
+EXTENDED_AT = "parkbrake:extended-at"
+EXTENSION_REASON = "parkbrake:extended-reason"
 # Beyond docs/architecture.md's contracts: which service (and colour) an ECS service or target group belongs to.
 SERVICE = "parkbrake:service"
 COLOUR = "parkbrake:colour"

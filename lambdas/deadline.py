@@ -1,7 +1,8 @@
 """Per-host deadlines: on EC2's native state-change events, arm or disarm a one-time schedule.
 
-``running`` arms ``at(launch time + cap)`` (or the end of a valid exemption) in UTC; ``stopping``,
-``stopped``, ``shutting-down`` and ``terminated`` disarm it. EventBridge delivers at least once and
+``running`` arms ``at(launch time + cap)`` (or the end of a valid exemption) in UTC, and the owner's
+warning ``warn_before`` ahead of it; ``stopping``, ``stopped``, ``shutting-down`` and ``terminated``
+disarm both. EventBridge delivers at least once and
 out of order, so every event is checked against the instance as it is now: a ``running`` from an
 earlier start, or one that arrives after the host stopped, changes nothing; a stop event older than
 the host's current start does not disarm the new deadline. A host already past its deadline when
@@ -140,6 +141,8 @@ def on_state_change(
         target_arn=target_arn,
         role_arn=role_arn,
         dead_letter_arn=settings.deadline_dead_letter_arn,
+        warn_before=settings.warn_before,
+        now=now,
     )
     return result(
         "armed" if armed == "created" else "moved",

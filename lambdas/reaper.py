@@ -1,7 +1,8 @@
 """The sweep: judge every accelerator host in the configured regions and stop those past their deadline.
 
 Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or ``{}``) sweeps;
-``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires.
+``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires;
+``{"warn": [...]}`` warns those hosts' owners that their deadline is near (the warning schedule's payload).
 Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more.
 A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
 its dead-letter queue pages.
@@ -22,12 +23,17 @@ from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.host_sweep import SweepReport, sweep
 from lambdas.aws.logs import configure_logging
+from lambdas.aws.owner_warnings import warn_owners
 
 log = logging.getLogger(__name__)
 
 
 class DeadlineStopFailed(RuntimeError):
     """A host judged at its deadline could not be stopped; raised so that the invocation is retried."""
+
+
+class WarningFailed(RuntimeError):
+    """An owner's warning could not be published; raised so that Scheduler retries it (then dead-letters)."""
 
 
 def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None]:
@@ -41,13 +47,32 @@ def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None
     instance_ids = event.get("instance_ids")
     if instance_ids is None:
         return dry_run, None
+    return dry_run, _instance_ids("instance_ids", instance_ids)
+
+
+def _instance_ids(key: str, value: object) -> list[str]:
     if (
-        not isinstance(instance_ids, list)
-        or not instance_ids
-        or not all(isinstance(i, str) and i.startswith("i-") for i in instance_ids)
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(i, str) and i.startswith("i-") for i in value)
     ):
-        raise ValueError(f"instance_ids must be a non-empty list of instance ids, not {instance_ids!r}")
-    return dry_run, list(dict.fromkeys(instance_ids))
+        raise ValueError(f"{key} must be a non-empty list of instance ids, not {value!r}")
+    return list(dict.fromkeys(value))
+
+
+def warn(
+    event: Mapping[str, Any], *, settings: Settings, clients: ClientFactory, now: datetime
+) -> dict[str, Any]:
+    """The warning schedule's payload: tell the owners; a warning that could not be published raises."""
+    result = warn_owners(
+        settings, instance_ids=_instance_ids("warn", event["warn"]), clients=clients, now=now
+    )
+    if result["warned"]:
+        heartbeat.count_action(heartbeat.REAPER, "warn", "before-deadline", len(result["warned"]))
+    failed = [error for error in result["errors"] if error.get("action") != "chat"]
+    if failed:
+        raise WarningFailed(f"the warning of {', '.join(event['warn'])} failed: {failed}")
+    return result
 
 
 def handle(
@@ -59,6 +84,8 @@ def handle(
     decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
     """Sweep; ``decisions`` records what the sweep decided (by default, as log lines only)."""
+    if event and "warn" in event:
+        return warn(event, settings=settings, clients=clients, now=now)
     dry_run, instance_ids = parse_event(event)
     report = sweep(settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids)
     result = report.as_dict()
@@ -70,8 +97,10 @@ def handle(
     if dry_run:
         return result
     count(report, stack=settings.stack, full_sweep=instance_ids is None)
-    if report.errors and instance_ids is not None:
-        raise DeadlineStopFailed(f"the deadline of {', '.join(instance_ids)} failed: {report.errors}")
+    # The chat channel is best effort: its failure is in the result and the notice, never retried for.
+    failed = [error for error in report.errors if error.get("action") != "chat"]
+    if failed and instance_ids is not None:
+        raise DeadlineStopFailed(f"the deadline of {', '.join(instance_ids)} failed: {failed}")
     # The heartbeat says "the sweep ran and could act": only a full, real, error-free sweep earns it
     # (and one whose decisions could not be logged pages too).
     if not report.errors and not recorded and instance_ids is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from guardrails import tags
+from guardrails.owners import owner_problem
 from guardrails.rules.base import Rule, Subject, always
 
 
@@ -13,12 +14,15 @@ def _malformed(subject: Subject) -> str | None:
     missing = [key for key in tags.REQUIRED_ON_GPU_HOSTS if not subject.host.tags.get(key, "").strip()]
     if missing:
         problems.append("missing tags: " + ", ".join(missing))
+    owner = subject.host.tags.get(tags.OWNER)
+    if owner is not None and (problem := owner_problem(owner)) is not None:
+        problems.append(problem)
     return "; ".join(problems) or None
 
 
 RULE = Rule(
     name="malformed-tags",
-    description="a managed host whose max-runtime or exempt-until tag was ignored, or that lacks required tags",
+    description="a managed host whose max-runtime, exempt-until or owner tag was ignored, or that lacks required tags",
     filter=_malformed,
     action=always("report"),
 )

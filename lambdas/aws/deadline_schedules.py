@@ -1,8 +1,10 @@
-"""One-time EventBridge Scheduler schedules that judge one host at its deadline.
+"""One-time EventBridge Scheduler schedules that judge one host at its deadline, and warn its owner before.
 
-Each invokes the reaper with ``{"instance_ids": [id]}``, so the host is judged by the same rules
+Each deadline invokes the reaper with ``{"instance_ids": [id]}``, so the host is judged by the same rules
 and stopped by the same, Auto Scaling-aware, path as the sweep's; a cap extended or an exemption
 added after launch is honoured at the deadline, and the reaper re-arms the schedule for it.
+Beside it, ``warn_before`` ahead, a warning schedule invokes the reaper with ``{"warn": [id]}``
+(the same target, role and dead-letter queue), which tells the host's owner; both move together.
 """
 
 from __future__ import annotations
@@ -37,27 +39,65 @@ def arm_deadline(
     target_arn: str,
     role_arn: str,
     dead_letter_arn: str | None,
+    warn_before: timedelta | None = None,
+    now: datetime | None = None,
 ) -> Literal["created", "updated"]:
-    """Create the host's deadline schedule, or move it: duplicate events and re-arming are harmless."""
-    target: dict[str, Any] = {
-        "Arn": target_arn,
-        "RoleArn": role_arn,
-        "Input": json.dumps({"instance_ids": [instance_id]}),
-        "RetryPolicy": RETRY_POLICY,
-    }
-    if dead_letter_arn is not None:
-        target["DeadLetterConfig"] = {"Arn": dead_letter_arn}
-    request: dict[str, Any] = {
-        "Name": names.deadline_schedule(instance_id),
+    """Create the host's deadline schedule, or move it: duplicate events and re-arming are harmless.
+
+    With ``warn_before`` (and ``now``), the warning schedule moves with it, unless its time has
+    passed: a warning armed earlier for a later deadline then finds the host judged and says nothing.
+    """
+    target = (target_arn, role_arn, dead_letter_arn)
+    armed = _create_or_update(
+        scheduler,
+        _one_time(
+            names.deadline_schedule(instance_id),
+            stack,
+            at,
+            f"parkbrake deadline of {instance_id}",
+            _target(*target, {"instance_ids": [instance_id]}),
+        ),
+    )
+    if warn_before is not None and now is not None and at - warn_before > now:
+        _create_or_update(
+            scheduler,
+            _one_time(
+                names.warning_schedule(instance_id),
+                stack,
+                at - warn_before,
+                f"parkbrake warning to the owner of {instance_id}, {int(warn_before.total_seconds())}s "
+                "before its deadline",
+                _target(*target, {"warn": [instance_id]}),
+            ),
+        )
+    return armed
+
+
+def _one_time(
+    name: str, stack: str, at: datetime, description: str, target: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "Name": name,
         "GroupName": names.deadline_schedule_group(stack),
         "ScheduleExpression": schedule_expression(at),
         "ScheduleExpressionTimezone": "UTC",
         "FlexibleTimeWindow": {"Mode": "OFF"},
         "ActionAfterCompletion": "DELETE",
-        "Description": f"parkbrake deadline of {instance_id}",
+        "Description": description,
         "Target": target,
     }
-    return _create_or_update(scheduler, request)
+
+
+def _target(target_arn: str, role_arn: str, dead_letter_arn: str | None, payload: object) -> dict[str, Any]:
+    target: dict[str, Any] = {
+        "Arn": target_arn,
+        "RoleArn": role_arn,
+        "Input": json.dumps(payload),
+        "RetryPolicy": RETRY_POLICY,
+    }
+    if dead_letter_arn is not None:
+        target["DeadLetterConfig"] = {"Arn": dead_letter_arn}
+    return target
 
 
 def _create_or_update(scheduler: Any, request: dict[str, Any]) -> Literal["created", "updated"]:
@@ -94,14 +134,21 @@ def arm_budget_crossing(
 
 
 def disarm_deadline(scheduler: Any, *, stack: str, instance_id: str) -> bool:
-    """Delete the host's deadline schedule; False when there was none (already fired, or a duplicate event)."""
+    """Delete the host's deadline and warning schedules; False when there was no deadline (already fired,
+    or a duplicate event)."""
+    if _delete(scheduler, stack, names.warning_schedule(instance_id)):
+        log.info("disarmed the warning of %s", instance_id)
+    if not _delete(scheduler, stack, names.deadline_schedule(instance_id)):
+        return False
+    log.info("disarmed the deadline of %s", instance_id)
+    return True
+
+
+def _delete(scheduler: Any, stack: str, name: str) -> bool:
     try:
-        scheduler.delete_schedule(
-            Name=names.deadline_schedule(instance_id), GroupName=names.deadline_schedule_group(stack)
-        )
+        scheduler.delete_schedule(Name=name, GroupName=names.deadline_schedule_group(stack))
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
             raise
         return False
-    log.info("disarmed the deadline of %s", instance_id)
     return True

@@ -314,6 +314,8 @@ def _rearm_not_due(report: SweepReport, settings: Settings, *, now: datetime, cl
                 target_arn=settings.deadline_target_arn,
                 role_arn=settings.scheduler_role_arn,
                 dead_letter_arn=settings.deadline_dead_letter_arn,
+                warn_before=settings.warn_before,
+                now=now,
             )
         except AWS_ERRORS as error:
             report.errors.append(

@@ -1,5 +1,9 @@
 """The sweep's one SNS message, and the DynamoDB record that keeps a repeated finding to once a day.
 
+Every message about hosts carries their owners as the SNS message attribute ``owner`` (a String for
+one owner, a String.Array for several), so a subscription's filter policy can select by owner, and
+goes to the chat channel too when one is configured (:mod:`lambdas.aws.chat`).
+
 Each notice with a key is claimed with a conditional write (new, or last sent more than a day ago), so
 two sweeps running at once cannot both send it. If publishing fails, the claims are released, so the
 next sweep sends the notices again rather than never. Without a table, every sweep sends everything:
@@ -8,6 +12,7 @@ a duplicate is better than silence.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +21,8 @@ from datetime import datetime
 from botocore.exceptions import ClientError
 
 from guardrails.settings import Settings
-from guardrails.sweep_notice import REPEAT_AFTER, Notice, compose
+from guardrails.sweep_notice import REPEAT_AFTER, Notice, compose, owners
+from lambdas.aws import chat
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 
@@ -60,17 +66,43 @@ def publish_notices(
         log.info("every finding was sent within the repeat window", extra={"repeats": len(notices)})
         return publication
     subject, body = compose(settings.stack, publication.sent, repeats=len(publication.repeats), now=now)
-    topic_region = settings.sns_topic_arn.split(":")[3] or None
-    try:
-        clients("sns", topic_region).publish(TopicArn=settings.sns_topic_arn, Subject=subject, Message=body)
-    except AWS_ERRORS as error:
-        log.error("could not publish the sweep's notices: %s", describe_error(error))
-        publication.errors.append({"action": "notify", "error": describe_error(error)})
+    errors = notify(subject, body, owners(publication.sent), settings, clients=clients)
+    publication.errors += errors
+    if any(error["action"] == "notify" for error in errors):
         _release(clients, settings.notices_table, claimed)
         return publication
     publication.subject = subject
     log.info("published %d notice(s): %s", len(publication.sent), subject)
     return publication
+
+
+def notify(
+    subject: str, body: str, owner_names: Sequence[str], settings: Settings, *, clients: ClientFactory
+) -> list[dict[str, str]]:
+    """Publish to the alarm topic with the ``owner`` attribute, and post to the chat channel; the
+    errors (``notify`` for SNS, ``chat`` for the webhook) are returned, never raised."""
+    errors: list[dict[str, str]] = []
+    if settings.sns_topic_arn:
+        topic_region = settings.sns_topic_arn.split(":")[3] or None
+        try:
+            clients("sns", topic_region).publish(
+                TopicArn=settings.sns_topic_arn,
+                Subject=subject,
+                Message=body,
+                MessageAttributes=owner_attribute(owner_names),
+            )
+        except AWS_ERRORS as error:
+            log.error("could not publish %r: %s", subject, describe_error(error))
+            errors.append({"action": "notify", "error": describe_error(error)})
+    return errors + chat.send(settings.chat_webhook_secret_arn, subject, body, clients=clients)
+
+
+def owner_attribute(owner_names: Sequence[str]) -> dict[str, dict[str, str]]:
+    if not owner_names:
+        return {}
+    if len(owner_names) == 1:
+        return {"owner": {"DataType": "String", "StringValue": owner_names[0]}}
+    return {"owner": {"DataType": "String.Array", "StringValue": json.dumps(list(owner_names))}}
 
 
 def _claim(clients: ClientFactory, table: str, key: str, now: datetime) -> bool:

@@ -113,7 +113,11 @@ def test_duplicate_running_events_leave_one_schedule(clients: ClientFactory) -> 
 
     assert (first["action"], second["action"]) == ("armed", "moved")
     assert first["deadline"] == second["deadline"]
-    assert list(deadline_schedules(clients)) == [names.deadline_schedule(host)]
+    # One deadline, and one warning to its owner before it.
+    assert sorted(deadline_schedules(clients)) == [
+        names.deadline_schedule(host),
+        names.warning_schedule(host),
+    ]
 
 
 def test_stop_disarms_and_duplicates_are_harmless(clients: ClientFactory) -> None:
@@ -166,7 +170,11 @@ def test_a_stale_stop_does_not_disarm_the_current_run(clients: ClientFactory) ->
     stale = on(state_change(host, "stopped", started - minutes(10)), clients, started + minutes(1))
 
     assert stale["action"] == "ignored"
-    assert list(deadline_schedules(clients)) == [names.deadline_schedule(host)]
+    # One deadline, and one warning to its owner before it.
+    assert sorted(deadline_schedules(clients)) == [
+        names.deadline_schedule(host),
+        names.warning_schedule(host),
+    ]
 
 
 def test_a_host_already_past_its_deadline_is_judged_at_once(clients: ClientFactory) -> None:

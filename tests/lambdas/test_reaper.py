@@ -246,9 +246,9 @@ def test_judging_given_ids(clients: ClientFactory) -> None:
     assert "i-0000000000000dead" not in skipped  # gone: nothing to judge, and no error
     assert result["errors"] == []
     assert heartbeats(clients) == []  # only a full sweep writes the reaper's heartbeat
-    # The host not yet due had its deadline schedule (re-)armed at its own deadline.
+    # The host not yet due had its deadline schedule (re-)armed at its own deadline, its warning with it.
     schedules = deadline_schedules(clients)
-    assert list(schedules) == [names.deadline_schedule(fleet.under)]
+    assert sorted(schedules) == [names.deadline_schedule(fleet.under), names.warning_schedule(fleet.under)]
 
 
 @pytest.mark.parametrize(

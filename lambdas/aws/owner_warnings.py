@@ -1,0 +1,103 @@
+"""The owner's warning before a deadline: what the warning schedule's ``{"warn": [id]}`` does.
+
+The host is judged again when the schedule fires: a deadline moved later since (an extension, a new
+exemption) re-arms the warning for it and sends nothing; a host already due, stopped or not this
+stack's gets nothing. Otherwise its owner is told (the SNS ``owner`` attribute, and the chat channel).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from guardrails.owners import owner_of
+from guardrails.rules.base import instant
+from guardrails.settings import Settings
+from guardrails.sweep import owner_stack, policy_from_settings
+from guardrails.sweep_notice import running_cost
+from guardrails.warning import OwnerWarning, warning_timing
+from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.environment import ClientFactory
+from lambdas.aws.host_sweep import plan_sweep
+from lambdas.aws.notices import notify
+from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+
+log = logging.getLogger(__name__)
+
+
+def warn_owners(
+    settings: Settings, *, instance_ids: Sequence[str], clients: ClientFactory, now: datetime
+) -> dict[str, Any]:
+    """Warn the owner of each host whose deadline is ``warn_before`` away; returns what was done."""
+    plan = plan_sweep(settings, now=now, clients=clients, instance_ids=instance_ids)
+    policy = policy_from_settings(settings)
+    result: dict[str, Any] = {"warned": [], "moved": [], "skipped": [], "errors": list(plan.errors)}
+    for verdict in plan.verdicts:
+        host, deadline = verdict.host, verdict.deadline
+        ours = owner_stack(host, policy, plan.live_stacks.get(host.region)) is None
+        if verdict.action == "stop" or deadline is None or host.state != "running" or not ours:
+            result["skipped"].append({"instance_id": host.instance_id, "reason": verdict.reason})
+            continue
+        timing = warning_timing(deadline, now, settings.warn_before)
+        if timing == "due":
+            result["skipped"].append(
+                {
+                    "instance_id": host.instance_id,
+                    "reason": "at its deadline: its deadline schedule judges it",
+                }
+            )
+        elif timing == "moved":
+            result["moved"].append(host.instance_id)
+            result["errors"] += _rearm(
+                settings, host.instance_id, host.region, deadline.enforce_at, clients=clients, now=now
+            )
+        else:
+            running, cost = running_cost(host, now)
+            warning = OwnerWarning(host, deadline, now, running, cost, settings.stack, settings.max_exemption)
+            owner = owner_of(host.tags)
+            errors = notify(
+                warning.subject(), warning.body(), [owner] if owner else [], settings, clients=clients
+            )
+            result["errors"] += [{"instance_id": host.instance_id, **error} for error in errors]
+            result["warned"].append(host.instance_id)
+            log.info(
+                "warning sent",
+                extra={
+                    "decision": {
+                        "kind": "warning sent",
+                        "instance_id": host.instance_id,
+                        "owner": owner,
+                        "deadline": instant(deadline.enforce_at),
+                        "errors": errors,
+                    }
+                },
+            )
+    return result
+
+
+def _rearm(
+    settings: Settings, instance_id: str, region: str, at: datetime, *, clients: ClientFactory, now: datetime
+) -> list[dict[str, str]]:
+    """The deadline moved later: its warning (and, harmlessly, the deadline itself) follow it."""
+    if not (settings.stack and settings.deadline_target_arn and settings.scheduler_role_arn):
+        return [
+            {"instance_id": instance_id, "action": "arm-warning", "error": "no deadline target configured"}
+        ]
+    try:
+        arm_deadline(
+            clients("scheduler", region),
+            stack=settings.stack,
+            instance_id=instance_id,
+            at=at,
+            target_arn=settings.deadline_target_arn,
+            role_arn=settings.scheduler_role_arn,
+            dead_letter_arn=settings.deadline_dead_letter_arn,
+            warn_before=settings.warn_before,
+            now=now,
+        )
+    except AWS_ERRORS as error:
+        return [{"instance_id": instance_id, "action": "arm-warning", "error": describe_error(error)}]
+    log.info("the deadline of %s moved to %s; its warning follows", instance_id, instant(at))
+    return []
