@@ -74,6 +74,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "cli.deploy:rollback",
         "Deploy SERVICE's previous verified revision again, blue-green, as `deploy` would.",
     ),
+    "extend": LazyCommand(
+        "cli.extend:extend",
+        "Move one GPU host's deadline later, within the stack's exemption limit and runtime ceiling.",
+    ),
     "guard-policy": LazyCommand(
         "cli.guard_policy:guard_policy",
         "Print the preventive policy that keeps accelerator hosts inside the guardrails.",

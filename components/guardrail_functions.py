@@ -301,7 +301,7 @@ class Guardrails(pulumi.ComponentResource):
         """The role EventBridge Scheduler invokes the reaper (sweeps, deadlines) and the launcher as."""
         return aws.iam.Role(
             "scheduler",
-            name=f"{names.prefix(self._args.stack)}-scheduler",
+            name=names.scheduler_role(self._args.stack),
             description="EventBridge Scheduler: invokes the reaper (sweeps, deadlines) and the launcher",
             assume_role_policy=pulumi.Output.json_dumps(
                 trust_policy("scheduler.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account_id}})

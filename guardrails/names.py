@@ -26,6 +26,11 @@ def function_name(stack: str, guardrail: str) -> str:
     return f"{prefix(stack)}-{guardrail}"
 
 
+def scheduler_role(stack: str) -> str:
+    """The IAM role EventBridge Scheduler invokes the guardrails as (deadlines, warnings, sweeps)."""
+    return f"{prefix(stack)}-scheduler"
+
+
 def schedule_group(stack: str) -> str:
     """EventBridge Scheduler group for the stack's recurring schedules (nightly starts and the sweep)."""
     return prefix(stack)

@@ -1,0 +1,173 @@
+"""``parkbrake extend``: move one host's deadline, record who, when and why, and move its schedules.
+
+The host's tags are the record the guardrails act on (``parkbrake:exempt-until``, bounded as every
+exemption is); the deadline and warning schedules then move to the new deadline. If moving them
+fails, the extension still holds (the old deadline schedule judges the host by its tags and re-arms
+itself), and the failure is an error with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from guardrails import names, tags
+from guardrails.durations import format_duration
+from guardrails.errors import ParkbrakeError
+from guardrails.extension import Extension, check_reason, plan_extension
+from guardrails.hosts import Host
+from guardrails.rules.base import instant
+from guardrails.settings import Settings, settings_from_environment
+from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_from_settings
+from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.ec2_hosts import list_hosts, live_stacks
+from lambdas.aws.environment import ClientFactory
+from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ExtendOutcome:
+    extension: Extension
+    host: Host
+    dry_run: bool
+    warning_at: datetime | None  # when the owner is warned before the new deadline (None: too close)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.extension.as_dict(),
+            "region": self.host.region,
+            "warning_at": instant(self.warning_at) if self.warning_at else None,
+            "dry_run": self.dry_run,
+            "errors": self.errors,
+        }
+
+
+def find_host(instance_id: str, settings: Settings, clients: ClientFactory) -> tuple[Host, list[str]]:
+    """The running, managed accelerator host of this stack, and the stacks deployed in its region;
+    anything else is refused with why."""
+    stack = settings.require_stack()
+    for region in settings.regions:
+        found = list_hosts(clients("ec2", region), region, instance_ids=[instance_id])
+        if found:
+            host = found[0]
+            break
+    else:
+        raise ParkbrakeError(
+            f"{instance_id}: no such instance in {', '.join(settings.regions)}; check the id and --region"
+        )
+    if host.state != "running":
+        raise ParkbrakeError(f"{instance_id} is {host.state}: only a running host has a deadline to extend")
+    if not host.accelerator:
+        raise ParkbrakeError(
+            f"{instance_id} is a {host.instance_type}, not an accelerator host: it has no deadline"
+        )
+    if not host.managed:
+        raise ParkbrakeError(
+            f"{instance_id} is not managed by parkbrake ({tags.MANAGED} is not 'true'): it has no deadline to "
+            "extend; tag it with its stack, pool, tenant and max-runtime first"
+        )
+    stacks = live_stacks(clients("ssm", host.region))
+    if stack not in stacks:
+        raise ParkbrakeError(
+            f"stack {stack!r} is not deployed in {host.region}: no {names.park_parameter(stack)}; check --stack"
+        )
+    other = owner_stack(host, policy_from_settings(settings), stacks)
+    if other is not None:
+        raise ParkbrakeError(f"{instance_id} belongs to stack {other!r}; run this with --stack {other}")
+    return host, stacks
+
+
+def plan(
+    instance_id: str,
+    *,
+    by: timedelta,
+    reason: str,
+    environ: Mapping[str, str],
+    clients: ClientFactory,
+    now: datetime,
+) -> tuple[Extension, Host, Settings]:
+    """Check the request against the host and the stack's limits; changes nothing."""
+    reason = check_reason(reason)
+    settings = settings_from_environment(environ)
+    host, stacks = find_host(instance_id, settings, clients)
+    policy = policy_from_settings(settings)
+    orphan = orphan_reason(host, policy, stacks) is not None
+    deadline = host_deadline(host, policy, now, orphan=orphan)
+    if deadline is None:  # find_host refused unmanaged hosts; this keeps the type honest
+        raise ParkbrakeError(f"{instance_id} has no deadline")
+    actor = str(clients("sts", host.region).get_caller_identity()["Arn"])
+    extension = plan_extension(
+        host,
+        deadline,
+        by=by,
+        reason=reason,
+        actor=actor,
+        now=now,
+        max_exemption=settings.max_exemption,
+        ceiling=settings.max_runtime_ceiling,
+    )
+    return extension, host, settings
+
+
+def apply(
+    extension: Extension, host: Host, settings: Settings, *, clients: ClientFactory, now: datetime
+) -> ExtendOutcome:
+    """Tag the host with the extension, then move its deadline and warning schedules."""
+    warning_at = extension.until - settings.warn_before
+    outcome = ExtendOutcome(extension, host, False, warning_at if warning_at > now else None)
+    clients("ec2", host.region).create_tags(
+        Resources=[host.instance_id],
+        Tags=[{"Key": key, "Value": value} for key, value in extension.tags().items()],
+    )
+    log.info("extension", extra={"decision": {"kind": "extension", **extension.as_dict()}})
+    try:
+        target = schedule_target(settings, extension.actor, host.region)
+        arm_deadline(
+            clients("scheduler", host.region),
+            stack=settings.require_stack(),
+            instance_id=host.instance_id,
+            at=extension.until,
+            target_arn=target[0],
+            role_arn=target[1],
+            dead_letter_arn=target[2],
+            warn_before=settings.warn_before,
+            now=now,
+        )
+    except AWS_ERRORS as error:
+        outcome.errors.append(
+            {"instance_id": host.instance_id, "action": "move-schedules", "error": describe_error(error)}
+        )
+    return outcome
+
+
+def schedule_target(settings: Settings, caller_arn: str, region: str) -> tuple[str, str, str]:
+    """What the host's schedules invoke, as whom, and where a failed delivery goes: the settings' when
+    set, else the names the Guardrails component gives them in the caller's account."""
+    stack = settings.require_stack()
+    partition, account = caller_arn.split(":")[1], caller_arn.split(":")[4]
+    return (
+        settings.deadline_target_arn
+        or f"arn:{partition}:lambda:{region}:{account}:function:{names.function_name(stack, 'reaper')}",
+        settings.scheduler_role_arn or f"arn:{partition}:iam::{account}:role/{names.scheduler_role(stack)}",
+        settings.deadline_dead_letter_arn
+        or f"arn:{partition}:sqs:{region}:{account}:{names.dead_letter_queue(stack, 'reaper')}",
+    )
+
+
+def describe(extension: Extension, host: Host, settings: Settings) -> Sequence[str]:
+    """What the extension changes, for people, before it is applied."""
+    name = host.tags.get("Name")
+    return [
+        f"{host.instance_id}{f' ({name})' if name else ''} in {host.region}, tenant {host.tenant or '-'}",
+        f"  deadline  {instant(extension.previous)} -> {instant(extension.until)} (+{format_duration(extension.until - extension.previous)})",
+        f"  reason    {extension.reason}",
+        f"  by        {extension.actor}",
+        f"  limits    {format_duration(settings.max_exemption)} from now (exemption limit), "
+        f"{format_duration(settings.max_runtime_ceiling)} since its start (ceiling)",
+    ]
