@@ -23,6 +23,14 @@ from guardrails.sweep_notice import SUBJECT_LIMIT
 SLACK = timedelta(minutes=1)
 REASON_PLACEHOLDER = "what still needs the host"
 
+# Where a cap came from (guardrails.deadlines.Deadline.cap_source), in a warning's words.
+CAP_SOURCES = {
+    "tag": f"its {tags.MAX_RUNTIME} tag",
+    "pool": "its pool's default",
+    "stack": "the stack's default",
+    "ceiling": "the stack's ceiling (its tag asked for more)",
+}
+
 WarningTiming = Literal["warn", "moved", "due"]
 
 
@@ -99,4 +107,4 @@ class OwnerWarning:
         deadline = self.deadline
         if deadline.exempt_until is not None and deadline.exempt_until > deadline.deadline:
             return f"exempt until then; its cap of {format_duration(deadline.cap)} ended earlier"
-        return f"cap {format_duration(deadline.cap)} ({deadline.cap_source})"
+        return f"the end of its {format_duration(deadline.cap)} cap, from {CAP_SOURCES.get(deadline.cap_source, deadline.cap_source)}"

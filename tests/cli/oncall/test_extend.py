@@ -1,0 +1,200 @@
+"""``parkbrake extend`` against moto: within the limits the deadline and its schedules move and the host
+records who, when and why; beyond either limit, for an unknown or unmanaged host, or without a reason,
+nothing changes and the exit is non-zero."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from guardrail_fleet import (
+    ACCOUNT,
+    REGION,
+    ROLE_ARN,
+    STACK,
+    TARGET_ARN,
+    client_factory,
+    create_deadline_group,
+    deadline_schedules,
+    guardrail_settings,
+    launch,
+    launch_time,
+    managed_tags,
+    minutes,
+    states,
+)
+
+from cli.main import parkbrake
+from guardrails import names, tags
+from guardrails.rules.base import instant
+from lambdas import reaper
+from lambdas.aws.deadline_schedules import schedule_expression
+from lambdas.aws.environment import ClientFactory
+
+OWNER = "ana@example.com"
+
+
+@pytest.fixture
+def clients(aws: str) -> ClientFactory:
+    """A deployed stack: its park parameter and its deadlines' schedule group."""
+    made = client_factory(aws)
+    made("ssm", REGION).put_parameter(Name=names.park_parameter(STACK), Value="false", Type="String")
+    create_deadline_group(made)
+    return made
+
+
+def extend(*args: str, **environ: str) -> Any:
+    env = {"PARKBRAKE_STACK": STACK, "PARKBRAKE_REGIONS": REGION, **environ}
+    return CliRunner().invoke(parkbrake, ["extend", *args], env=env, catch_exceptions=False)
+
+
+def host_tags(clients: ClientFactory, instance_id: str) -> dict[str, str]:
+    described = clients("ec2", REGION).describe_instances(InstanceIds=[instance_id])
+    return {tag["Key"]: tag["Value"] for tag in described["Reservations"][0]["Instances"][0]["Tags"]}
+
+
+def gpu_host(clients: ClientFactory, **extra: str) -> str:
+    return launch(
+        clients("ec2", REGION), "g5.xlarge", managed_tags(max_runtime="90m", Name="llm-eval", **extra)
+    )[0]
+
+
+def test_within_the_limits_the_deadline_and_its_schedules_move(clients: ClientFactory) -> None:
+    host = gpu_host(clients, **{tags.OWNER: OWNER})
+    started = launch_time(clients("ec2", REGION), host)
+    before = dict(host_tags(clients, host))
+
+    result = extend(host, "--by", "1h", "--reason", "eval finishing, ETA 40m", "--yes", "--output", "json")
+
+    assert result.exit_code == 0, result.output
+    extended = json.loads(result.output)
+    new_deadline = started + minutes(150)
+    assert extended["previous_deadline"] == instant(started + minutes(90))
+    assert extended["deadline"] == instant(new_deadline)
+    assert extended["actor"] == f"arn:aws:sts::{ACCOUNT}:user/moto"
+    assert extended["warning_at"] == instant(new_deadline - timedelta(minutes=15))
+    recorded = host_tags(clients, host)
+    assert recorded == {
+        **before,
+        tags.EXEMPT_UNTIL: instant(new_deadline),
+        tags.EXTENDED_BY: f"arn:aws:sts::{ACCOUNT}:user/moto",
+        tags.EXTENDED_AT: extended["at"],
+        tags.EXTENSION_REASON: "eval finishing, ETA 40m",
+    }
+    schedules = deadline_schedules(clients)
+    deadline, warning = schedules[names.deadline_schedule(host)], schedules[names.warning_schedule(host)]
+    assert deadline["ScheduleExpression"] == schedule_expression(new_deadline)
+    assert warning["ScheduleExpression"] == schedule_expression(new_deadline - timedelta(minutes=15))
+    # The names the Guardrails component gives the reaper and the scheduler role, in the caller's account.
+    for schedule in (deadline, warning):
+        assert (schedule["Target"]["Arn"], schedule["Target"]["RoleArn"]) == (TARGET_ARN, ROLE_ARN)
+    assert json.loads(warning["Target"]["Input"]) == {"warn": [host]}
+
+    # The sweep honours the extension: past the 90m cap the host runs on, and at the new deadline it stops.
+    judged = reaper.handle(
+        {"instance_ids": [host]}, settings=guardrail_settings(), clients=clients, now=started + minutes(100)
+    )
+    assert judged["stopped"] == []
+    assert f"exempt until {instant(new_deadline)}" in judged["skipped"][0]["reason"]
+    stopped = reaper.handle(
+        {"instance_ids": [host]}, settings=guardrail_settings(), clients=clients, now=new_deadline
+    )
+    assert stopped["stopped"] == [host]
+    assert states(clients("ec2", REGION), [host]) == {host: "stopped"}
+
+
+def test_text_output_shows_the_move_and_the_limits(clients: ClientFactory) -> None:
+    host = gpu_host(clients)
+    started = launch_time(clients("ec2", REGION), host)
+    result = extend(host, "--by", "30m", "--reason", "checkpointing", "--yes")
+    assert result.exit_code == 0, result.output
+    assert (
+        f"deadline  {instant(started + minutes(90))} -> {instant(started + minutes(120))} (+30m)"
+        in result.output
+    )
+    assert "limits    1d from now (exemption limit), 1d since its start (ceiling)" in result.output
+    assert f"Extended {host} to {instant(started + minutes(120))}" in result.output
+
+
+def test_beyond_the_exemption_limit_is_refused_naming_it(clients: ClientFactory) -> None:
+    host = gpu_host(clients)
+    before = host_tags(clients, host)
+
+    result = extend(host, "--by", "3h", "--reason", "long eval", "--yes", PARKBRAKE_MAX_EXEMPTION="2h")
+
+    assert result.exit_code == 1
+    assert "beyond the stack's exemption limit of 2h (PARKBRAKE_MAX_EXEMPTION, guardrails.max_exemption)" in (
+        result.output
+    )
+    assert "the most allowed now is --by " in result.output
+    assert "Traceback" not in result.output
+    assert host_tags(clients, host) == before
+    assert deadline_schedules(clients) == {}
+
+
+def test_beyond_the_runtime_ceiling_is_refused_naming_it(clients: ClientFactory) -> None:
+    host = gpu_host(clients)
+    before = host_tags(clients, host)
+
+    result = extend(host, "--by", "1h", "--reason", "long eval", "--yes", PARKBRAKE_MAX_RUNTIME_CEILING="2h")
+
+    assert result.exit_code == 1
+    assert (
+        "beyond the stack's runtime ceiling of 2h (PARKBRAKE_MAX_RUNTIME_CEILING, guardrails.max_runtime_ceiling);"
+        " the most allowed is --by 30m" in result.output
+    )
+    assert "exemption limit" not in result.output
+    assert host_tags(clients, host) == before
+
+
+def test_an_unknown_instance_is_refused(clients: ClientFactory) -> None:
+    result = extend("i-0000000000000dead", "--by", "1h", "--reason", "why not", "--yes")
+    assert result.exit_code == 1
+    assert f"i-0000000000000dead: no such instance in {REGION}; check the id and --region" in result.output
+
+
+def test_an_unmanaged_instance_is_refused(clients: ClientFactory) -> None:
+    [host] = launch(clients("ec2", REGION), "g5.xlarge", {"Name": "notebook"})
+    result = extend(host, "--by", "1h", "--reason", "mine", "--yes")
+    assert result.exit_code == 1
+    assert f"{host} is not managed by parkbrake (parkbrake:managed is not 'true')" in result.output
+    assert tags.EXEMPT_UNTIL not in host_tags(clients, host)
+
+
+def test_another_stacks_host_is_refused_naming_the_stack(clients: ClientFactory) -> None:
+    clients("ssm", REGION).put_parameter(Name=names.park_parameter("prod"), Value="false", Type="String")
+    [host] = launch(clients("ec2", REGION), "g5.xlarge", managed_tags(**{tags.STACK: "prod"}))
+    result = extend(host, "--by", "1h", "--reason", "mine", "--yes")
+    assert result.exit_code == 1
+    assert f"{host} belongs to stack 'prod'; run this with --stack prod" in result.output
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"), [(None, "Missing option '--reason'"), ("  ", "--reason: required")]
+)
+def test_a_reason_is_required(clients: ClientFactory, reason: str | None, expected: str) -> None:
+    host = gpu_host(clients)
+    result = extend(host, "--by", "1h", "--yes", *(["--reason", reason] if reason is not None else []))
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert tags.EXEMPT_UNTIL not in host_tags(clients, host)
+
+
+def test_dry_run_and_no_terminal_change_nothing(clients: ClientFactory) -> None:
+    host = gpu_host(clients)
+    started = launch_time(clients("ec2", REGION), host)
+    before = host_tags(clients, host)
+
+    dry = extend(host, "--by", "1h", "--reason", "eval", "--dry-run", "--output", "json")
+    unasked = extend(host, "--by", "1h", "--reason", "eval")
+
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["deadline"] == instant(started + minutes(150))
+    assert json.loads(dry.output)["dry_run"] is True
+    assert unasked.exit_code == 2
+    assert "Refusing without --yes" in unasked.output
+    assert host_tags(clients, host) == before
+    assert deadline_schedules(clients) == {}
