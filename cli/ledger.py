@@ -7,49 +7,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
-from typing import IO, TYPE_CHECKING, Any, cast
+from datetime import UTC, datetime
+from typing import IO, Any
 
 import click
 
 from cli.options import output_option
+from cli.usage.budgets import metering_settings
 from guardrails.errors import InputError, ParkbrakeError
 
-if TYPE_CHECKING:
-    from guardrails.invoice import Invoice
-    from guardrails.ledger import StateChange, Usage
-    from guardrails.runway import Budget, Period, TenantRunway
-    from guardrails.settings import Settings
-    from lambdas.aws.environment import ClientFactory
-    from lambdas.ledger.store import LedgerStore, UsageRow
-    from lambdas.meter import MeterResult
-
 MAX_PROBLEMS_SHOWN = 20
-
-
-def parse_instant(text: str, option: str) -> datetime:
-    """ISO-8601; a date means its UTC midnight and a time without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(
-            f"{option}: {text!r} is not an ISO-8601 date or time (2025-05-01, 2025-05-01T12:00Z)"
-        ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-def metering_settings(environ: Mapping[str, str]) -> Settings:
-    """The caps the meter resolves (``PARKBRAKE_DEFAULT_MAX_RUNTIME``, ``PARKBRAKE_POOL_MAX_RUNTIMES``).
-
-    The events name their own regions, so the guarded-region list is not needed here.
-    """
-    from guardrails.settings import REGIONS, settings_from_environment
-
-    return settings_from_environment({REGIONS: "any", **environ})
 
 
 @click.group()
@@ -105,6 +72,7 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     Example:
       parkbrake ledger ingest events.jsonl
     """
+    from cli.usage.ingest import ingest_changes, line_report, read_events
     from lambdas.aws.environment import default_clients
     from lambdas.ledger.store import store_from_environment
 
@@ -142,137 +110,6 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
         )
 
 
-def line_report(numbered: Sequence[tuple[int, StateChange]], result: MeterResult) -> list[dict[str, Any]]:
-    """Per line of the file: what happened to its event (appended, duplicate, skipped, unattributed) and why."""
-    notes = {note["event_id"]: ("skipped", note["reason"]) for note in result.skipped}
-    notes |= {note["event_id"]: ("unattributed", note["reason"]) for note in result.unattributed}
-    first_line: dict[str, int] = {}
-    lines = []
-    for number, change in numbered:
-        outcome, reason = notes.get(change.event_id, ("duplicate", "already in the ledger"))
-        if change.event_id in first_line:
-            outcome, reason = "duplicate", f"repeats line {first_line[change.event_id]}"
-        elif result.outcomes.get(change.event_id) == "appended":
-            outcome, reason = "appended", ""
-        first_line.setdefault(change.event_id, number)
-        lines.append(
-            {"line": number, "event_id": change.event_id, "instance_id": change.instance_id, "outcome": outcome,
-             "reason": reason}
-        )  # fmt: skip
-    return lines
-
-
-def read_events(lines: Iterable[str]) -> list[tuple[int, StateChange]]:
-    """Parse JSON Lines of events (with their line numbers); every malformed line is reported, by
-    number, before anything is written."""
-    from guardrails.ledger import MalformedEvent, state_change_from_event
-
-    changes, problems = [], []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            document = json.loads(line)
-            if not isinstance(document, dict):
-                raise MalformedEvent("not a JSON object")
-            changes.append((number, state_change_from_event(document)))
-        except (json.JSONDecodeError, MalformedEvent) as error:
-            problems.append(f"line {number}: {error}")
-    if problems:
-        shown = problems[:MAX_PROBLEMS_SHOWN]
-        more = len(problems) - len(shown)
-        raise InputError(
-            "malformed events, nothing was appended:\n  "
-            + "\n  ".join(shown)
-            + (f"\n  ... and {more} more" if more else "")
-        )
-    return changes
-
-
-def ingest_changes(
-    changes: Sequence[StateChange],
-    *,
-    store: LedgerStore,
-    clients: ClientFactory,
-    settings: Settings,
-    batch_size: int,
-    progress: bool = False,
-) -> MeterResult:
-    """Meter ``changes`` in batches: one EC2 lookup and one database transaction per batch."""
-    from rich.progress import track
-
-    from cli.console import console
-    from lambdas.meter import MeterResult, meter
-
-    total = MeterResult()
-    batches = [changes[start : start + batch_size] for start in range(0, len(changes), batch_size)]
-    for batch in track(batches, description="ingesting", console=console(stderr=True), disable=not progress):
-        now = datetime.now(UTC)
-        total.add(
-            meter(batch, store=store, clients=clients, settings=settings, received_at=now, source="ingest")
-        )
-    return total
-
-
-@dataclass(frozen=True)
-class TenantReport:
-    tenant: str
-    rows: list[UsageRow]
-
-    def total(self, key: str | None = None) -> dict[str | None, Usage]:
-        """Usage summed exactly by pool, by instance type (``key``) or in all (None)."""
-        from guardrails.ledger import Usage
-
-        sums: dict[str | None, Usage] = defaultdict(Usage)
-        for row in self.rows:
-            sums[getattr(row, key) if key else None] += row.usage
-        return dict(sums)
-
-    def as_dict(self) -> dict[str, Any]:
-        from guardrails.ledger import Usage
-
-        total = self.total().get(None, Usage())
-        return {
-            "tenant": self.tenant,
-            **_amounts(total),
-            "by_pool": [
-                {"pool": pool, **_amounts(usage)} for pool, usage in sorted(self.total("pool").items())
-            ],
-            "by_instance_type": [
-                {"instance_type": name, **_amounts(usage)}
-                for name, usage in sorted(self.total("instance_type").items())
-            ],
-            "breakdown": [
-                {"pool": row.pool, "instance_type": row.instance_type, **_amounts(row.usage)}
-                for row in self.rows
-            ],
-        }
-
-
-def _amounts(usage: Usage) -> dict[str, Any]:
-    # JSON numbers: three decimals of seconds and six of dollars print back exactly as floats.
-    return {
-        "accelerator_seconds": float(usage.accelerator_seconds),
-        "cost_usd": float(usage.cost_usd),
-    }
-
-
-def usage_report(
-    store: LedgerStore,
-    *,
-    now: datetime,
-    since: datetime | None,
-    until: datetime | None,
-    tenants: Sequence[str],
-) -> list[TenantReport]:
-    """Per tenant (every tenant with usage, or exactly ``tenants``), usage by pool and instance type."""
-    rows = store.usage_rows(now=now, since=since, until=until, tenants=list(tenants) or None)
-    by_tenant: dict[str, list[UsageRow]] = {tenant: [] for tenant in tenants}
-    for row in rows:
-        by_tenant.setdefault(row.tenant, []).append(row)
-    return [TenantReport(tenant, by_tenant[tenant]) for tenant in sorted(by_tenant)]
-
-
 @ledger.command()
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to report (repeatable); default: all.")
 @click.option(
@@ -296,6 +133,7 @@ def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
     Example:
       parkbrake ledger report --tenant research --month 2026-11 --timezone Europe/Berlin --format markdown
     """
+    from cli.usage.invoices import print_report, report_window, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
     from lambdas.ledger.store import store_from_environment
 
@@ -323,109 +161,6 @@ def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
         print_report(reports, start, end)
 
 
-def report_window(
-    now: datetime, *, since: str | None, until: str | None, month: str | None, zone: str | None
-) -> tuple[datetime, datetime, datetime]:
-    """``[start, end)`` of the report and the end of the month it starts in (for the forecast)."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        where = ZoneInfo(zone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InputError(f"--timezone: {zone!r} is not an IANA time zone (Europe/Berlin, UTC)") from None
-    local_now = now.astimezone(where)
-    if month is not None:
-        if since or until:
-            raise InputError("--month: give either --month or --since/--until, not both")
-        try:
-            first = datetime.strptime(month, "%Y-%m").replace(tzinfo=where)
-        except ValueError:
-            raise InputError(f"--month: {month!r} is not a month (YYYY-MM)") from None
-        start, end = first, _next_month(first)
-    else:
-        first = local_now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        start = parse_instant(since, "--since") if since else first
-        end = parse_instant(until, "--until") if until else now
-    if end <= start:
-        raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
-    local_start = start.astimezone(where)
-    return start, end, _next_month(local_start.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
-
-
-def _next_month(first: datetime) -> datetime:
-    return first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
-
-
-def tenant_invoices(
-    store: LedgerStore,
-    *,
-    now: datetime,
-    since: datetime,
-    until: datetime,
-    month_end: datetime,
-    tenants: Sequence[str],
-) -> list[Invoice]:
-    """One invoice per tenant; while its month is running, with the month-end forecast at the current burn."""
-    from guardrails.invoice import Invoice, month_end_forecast
-
-    lines = store.invoice_lines(
-        now=now, since=since, until=min(until, month_end), tenants=list(tenants) or None
-    )
-    by_tenant: dict[str, list[Any]] = {tenant: [] for tenant in tenants}
-    for line in lines:
-        by_tenant.setdefault(line.tenant, []).append(line)
-    burns = {}
-    if since <= now < month_end:
-        burns = {
-            s.tenant: s.totals.burn_usd_per_hour for s in store.runways(now=now, default_cap=timedelta(0))
-        }
-    invoices = []
-    for tenant in sorted(by_tenant):
-        invoice = Invoice(tenant, since, until, tuple(by_tenant[tenant]))
-        if tenant in burns:
-            forecast = month_end_forecast(invoice.total_usd, burns[tenant], now, month_end)
-            invoice = replace(invoice, forecast_usd=forecast)
-        invoices.append(invoice)
-    return invoices
-
-
-def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
-    from rich.table import Table
-
-    from cli.console import console
-
-    table = Table(title=f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC")
-    for column in ("tenant", "pool", "instance type", "accelerator-hours", "cost (USD)"):
-        table.add_column(column, justify="right" if "(" in column or "hours" in column else "left")
-    for tenant_report in reports:
-        for row in tenant_report.rows:
-            table.add_row(row.tenant, row.pool, row.instance_type, *_cells(row.usage))
-        total = tenant_report.total().get(None)
-        if total is not None:
-            table.add_row(tenant_report.tenant, "[b]total[/b]", "", *_cells(total), end_section=True)
-    console().print(table)
-
-
-def _cells(usage: Usage) -> tuple[str, str]:
-    hours = usage.accelerator_seconds / 3600
-    return f"{hours:,.3f}", f"{usage.cost_usd:,.2f}"
-
-
-def tenant_runways(
-    *, now: datetime, environ: Mapping[str, str] | None = None, tenants: Sequence[str] | None = None
-) -> list[TenantRunway]:
-    """Per tenant: spent this period, committed, remaining, burn rate and runway (for ``parkbrake status``)."""
-    from lambdas.ledger.store import store_from_environment
-
-    environ = os.environ if environ is None else environ
-    store = store_from_environment(environ)
-    try:
-        default_cap = metering_settings(environ).default_max_runtime
-        return store.runways(now=now, default_cap=default_cap, tenants=tenants)
-    finally:
-        store.close()
-
-
 @ledger.command()
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to show (repeatable); default: all.")
 @output_option
@@ -436,36 +171,13 @@ def runway(tenants: tuple[str, ...], output: str) -> None:
     Example:
       parkbrake ledger runway --tenant research
     """
+    from cli.usage.budgets import print_runways, tenant_runways
+
     statuses = tenant_runways(now=datetime.now(UTC), tenants=list(tenants) or None)
     if output == "json":
         click.echo(json.dumps([status.as_dict() for status in statuses], indent=2))
         return
     print_runways(statuses)
-
-
-def print_runways(statuses: Sequence[TenantRunway]) -> None:
-    from rich.table import Table
-
-    from cli.console import console
-    from guardrails.durations import format_duration
-
-    table = Table(title="Budgets and runway")
-    columns = ("tenant", "budget", "spent", "committed", "remaining", "burn /h", "runway", "GPUs")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "tenant" else "right")
-    for status in statuses:
-        limit, remaining, runway_left = status.budget.limit_usd, status.remaining_usd, status.runway
-        table.add_row(
-            status.tenant,
-            "-" if limit is None else f"{limit:,.2f} /{status.budget.period}",
-            f"{status.spent_usd:,.2f}",
-            f"{status.committed_usd:,.2f}",
-            "-" if remaining is None else f"{remaining:,.2f}",
-            f"{status.totals.burn_usd_per_hour:,.2f}",
-            "∞" if runway_left is None else format_duration(runway_left),
-            str(status.totals.running_accelerators),
-        )
-    console().print(table)
 
 
 @ledger.command("replay-dlq")
@@ -609,6 +321,7 @@ def set_budget(tenant: str, output: str, **flags: str) -> None:
     Example:
       parkbrake ledger budget research --limit-usd 5000 --period month
     """
+    from cli.usage.budgets import parse_budget
     from lambdas.ledger.store import store_from_environment
 
     new_budget = parse_budget(tenant, **flags)
@@ -633,41 +346,3 @@ def set_budget(tenant: str, output: str, **flags: str) -> None:
             f"{tenant}: {new_budget.limit_usd:,.2f} USD per {new_budget.period}, "
             f"notify at {percentages or 'the limit only'}, actions: {', '.join(actions) or 'none'}"
         )
-
-
-def parse_budget(tenant: str, *, limit_usd: str, period: str, soft: str, actions: str) -> Budget:
-    """A Budget from the flags; every problem is reported at once."""
-    from guardrails.runway import ACTIONS, PERIODS, Budget
-
-    problems = []
-    limit = Decimal(0)
-    try:
-        limit = Decimal(limit_usd)
-        if not limit.is_finite() or limit <= 0:
-            problems.append(f"--limit-usd: {limit_usd!r} must be a positive amount")
-    except InvalidOperation:
-        problems.append(f"--limit-usd: {limit_usd!r} is not a number")
-    thresholds = []
-    for part in filter(None, (piece.strip().rstrip("%") for piece in soft.split(","))):
-        try:
-            value = Decimal(part)
-        except InvalidOperation:
-            value = Decimal(-1)
-        if not 0 < value < 100:
-            problems.append(f"--soft: {part!r} is not a percentage between 0 and 100")
-        else:
-            thresholds.append(value / 100)
-    chosen = {piece.strip() for piece in actions.split(",") if piece.strip()}
-    for unknown in sorted(chosen - set(ACTIONS)):
-        problems.append(f"--actions: {unknown!r} is not one of {', '.join(ACTIONS)}")
-    if period not in PERIODS:
-        problems.append(f"--period: {period!r} is not one of {', '.join(PERIODS)}")
-    if problems:
-        raise InputError("invalid budget:\n  " + "\n  ".join(problems))
-    return Budget(
-        tenant,
-        limit,
-        cast("Period", period),
-        tuple(sorted(set(thresholds))),
-        frozenset(action for action in ACTIONS if action in chosen),
-    )

@@ -93,6 +93,6 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
 
 
 def _ledger_runways(tenants: Sequence[str]) -> list[TenantRunway]:
-    from cli.ledger import tenant_runways
+    from cli.usage.budgets import tenant_runways
 
     return tenant_runways(now=datetime.now(UTC), tenants=list(tenants) or None)

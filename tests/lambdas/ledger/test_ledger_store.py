@@ -287,7 +287,7 @@ def test_a_plain_url_secret_is_used_as_is() -> None:
 def test_an_invoice_splits_at_a_price_change_and_forecasts_the_month_at_the_current_burn(
     store: LedgerStore,
 ) -> None:
-    from cli.ledger import tenant_invoices
+    from cli.usage.invoices import tenant_invoices
 
     appended(store, [step("r1", "i-1", "running", ms(0))])  # g5.xlarge at $1.006/h, still running
     store.add_price("g5.xlarge", Decimal("2"), at(60), "test: a change")

@@ -1,0 +1,1 @@
+"""Engines of ``parkbrake ledger``: ingest, reports and invoices, budgets and runway."""

@@ -1,0 +1,104 @@
+"""``parkbrake ledger budget`` and ``runway``'s engines: a budget from the flags, every tenant's
+runway, and the runway table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, cast
+
+from guardrails.errors import InputError
+
+if TYPE_CHECKING:
+    from guardrails.runway import Budget, Period, TenantRunway
+    from guardrails.settings import Settings
+
+
+def metering_settings(environ: Mapping[str, str]) -> Settings:
+    """The caps the meter resolves (``PARKBRAKE_DEFAULT_MAX_RUNTIME``, ``PARKBRAKE_POOL_MAX_RUNTIMES``).
+
+    The events name their own regions, so the guarded-region list is not needed here.
+    """
+    from guardrails.settings import REGIONS, settings_from_environment
+
+    return settings_from_environment({REGIONS: "any", **environ})
+
+
+def tenant_runways(
+    *, now: datetime, environ: Mapping[str, str] | None = None, tenants: Sequence[str] | None = None
+) -> list[TenantRunway]:
+    """Per tenant: spent this period, committed, remaining, burn rate and runway (for ``parkbrake status``)."""
+    from lambdas.ledger.store import store_from_environment
+
+    environ = os.environ if environ is None else environ
+    store = store_from_environment(environ)
+    try:
+        default_cap = metering_settings(environ).default_max_runtime
+        return store.runways(now=now, default_cap=default_cap, tenants=tenants)
+    finally:
+        store.close()
+
+
+def print_runways(statuses: Sequence[TenantRunway]) -> None:
+    from rich.table import Table
+
+    from cli.console import console
+    from guardrails.durations import format_duration
+
+    table = Table(title="Budgets and runway")
+    columns = ("tenant", "budget", "spent", "committed", "remaining", "burn /h", "runway", "GPUs")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "tenant" else "right")
+    for status in statuses:
+        limit, remaining, runway_left = status.budget.limit_usd, status.remaining_usd, status.runway
+        table.add_row(
+            status.tenant,
+            "-" if limit is None else f"{limit:,.2f} /{status.budget.period}",
+            f"{status.spent_usd:,.2f}",
+            f"{status.committed_usd:,.2f}",
+            "-" if remaining is None else f"{remaining:,.2f}",
+            f"{status.totals.burn_usd_per_hour:,.2f}",
+            "∞" if runway_left is None else format_duration(runway_left),
+            str(status.totals.running_accelerators),
+        )
+    console().print(table)
+
+
+def parse_budget(tenant: str, *, limit_usd: str, period: str, soft: str, actions: str) -> Budget:
+    """A Budget from the flags; every problem is reported at once."""
+    from guardrails.runway import ACTIONS, PERIODS, Budget
+
+    problems = []
+    limit = Decimal(0)
+    try:
+        limit = Decimal(limit_usd)
+        if not limit.is_finite() or limit <= 0:
+            problems.append(f"--limit-usd: {limit_usd!r} must be a positive amount")
+    except InvalidOperation:
+        problems.append(f"--limit-usd: {limit_usd!r} is not a number")
+    thresholds = []
+    for part in filter(None, (piece.strip().rstrip("%") for piece in soft.split(","))):
+        try:
+            value = Decimal(part)
+        except InvalidOperation:
+            value = Decimal(-1)
+        if not 0 < value < 100:
+            problems.append(f"--soft: {part!r} is not a percentage between 0 and 100")
+        else:
+            thresholds.append(value / 100)
+    chosen = {piece.strip() for piece in actions.split(",") if piece.strip()}
+    for unknown in sorted(chosen - set(ACTIONS)):
+        problems.append(f"--actions: {unknown!r} is not one of {', '.join(ACTIONS)}")
+    if period not in PERIODS:
+        problems.append(f"--period: {period!r} is not one of {', '.join(PERIODS)}")
+    if problems:
+        raise InputError("invalid budget:\n  " + "\n  ".join(problems))
+    return Budget(
+        tenant,
+        limit,
+        cast("Period", period),
+        tuple(sorted(set(thresholds))),
+        frozenset(action for action in ACTIONS if action in chosen),
+    )

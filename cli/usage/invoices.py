@@ -1,0 +1,175 @@
+"""``parkbrake ledger report``'s engine: usage per tenant, pool and instance type in a window, and
+the invoices (guardrails.invoice) with their month-end forecast."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from guardrails.errors import InputError
+
+if TYPE_CHECKING:
+    from guardrails.invoice import Invoice
+    from guardrails.ledger import Usage
+    from lambdas.ledger.store import LedgerStore, UsageRow
+
+
+def parse_instant(text: str, option: str) -> datetime:
+    """ISO-8601; a date means its UTC midnight and a time without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InputError(
+            f"{option}: {text!r} is not an ISO-8601 date or time (2025-05-01, 2025-05-01T12:00Z)"
+        ) from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+@dataclass(frozen=True)
+class TenantReport:
+    tenant: str
+    rows: list[UsageRow]
+
+    def total(self, key: str | None = None) -> dict[str | None, Usage]:
+        """Usage summed exactly by pool, by instance type (``key``) or in all (None)."""
+        from guardrails.ledger import Usage
+
+        sums: dict[str | None, Usage] = defaultdict(Usage)
+        for row in self.rows:
+            sums[getattr(row, key) if key else None] += row.usage
+        return dict(sums)
+
+    def as_dict(self) -> dict[str, Any]:
+        from guardrails.ledger import Usage
+
+        total = self.total().get(None, Usage())
+        return {
+            "tenant": self.tenant,
+            **_amounts(total),
+            "by_pool": [
+                {"pool": pool, **_amounts(usage)} for pool, usage in sorted(self.total("pool").items())
+            ],
+            "by_instance_type": [
+                {"instance_type": name, **_amounts(usage)}
+                for name, usage in sorted(self.total("instance_type").items())
+            ],
+            "breakdown": [
+                {"pool": row.pool, "instance_type": row.instance_type, **_amounts(row.usage)}
+                for row in self.rows
+            ],
+        }
+
+
+def _amounts(usage: Usage) -> dict[str, Any]:
+    # JSON numbers: three decimals of seconds and six of dollars print back exactly as floats.
+    return {
+        "accelerator_seconds": float(usage.accelerator_seconds),
+        "cost_usd": float(usage.cost_usd),
+    }
+
+
+def usage_report(
+    store: LedgerStore,
+    *,
+    now: datetime,
+    since: datetime | None,
+    until: datetime | None,
+    tenants: Sequence[str],
+) -> list[TenantReport]:
+    """Per tenant (every tenant with usage, or exactly ``tenants``), usage by pool and instance type."""
+    rows = store.usage_rows(now=now, since=since, until=until, tenants=list(tenants) or None)
+    by_tenant: dict[str, list[UsageRow]] = {tenant: [] for tenant in tenants}
+    for row in rows:
+        by_tenant.setdefault(row.tenant, []).append(row)
+    return [TenantReport(tenant, by_tenant[tenant]) for tenant in sorted(by_tenant)]
+
+
+def report_window(
+    now: datetime, *, since: str | None, until: str | None, month: str | None, zone: str | None
+) -> tuple[datetime, datetime, datetime]:
+    """``[start, end)`` of the report and the end of the month it starts in (for the forecast)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        where = ZoneInfo(zone or "UTC")
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(f"--timezone: {zone!r} is not an IANA time zone (Europe/Berlin, UTC)") from None
+    local_now = now.astimezone(where)
+    if month is not None:
+        if since or until:
+            raise InputError("--month: give either --month or --since/--until, not both")
+        try:
+            first = datetime.strptime(month, "%Y-%m").replace(tzinfo=where)
+        except ValueError:
+            raise InputError(f"--month: {month!r} is not a month (YYYY-MM)") from None
+        start, end = first, _next_month(first)
+    else:
+        first = local_now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+        start = parse_instant(since, "--since") if since else first
+        end = parse_instant(until, "--until") if until else now
+    if end <= start:
+        raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
+    local_start = start.astimezone(where)
+    return start, end, _next_month(local_start.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+
+
+def _next_month(first: datetime) -> datetime:
+    return first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
+
+
+def tenant_invoices(
+    store: LedgerStore,
+    *,
+    now: datetime,
+    since: datetime,
+    until: datetime,
+    month_end: datetime,
+    tenants: Sequence[str],
+) -> list[Invoice]:
+    """One invoice per tenant; while its month is running, with the month-end forecast at the current burn."""
+    from guardrails.invoice import Invoice, month_end_forecast
+
+    lines = store.invoice_lines(
+        now=now, since=since, until=min(until, month_end), tenants=list(tenants) or None
+    )
+    by_tenant: dict[str, list[Any]] = {tenant: [] for tenant in tenants}
+    for line in lines:
+        by_tenant.setdefault(line.tenant, []).append(line)
+    burns = {}
+    if since <= now < month_end:
+        burns = {
+            s.tenant: s.totals.burn_usd_per_hour for s in store.runways(now=now, default_cap=timedelta(0))
+        }
+    invoices = []
+    for tenant in sorted(by_tenant):
+        invoice = Invoice(tenant, since, until, tuple(by_tenant[tenant]))
+        if tenant in burns:
+            forecast = month_end_forecast(invoice.total_usd, burns[tenant], now, month_end)
+            invoice = replace(invoice, forecast_usd=forecast)
+        invoices.append(invoice)
+    return invoices
+
+
+def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
+    from rich.table import Table
+
+    from cli.console import console
+
+    table = Table(title=f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC")
+    for column in ("tenant", "pool", "instance type", "accelerator-hours", "cost (USD)"):
+        table.add_column(column, justify="right" if "(" in column or "hours" in column else "left")
+    for tenant_report in reports:
+        for row in tenant_report.rows:
+            table.add_row(row.tenant, row.pool, row.instance_type, *_cells(row.usage))
+        total = tenant_report.total().get(None)
+        if total is not None:
+            table.add_row(tenant_report.tenant, "[b]total[/b]", "", *_cells(total), end_section=True)
+    console().print(table)
+
+
+def _cells(usage: Usage) -> tuple[str, str]:
+    hours = usage.accelerator_seconds / 3600
+    return f"{hours:,.3f}", f"{usage.cost_usd:,.2f}"
