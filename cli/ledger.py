@@ -118,7 +118,9 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
 @click.option("--until", help="End, exclusive (ISO-8601); default: now.")
 @click.option("--month", help="A calendar month, YYYY-MM, in --timezone (instead of --since/--until).")
 @click.option(
-    "--timezone", "zone", default="UTC", show_default=True, help="Where the month starts (IANA name)."
+    "--timezone",
+    "zone",
+    help="Where the month starts (IANA name); default: the tenants' budgets' zone, else UTC.",
 )
 @click.option(
     "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown"]), default="text",
@@ -133,14 +135,16 @@ def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
     Example:
       parkbrake ledger report --tenant research --month 2026-11 --timezone Europe/Berlin --format markdown
     """
-    from cli.usage.invoices import print_report, report_window, tenant_invoices, usage_report
+    from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
-    start, end, month_end = report_window(now, **window)
+    start, end, month_end = report_window(now, **window)  # bad flags fail before the database is asked
     store = store_from_environment()
     try:
+        if window["zone"] is None and tenants:  # the tenants' own months
+            start, end, month_end = report_window(now, **(window | {"zone": report_zone(store, tenants)}))
         reports = usage_report(store, now=now, since=start, until=end, tenants=tenants)
         invoices = tenant_invoices(
             store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
@@ -298,7 +302,7 @@ def release(reservation_id: int, output: str) -> None:
 
 @ledger.command("budget")
 @click.argument("tenant")
-@click.option("--limit-usd", required=True, help="The hard limit for each period, in USD.")
+@click.option("--limit-usd", help="The hard limit for each period, in USD (required unless --remove).")
 @click.option(
     "--period",
     type=click.Choice(["day", "week", "month"]),
@@ -307,42 +311,50 @@ def release(reservation_id: int, output: str) -> None:
     help="The budget period the limit applies to.",
 )
 @click.option(
+    "--timezone", default="UTC", show_default=True,
+    help="IANA time zone where the tenant's days, weeks and months begin (Europe/Berlin).",
+)  # fmt: skip
+@click.option(
     "--soft", default="50,80,90", show_default=True, help="Percentages of the limit at which to notify."
 )
 @click.option(
     "--actions", default="notify,deny", show_default=True,
     help="What the budget does: notify (SNS at thresholds), deny (refuse new work), stop (stop hosts at the limit).",
 )  # fmt: skip
+@click.option(
+    "--remove", is_flag=True, help="Remove TENANT's budget (usage is still metered); e.g. --remove."
+)
 @output_option
-def set_budget(tenant: str, output: str, **flags: str) -> None:
-    """Set TENANT's budget per period and the actions it takes (replacing any earlier budget).
+def set_budget(tenant: str, output: str, remove: bool, **flags: str | None) -> None:
+    """Set TENANT's budget per period in its time zone and the actions it takes (replacing any earlier
+    budget), or remove it.
 
     \b
     Example:
-      parkbrake ledger budget research --limit-usd 5000 --period month
+      parkbrake ledger budget research --limit-usd 5000 --period month --timezone Europe/Berlin
     """
-    from cli.usage.budgets import parse_budget
+    from cli.usage.budgets import budget_summary, parse_budget
     from lambdas.ledger.store import store_from_environment
 
+    if remove:
+        store = store_from_environment()
+        try:
+            removed = store.remove_budget(tenant)
+        finally:
+            store.close()
+        if not removed:
+            raise InputError(f"tenant {tenant!r} has no budget to remove")
+        click.echo(
+            json.dumps({"tenant": tenant, "removed": True})
+            if output == "json"
+            else f"{tenant}: budget removed"
+        )
+        return
     new_budget = parse_budget(tenant, **flags)
     store = store_from_environment()
     try:
         store.set_budget(new_budget)
     finally:
         store.close()
-    actions = sorted(new_budget.actions)
-    if output == "json":
-        summary = {
-            "tenant": tenant,
-            "period": new_budget.period,
-            "limit_usd": float(new_budget.limit_usd or 0),
-            "soft_thresholds": [float(threshold) for threshold in new_budget.soft_thresholds],
-            "actions": actions,
-        }
-        click.echo(json.dumps(summary))
-    else:
-        percentages = ", ".join(f"{threshold:.0%}" for threshold in new_budget.soft_thresholds)
-        click.echo(
-            f"{tenant}: {new_budget.limit_usd:,.2f} USD per {new_budget.period}, "
-            f"notify at {percentages or 'the limit only'}, actions: {', '.join(actions) or 'none'}"
-        )
+    summary, line = budget_summary(new_budget)
+    click.echo(json.dumps(summary) if output == "json" else line)

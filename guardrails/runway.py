@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal, Protocol, get_args
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from guardrails.ledger import MS_PER_HOUR, Interval, PriceBook, to_ms, usd
+from guardrails.errors import InputError
+from guardrails.ledger import MS_PER_HOUR, Interval, PriceBook, usd
 
 Period = Literal["day", "week", "month"]
 Action = Literal["notify", "deny", "stop"]
@@ -31,14 +33,47 @@ DEFAULT_SOFT_THRESHOLDS = (Decimal("0.5"), Decimal("0.8"), Decimal("0.9"))
 ADJECTIVE: dict[Period, str] = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 
-def period_start(period: Period, now: datetime) -> datetime:
-    """Start of the budget period containing ``now``: UTC midnight, ISO week (Monday) or month."""
-    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == "day":
-        return day
+DEFAULT_TIMEZONE = "UTC"
+
+
+def time_zone(name: str, field: str) -> ZoneInfo:
+    """The IANA time zone ``name``; an unknown one is an error naming ``field`` and an example."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InputError(
+            f"{field}: {name!r} is not an IANA time zone (for example Europe/Berlin, America/New_York or UTC)"
+        ) from None
+
+
+def period_bounds(period: Period, now: datetime, zone: str = DEFAULT_TIMEZONE) -> tuple[datetime, datetime]:
+    """``[start, end)`` of the budget period containing ``now`` in ``zone``, in UTC: from a local
+    midnight to the next (day), Monday to Monday (ISO week), the 1st to the 1st (month). A day
+    across a DST change is 23 or 25 hours; a midnight that a DST change skips starts at the first
+    instant the day has."""
+    where = ZoneInfo(zone)
+    first = now.astimezone(where).date()
     if period == "week":
-        return day - timedelta(days=day.weekday())
-    return day.replace(day=1)
+        first -= timedelta(days=first.weekday())
+    elif period == "month":
+        first = first.replace(day=1)
+    if period == "day":
+        after = first + timedelta(days=1)
+    elif period == "week":
+        after = first + timedelta(days=7)
+    else:
+        after = first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
+    return _local_midnight(first, where), _local_midnight(after, where)
+
+
+def _local_midnight(day: date, where: ZoneInfo) -> datetime:
+    # fold=0 maps a skipped midnight with the offset before the gap: the first instant after it.
+    return datetime.combine(day, time(), where).astimezone(UTC)
+
+
+def period_start(period: Period, now: datetime, zone: str = DEFAULT_TIMEZONE) -> datetime:
+    """Start of the budget period containing ``now`` in ``zone`` (UTC), as :func:`period_bounds`."""
+    return period_bounds(period, now, zone)[0]
 
 
 @dataclass(frozen=True)
@@ -48,6 +83,7 @@ class Budget:
     period: Period = "month"
     soft_thresholds: tuple[Decimal, ...] = DEFAULT_SOFT_THRESHOLDS
     actions: frozenset[Action] = DEFAULT_ACTIONS
+    timezone: str = DEFAULT_TIMEZONE  # IANA: where the tenant's days, weeks and months begin
 
 
 @dataclass(frozen=True)
@@ -100,7 +136,7 @@ class TenantRunway:
 
     @property
     def period_start(self) -> datetime:
-        return period_start(self.budget.period, self.now)
+        return period_start(self.budget.period, self.now, self.budget.timezone)
 
     @property
     def spent_usd(self) -> Decimal:
@@ -143,6 +179,7 @@ class TenantRunway:
             "tenant": self.tenant,
             "period": self.budget.period,
             "period_start": self.period_start.isoformat(),
+            "timezone": self.budget.timezone,
             "limit_usd": _number(self.budget.limit_usd),
             "spent_usd": _number(self.spent_usd),
             "committed_usd": _number(self.committed_usd),
@@ -262,11 +299,6 @@ def budget_notice(decisions: Sequence[BudgetDecision]) -> tuple[str, str]:
     top = max(decisions, key=lambda decision: decision.threshold or Decimal(0))
     subject = f"parkbrake: {top.tenant} at {top.threshold or 0:.0%} of budget"
     return subject[:100], top.reason
-
-
-def period_bounds_ms(now: datetime) -> dict[Period, int]:
-    """The start of each kind of period containing ``now``, in epoch milliseconds."""
-    return {period: to_ms(period_start(period, now)) for period in PERIODS}
 
 
 def crossing_at(status: TenantRunway) -> datetime | None:

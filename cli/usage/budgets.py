@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from guardrails.errors import InputError
 
@@ -66,18 +66,29 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
     console().print(table)
 
 
-def parse_budget(tenant: str, *, limit_usd: str, period: str, soft: str, actions: str) -> Budget:
+def parse_budget(
+    tenant: str, *, limit_usd: str | None, period: str | None, soft: str | None, actions: str | None,
+    timezone: str | None = "UTC",
+) -> Budget:  # fmt: skip
     """A Budget from the flags; every problem is reported at once."""
-    from guardrails.runway import ACTIONS, PERIODS, Budget
+    from guardrails.runway import ACTIONS, PERIODS, Budget, time_zone
 
+    period, soft, actions, timezone = period or "month", soft or "", actions or "", timezone or "UTC"
     problems = []
     limit = Decimal(0)
     try:
-        limit = Decimal(limit_usd)
-        if not limit.is_finite() or limit <= 0:
-            problems.append(f"--limit-usd: {limit_usd!r} must be a positive amount")
+        if limit_usd is None:
+            problems.append("--limit-usd: required (the hard limit for each period, e.g. --limit-usd 5000)")
+        else:
+            limit = Decimal(limit_usd)
+            if not limit.is_finite() or limit <= 0:
+                problems.append(f"--limit-usd: {limit_usd!r} must be a positive amount")
     except InvalidOperation:
         problems.append(f"--limit-usd: {limit_usd!r} is not a number")
+    try:
+        time_zone(timezone, "--timezone")
+    except InputError as error:
+        problems.append(str(error))
     thresholds = []
     for part in filter(None, (piece.strip().rstrip("%") for piece in soft.split(","))):
         try:
@@ -101,4 +112,24 @@ def parse_budget(tenant: str, *, limit_usd: str, period: str, soft: str, actions
         cast("Period", period),
         tuple(sorted(set(thresholds))),
         frozenset(action for action in ACTIONS if action in chosen),
+        timezone,
     )
+
+
+def budget_summary(budget: Budget) -> tuple[dict[str, Any], str]:
+    """The budget as JSON and as one line."""
+    actions = sorted(budget.actions)
+    summary = {
+        "tenant": budget.tenant,
+        "period": budget.period,
+        "timezone": budget.timezone,
+        "limit_usd": float(budget.limit_usd or 0),
+        "soft_thresholds": [float(threshold) for threshold in budget.soft_thresholds],
+        "actions": actions,
+    }
+    percentages = ", ".join(f"{threshold:.0%}" for threshold in budget.soft_thresholds)
+    line = (
+        f"{budget.tenant}: {budget.limit_usd:,.2f} USD per {budget.period} ({budget.timezone}), "
+        f"notify at {percentages or 'the limit only'}, actions: {', '.join(actions) or 'none'}"
+    )
+    return summary, line

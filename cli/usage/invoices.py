@@ -90,14 +90,12 @@ def usage_report(
 def report_window(
     now: datetime, *, since: str | None, until: str | None, month: str | None, zone: str | None
 ) -> tuple[datetime, datetime, datetime]:
-    """``[start, end)`` of the report and the end of the month it starts in (for the forecast)."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+    """``[start, end)`` of the report and the end of the month it starts in (for the forecast); months
+    are the budgets' own (guardrails.runway.period_bounds) in ``zone``."""
+    from guardrails.runway import period_bounds, time_zone
 
-    try:
-        where = ZoneInfo(zone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InputError(f"--timezone: {zone!r} is not an IANA time zone (Europe/Berlin, UTC)") from None
-    local_now = now.astimezone(where)
+    zone = zone or "UTC"
+    where = time_zone(zone, "--timezone")
     if month is not None:
         if since or until:
             raise InputError("--month: give either --month or --since/--until, not both")
@@ -105,19 +103,31 @@ def report_window(
             first = datetime.strptime(month, "%Y-%m").replace(tzinfo=where)
         except ValueError:
             raise InputError(f"--month: {month!r} is not a month (YYYY-MM)") from None
-        start, end = first, _next_month(first)
+        start, end = (moment.astimezone(where) for moment in period_bounds("month", first, zone))
     else:
-        first = local_now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        start = parse_instant(since, "--since") if since else first
+        start = (
+            parse_instant(since, "--since")
+            if since
+            else period_bounds("month", now, zone)[0].astimezone(where)
+        )
         end = parse_instant(until, "--until") if until else now
     if end <= start:
         raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
-    local_start = start.astimezone(where)
-    return start, end, _next_month(local_start.replace(day=1, hour=0, minute=0, second=0, microsecond=0))
+    return start, end, period_bounds("month", start, zone)[1].astimezone(where)
 
 
-def _next_month(first: datetime) -> datetime:
-    return first.replace(year=first.year + first.month // 12, month=first.month % 12 + 1)
+def report_zone(store: LedgerStore, tenants: Sequence[str]) -> str:
+    """The time zone the tenants' budgets share (UTC when none of them has a budget)."""
+    if not tenants:
+        return "UTC"
+    runways = store.runways(now=datetime.now(UTC), default_cap=timedelta(0), tenants=list(tenants))
+    zones = {
+        status.tenant: status.budget.timezone for status in runways if status.budget.limit_usd is not None
+    }
+    if len(set(zones.values())) > 1:
+        listed = ", ".join(f"{tenant} ({zone})" for tenant, zone in sorted(zones.items()))
+        raise InputError(f"--timezone: the tenants' budgets are in different time zones: {listed}; give one")
+    return next(iter(zones.values()), "UTC")
 
 
 def tenant_invoices(

@@ -11,9 +11,10 @@ from typing import Any, cast
 
 import psycopg
 
+from guardrails.errors import ParkbrakeError
 from guardrails.launch import Admission, AdmissionRequest, decide_admission
 from guardrails.ledger import to_ms
-from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_bounds_ms
+from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_start
 from lambdas.ledger import queries as sql
 
 
@@ -59,47 +60,62 @@ def runways(
     default_cap: timedelta,
     tenants: Sequence[str] | None,
 ) -> list[TenantRunway]:
-    """Every known tenant's (or just ``tenants'``) budget and runway at ``now``."""
-    starts = period_bounds_ms(now)
-    parameters = {
-        "now_ms": to_ms(now),
-        "default_cap_ms": default_cap // timedelta(milliseconds=1),
-        "tenants": list(tenants) if tenants is not None else None,
-        "day_ms": starts["day"],
-        "week_ms": starts["week"],
-        "month_ms": starts["month"],
-    }
-    found = []
-    for row in connection.execute(sql.RUNWAYS, parameters).fetchall():
-        (
-            tenant,
-            actions,
-            limit,
-            period,
-            thresholds,
-            spent,
-            committed,
-            burn,
-            hosts,
-            gpus,
-            reserved,
-            unpriced,
-        ) = row
-        if limit is None:  # no budget: usage is shown against the calendar month
-            budget = Budget(tenant, None, actions=frozenset(actions))
-        else:
-            budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions))
-        totals = RunwayTotals(
-            Decimal(spent),
-            Decimal(committed),
-            Decimal(burn),
-            int(hosts),
-            int(gpus),
-            Decimal(reserved),
-            int(unpriced),
-        )
-        found.append(TenantRunway(budget, now, totals))
-    return found
+    """Every known tenant's (or just ``tenants'``) budget and runway at ``now``.
+
+    Each tenant's period starts in its budget's time zone (guardrails.runway.period_start): the
+    starts of the (period, zone) pairs the budgets use are computed here and passed in. A budget
+    changed to a new pair between the two reads comes back without a start: it is computed and the
+    runway read again."""
+    tenant_list = list(tenants) if tenants is not None else None
+    pairs = set(connection.execute(sql.BUDGET_PERIODS, {"tenants": tenant_list}).fetchall())
+    for _ in range(3):
+        ordered = sorted(pairs)
+        parameters = {
+            "now_ms": to_ms(now),
+            "default_cap_ms": default_cap // timedelta(milliseconds=1),
+            "tenants": tenant_list,
+            "periods": [period for period, _ in ordered],
+            "zones": [zone for _, zone in ordered],
+            "starts_ms": [to_ms(period_start(cast(Period, period), now, zone)) for period, zone in ordered],
+        }
+        rows = connection.execute(sql.RUNWAYS, parameters).fetchall()
+        missing = {(row[3], row[12]) for row in rows if row[13] is None}
+        if not missing:
+            return [_runway(row, now) for row in rows]
+        pairs |= missing
+    raise ParkbrakeError("the budgets kept changing while their runway was read; try again")
+
+
+def _runway(row: Sequence[Any], now: datetime) -> TenantRunway:
+    (
+        tenant,
+        actions,
+        limit,
+        period,
+        thresholds,
+        spent,
+        committed,
+        burn,
+        hosts,
+        gpus,
+        reserved,
+        unpriced,
+        zone,
+    ) = row[:13]
+    if limit is None:  # no budget: usage is shown against the calendar month
+        budget = Budget(tenant, None, actions=frozenset(actions))
+    else:
+        budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions), zone)
+    totals = RunwayTotals(
+        Decimal(spent),
+        Decimal(committed),
+        Decimal(burn),
+        int(hosts),
+        int(gpus),
+        Decimal(reserved),
+        int(unpriced),
+    )
+    return TenantRunway(budget, now, totals)
 
 
 def action_row(decision: BudgetDecision, now: datetime, period_start: datetime | None) -> dict[str, Any]:

@@ -187,19 +187,35 @@ LEFT JOIN running_cost c USING (tenant, pool, instance_type)
 ORDER BY tenant, pool, instance_type
 """
 
+# The (period, time zone) pairs of the tenants' budgets (no budget: the UTC month), whose starts
+# the caller computes for RUNWAYS.
+BUDGET_PERIODS = """
+SELECT DISTINCT coalesce(b.period, 'month'), coalesce(b.timezone, 'UTC')
+FROM tenants t
+LEFT JOIN budgets b USING (tenant)
+WHERE %(tenants)s::text[] IS NULL OR t.tenant = ANY(%(tenants)s::text[])
+"""
+
 # Per tenant: budget, Σ price × ms billed since its period's start (spent: the daily rollup for
 # closed intervals, the running hosts live), still to be billed by its running hosts up to their
 # caps (committed), set aside by live reservations for hosts not yet running (reserved), what the
-# running hosts cost per hour now (burn) and how many of them have no price.
+# running hosts cost per hour now (burn) and how many of them have no price. A period that starts
+# off a UTC midnight (a tenant in its own time zone) takes its closed intervals' cost from the start
+# to the first UTC midnight from the intervals themselves, and the daily rollup after it. The last
+# two columns are the budget's time zone and its period's start (NULL: a pair not passed in).
 RUNWAYS = """
-WITH scope AS (
+WITH budgeted AS (
     SELECT t.tenant, t.actions, b.limit_usd, coalesce(b.period, 'month') AS period, b.soft_thresholds,
-           CASE coalesce(b.period, 'month')
-               WHEN 'day' THEN %(day_ms)s WHEN 'week' THEN %(week_ms)s ELSE %(month_ms)s
-           END::bigint AS period_start_ms
+           coalesce(b.timezone, 'UTC') AS timezone
     FROM tenants t
     LEFT JOIN budgets b USING (tenant)
     WHERE %(tenants)s::text[] IS NULL OR t.tenant = ANY(%(tenants)s::text[])
+), scope AS (
+    SELECT x.*, k.start_ms AS period_start_ms, (k.start_ms + 86399999) / 86400000 * 86400000 AS first_day_ms
+    FROM budgeted x
+    LEFT JOIN unnest(%(periods)s::text[], %(zones)s::text[], %(starts_ms)s::bigint[])
+              AS k (period, timezone, start_ms)
+           ON k.period = x.period AND k.timezone = x.timezone
 ), running AS (
     SELECT s.tenant, s.period_start_ms, i.instance_type, i.accelerators, i.started_ms,
            i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0)) AS billed_until_ms,
@@ -212,8 +228,20 @@ WITH scope AS (
     -- The outer bound lets every tenant at once be read as one range of the recent days.
     SELECT s.tenant, sum(d.usd_hour_ms) AS usd_hour_ms
     FROM spend_daily d
-    JOIN scope s ON s.tenant = d.tenant AND d.day_ms >= s.period_start_ms
-    WHERE d.day_ms >= (SELECT min(period_start_ms) FROM scope)
+    JOIN scope s ON s.tenant = d.tenant AND d.day_ms >= s.first_day_ms
+    WHERE d.day_ms >= (SELECT min(first_day_ms) FROM scope)
+    GROUP BY s.tenant
+), closed_partial AS (
+    SELECT s.tenant,
+           sum(p.usd_per_hour * (least(i.billed_until_ms, s.first_day_ms, p.until_ms)
+                                 - greatest(i.started_ms, s.period_start_ms, p.from_ms))) AS usd_hour_ms
+    FROM scope s
+    JOIN intervals i ON i.tenant = s.tenant AND i.billed_until_ms > s.period_start_ms
+                    AND i.started_ms < s.first_day_ms
+    JOIN price_ranges p ON p.instance_type = i.instance_type
+                       AND p.from_ms < least(i.billed_until_ms, s.first_day_ms)
+                       AND p.until_ms > greatest(i.started_ms, s.period_start_ms)
+    WHERE s.period_start_ms < s.first_day_ms
     GROUP BY s.tenant
 ), running_spent AS (
     SELECT r.tenant,
@@ -247,12 +275,14 @@ WITH scope AS (
     GROUP BY r.tenant
 )
 SELECT s.tenant, s.actions, s.limit_usd, s.period, s.soft_thresholds,
-       coalesce(closed_spent.usd_hour_ms, 0) + coalesce(running_spent.usd_hour_ms, 0),
+       coalesce(closed_spent.usd_hour_ms, 0) + coalesce(closed_partial.usd_hour_ms, 0)
+           + coalesce(running_spent.usd_hour_ms, 0),
        coalesce(committed.usd_hour_ms, 0),
        coalesce(burning.usd_per_hour, 0), coalesce(burning.hosts, 0), coalesce(burning.accelerators, 0),
-       coalesce(reserved.usd_hour_ms, 0), coalesce(burning.unpriced, 0)
+       coalesce(reserved.usd_hour_ms, 0), coalesce(burning.unpriced, 0), s.timezone, s.period_start_ms
 FROM scope s
 LEFT JOIN closed_spent USING (tenant)
+LEFT JOIN closed_partial USING (tenant)
 LEFT JOIN running_spent USING (tenant)
 LEFT JOIN committed USING (tenant)
 LEFT JOIN burning USING (tenant)
@@ -261,8 +291,10 @@ ORDER BY s.tenant
 """
 
 SET_BUDGET = """
-SELECT ledger_set_budget(%s, %s::text[], %s, %s, %s::numeric[])
+SELECT ledger_set_budget(%s, %s::text[], %s, %s, %s::numeric[], %s)
 """
+
+REMOVE_BUDGET = "SELECT ledger_remove_budget(%s)"
 
 LOCK_TENANT = "SELECT ledger_lock_tenant(%s)"
 

@@ -260,7 +260,7 @@ class LedgerStore:
         return bool(row and row[0])
 
     def set_budget(self, budget: Budget) -> None:
-        """Create or replace a tenant's budget and the actions it takes."""
+        """Create or replace a tenant's budget, the actions it takes and its time zone."""
         if budget.limit_usd is None:
             raise ValueError("a budget needs a limit")
         with self._transaction() as connection:
@@ -272,8 +272,15 @@ class LedgerStore:
                     budget.period,
                     budget.limit_usd,
                     list(budget.soft_thresholds),
+                    budget.timezone,
                 ),
             )
+
+    def remove_budget(self, tenant: str) -> bool:
+        """Remove ``tenant``'s budget (its usage is still metered); False when it had none."""
+        with self._transaction() as connection:
+            row = connection.execute(sql.REMOVE_BUDGET, (tenant,)).fetchone()
+        return bool(row and row[0])
 
     @contextmanager
     def claim_once(

@@ -140,6 +140,45 @@ def test_report_markdown_and_json_invoices_of_a_month_in_a_time_zone(seeded: dic
     assert "--timezone" in bad.output
 
 
+def test_a_budget_in_a_time_zone_sets_the_tenants_months_and_can_be_removed(seeded: dict[str, str]) -> None:
+    result = invoke("ledger", "budget", "research", "--limit-usd", "500", "--timezone", "Europe/Berlin")
+    assert result.exit_code == 0, result.output
+    assert "500.00 USD per month (Europe/Berlin)" in result.stdout
+    (status,) = json.loads(invoke("ledger", "runway", "--tenant", "research", "-o", "json").stdout)
+    assert status["timezone"] == "Europe/Berlin"
+    assert status["period_start"].endswith(
+        ("T22:00:00+00:00", "T23:00:00+00:00")
+    )  # local midnight, CEST or CET
+    # The tenant's invoice takes its months from the budget's zone unless --timezone says otherwise.
+    markdown = invoke("ledger", "report", "--tenant", "research", "--month", "2036-05", "-o", "markdown")
+    assert "## research: 2036-05-01 00:00 CEST to 2036-06-01 00:00 CEST" in markdown.stdout
+    mixed = invoke("ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05")
+    assert mixed.exit_code == 0, mixed.output  # product has no budget: UTC, research Europe/Berlin
+    assert invoke("ledger", "budget", "product", "--limit-usd", "5").exit_code == 0
+    different = invoke(
+        "ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05"
+    )
+    assert different.exit_code == 2
+    assert (
+        "research (Europe/Berlin), product (UTC)" in different.output
+        or "product (UTC), research (Europe/Berlin)" in different.output
+    )
+    removed = invoke("ledger", "budget", "research", "--remove", "-o", "json")
+    assert json.loads(removed.stdout) == {"tenant": "research", "removed": True}
+    (status,) = json.loads(invoke("ledger", "runway", "--tenant", "research", "-o", "json").stdout)
+    assert status["limit_usd"] is None
+    again = invoke("ledger", "budget", "research", "--remove")
+    assert again.exit_code == 2
+    assert "has no budget to remove" in again.output
+
+
+def test_an_unknown_budget_time_zone_names_the_flag_and_an_example(ledger_env: str) -> None:
+    result = invoke("ledger", "budget", "research", "--limit-usd", "5", "--timezone", "Europe/Berlim")
+    assert result.exit_code == 2
+    assert "--timezone: 'Europe/Berlim' is not an IANA time zone (for example Europe/Berlin" in result.output
+    assert "--limit-usd: required" in invoke("ledger", "budget", "research").output
+
+
 def test_report_text_is_a_table(seeded: dict[str, str]) -> None:
     result = invoke("ledger", "report", *WINDOW)
     assert result.exit_code == 0, result.output
@@ -181,7 +220,7 @@ def test_budget_set_and_runway(seeded: dict[str, str]) -> None:
     result = invoke("ledger", "budget", "research", "--limit-usd", "5000", "--soft", "50,75%",
                     "--actions", "notify,deny,stop", "-o", "json")  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "limit_usd": 5000.0,
+    assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "timezone": "UTC", "limit_usd": 5000.0,
                                          "soft_thresholds": [0.5, 0.75], "actions": ["deny", "notify", "stop"]}  # fmt: skip
     runway = {entry["tenant"]: entry for entry in json.loads(invoke("ledger", "runway", "-o", "json").stdout)}
     assert runway["research"]["limit_usd"] == 5000.0

@@ -72,6 +72,10 @@ def test_cost_is_the_price_in_effect_over_every_billed_second(
     assert usage.usd_hour_ms == sum(price_at(start_s + k) * 1000 for k in range(billed_seconds))
 
 
+# UTC, zones behind and ahead of it, and one a quarter of an hour off the hour.
+ZONES = ("UTC", "Europe/Berlin", "America/Los_Angeles", "Asia/Tokyo", "Asia/Kathmandu")
+
+
 @settings(
     max_examples=100,
     deadline=None,
@@ -95,8 +99,10 @@ def test_the_database_derives_the_same_intervals_usage_and_runway(
         )
     now_ms = end_of(events) + rng.choice([rng.randint(0, 3_600_000), rng.randint(86_400_000, 172_800_000)])
     tenants = sorted({host.attribution.tenant for host in fleet})
-    for tenant in tenants:  # periods starting at different midnights: spend is clipped differently
-        store.set_budget(Budget(tenant, Decimal(100), rng.choice(PERIODS)))
+    for (
+        tenant
+    ) in tenants:  # periods starting at different midnights (local ones too): spend is clipped differently
+        store.set_budget(Budget(tenant, Decimal(100), rng.choice(PERIODS), timezone=rng.choice(ZONES)))
     book = store.price_book()
 
     expected = intervals_from(stream)

@@ -18,7 +18,7 @@ from ledger_streams import T0, T0_MS, at, end_of, events_of, ms, random_fleet, r
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from guardrails.errors import InputError
-from guardrails.ledger import intervals_from, usage_by_key
+from guardrails.ledger import intervals_from, to_ms, usage_by_key
 from guardrails.runway import Budget, runway_totals
 from lambdas.ledger.connections import LedgerUnavailable, PooledConnections, database_url
 from lambdas.ledger.schema import LedgerError, Migration, migrations
@@ -147,6 +147,33 @@ def test_a_day_budget_counts_only_the_part_of_a_start_after_midnight(store: Ledg
         store.intervals(), store.price_book(), period_start_ms=ms(14 * 60), now_ms=ms(15 * 60 + 30),
         default_cap_ms=90 * 60_000,
     )  # fmt: skip
+
+
+def test_a_budget_in_its_tenants_time_zone_counts_from_the_local_month_start(store: LedgerStore) -> None:
+    # 1 June begins at 22:00 UTC on 31 May in Berlin (CEST). Closed starts that straddle it, and one
+    # running across it: only the time after the local midnight counts toward June.
+    store.set_budget(Budget("research", Decimal(1000), "month", timezone="Europe/Berlin"))
+    store.set_budget(Budget("product", Decimal(1000), "month"))  # UTC: all of it is still May
+    may_31 = datetime(2036, 5, 31, tzinfo=UTC)
+    events = []
+    for tenant in ("research", "product"):
+        mine = who(tenant, instance_type="p4d.24xlarge", cap_minutes=600)
+        events += [step(f"{tenant}-r1", f"i-{tenant}-1", "running", to_ms(may_31 + timedelta(hours=21)), mine),
+                   step(f"{tenant}-s1", f"i-{tenant}-1", "stopped", to_ms(may_31 + timedelta(hours=23)), mine),
+                   step(f"{tenant}-r2", f"i-{tenant}-2", "running", to_ms(may_31 + timedelta(hours=21.5)), mine)]  # fmt: skip
+    appended(store, events)
+    now = may_31 + timedelta(hours=23, minutes=30)
+    statuses = {status.tenant: status for status in store.runways(now=now, default_cap=timedelta(hours=10))}
+    berlin, utc_tenant = statuses["research"], statuses["product"]
+    assert berlin.period_start == may_31 + timedelta(hours=22)
+    hour = Decimal("32.7726") * 3_600_000
+    assert berlin.totals.spent_usd_hour_ms == hour + hour * Decimal("1.5")  # 22:00–23:00 and 22:00–23:30
+    assert utc_tenant.totals.spent_usd_hour_ms == hour * 2 + hour * 2  # 21:00–23:00 and 21:30–23:30
+    for status in statuses.values():
+        assert status.totals == runway_totals(
+            store.intervals(tenant=status.tenant), store.price_book(), period_start_ms=to_ms(status.period_start), now_ms=to_ms(now),
+            default_cap_ms=600 * 60_000,
+        )  # fmt: skip
 
 
 def test_two_meters_writing_the_same_events_at_once_store_each_once_and_agree_with_the_rules(

@@ -8,15 +8,18 @@ from decimal import Decimal
 import pytest
 from ledger_streams import ms, step, who
 
+from guardrails.errors import InputError
 from guardrails.ledger import MS_PER_HOUR, PriceBook, intervals_from
 from guardrails.runway import (
     Budget,
     RunwayTotals,
     TenantRunway,
     budget_decisions,
+    period_bounds,
     period_start,
     refusal,
     runway_totals,
+    time_zone,
 )
 
 NOW = datetime(2025, 5, 7, 15, 30, tzinfo=UTC)  # a Wednesday
@@ -29,6 +32,45 @@ NOW = datetime(2025, 5, 7, 15, 30, tzinfo=UTC)  # a Wednesday
 )  # fmt: skip
 def test_periods_start_at_a_utc_midnight(period: str, start: datetime) -> None:
     assert period_start(period, NOW) == start  # type: ignore[arg-type]
+
+
+def utc(*parts: int) -> datetime:
+    return datetime(*parts, tzinfo=UTC)  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("period", "zone", "now", "bounds"),
+    [
+        # A month boundary: 1 June in Berlin is still 31 May in UTC; May there began at 22:00 UTC.
+        ("month", "Europe/Berlin", utc(2036, 5, 31, 22, 30), (utc(2036, 5, 31, 22), utc(2036, 6, 30, 22))),
+        ("month", "Europe/Berlin", utc(2036, 5, 31, 21, 59), (utc(2036, 4, 30, 22), utc(2036, 5, 31, 22))),
+        # A year boundary ahead of UTC, and a zone a quarter of an hour off the hour.
+        ("month", "Asia/Tokyo", utc(2036, 12, 31, 15), (utc(2036, 12, 31, 15), utc(2037, 1, 31, 15))),
+        ("day", "Asia/Kathmandu", utc(2036, 5, 5, 18, 15), (utc(2036, 5, 5, 18, 15), utc(2036, 5, 6, 18, 15))),
+        # DST: the last Sunday of March 2036 in Berlin has 23 hours, of October 25; the month of the
+        # change is an hour short (March) or long (October).
+        ("day", "Europe/Berlin", utc(2036, 3, 30, 12), (utc(2036, 3, 29, 23), utc(2036, 3, 30, 22))),
+        ("day", "Europe/Berlin", utc(2036, 10, 26, 12), (utc(2036, 10, 25, 22), utc(2036, 10, 26, 23))),
+        ("month", "Europe/Berlin", utc(2036, 3, 15), (utc(2036, 2, 29, 23), utc(2036, 3, 31, 22))),
+        ("week", "America/New_York", utc(2036, 11, 1, 12), (utc(2036, 10, 27, 4), utc(2036, 11, 3, 5))),
+        # Midnight skipped by DST (Santiago, 7 Sep 2036): the day starts at 01:00, its first instant.
+        ("day", "America/Santiago", utc(2036, 9, 7, 12), (utc(2036, 9, 7, 4), utc(2036, 9, 8, 3))),
+    ],
+)  # fmt: skip
+def test_periods_start_at_the_tenants_local_midnight(
+    period: str, zone: str, now: datetime, bounds: tuple[datetime, datetime]
+) -> None:
+    assert period_bounds(period, now, zone) == bounds  # type: ignore[arg-type]
+    status = TenantRunway(Budget("research", Decimal(100), period, timezone=zone), now)  # type: ignore[arg-type]
+    assert status.period_start == bounds[0]
+    assert status.as_dict()["timezone"] == zone
+
+
+def test_an_unknown_time_zone_names_the_field_and_an_example() -> None:
+    with pytest.raises(
+        InputError, match=r"--timezone: 'Europe/Berlim' is not an IANA time zone \(for example"
+    ):
+        time_zone("Europe/Berlim", "--timezone")
 
 
 def status(limit: str | None, *, spent: str, committed: str = "0", burn: str = "0", hosts: int = 0,
