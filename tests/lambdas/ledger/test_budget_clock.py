@@ -13,7 +13,8 @@ from guardrails import names
 from guardrails.runway import Budget
 from lambdas import budget
 from lambdas.aws.environment import container_settings
-from lambdas.ledger.store import LedgerStore, LedgerUnavailable, container_store
+from lambdas.ledger.connections import LedgerUnavailable
+from lambdas.ledger.store import LedgerStore, container_store
 
 CLOCK_EVENT = {"version": "0", "id": "tick", "detail-type": "Scheduled Event", "source": "aws.events",
                "account": "123456789012", "time": "2026-11-30T21:00:00Z", "region": REGION,
