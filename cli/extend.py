@@ -61,11 +61,12 @@ def extend(
 
     chosen = choose_regions(regions, "--region", stack=stack)
     now = datetime.now(UTC)
+    environ = {**os.environ, STACK: stack, REGIONS: ",".join(chosen)}
     extension, host, settings = engine.plan(
         instance_id,
         by=by,
         reason=reason,
-        environ={**os.environ, STACK: stack, REGIONS: ",".join(chosen)},
+        environ=environ,
         clients=default_clients,
         now=now,
     )
@@ -78,7 +79,7 @@ def extend(
         )
         return
     confirm_or_abort(f"Extend {instance_id} to {extension.as_dict()['deadline']}?", assume_yes=yes)
-    outcome = engine.apply(extension, host, settings, clients=default_clients, now=now)
+    outcome = engine.apply(extension, host, settings, environ=environ, clients=default_clients, now=now)
     if output == "json":
         click.echo(json.dumps(outcome.as_dict(), indent=2))
     else:
@@ -89,6 +90,6 @@ def extend(
         )
     if outcome.errors:
         raise ParkbrakeError(
-            "the extension is recorded on the host, but its schedules did not move: "
-            + "; ".join(error["error"] for error in outcome.errors)
+            "the extension is recorded on the host, but: "
+            + "; ".join(f"{error['action']}: {error['error']}" for error in outcome.errors)
         )

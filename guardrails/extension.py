@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 from guardrails import settings, tags
 from guardrails.deadlines import Deadline
+from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.hosts import Host
@@ -53,6 +54,23 @@ class Extension:
             "actor": self.actor,
             "at": instant(self.at),
         }
+
+
+def extension_decision(extension: Extension, host: Host) -> Decision:
+    """The decision log's record of the extension: who (the caller's ARN), when and why."""
+    return Decision(
+        "extend",
+        extension.actor,
+        extension.reason,
+        extension.at,
+        host.instance_id,
+        host.tenant,
+        {
+            "previous_deadline": instant(extension.previous),
+            "deadline": instant(extension.until),
+            "by": format_duration(extension.by),
+        },
+    )
 
 
 def check_reason(reason: str | None) -> str:

@@ -13,6 +13,7 @@ from typing import Literal
 
 from guardrails import tags
 from guardrails.deadlines import Deadline
+from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.hosts import Host
 from guardrails.owners import owner_of
@@ -108,3 +109,26 @@ class OwnerWarning:
         if deadline.exempt_until is not None and deadline.exempt_until > deadline.deadline:
             return f"exempt until then; its cap of {format_duration(deadline.cap)} ended earlier"
         return f"the end of its {format_duration(deadline.cap)} cap, from {CAP_SOURCES.get(deadline.cap_source, deadline.cap_source)}"
+
+
+def warning_decision(warning: OwnerWarning, *, actor: str, errors: list[dict[str, str]]) -> Decision:
+    """The decision log's record of a warning sent (and any delivery that failed)."""
+    owner = warning.owner
+    details: dict[str, object] = {
+        "deadline": instant(warning.deadline.enforce_at),
+        "subject": warning.subject(),
+    }
+    if owner:
+        details["owner"] = owner
+    if errors:
+        details["errors"] = errors
+    return Decision(
+        "warn",
+        actor,
+        f"told {owner or 'the on-call subscribers (no owner)'} that it stops at "
+        f"{instant(warning.deadline.enforce_at)} unless extended",
+        warning.now,
+        warning.host.instance_id,
+        warning.host.tenant,
+        details,
+    )

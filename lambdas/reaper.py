@@ -19,7 +19,7 @@ from typing import Any
 from guardrails.settings import Settings
 from guardrails.sweep_notice import KIND_OF_RULE
 from lambdas.aws import heartbeat
-from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
+from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog, decision_log, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.host_sweep import SweepReport, sweep
 from lambdas.aws.logs import configure_logging
@@ -61,15 +61,23 @@ def _instance_ids(key: str, value: object) -> list[str]:
 
 
 def warn(
-    event: Mapping[str, Any], *, settings: Settings, clients: ClientFactory, now: datetime
+    event: Mapping[str, Any],
+    *,
+    settings: Settings,
+    clients: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog,
 ) -> dict[str, Any]:
     """The warning schedule's payload: tell the owners; a warning that could not be published raises."""
-    result = warn_owners(
+    result, decided = warn_owners(
         settings, instance_ids=_instance_ids("warn", event["warn"]), clients=clients, now=now
     )
+    result["errors"] += decisions.record(decided)
     if result["warned"]:
         heartbeat.count_action(heartbeat.REAPER, "warn", "before-deadline", len(result["warned"]))
-    failed = [error for error in result["errors"] if error.get("action") != "chat"]
+    # Retried, a warning would be sent twice: only a publication that failed is worth it. The chat
+    # channel is best effort, and a decision log that could not be written counts its own error.
+    failed = [error for error in result["errors"] if error.get("action") not in ("chat", RECORD_ERROR)]
     if failed:
         raise WarningFailed(f"the warning of {', '.join(event['warn'])} failed: {failed}")
     return result
@@ -83,13 +91,13 @@ def handle(
     now: datetime,
     decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
-    """Sweep; ``decisions`` records what the sweep decided (by default, as log lines only)."""
+    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only)."""
+    decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     if event and "warn" in event:
-        return warn(event, settings=settings, clients=clients, now=now)
+        return warn(event, settings=settings, clients=clients, now=now, decisions=decisions)
     dry_run, instance_ids = parse_event(event)
     report = sweep(settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids)
     result = report.as_dict()
-    decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     # Recorded after the sweep acted: a ledger that is down never holds a stop back.
     recorded = decisions.record(report.decisions(actor=heartbeat.REAPER, now=now))
     result["errors"] = [*result["errors"], *recorded]

@@ -8,7 +8,7 @@ itself), and the failure is an error with a non-zero exit.
 
 from __future__ import annotations
 
-import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,7 +17,7 @@ from typing import Any
 from guardrails import names, tags
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError
-from guardrails.extension import Extension, check_reason, plan_extension
+from guardrails.extension import Extension, check_reason, extension_decision, plan_extension
 from guardrails.hosts import Host
 from guardrails.rules.base import instant
 from guardrails.settings import Settings, settings_from_environment
@@ -26,8 +26,6 @@ from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import AWS_ERRORS, describe_error
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -116,7 +114,13 @@ def plan(
 
 
 def apply(
-    extension: Extension, host: Host, settings: Settings, *, clients: ClientFactory, now: datetime
+    extension: Extension,
+    host: Host,
+    settings: Settings,
+    *,
+    environ: Mapping[str, str],
+    clients: ClientFactory,
+    now: datetime,
 ) -> ExtendOutcome:
     """Tag the host with the extension, then move its deadline and warning schedules."""
     warning_at = extension.until - settings.warn_before
@@ -125,7 +129,7 @@ def apply(
         Resources=[host.instance_id],
         Tags=[{"Key": key, "Value": value} for key, value in extension.tags().items()],
     )
-    log.info("extension", extra={"decision": {"kind": "extension", **extension.as_dict()}})
+    outcome.errors += record(extension, host, environ)
     try:
         target = schedule_target(settings, extension.actor, host.region)
         arm_deadline(
@@ -144,6 +148,33 @@ def apply(
             {"instance_id": host.instance_id, "action": "move-schedules", "error": describe_error(error)}
         )
     return outcome
+
+
+def record(extension: Extension, host: Host, environ: Mapping[str, str]) -> list[dict[str, str]]:
+    """The ``extend`` decision: a log line, and the ledger's decision log when a database is configured
+    (a ledger that cannot be written is returned as an error; the extension holds)."""
+    from guardrails.settings import ledger_configured
+    from lambdas.aws.decision_log import DecisionLog
+
+    opened: list[Any] = []
+
+    def ledger() -> Any:
+        from lambdas.ledger.decisions import DecisionLedger
+        from lambdas.ledger.store import store_from_environment
+
+        opened.append(store_from_environment(environ))
+        return DecisionLedger.of(opened[-1])
+
+    decisions = DecisionLog(
+        guardrail="extend",
+        origin=f"extend-{uuid.uuid4()}",
+        ledger=ledger if ledger_configured(environ) else None,
+    )
+    try:
+        return decisions.record([extension_decision(extension, host)])
+    finally:
+        for store in opened:
+            store.close()
 
 
 def schedule_target(settings: Settings, caller_arn: str, region: str) -> tuple[str, str, str]:

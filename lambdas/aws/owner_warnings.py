@@ -12,14 +12,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from guardrails.decisions import Decision
 from guardrails.owners import owner_of
 from guardrails.rules.base import instant
 from guardrails.settings import Settings
 from guardrails.sweep import owner_stack, policy_from_settings
 from guardrails.sweep_notice import running_cost
-from guardrails.warning import OwnerWarning, warning_timing
+from guardrails.warning import OwnerWarning, warning_decision, warning_timing
 from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.environment import ClientFactory
+from lambdas.aws.heartbeat import REAPER
 from lambdas.aws.host_sweep import plan_sweep
 from lambdas.aws.notices import notify
 from lambdas.aws.stop_path import AWS_ERRORS, describe_error
@@ -29,10 +31,12 @@ log = logging.getLogger(__name__)
 
 def warn_owners(
     settings: Settings, *, instance_ids: Sequence[str], clients: ClientFactory, now: datetime
-) -> dict[str, Any]:
-    """Warn the owner of each host whose deadline is ``warn_before`` away; returns what was done."""
+) -> tuple[dict[str, Any], list[Decision]]:
+    """Warn the owner of each host whose deadline is ``warn_before`` away; returns what was done, and
+    the decisions to log (one per warning sent)."""
     plan = plan_sweep(settings, now=now, clients=clients, instance_ids=instance_ids)
     policy = policy_from_settings(settings)
+    decisions: list[Decision] = []
     result: dict[str, Any] = {"warned": [], "moved": [], "skipped": [], "errors": list(plan.errors)}
     for verdict in plan.verdicts:
         host, deadline = verdict.host, verdict.deadline
@@ -62,19 +66,8 @@ def warn_owners(
             )
             result["errors"] += [{"instance_id": host.instance_id, **error} for error in errors]
             result["warned"].append(host.instance_id)
-            log.info(
-                "warning sent",
-                extra={
-                    "decision": {
-                        "kind": "warning sent",
-                        "instance_id": host.instance_id,
-                        "owner": owner,
-                        "deadline": instant(deadline.enforce_at),
-                        "errors": errors,
-                    }
-                },
-            )
-    return result
+            decisions.append(warning_decision(warning, actor=REAPER, errors=errors))
+    return result, decisions
 
 
 def _rearm(

@@ -3,6 +3,7 @@ warning exactly as the code prints it."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,11 +12,11 @@ import pytest
 from guardrails import tags
 from guardrails.deadlines import deadline_for
 from guardrails.errors import InputError
-from guardrails.extension import ExtensionRefused, plan_extension
+from guardrails.extension import ExtensionRefused, extension_decision, plan_extension
 from guardrails.hosts import Host
 from guardrails.owners import owner_of, owner_problem
 from guardrails.sweep_notice import running_cost
-from guardrails.warning import OwnerWarning, warning_timing
+from guardrails.warning import OwnerWarning, warning_decision, warning_timing
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "owners.md"
 STARTED = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -186,3 +187,7 @@ def test_the_docs_show_the_extension_as_the_code_prints_it() -> None:
     )
     shown = "\n".join(describe(extension, warning.host, Settings(stack="dev", regions=("us-east-1",))))
     assert shown in DOCS.read_text(), f"docs/owners.md should show, verbatim:\n{shown}"
+    record = json.dumps(extension_decision(extension, warning.host).as_dict())
+    assert record in DOCS.read_text(), f"docs/owners.md should show, verbatim:\n{record}"
+    told = json.dumps(warning_decision(warning, actor="reaper", errors=[]).as_dict())
+    assert told in DOCS.read_text(), f"docs/owners.md should show, verbatim:\n{told}"
