@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from cli.options import (
     output_option,
     release_from_group_option,
     shutdown_command_option,
+    spot_options,
 )
 
 
@@ -78,6 +80,7 @@ from cli.options import (
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Append every sample to this file, in the format --replay reads.",
 )
+@spot_options
 @output_option
 def agent(
     *,
@@ -94,6 +97,10 @@ def agent(
     api_stop_after: timedelta | None,
     replay: Path | None,
     record: Path | None,
+    spot_watch: bool,
+    on_interrupt: str | None,
+    on_rebalance: str,
+    spot_poll: timedelta,
     output: str,
 ) -> None:
     """Export GPU metrics on /metrics and shut the host down when every GPU is idle.
@@ -102,8 +109,9 @@ def agent(
     and no compute process, or with one that has kept it there for --hang-after; the host shuts down
     once every GPU has been idle for the whole --idle-after window (--idle-after-empty when no GPU
     holds any process), and stops itself through the EC2 API if it is still up --api-stop-after
-    later. A failed, stale or implausible reading is unknown, never idle. Needs an NVIDIA driver
-    (NVML), except with --replay.
+    later. A failed, stale or implausible reading is unknown, never idle. On a spot interruption
+    notice the --on-interrupt hook runs (the agent has no job to signal: `parkbrake run` does that).
+    Needs an NVIDIA driver (NVML), except with --replay.
 
     \b
     Example:
@@ -134,8 +142,14 @@ def agent(
     )
     command = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
+    from cli.host.spot import check_hook_flags
+
+    check_hook_flags(spot_watch, on_interrupt)
+    printing = threading.Lock()  # the spot watch prints from its own thread
+
     def say(event_json: dict[str, object], text: str) -> None:
-        click.echo(json.dumps(event_json) if output == "json" else text)
+        with printing:
+            click.echo(json.dumps(event_json) if output == "json" else text)
 
     with ExitStack() as resources:
         sampler: GpuSampler
@@ -155,6 +169,19 @@ def agent(
             f"parkbrake agent: /metrics on {address}:{bound_port}; shutdown after {format_duration(idle_after)} with every "
             f"GPU at or under {threshold:g}% and no compute process",
         )
+        if spot_watch:
+            from cli.host.spot import SpotSettings, SpotWatcher, event_json
+            from guardrails.spot import OnRebalance
+
+            def spot_event(kind: str, message: str, detail: dict[str, object]) -> None:
+                at = datetime.now(UTC)
+                say(event_json(kind, message, detail, at), f"{at:%H:%M:%S} {kind}: {message}")
+
+            settings = SpotSettings(None, on_interrupt, OnRebalance(on_rebalance), spot_poll)
+            watcher = SpotWatcher(settings, spot_event)
+            # The first look before the GPU loop, so the log says at once whether spot notices are watched.
+            watcher.start(first_poll_here=True)
+            resources.callback(watcher.stop)
         result = run_agent(
             sampler,
             clock,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ import click
 
 from cli.host.job_wrapper import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
 from guardrails.durations import DurationError, parse_duration
+from guardrails.spot import OnRebalance
 
 
 class Duration(click.ParamType):
@@ -96,6 +99,68 @@ api_stop_after_option = click.option(
     "failed), stop it through the EC2 API; its instance role may stop only itself. off: never. "
     "Also $PARKBRAKE_API_STOP_AFTER.",
 )
+
+
+class SignalName(click.ParamType):
+    """A signal by name (``SIGTERM``, ``TERM``, ``usr1``) or number, as a :class:`signal.Signals`."""
+
+    name = "signal"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> signal.Signals:
+        if isinstance(value, signal.Signals):
+            return value
+        text = str(value).strip().upper()
+        try:
+            return (
+                signal.Signals(int(text))
+                if text.isdigit()
+                else signal.Signals[text if text.startswith("SIG") else f"SIG{text}"]
+            )
+        except (KeyError, ValueError):
+            self.fail(f"{value!r} is not a signal; use a name such as SIGTERM, SIGINT or SIGUSR1", param, ctx)
+
+
+SIGNAL = SignalName()
+
+
+def spot_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The spot watch's flags, shared by run and agent."""
+    for option in reversed(
+        [
+            click.option(
+                "--spot-watch/--no-spot-watch",
+                default=True,
+                show_default=True,
+                help="Watch the instance metadata (IMDSv2) for a spot interruption notice and a rebalance "
+                "recommendation; off EC2 the watch turns itself off with one line.",
+            ),
+            click.option(
+                "--on-interrupt",
+                metavar="CMD",
+                help="Checkpoint hook run through /bin/sh on a spot interruption notice; killed if still running "
+                "15 s before the interruption. $PARKBRAKE_SPOT_ACTION and $PARKBRAKE_SPOT_TIME say what and when.",
+            ),
+            click.option(
+                "--on-rebalance",
+                type=click.Choice([choice.value for choice in OnRebalance]),
+                default=OnRebalance.HOOK.value,
+                show_default=True,
+                help="On a rebalance recommendation: log it; run the --on-interrupt hook (the job keeps running); "
+                "or treat it as an interruption notice.",
+            ),
+            click.option(
+                "--spot-poll",
+                type=DURATION,
+                default="5s",
+                show_default=True,
+                help="Time between two looks at the instance metadata (AWS suggests 5 s).",
+            ),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -15,10 +16,12 @@ import click
 from cli.options import (
     DURATION,
     OPTIONAL_DURATION,
+    SIGNAL,
     api_stop_after_option,
     output_option,
     release_from_group_option,
     shutdown_command_option,
+    spot_options,
 )
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
@@ -86,6 +89,15 @@ if TYPE_CHECKING:
     "`parkbrake agent --record` writes) instead of NVML; the cap, grace and hang window then run in "
     "the recording's own time.",
 )
+@click.option(
+    "--interrupt-signal",
+    type=SIGNAL,
+    default="SIGTERM",
+    show_default=True,
+    help="The signal the job gets on a spot interruption notice (its process group, like every signal "
+    "the wrapper sends); the job's cap and grace are unchanged.",
+)
+@spot_options
 @shutdown_command_option
 @release_from_group_option
 @api_stop_after_option
@@ -102,6 +114,11 @@ def run(
     threshold: float,
     interval: timedelta,
     replay: Path | None,
+    interrupt_signal: signal.Signals,
+    spot_watch: bool,
+    on_interrupt: str | None,
+    on_rebalance: str,
+    spot_poll: timedelta,
     shutdown_command: str,
     release_from_group: bool,
     api_stop_after: timedelta | None,
@@ -114,7 +131,8 @@ def run(
     Write the command after --, for example:
       parkbrake run --max-runtime 2h -- python train.py
 
-    SIGINT, SIGTERM and SIGHUP are passed on to the job. A watchdog process outlives a wrapper that
+    SIGINT, SIGTERM and SIGHUP are passed on to the job. On a spot interruption notice the job gets
+    --interrupt-signal and the --on-interrupt hook runs, bounded by the notice. A watchdog process outlives a wrapper that
     is killed (even with SIGKILL) and still ends the job at its cap and shuts the host down. If the
     host is still up --api-stop-after the shutdown, it stops itself through the EC2 API. The summary
     goes to stderr, so the job keeps stdout to itself. With --tenant and a ledger configured, a job the tenant's budget cannot
@@ -141,6 +159,21 @@ def run(
     if replay is not None and hang_after is None:
         raise InputError("--replay plays GPU samples for --hang-after; give --hang-after too")
     fallback = ApiFallback(after=api_stop_after, terminate=on_exit == OnExit.TERMINATE)
+    from cli.host.spot import SpotSettings, SpotWatcher, check_hook_flags, event_json
+
+    check_hook_flags(spot_watch, on_interrupt)
+    spot = None
+    if spot_watch:
+        from guardrails.spot import OnRebalance
+
+        def spot_event(kind: str, message: str, detail: dict[str, object]) -> None:
+            if output == "json":
+                click.echo(json.dumps(event_json(kind, message, detail, datetime.now(UTC))), err=True)
+            else:
+                log(message)
+
+        settings = SpotSettings(interrupt_signal, on_interrupt, OnRebalance(on_rebalance), spot_poll)
+        spot = SpotWatcher(settings, spot_event)
     with hang_watch(hang_after, threshold, interval, replay) as (hang, clock):
         report = run_and_shut_down(
             command,
@@ -152,6 +185,7 @@ def run(
             fallback=fallback,
             clock=clock,
             watchdog=True,
+            spot=spot,
         )
     if output == "json":
         click.echo(json.dumps(report.as_json()), err=True)

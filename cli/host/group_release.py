@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -24,11 +25,16 @@ from typing import Any
 from guardrails.hosts import AUTOSCALING_GROUP_TAG
 
 IMDS_ENDPOINT_VARIABLE = "PARKBRAKE_IMDS_ENDPOINT"
+# The AWS SDKs' own variable for the endpoint, honoured when parkbrake's is not set.
+AWS_IMDS_ENDPOINT_VARIABLE = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
 # IMDS answers within milliseconds on EC2; off EC2 nothing answers, and the shutdown must not wait.
 IMDS_TIMEOUT_SECONDS = 2.0
 # The token is used for three reads, right away.
 TOKEN_TTL_SECONDS = 60
+TOKEN_PATH = "/latest/api/token"
+TOKEN_TTL_HEADER = "X-aws-ec2-metadata-token-ttl-seconds"
+TOKEN_HEADER = "X-aws-ec2-metadata-token"
 INSTANCE_ID_PATH = "/latest/meta-data/instance-id"
 REGION_PATH = "/latest/meta-data/placement/region"
 GROUP_TAG_PATH = f"/latest/meta-data/tags/instance/{AUTOSCALING_GROUP_TAG}"
@@ -42,6 +48,14 @@ class MetadataUnreachable(Exception):
 
 class MetadataError(Exception):
     """The metadata service answered, but not with what was asked for."""
+
+
+class NoSessionToken(MetadataError):
+    """The token request was refused or is unknown: this metadata service does not serve IMDSv2."""
+
+
+class TokenRejected(MetadataError):
+    """A read answered 401: the session token expired or was never valid; a new one is needed."""
 
 
 @dataclass(frozen=True)
@@ -59,19 +73,42 @@ class InstanceMetadata:
         self._timeout = timeout
         # The metadata service is link-local: an HTTP(S)_PROXY from the environment must not see it.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        self._session: tuple[str, float] | None = None  # a token kept for read(), and when to renew it
 
     @classmethod
     def from_environment(cls) -> InstanceMetadata:
-        return cls(os.environ.get(IMDS_ENDPOINT_VARIABLE) or DEFAULT_IMDS_ENDPOINT)
+        return cls(
+            os.environ.get(IMDS_ENDPOINT_VARIABLE)
+            or os.environ.get(AWS_IMDS_ENDPOINT_VARIABLE)
+            or DEFAULT_IMDS_ENDPOINT
+        )
+
+    def _token(self, ttl_seconds: int) -> str:
+        try:
+            token = self._request("PUT", TOKEN_PATH, {TOKEN_TTL_HEADER: str(ttl_seconds)})
+        except MetadataError as error:
+            raise NoSessionToken(str(error)) from None
+        if token is None:
+            raise NoSessionToken(f"the metadata service has no {TOKEN_PATH} (IMDSv2)")
+        return token
+
+    def read(self, path: str, *, ttl_seconds: int = 21600) -> str | None:
+        """One read with a session token kept between calls (None on 404): for a watcher that polls.
+
+        The token is renewed a minute before its TTL runs out, and at once when a read answers 401
+        (the service restarted, or the token was revoked).
+        """
+        if self._session is None or time.monotonic() >= self._session[1]:
+            self._session = (self._token(ttl_seconds), time.monotonic() + ttl_seconds - 60)
+        try:
+            return self._request("GET", path, {TOKEN_HEADER: self._session[0]})
+        except TokenRejected:
+            self._session = (self._token(ttl_seconds), time.monotonic() + ttl_seconds - 60)
+            return self._request("GET", path, {TOKEN_HEADER: self._session[0]})
 
     def identity(self) -> HostIdentity:
         """This host's instance id, region and group; raises MetadataUnreachable or MetadataError."""
-        token = self._request(
-            "PUT", "/latest/api/token", {"X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL_SECONDS)}
-        )
-        if token is None:
-            raise MetadataError("the metadata service has no /latest/api/token (IMDSv2)")
-        presented = {"X-aws-ec2-metadata-token": token}
+        presented = {TOKEN_HEADER: self._token(TOKEN_TTL_SECONDS)}
         instance_id = self._request("GET", INSTANCE_ID_PATH, presented)
         region = self._request("GET", REGION_PATH, presented)
         if not instance_id or not region:
@@ -89,6 +126,8 @@ class InstanceMetadata:
         except urllib.error.HTTPError as error:
             if error.code == 404:
                 return None
+            if error.code == 401:
+                raise TokenRejected(f"{method} {path} answered HTTP 401 {error.reason}") from None
             raise MetadataError(f"{method} {path} answered HTTP {error.code} {error.reason}") from None
         except urllib.error.URLError as error:
             raise MetadataUnreachable(f"{self.endpoint}: {error.reason}") from None

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from cli.host.api_stop import ApiFallback, ApiStopResult
 from cli.host.group_release import ReleaseResult, release_from_group
+from cli.host.spot import SpotWatcher
 from guardrails.clock import Clock, SystemClock
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
@@ -414,6 +415,7 @@ class RunReport:
     shutdown: ShutdownResult | None
     exit_status: int
     api_stop: ApiStopResult | None = None  # None: the host went down, or no shutdown was asked
+    spot: dict[str, Any] | None = None  # what the spot watch saw and did; None: not watched
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -421,6 +423,7 @@ class RunReport:
             "on_exit": self.on_exit.value,
             "shutdown": None if self.shutdown is None else self.shutdown.as_json(),
             "api_stop": None if self.api_stop is None else self.api_stop.as_json(),
+            "spot": self.spot,
             "exit_status": self.exit_status,
         }
 
@@ -455,6 +458,7 @@ def run_and_shut_down(
     clock: Clock | None = None,
     start: StartJob | None = None,
     watchdog: bool = False,
+    spot: SpotWatcher | None = None,
 ) -> RunReport:
     """``parkbrake run``: the job to its end, then the host down however the job ended (unless ``none``).
 
@@ -463,7 +467,9 @@ def run_and_shut_down(
         guardrail. ``--on-exit none`` is the way to keep the host. ``fallback``: how the host stops
     itself through the EC2 API when the OS shutdown did not take it down. With ``watchdog``, a process of its
         own session outlives this one and enforces the cap and the shutdown if this one is killed
-        (:mod:`cli.host.watchdog`).
+        (:mod:`cli.host.watchdog`). ``spot`` watches for spot notices from the job's start, and signals
+        the job on one; a checkpoint hook still running when the job ends is waited for (it is bounded
+        by the notice) before the shutdown.
     """
     from cli.host.watchdog import Charge, Watchdog
 
@@ -473,17 +479,18 @@ def run_and_shut_down(
         if watchdog and (on_exit.shuts_down or policy.max_runtime is not None)
         else None
     )
+
+    def on_start(process: JobProcess) -> None:
+        if guard is not None:
+            guard.guard(process)
+        if spot is not None:
+            spot.watch_job(process.signal_group)
+
     try:
-        job = run_job(
-            argv,
-            policy,
-            log=log,
-            clock=clock,
-            hang=hang,
-            start=start,
-            on_start=guard.guard if guard else None,
-        )
+        job = run_job(argv, policy, log=log, clock=clock, hang=hang, start=start, on_start=on_start)
     finally:
+        if spot is not None:
+            spot.stop()
         if guard is not None:
             guard.release()
     if job.error is not None:
@@ -508,6 +515,7 @@ def run_and_shut_down(
         shutdown,
         wrapper_exit_status(job.exit_status, shutdown_failed=host_left_running(shutdown, api_stop)),
         api_stop,
+        None if spot is None else spot.summary(),
     )
 
 

@@ -72,6 +72,7 @@ def no_instance_metadata(monkeypatch: pytest.MonkeyPatch) -> str:
         probe.bind(("127.0.0.1", 0))
         endpoint = f"http://127.0.0.1:{probe.getsockname()[1]}"
     monkeypatch.setenv("PARKBRAKE_IMDS_ENDPOINT", endpoint)
+    monkeypatch.delenv("AWS_EC2_METADATA_DISABLED", raising=False)
     return endpoint
 
 
@@ -90,8 +91,15 @@ class FakeImds:
     group: str | None  # None: the instance carries no aws:autoscaling:groupName tag (404)
     region: str = REGION
     issues_tokens: bool = True  # False: answers the token PUT with 403
+    # The spot documents, served once set (404 until then), as EC2 serves them: JSON text.
+    instance_action: str | None = None
+    rebalance: str | None = None
     requests: list[tuple[str, str, bool]] = field(default_factory=list)  # method, path, token presented
     tokens: set[str] = field(default_factory=set)
+
+    def revoke_tokens(self) -> None:
+        """Every token issued so far stops working, as when it expires: the next read gets 401."""
+        self.tokens.clear()
 
     def answer(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, str]:
         presented = headers.get(TOKEN_HEADER.lower())
@@ -99,7 +107,8 @@ class FakeImds:
         if method == "PUT" and path == "/latest/api/token":
             if not self.issues_tokens:
                 return 403, "Forbidden"
-            if TOKEN_TTL_HEADER.lower() not in headers:
+            ttl = headers.get(TOKEN_TTL_HEADER.lower(), "")
+            if not ttl.isdigit() or not 1 <= int(ttl) <= 21600:  # IMDSv2 allows 1 s to 6 h
                 return 400, "Bad Request"
             token = uuid.uuid4().hex
             self.tokens.add(token)
@@ -111,6 +120,16 @@ class FakeImds:
             "/latest/meta-data/instance-id": self.instance_id,
             "/latest/meta-data/placement/region": self.region,
             **{f"{TAGS_PREFIX}{key}": value for key, value in tags.items()},
+            **(
+                {}
+                if self.instance_action is None
+                else {"/latest/meta-data/spot/instance-action": self.instance_action}
+            ),
+            **(
+                {}
+                if self.rebalance is None
+                else {"/latest/meta-data/events/recommendations/rebalance": self.rebalance}
+            ),
         }
         return (200, values[path]) if path in values else (404, "Not Found")
 

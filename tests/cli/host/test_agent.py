@@ -302,7 +302,8 @@ def test_the_command_replays_a_recording_and_shuts_down(recorder: ShutdownRecord
     completed = agent_command("--replay", str(RECORDINGS / "idle.jsonl"), "-o", "json")
     assert completed.returncode == 0, completed.stderr
     events = [json.loads(line) for line in completed.stdout.splitlines()]
-    assert [event["event"] for event in events] == ["started", "busy", "idle", "shutdown"]
+    # No metadata service here: the spot watch says so once, and the agent goes on.
+    assert [event["event"] for event in events] == ["started", "spot-watch-off", "busy", "idle", "shutdown"]
     assert events[0]["source"] == "replay"
     assert events[0]["port"] > 0
     # Training ends at t=300 and takes its processes with it: empty GPUs, so 2 minutes, not 15.

@@ -148,6 +148,7 @@ def test_the_command_reports_a_stale_reading_and_keeps_the_host(recorder: Shutdo
     events = [json.loads(line) for line in completed.stdout.splitlines()]
     assert [event["event"] for event in events] == [
         "started",
+        "spot-watch-off",
         "busy",
         "unknown",
         "unknown-too-long",

@@ -166,7 +166,7 @@ def test_the_agent_command_has_a_10_minute_hang_window_by_default(recorder: Shut
     completed = agent_command("--replay", str(RECORDINGS / "hung.jsonl"))
     assert completed.returncode == 0, completed.stderr
     events = [json.loads(line) for line in completed.stdout.splitlines()]
-    assert [(e["event"], e.get("elapsed_seconds")) for e in events[1:]] == [
+    assert [(e["event"], e.get("elapsed_seconds")) for e in events[2:]] == [  # after started, spot-watch-off
         ("busy", 0),
         ("hung", 910),
         ("shutdown", 1810),
