@@ -8,9 +8,13 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
 - retry storm: every unique request sent 3 times, two of them at once (a retry racing the original)
   and one after; model passes per unique request, read from the service's own
   ``parkbrake_inference_model_passes_total`` (target exactly 1.00);
-- the idempotency layer's added latency: the same request (one sentence; again with 16) sequentially, alternately with
-  a fresh ``Idempotency-Key`` (claim + run + store: the layer's whole cost) and without one (the same
-  service, the layer skipped); the ratio of the medians (target ≤ 1.05), and a replay's median;
+- the idempotency layer's added latency: the same request (one sentence; again with 16) sequentially,
+  alternately with a fresh ``Idempotency-Key`` (key lookup and claim in one statement, run, store
+  after sending) and without one (key lookup, run: the same service, the layer skipped); the ratio of
+  the medians (target ≤ 1.05), and a replay's median. Each request is followed by ``--gap-ms``, so the
+  store's work after a response never lands on the next measured request;
+- the layer's database statements timed on their own, in this process (key lookup; lookup and claim;
+  completion with compression);
 - throughput in embeddings per second through the service (batches of ``--batch`` sentences, two
   clients) against the same ONNX Runtime session called directly in this process, in the same run.
 """
@@ -31,16 +35,19 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from psycopg.conninfo import make_conninfo
 
+from guardrails.idempotency import Lease, fingerprint
 from lambdas.ledger.connections import SingleConnection
 from lambdas.ledger.store import LedgerStore
 from services.inference.export import build_model
+from services.inference.idempotency import PostgresIdempotencyStore, Scope, StoredResponse
 from services.inference.keys import ApiKeyStore
 from services.inference.model import Embedder
+from services.inference.server import service_connections
 from tests.postgres import postgres_url
 
 BENCH_DATABASE = "parkbrake_bench_inference"
@@ -146,19 +153,25 @@ def retry_storm(url: str, api_key: str, unique: int) -> dict[str, float]:
     }
 
 
-def overhead(url: str, api_key: str, samples: int, sentences: int) -> dict[str, float]:
+def overhead(url: str, api_key: str, samples: int, sentences: int, gap: float) -> dict[str, float]:
     with_key, without_key, replays = [], [], []
     inputs = [f"{SENTENCE} ({n})" for n in range(sentences)]
     replay_key = str(uuid.uuid4())
     post(url, api_key, inputs, replay_key)
+
+    def measure(series: list[float], idempotency_key: str | None) -> None:
+        series.append(post(url, api_key, inputs, idempotency_key)[1])
+        # The service stores a response after sending it; the pause lets that finish, so it never
+        # slows the next measured request (of either series) instead of its own.
+        time.sleep(gap)
+
     for _ in range(5):  # warm connections and caches on both paths
         post(url, api_key, inputs), post(url, api_key, inputs, str(uuid.uuid4()))
     for index in range(samples):  # alternated (and which goes first too), so load drift hits both alike
-        pair = [lambda: without_key.append(post(url, api_key, inputs)[1])]
-        pair.append(lambda: with_key.append(post(url, api_key, inputs, str(uuid.uuid4()))[1]))
+        pair = [lambda: measure(without_key, None), lambda: measure(with_key, str(uuid.uuid4()))]
         for send in pair if index % 2 else reversed(pair):
             send()
-        replays.append(post(url, api_key, inputs, replay_key)[1])
+        measure(replays, replay_key)
     p50_with, p50_without = statistics.median(with_key), statistics.median(without_key)
     return {
         "sentences_per_request": sentences,
@@ -168,6 +181,40 @@ def overhead(url: str, api_key: str, samples: int, sentences: int) -> dict[str, 
         "p50_ratio": round(p50_with / p50_without, 3),
         "p50_ms_replay": round(statistics.median(replays) * 1000, 2),
     }
+
+
+def store_costs(database_url: str, api_key: str, embedder: Embedder, samples: int) -> dict[str, float]:
+    """The layer's database work, timed in this process against the service's database: the key
+    lookup a request without the header makes, the lookup-and-claim that replaces it, and the
+    completion (compression included) that runs after the response is sent."""
+    connections = service_connections(database_url, pool_size=1)
+    keys = ApiKeyStore(connections)
+    store = PostgresIdempotencyStore(connections, Lease(timedelta(seconds=60), timedelta(hours=24)))
+    inputs = [SENTENCE]
+    body = json.dumps({"model": "all-MiniLM-L6-v2", "input": inputs}).encode()
+    vector = [float(value) for value in embedder.embed(inputs).vectors[0]]
+    response = json.dumps({"object": "list", "data": [{"embedding": vector}]}).encode()
+    timings: dict[str, list[float]] = {"key_lookup": [], "lookup_and_claim": [], "completion": []}
+    try:
+        for _ in range(samples):
+            started = time.perf_counter()
+            keys.tenant_of(api_key)
+            timings["key_lookup"].append(time.perf_counter() - started)
+            key, now = str(uuid.uuid4()), datetime.now(UTC)
+            started = time.perf_counter()
+            request_fingerprint = fingerprint("POST", "/v1/embeddings", body)
+            admission = store.admit(api_key, "POST /v1/embeddings", key, request_fingerprint, now)
+            timings["lookup_and_claim"].append(time.perf_counter() - started)
+            assert admission is not None
+            assert admission.claim.owner is not None
+            scope = Scope(admission.tenant, "POST /v1/embeddings", key)
+            stored = StoredResponse(200, {"Content-Type": "application/json"}, response)
+            started = time.perf_counter()
+            store.complete(scope, admission.claim.owner, stored, now)
+            timings["completion"].append(time.perf_counter() - started)
+    finally:
+        connections.close()
+    return {f"p50_ms_{name}": round(statistics.median(values) * 1000, 3) for name, values in timings.items()}
 
 
 def throughput(url: str, api_key: str, embedder: Embedder, batch: int, batches: int) -> dict[str, float]:
@@ -197,7 +244,11 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200, help="sequential requests per latency series")
     parser.add_argument("--batch", type=int, default=32, help="sentences per request in the throughput run")
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument(
+        "--gap-ms", type=float, default=5.0, help="pause after each request of the latency series"
+    )
     arguments = parser.parse_args()
+    gap = arguments.gap_ms / 1000
     with tempfile.TemporaryDirectory() as folder, database() as database_url:
         onnx_file = Path(folder) / "all-MiniLM-L6-v2.onnx"
         onnx_file.write_bytes(build_model().SerializeToString())
@@ -209,10 +260,13 @@ def main() -> None:
             figures = {
                 "device": embedder.device,
                 "cpus": os.cpu_count(),
+                "load_average_at_start": os.getloadavg()[0],
                 "retry_storm": retry_storm(url, api_key, arguments.unique),
-                "latency": overhead(url, api_key, arguments.samples, 1),
-                "latency_batch_of_16": overhead(url, api_key, max(20, arguments.samples // 4), 16),
+                "latency": overhead(url, api_key, arguments.samples, 1, gap),
+                "latency_batch_of_16": overhead(url, api_key, max(20, arguments.samples // 4), 16, gap),
+                "store_round_trips": store_costs(database_url, api_key, embedder, arguments.samples),
                 "throughput": throughput(url, api_key, embedder, arguments.batch, arguments.batches),
+                "load_average_at_end": os.getloadavg()[0],
             }
     print(json.dumps(figures, indent=2))
 

@@ -135,14 +135,20 @@ class SingleConnection:
 class PooledConnections:
     """A ``psycopg_pool`` pool for processes that live long and serve many requests (exporter, CLI)."""
 
-    def __init__(self, url: str, *, max_size: int = 4, timeout: float = CONNECT_TIMEOUT_S * 2) -> None:
+    def __init__(
+        self, url: str, *, max_size: int = 4, timeout: float = CONNECT_TIMEOUT_S * 2, check: bool = True
+    ) -> None:
+        """``check``: a round trip on every checkout finds connections the server closed before they are
+        used. Without it a dead connection fails the one statement that meets it (as
+        :class:`LedgerUnavailable`) and the pool drops it: for a request path that answers 503 and counts
+        its round trips."""
         self.url = url
         self._pool: ConnectionPool[Any] = ConnectionPool(
             url,
             min_size=1,
             max_size=max_size,
             kwargs={"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S},
-            check=ConnectionPool.check_connection,
+            check=ConnectionPool.check_connection if check else None,
             open=False,
             timeout=timeout,
         )

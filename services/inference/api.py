@@ -26,11 +26,13 @@ from guardrails.idempotency import (
     wait_intervals,
 )
 from services.inference.idempotency import (
+    Claim,
     IdempotencyStore,
     Outcome,
     ResponseTooLarge,
     Scope,
     StoredResponse,
+    always_fits,
 )
 from services.inference.keys import ApiKeyStore
 from services.inference.metrics import ServiceMetrics
@@ -57,6 +59,9 @@ class Response:
     status: int
     body: bytes
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": JSON})
+    # Work the server does once the response is sent, before it counts the request out: storing it
+    # for replays, so the store's round trip is not part of the client's wait.
+    then: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def json(cls, status: int, document: object, **headers: str) -> Response:
@@ -137,39 +142,58 @@ class EmbeddingsApi:
         self._limiter = RateLimiter(settings.rate_limit, settings.burst)
 
     def handle(self, request: Request) -> Response:
-        token = request.headers.get("authorization", "")
-        scheme, _, key = token.partition(" ")
-        found = self._keys.tenant_of(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
-        if found is None:
-            message = "a valid API key is required: Authorization: Bearer KEY (`parkbrake keys create`)"
-            return Response.error(401, message, "invalid_api_key", WWW_Authenticate="Bearer")
-        tenant, key_id = found
-        wait = self._limiter.acquire(key_id)
-        if wait:
-            self.metrics.rate_limited.labels(tenant).inc()
-            message = (
-                f"rate limit of {self.settings.rate_limit} requests/s per key reached; retry after {wait}s"
-            )
-            return Response.error(429, message, "rate_limit_exceeded", Retry_After=str(wait))
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        api_key = token.strip() if scheme.lower() == "bearer" else ""
         raw_key = request.headers.get(HEADER.lower())
-        if raw_key is None:
-            if self.settings.require_idempotency_key:
-                return Response.error(
-                    400,
-                    f"this service requires an {HEADER} header (a UUID per logical request)",
-                    "invalid_request_error",
-                )
-            return self._run(request.body, tenant)
+        endpoint = f"{request.method} {request.path}"
+        key, invalid = None, None
         try:
-            scope = Scope(tenant, f"{request.method} {request.path}", parse_key(raw_key))
+            key = None if raw_key is None else parse_key(raw_key)
         except InvalidIdempotencyKey as error:
-            return Response.error(400, str(error), "invalid_idempotency_key")
-        return self._idempotent(scope, fingerprint(request.method, request.path, request.body), request.body)
+            invalid = error  # answered with 400 once the caller is known
+        if api_key and key is not None:
+            # The key lookup and the claim in one round trip: the layer's cost on the way in.
+            request_fingerprint = fingerprint(request.method, request.path, request.body)
+            admission = self._store.admit(api_key, endpoint, key, request_fingerprint, self._now())
+            if admission is None:
+                return _unauthorized()
+            scope = Scope(admission.tenant, endpoint, key)
+            refusal = self._rate_limited(admission.tenant, admission.key_id)
+            if refusal is not None:
+                if admission.claim.outcome is Outcome.CLAIMED:
+                    assert admission.claim.owner is not None
+                    self._store.release(scope, admission.claim.owner)
+                return refusal
+            return self._idempotent(scope, request_fingerprint, request.body, admission.claim)
+        found = self._keys.tenant_of(api_key) if api_key else None
+        if found is None:
+            return _unauthorized()
+        tenant, key_id = found
+        refusal = self._rate_limited(tenant, key_id)
+        if refusal is not None:
+            return refusal
+        if invalid is not None:
+            return Response.error(400, str(invalid), "invalid_idempotency_key")
+        if self.settings.require_idempotency_key:
+            return Response.error(
+                400,
+                f"this service requires an {HEADER} header (a UUID per logical request)",
+                "invalid_request_error",
+            )
+        return self._run(request.body, tenant)
 
-    def _idempotent(self, scope: Scope, request_fingerprint: str, body: bytes) -> Response:
+    def _rate_limited(self, tenant: str, key_id: str) -> Response | None:
+        """A 429 once the key is past its rate: before the idempotency layer, and never stored."""
+        wait = self._limiter.acquire(key_id)
+        if not wait:
+            return None
+        self.metrics.rate_limited.labels(tenant).inc()
+        message = f"rate limit of {self.settings.rate_limit} requests/s per key reached; retry after {wait}s"
+        return Response.error(429, message, "rate_limit_exceeded", Retry_After=str(wait))
+
+    def _idempotent(self, scope: Scope, request_fingerprint: str, body: bytes, claim: Claim) -> Response:
         intervals = iter(wait_intervals(self.settings.wait))
         while True:
-            claim = self._store.claim(scope, request_fingerprint, self._now())
             if claim.outcome is Outcome.CLAIMED:
                 assert claim.owner is not None
                 return self._run_claimed(scope, claim.owner, body)
@@ -190,6 +214,7 @@ class EmbeddingsApi:
                 message = f"a request with {HEADER} {scope.key!r} is still running; retry after {retry}s"
                 return Response.error(409, message, "idempotency_key_in_use", Retry_After=retry)
             self._sleep(interval)
+            claim = self._store.claim(scope, request_fingerprint, self._now())
 
     def _run_claimed(self, scope: Scope, owner: Any, body: bytes) -> Response:
         try:
@@ -203,17 +228,28 @@ class EmbeddingsApi:
         stored = StoredResponse(
             response.status, {k: v for k, v in response.headers.items() if k in STORED_HEADERS}, response.body
         )
+        if not always_fits(len(stored.body), self.settings.max_stored_bytes):
+            return self._store_before_sending(scope, owner, stored)
+        return Response(
+            stored.status,
+            stored.body,
+            dict(stored.headers),
+            then=lambda: self._complete(scope, owner, stored),
+        )
+
+    def _store_before_sending(self, scope: Scope, owner: Any, stored: StoredResponse) -> Response:
+        """A body that may not fit the store: what the client gets depends on storing it (413 if not)."""
         try:
-            kept = self._store.complete(scope, owner, stored, self._now())
+            self._complete(scope, owner, stored)
         except ResponseTooLarge as error:
             refusal = Response.error(413, str(error), "response_too_large")
-            self._store.complete(
-                scope, owner, StoredResponse(413, {"Content-Type": JSON}, refusal.body), self._now()
-            )
+            self._complete(scope, owner, StoredResponse(413, {"Content-Type": JSON}, refusal.body))
             return refusal
-        if not kept:
-            self.metrics.lost_claims.inc()
         return Response(stored.status, stored.body, dict(stored.headers))
+
+    def _complete(self, scope: Scope, owner: Any, stored: StoredResponse) -> None:
+        if not self._store.complete(scope, owner, stored, self._now()):
+            self.metrics.lost_claims.inc()
 
     def _run(self, body: bytes, tenant: str) -> Response:
         try:
@@ -232,6 +268,11 @@ class EmbeddingsApi:
         ]
         usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
         return Response.json(200, {"object": "list", "data": data, "model": MODEL_NAME, "usage": usage})
+
+
+def _unauthorized() -> Response:
+    message = "a valid API key is required: Authorization: Bearer KEY (`parkbrake keys create`)"
+    return Response.error(401, message, "invalid_api_key", WWW_Authenticate="Bearer")
 
 
 def _encode(vector: Any, encoding: str) -> list[float] | str:

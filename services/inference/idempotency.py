@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from guardrails.idempotency import Lease
 from lambdas.ledger.connections import Connections, LedgerUnavailable
+from services.inference.keys import key_hash
 
 COMPRESS_FROM_BYTES = 1024  # smaller bodies are stored as they are
 DEFAULT_MAX_STORED_BYTES = 8 * 1024 * 1024  # after compression
@@ -63,7 +64,24 @@ class Claim:
     lease_until: datetime | None = None
 
 
+@dataclass(frozen=True)
+class Admission:
+    """Who sent the request (from its API key) and the claim on its ``Idempotency-Key``."""
+
+    tenant: str
+    key_id: str
+    claim: Claim
+
+
 class IdempotencyStore(Protocol):
+    def admit(
+        self, api_key: str, endpoint: str, key: str, fingerprint: str, now: datetime
+    ) -> Admission | None:
+        """The API key's tenant and the claim on ``key`` in its scope; None for an unknown or revoked key.
+
+        A store beside the key table does both in one round trip; others look the key up first."""
+        ...
+
     def claim(self, scope: Scope, fingerprint: str, now: datetime) -> Claim:
         """Atomically claim ``scope`` for this request, or say why not."""
         ...
@@ -81,6 +99,12 @@ class IdempotencyStore(Protocol):
         ...
 
 
+def always_fits(size: int, limit: int) -> bool:
+    """Whether a body of ``size`` bytes fits ``limit`` however it compresses: zlib's worst case adds
+    5 bytes per 16 KiB block and a few of header, well within a thousandth plus 64 bytes."""
+    return size + (size >> 10) + 64 <= limit
+
+
 def encode_body(body: bytes, limit: int) -> tuple[bytes, bool]:
     """zlib from ``COMPRESS_FROM_BYTES`` on; raises :class:`ResponseTooLarge` past ``limit``."""
     if len(body) < COMPRESS_FROM_BYTES:
@@ -94,13 +118,9 @@ def encode_body(body: bytes, limit: int) -> tuple[bytes, bool]:
     return stored, compressed
 
 
-# The claim, in one statement: insert, or take over a row whose lease lapsed (same request only) or
-# whose retention ended. `xmax = 0` is true for a fresh insert; the owner tells us whether we won.
-CLAIM = """
-INSERT INTO inference_idempotency AS row
-    (tenant, endpoint, key, fingerprint, owner, state, claimed_at, lease_until, expires_at)
-VALUES (%(tenant)s, %(endpoint)s, %(key)s, %(fingerprint)s, %(owner)s, 'running', %(now)s,
-        %(lease_until)s, %(expires_at)s)
+# The claim: insert, or take over a row whose lease lapsed (same request only) or whose retention
+# ended; the owner returned tells us whether we won. Shared by CLAIM and ADMIT.
+_TAKE_OVER = """
 ON CONFLICT (tenant, endpoint, key) DO UPDATE
     SET fingerprint = EXCLUDED.fingerprint, owner = EXCLUDED.owner, state = 'running',
         claimed_at = EXCLUDED.claimed_at, lease_until = EXCLUDED.lease_until,
@@ -109,6 +129,34 @@ ON CONFLICT (tenant, endpoint, key) DO UPDATE
        OR (row.state = 'running' AND row.lease_until <= EXCLUDED.claimed_at
            AND row.fingerprint = EXCLUDED.fingerprint)
 RETURNING owner
+"""
+_COLUMNS = "(tenant, endpoint, key, fingerprint, owner, state, claimed_at, lease_until, expires_at)"
+_CLAIMED = "%(fingerprint)s, %(owner)s, 'running', %(now)s, %(lease_until)s, %(expires_at)s"
+
+CLAIM = f"""
+INSERT INTO inference_idempotency AS row {_COLUMNS}
+VALUES (%(tenant)s, %(endpoint)s, %(key)s, {_CLAIMED})
+{_TAKE_OVER}"""
+
+# The API key's lookup, the claim and, when the claim is lost, the row that holds the key: one round
+# trip for the request's whole way in. Every part reads the snapshot taken when the statement began,
+# so a row a concurrent request committed meanwhile makes the insert lose without being read here;
+# then the caller reads it with CLAIM's path.
+ADMIT = f"""
+WITH caller AS (
+    SELECT tenant, id FROM inference_api_keys WHERE key_sha256 = %(key_sha256)s AND revoked_at IS NULL
+), claimed AS (
+    INSERT INTO inference_idempotency AS row {_COLUMNS}
+    SELECT caller.tenant, %(endpoint)s, %(key)s, {_CLAIMED} FROM caller
+    {_TAKE_OVER}
+)
+SELECT caller.tenant, caller.id, claimed.owner, found.fingerprint, found.state, found.lease_until,
+       found.status, found.headers, found.body, found.compressed
+FROM caller
+LEFT JOIN claimed ON true
+LEFT JOIN inference_idempotency AS found
+    ON claimed.owner IS NULL AND found.tenant = caller.tenant AND found.endpoint = %(endpoint)s
+       AND found.key = %(key)s
 """
 
 READ = """
@@ -144,6 +192,25 @@ class PostgresIdempotencyStore:
     max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES
     _new_owner: Any = field(default=uuid.uuid4, repr=False)
 
+    def admit(
+        self, api_key: str, endpoint: str, key: str, fingerprint: str, now: datetime
+    ) -> Admission | None:
+        owner = self._new_owner()
+        row = self._claim_row(endpoint, key, fingerprint, owner, now) | {"key_sha256": key_hash(api_key)}
+        with self.connections.connection() as connection:
+            found = connection.execute(ADMIT, row).fetchone()
+        if found is None:
+            return None
+        tenant, key_id, won, *held = found
+        scope = Scope(tenant, endpoint, key)
+        if won == owner:
+            claim = Claim(Outcome.CLAIMED, owner=owner)
+        elif held[0] is None:  # committed by a concurrent request after this statement's snapshot
+            claim = self.claim(scope, fingerprint, now)
+        else:
+            claim = _claim_from(held, fingerprint)
+        return Admission(tenant, key_id, claim)
+
     def claim(self, scope: Scope, fingerprint: str, now: datetime) -> Claim:
         # A row released or swept between the claim and the read is claimed again: twice is plenty.
         for _ in range(3):
@@ -152,18 +219,22 @@ class PostgresIdempotencyStore:
                 return claim
         raise LedgerUnavailable(f"the claim on {scope.key!r} kept vanishing; retry")
 
-    def _claim_once(self, scope: Scope, fingerprint: str, now: datetime) -> Claim | None:
-        owner = self._new_owner()
-        row = {
-            "tenant": scope.tenant,
-            "endpoint": scope.endpoint,
-            "key": scope.key,
+    def _claim_row(
+        self, endpoint: str, key: str, fingerprint: str, owner: uuid.UUID, now: datetime
+    ) -> dict[str, Any]:
+        return {
+            "endpoint": endpoint,
+            "key": key,
             "fingerprint": fingerprint,
             "owner": owner,
             "now": now,
             "lease_until": self.lease.lease_until(now),
             "expires_at": self.lease.expires_at(now),
         }
+
+    def _claim_once(self, scope: Scope, fingerprint: str, now: datetime) -> Claim | None:
+        owner = self._new_owner()
+        row = self._claim_row(scope.endpoint, scope.key, fingerprint, owner, now) | {"tenant": scope.tenant}
         with self.connections.connection() as connection:
             won = connection.execute(CLAIM, row).fetchone()
             if won is not None and won[0] == owner:
@@ -171,13 +242,7 @@ class PostgresIdempotencyStore:
             found = connection.execute(READ, (scope.tenant, scope.endpoint, scope.key)).fetchone()
         if found is None:  # released or swept between the two statements
             return None
-        stored_fingerprint, state, lease_until, status, headers, body, compressed = found
-        if stored_fingerprint != fingerprint:
-            return Claim(Outcome.MISMATCH)
-        if state == "running":
-            return Claim(Outcome.IN_PROGRESS, lease_until=lease_until)
-        payload = zlib.decompress(body) if compressed else bytes(body)
-        return Claim(Outcome.REPLAY, response=StoredResponse(status, dict(headers), payload))
+        return _claim_from(found, fingerprint)
 
     def complete(self, scope: Scope, owner: uuid.UUID, response: StoredResponse, now: datetime) -> bool:
         body, compressed = encode_body(response.body, self.max_stored_bytes)
@@ -202,3 +267,14 @@ class PostgresIdempotencyStore:
     def sweep(self, now: datetime, *, batch: int) -> int:
         with self.connections.connection() as connection:
             return connection.execute(SWEEP, (now, batch)).rowcount
+
+
+def _claim_from(row: Any, fingerprint: str) -> Claim:
+    """What a lost claim means, from the row that holds the key (READ's columns)."""
+    stored_fingerprint, state, lease_until, status, headers, body, compressed = row
+    if stored_fingerprint != fingerprint:
+        return Claim(Outcome.MISMATCH)
+    if state == "running":
+        return Claim(Outcome.IN_PROGRESS, lease_until=lease_until)
+    payload = zlib.decompress(body) if compressed else bytes(body)
+    return Claim(Outcome.REPLAY, response=StoredResponse(status, dict(headers), payload))

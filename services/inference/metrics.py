@@ -30,6 +30,11 @@ class ServiceMetrics:
             "Results not stored because the claim's lease lapsed and another request took it over.",
             registry=self.registry,
         )
+        self.store_errors = Counter(
+            "parkbrake_inference_idempotency_store_errors",
+            "Responses sent but not stored for replay (the store failed after the response went out).",
+            registry=self.registry,
+        )
         self.rate_limited = Counter(
             "parkbrake_inference_rate_limited",
             "Requests refused with 429.",

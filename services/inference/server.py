@@ -169,10 +169,12 @@ class _HttpServer(ThreadingHTTPServer):
 def service_connections(url: str, *, pool_size: int) -> PooledConnections:
     """The service's pool. Its writes are idempotency rows only, committed without waiting for the WAL
     flush (``synchronous_commit=off``): a PostgreSQL crash may lose the last fraction of a second of
-    claims, which costs at most one extra model run on retry, while every claim saves an fsync."""
+    claims, which costs at most one extra model run on retry, while every claim saves an fsync.
+    Connections are not checked with a round trip at each checkout (it doubled every statement's
+    cost): one the server closed fails its request with 503 and the pool replaces it."""
     parts = conninfo_to_dict(url)
     options = f"{parts.get('options') or ''} -c synchronous_commit=off".strip()
-    return PooledConnections(make_conninfo(url, options=options), max_size=pool_size)
+    return PooledConnections(make_conninfo(url, options=options), max_size=pool_size, check=False)
 
 
 def _handler(server: InferenceServer) -> type[BaseHTTPRequestHandler]:
@@ -219,9 +221,23 @@ def _handler(server: InferenceServer) -> type[BaseHTTPRequestHandler]:
                 )
                 return self._send(refusal, started, close=True)
             try:
-                self._send(self._embeddings(), started)
+                response = self._embeddings()
+                try:
+                    self._send(response, started)
+                finally:  # also when the client hung up first: its retry gets the replay
+                    if response.then is not None:
+                        self._after_sending(response.then)
             finally:
                 server.leave()
+
+        def _after_sending(self, then: Callable[[], None]) -> None:
+            # A failure here leaves the claim running until its lease lapses (a retry within it
+            # waits, then gets 409; after it, runs once): counted and logged.
+            try:
+                then()
+            except Exception:
+                server.metrics.store_errors.inc()
+                log.exception("the response was sent but could not be stored for replays")
 
         def _embeddings(self) -> Response:
             length = self.headers.get("Content-Length")
