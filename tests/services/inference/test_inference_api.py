@@ -5,20 +5,26 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import psycopg
 import pytest
 
-from lambdas.ledger.connections import PooledConnections
-from services.inference.idempotency import Outcome, Scope
+from guardrails.idempotency import REPLAYED_HEADER
+from lambdas.ledger.connections import LedgerUnavailable, PooledConnections
+from services.inference.api import EmbeddingsApi, Request
+from services.inference.idempotency import Outcome, PostgresIdempotencyStore, Scope
 from services.inference.keys import ApiKeyStore
+from services.inference.metrics import ServiceMetrics
 from services.inference.model import Embedder
-from services.inference.server import InferenceServer
-from tests.services.inference.conftest import call, metric, model_passes, wait_ready
+from services.inference.server import InferenceServer, service_connections
+from services.inference.settings import settings_from_environment
+from tests.services.inference.conftest import FAST_SETTINGS, call, metric, model_passes, wait_ready
 
 REFERENCE = Path(__file__).with_name("reference") / "vectors.json"
 TEXT = {"model": "all-MiniLM-L6-v2", "input": "The sweep stopped the host at its deadline."}
@@ -364,3 +370,82 @@ def test_the_servers_sweeper_deletes_expired_responses_and_counts_them(
     assert service.sweep_once() >= 1
     assert metric(service.url, "parkbrake_inference_idempotency_swept_total") - before >= 1
     assert service.store.claim(scope, "other", service.clock.now()).outcome is Outcome.CLAIMED
+
+
+@pytest.fixture
+def api(service_database: str, embedder: Embedder) -> Iterator[EmbeddingsApi]:
+    """The API without the HTTP server, so a test can hold a response between sending and storing."""
+    settings = settings_from_environment(FAST_SETTINGS | {"PARKBRAKE_INFERENCE_WAIT": "5s"})
+    connections = service_connections(service_database, pool_size=4)
+    yield EmbeddingsApi(
+        settings=settings,
+        embedder=lambda: embedder,
+        keys=ApiKeyStore(connections),
+        store=PostgresIdempotencyStore(connections, settings.lease, settings.max_stored_bytes),
+        metrics=ServiceMetrics(),
+        now=lambda: datetime.now(UTC),
+    )
+    connections.close()
+
+
+def embeddings_request(key: str, idempotency_key: str) -> Request:
+    headers = {"authorization": f"Bearer {key}", "idempotency-key": idempotency_key}
+    return Request("POST", "/v1/embeddings", headers, json.dumps(TEXT).encode())
+
+
+def test_a_retry_between_sending_and_storing_waits_for_the_stored_response(
+    api: EmbeddingsApi, tenant_key: Callable[[str], str]
+):
+    request = embeddings_request(tenant_key("deferred"), str(uuid.uuid4()))
+    sent = api.handle(request)  # sent to the client; not stored yet
+    assert sent.then is not None
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        retry = pool.submit(api.handle, request)
+        sent.then()  # the server stores it after sending
+        replayed = retry.result(timeout=30)
+
+    assert replayed.status == sent.status == 200
+    assert replayed.body == sent.body
+    assert replayed.headers[REPLAYED_HEADER] == "true"
+    assert api.metrics.registry.get_sample_value("parkbrake_inference_model_passes_total") == 1
+
+
+def test_a_rate_limited_request_leaves_no_claim_behind(
+    start_server, service_database: str, tenant_key: Callable[[str], str]
+):
+    server = wait_ready(
+        start_server(service_database, PARKBRAKE_INFERENCE_RATE_LIMIT="1", PARKBRAKE_INFERENCE_BURST="1")
+    )
+    key, limited_key = tenant_key("limited-claim"), str(uuid.uuid4())
+    assert embed(server.url, key, idempotency_key=str(uuid.uuid4())).status == 200
+    limited = embed(server.url, key, idempotency_key=limited_key)
+
+    assert limited.status == 429
+    with psycopg.connect(service_database) as connection:
+        held = connection.execute("SELECT count(*) FROM inference_idempotency WHERE key = %s", (limited_key,))
+        assert held.fetchone() == (0,)
+
+
+class StoreFailsOnCompletion:
+    """The real store behind a fault: completion fails as an unreachable database would."""
+
+    def __init__(self, store: PostgresIdempotencyStore) -> None:
+        self.store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def complete(self, *args: Any) -> bool:
+        raise LedgerUnavailable("the ledger database is unreachable")
+
+
+def test_a_store_failure_after_sending_is_counted_and_the_client_has_its_response(
+    start_server, service_database: str, tenant_key: Callable[[str], str]
+):
+    server = wait_ready(start_server(service_database))
+    server.api._store = StoreFailsOnCompletion(server.store)
+    reply = embed(server.url, tenant_key("unstored"), idempotency_key=str(uuid.uuid4()))
+
+    assert reply.status == 200
+    assert len(reply.json()["data"][0]["embedding"]) == 384
+    assert metric(server.url, "parkbrake_inference_idempotency_store_errors_total") == 1

@@ -180,3 +180,65 @@ def test_the_service_role_keeps_idempotency_rows_but_cannot_make_keys_or_touch_t
         ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 connection.execute(statement)
+
+
+@pytest.fixture
+def api_key(ledger_url: str) -> str:
+    return ApiKeyStore(SingleConnection(ledger_url)).create("acme", T0).key
+
+
+def test_admit_looks_the_key_up_and_claims_in_one_statement(store: PostgresIdempotencyStore, api_key: str):
+    first = store.admit(api_key, SCOPE.endpoint, SCOPE.key, "fp", T0)
+    assert first is not None
+    assert (first.tenant, first.key_id.startswith("key_")) == ("acme", True)
+    assert first.claim.outcome is Outcome.CLAIMED
+    assert first.claim.owner is not None
+    running = store.admit(api_key, SCOPE.endpoint, SCOPE.key, "fp", T0)
+    mismatch = store.admit(api_key, SCOPE.endpoint, SCOPE.key, "other", T0)
+    store.complete(SCOPE, first.claim.owner, OK, T0)
+    replay = store.admit(api_key, SCOPE.endpoint, SCOPE.key, "fp", T0 + timedelta(seconds=1))
+
+    assert running is not None
+    assert running.claim.outcome is Outcome.IN_PROGRESS
+    assert running.claim.lease_until == T0 + LEASE.lease
+    assert mismatch is not None
+    assert mismatch.claim.outcome is Outcome.MISMATCH
+    assert replay is not None
+    assert replay.claim.outcome is Outcome.REPLAY
+    assert replay.claim.response == OK
+
+
+def test_admit_refuses_unknown_and_revoked_keys_and_claims_nothing(
+    store: PostgresIdempotencyStore, ledger_url: str
+):
+    keys = ApiKeyStore(SingleConnection(ledger_url))
+    revoked = keys.create("acme", T0)
+    keys.revoke(revoked.id, T0)
+
+    assert store.admit("pbk_unknown", SCOPE.endpoint, SCOPE.key, "fp", T0) is None
+    assert store.admit(revoked.key, SCOPE.endpoint, SCOPE.key, "fp", T0) is None
+    with psycopg.connect(ledger_url) as connection:
+        assert connection.execute("SELECT count(*) FROM inference_idempotency").fetchone() == (0,)
+
+
+def test_concurrent_admissions_with_one_key_have_exactly_one_winner(
+    store: PostgresIdempotencyStore, api_key: str
+):
+    # Losers whose statement began before the winner committed do not see its row in their snapshot:
+    # they read it again (the claim path), and never claim a second time.
+    start, outcomes = threading.Barrier(20), []
+
+    def admit() -> None:
+        start.wait()
+        admission = store.admit(api_key, SCOPE.endpoint, SCOPE.key, "fp", T0)
+        assert admission is not None
+        outcomes.append(admission.claim.outcome)
+
+    threads = [threading.Thread(target=admit) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert outcomes.count(Outcome.CLAIMED) == 1
+    assert outcomes.count(Outcome.IN_PROGRESS) == 19
