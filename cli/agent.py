@@ -167,7 +167,12 @@ def agent(
         say(
             {"event": "started", "port": bound_port, "source": "replay" if replay else "nvml"},
             f"parkbrake agent: /metrics on {address}:{bound_port}; shutdown after {format_duration(idle_after)} with every "
-            f"GPU at or under {threshold:g}% and no compute process",
+            f"GPU idle (at or under {threshold:g}%)"
+            + (
+                ""
+                if idle_after_empty is None
+                else f", {format_duration(idle_after_empty)} when no GPU holds a process"
+            ),
         )
         if spot_watch:
             from cli.host.spot import SpotSettings, SpotWatcher, event_json
