@@ -95,7 +95,7 @@ if [[ -s "$WORK/shutdown.jsonl" ]]; then
     echo "== shutdown fired: $(cat "$WORK/shutdown.jsonl")"
     FIRED=yes
 else
-    echo "== shutdown did not fire (a GPU busy, or the agent failed: see the events above)"
+    echo "== shutdown did not fire (a GPU busy, its reading unknown: stale, implausible or NVML errors, or the agent failed: see the events above)"
     FIRED=no
 fi
 echo "== summary: gpus_in_metrics=$GPUS_IN_METRICS shutdown_fired=$FIRED agent_exit=$AGENT_STATUS"
