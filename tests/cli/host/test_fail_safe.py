@@ -12,10 +12,12 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.host.job_wrapper import ShutdownCommand
 from cli.host.nvml_agent import AgentEvent, GpuMetrics, ReplaySampler, load_recording, run_agent
-from guardrails.idle import GpuSample, GpuState, IdlePolicy, IdleState, observe
+from guardrails.idle import GpuSample, GpuState, IdlePolicy, IdleState, Observation, SampleFailure, observe
 from tests.cli.host.conftest import RECORDINGS, ShutdownRecorder
 from tests.cli.host.test_agent import agent_command
 
@@ -155,3 +157,43 @@ def test_the_command_reports_a_stale_reading_and_keeps_the_host(recorder: Shutdo
         "replay-ended",
     ]
     assert recorder.calls() == []
+
+
+# --- property: whatever came before, a sample that cannot be believed never shuts the host down
+
+KINDS = ("empty", "hung-context", "stale", "implausible", "failed")
+# Short windows, so that a few samples can complete any of them.
+SHORT = IdlePolicy(
+    idle_after=2 * M, threshold_percent=5, max_gap=30 * S, hang_after=1 * M, idle_after_empty=1 * M
+)
+
+
+def _sample(kind: str, stamp: int) -> Observation:
+    if kind == "failed":
+        return SampleFailure("NVML: Unknown Error")
+    if kind == "implausible":
+        return [GpuSample(0, "GPU-0", 0, 0, compute_pids=(4242,), counter_timestamp_us=stamp)]
+    pids = (4242,) if kind == "hung-context" else ()
+    return [GpuSample(0, "GPU-0", 0, 2**30, compute_pids=pids, counter_timestamp_us=stamp)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(min_value=1, max_value=35), st.sampled_from(KINDS)), min_size=1, max_size=60
+    )
+)
+def test_an_unknown_sample_never_shuts_the_host_down(steps: list[tuple[int, str]]) -> None:
+    state = IdleState()
+    t, stamp = 0, 1
+    for step, kind in steps:
+        t += step
+        if kind != "stale":  # a stale reading repeats the counter's last timestamp
+            stamp += step * 1_000_000
+        verdict = observe(SHORT, state, _sample(kind, stamp), START + t * S)
+        state = verdict.state
+        if kind in ("implausible", "failed"):
+            assert verdict.unknown
+        if verdict.unknown:
+            assert not verdict.shut_down
+            assert not verdict.idle
