@@ -13,9 +13,9 @@ PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
 @cache
 def known_regions() -> frozenset[str]:
     """Every region botocore's endpoint data knows, in every partition."""
-    import boto3
+    from lambdas.aws.clients import new_session
 
-    session = boto3.session.Session()
+    session = new_session()  # the models the clients then use, read once
     return frozenset(
         region
         for partition in PARTITIONS

@@ -47,12 +47,17 @@ def _client(service: str, region: str | None, endpoints: tuple[str | None, str |
     # client bound to the old one. Each client has its own session, so credentials are resolved
     # from the environment of the moment; only the models are shared.
     with _CREATING:
-        core = botocore.session.Session()
-        core.register_component("data_loader", _models(core.get_config_variable("data_path")))
-        core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
         # typed Any: the service name is a runtime value, not a literal
-        session: Any = boto3.session.Session(botocore_session=core)
+        session: Any = new_session()
         return session.client(service, region_name=region, config=RETRIES)
+
+
+def new_session() -> boto3.session.Session:
+    """A boto3 session on the process's shared botocore models, parsing timestamps fast."""
+    core = botocore.session.Session()
+    core.register_component("data_loader", _models(core.get_config_variable("data_path")))
+    core.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=parse_timestamp)
+    return boto3.session.Session(botocore_session=core)
 
 
 @cache
