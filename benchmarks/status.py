@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gc
 import http.client
 import io
 import json
@@ -276,6 +277,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         assert replay.stdout is not None
         endpoint = f"http://127.0.0.1:{replay.stdout.readline().strip()}"
+        # moto's fleet stayed in this process's heap; a fresh process's collector would not walk it.
+        gc.collect()
+        gc.freeze()
         in_process = [in_process_run(endpoint) for _ in range(options.runs)]
         text = [command_run(endpoint) for _ in range(options.runs)]
         as_json = [command_run(endpoint, "--output", "json") for _ in range(options.runs)]
