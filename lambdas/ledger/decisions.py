@@ -14,7 +14,8 @@ from datetime import datetime
 from typing import Any
 
 from guardrails.decisions import Decision
-from lambdas.ledger.store import Connections, LedgerStore
+from lambdas.ledger.connections import Connections
+from lambdas.ledger.store import LedgerStore
 
 APPEND = """
 SELECT decision_key, outcome FROM ledger_append_decisions(

@@ -17,7 +17,8 @@ from guardrails.decisions import Decision, UnknownDecisionKind
 from guardrails.runway import BudgetDecision
 from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
 from lambdas.ledger.decisions import DecisionLedger
-from lambdas.ledger.store import LedgerStore, migrations
+from lambdas.ledger.schema import migrations
+from lambdas.ledger.store import LedgerStore
 
 
 def stop(instance_id: str = "i-1", minutes: float = 0, *, tenant: str = "research") -> Decision:
