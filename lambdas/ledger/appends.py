@@ -34,7 +34,7 @@ def append_transitions(
     source: str,
     received_at: datetime,
 ) -> AppendResult:
-    """Append transitions and refresh their hosts' intervals, in the caller's transaction.
+    """Append transitions and refresh their hosts' intervals: one statement, atomic by itself.
 
     A duplicate event id is ignored; a backfill (``source="ingest"``) never reaches into a
     host's closed history. Appends touching the same host are serialised by an advisory lock

@@ -85,8 +85,11 @@ class LedgerStore:
     def append(
         self, transitions: Sequence[Transition], *, source: str, received_at: datetime
     ) -> AppendResult:
-        """Append transitions and refresh their hosts' intervals (:func:`append_transitions`)."""
-        with self._transaction() as connection:
+        """Append transitions and refresh their hosts' intervals (:func:`append_transitions`).
+
+        One statement, so one round trip: the function call is atomic by itself (autocommit).
+        """
+        with self._connections.connection() as connection:
             return append_transitions(connection, transitions, source=source, received_at=received_at)
 
     def attributions_at(self, moments: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Attribution]:
