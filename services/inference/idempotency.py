@@ -1,7 +1,7 @@
 """Where idempotent responses live: the :class:`IdempotencyStore` interface and its PostgreSQL store.
 
-The interface is four operations (claim, complete, release, sweep) plus a read; a Redis/Valkey store
-could satisfy it with ``SET NX PX`` for the claim and a Lua script for the owner-checked completion.
+The interface: admit (the API key's tenant and the claim), claim, complete, release, sweep. The
+Redis/Valkey store is ``services/inference/redis_store.py``.
 """
 
 from __future__ import annotations
@@ -116,6 +116,10 @@ def encode_body(body: bytes, limit: int) -> tuple[bytes, bool]:
     if len(stored) > limit:
         raise ResponseTooLarge(len(stored), limit)
     return stored, compressed
+
+
+def decode_body(stored: bytes, compressed: bool) -> bytes:
+    return zlib.decompress(stored) if compressed else bytes(stored)
 
 
 # The claim: insert, or take over a row whose lease lapsed (same request only) or whose retention
@@ -276,5 +280,6 @@ def _claim_from(row: Any, fingerprint: str) -> Claim:
         return Claim(Outcome.MISMATCH)
     if state == "running":
         return Claim(Outcome.IN_PROGRESS, lease_until=lease_until)
-    payload = zlib.decompress(body) if compressed else bytes(body)
-    return Claim(Outcome.REPLAY, response=StoredResponse(status, dict(headers), payload))
+    return Claim(
+        Outcome.REPLAY, response=StoredResponse(status, dict(headers), decode_body(body, compressed))
+    )

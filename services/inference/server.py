@@ -26,10 +26,11 @@ from guardrails.clock import SystemClock
 from guardrails.errors import ParkbrakeError
 from lambdas.ledger.connections import Connections, LedgerUnavailable, PooledConnections, database_url
 from services.inference.api import EMBEDDINGS_PATH, EmbeddingsApi, Request, Response
-from services.inference.idempotency import PostgresIdempotencyStore
+from services.inference.idempotency import IdempotencyStore, PostgresIdempotencyStore
 from services.inference.keys import ApiKeyStore
 from services.inference.metrics import ServiceMetrics
 from services.inference.model import Embedder
+from services.inference.redis_store import RedisIdempotencyStore, redis_client
 from services.inference.settings import ServiceSettings, settings_from_environment
 
 log = logging.getLogger("parkbrake.inference")
@@ -50,8 +51,8 @@ class InferenceServer:
         self.settings = settings
         self.metrics = ServiceMetrics()
         self.clock = SystemClock()
-        self.store = PostgresIdempotencyStore(connections, settings.lease, settings.max_stored_bytes)
         self.keys = ApiKeyStore(connections)
+        self.store = idempotency_store(settings, connections, self.keys)
         self.api = EmbeddingsApi(
             settings=settings,
             embedder=self._loaded,
@@ -157,6 +158,16 @@ class InferenceServer:
             log.exception("the retention sweep failed")
         self.metrics.swept.inc(deleted)
         return deleted
+
+
+def idempotency_store(
+    settings: ServiceSettings, connections: Connections, keys: ApiKeyStore
+) -> IdempotencyStore:
+    """PostgreSQL's, beside the API keys (one round trip on the way in); Redis/Valkey's when configured."""
+    if settings.redis_url is None:
+        return PostgresIdempotencyStore(connections, settings.lease, settings.max_stored_bytes)
+    client = redis_client(settings.redis_url, pool_size=settings.database_pool)
+    return RedisIdempotencyStore(client, keys, settings.lease, settings.max_stored_bytes)
 
 
 class _HttpServer(ThreadingHTTPServer):

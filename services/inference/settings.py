@@ -14,6 +14,7 @@ from services.inference.idempotency import DEFAULT_MAX_STORED_BYTES
 
 PREFIX = "PARKBRAKE_INFERENCE_"
 REVISION = "PARKBRAKE_REVISION"
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 DURATIONS = {
     "LEASE": "60s",  # an unfinished claim lapses after this (a worker died mid-request)
     "RETENTION": "24h",  # completed responses are replayed for this long
@@ -50,6 +51,7 @@ class ServiceSettings:
     database_pool: int
     threads: int
     require_idempotency_key: bool
+    redis_url: str | None = None  # the idempotency store on Redis/Valkey; None: PostgreSQL
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
@@ -75,6 +77,12 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
     model = environ.get(PREFIX + "MODEL", "").strip()
     if model and not Path(model).is_file():
         problems.append(f"{PREFIX}MODEL: {model} is not a file; unset it to build the graph at start-up")
+    redis_url = environ.get(PREFIX + "REDIS_URL", "").strip()
+    if redis_url and not redis_url.startswith(REDIS_SCHEMES):
+        problems.append(
+            f"{PREFIX}REDIS_URL: {redis_url.split('://')[0]!r} is not a Redis URL; use redis://host:6379/0, "
+            "rediss:// (TLS) or unix:///path, or unset it to keep idempotency rows in PostgreSQL"
+        )
     if problems:
         raise InputError("the inference service's settings are wrong:\n  " + "\n  ".join(problems))
     return ServiceSettings(
@@ -93,4 +101,5 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
         database_pool=integers["DATABASE_POOL"],
         threads=integers["THREADS"],
         require_idempotency_key=require == "true",
+        redis_url=redis_url or None,
     )

@@ -23,6 +23,7 @@ from services.inference.model import Embedder
 from services.inference.server import InferenceServer, service_connections
 from services.inference.settings import settings_from_environment
 from tests.lambdas.ledger.conftest import _create_database, _drop_database, ledger_template, ledger_url
+from tests.services.inference.redis_server import redis_server
 
 __all__ = ["ledger_template", "ledger_url"]  # the ledger's fixtures: a migrated database per test
 
@@ -77,6 +78,13 @@ def metric(url: str, name: str, labels: str = "") -> float:
         if sample == wanted:
             return float(value)
     return 0.0
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real Valkey/Redis server on 127.0.0.1 for the session (skipped off CI when none is installed)."""
+    with redis_server() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -135,6 +143,21 @@ def wait_ready(server: InferenceServer) -> InferenceServer:
 @pytest.fixture(scope="session")
 def service(start_server: Callable[..., InferenceServer], service_database: str) -> InferenceServer:
     return wait_ready(start_server(service_database))
+
+
+@pytest.fixture(scope="session", params=["postgres", "redis"])
+def store_environment(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The service's settings for each idempotency store: the idempotency tests run against both."""
+    if request.param == "postgres":
+        return {}
+    return {"PARKBRAKE_INFERENCE_REDIS_URL": request.getfixturevalue("redis_url")}
+
+
+@pytest.fixture(scope="session")
+def idempotent_service(
+    start_server: Callable[..., InferenceServer], service_database: str, store_environment: dict[str, str]
+) -> InferenceServer:
+    return wait_ready(start_server(service_database, **store_environment))
 
 
 @pytest.fixture

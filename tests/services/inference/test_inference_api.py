@@ -69,15 +69,15 @@ def test_a_string_input_and_base64_encoding(service: InferenceServer, tenant_key
 
 
 def test_a_retry_replays_the_stored_response_byte_for_byte_and_the_model_ran_once(
-    service: InferenceServer, tenant_key: Callable[[str], str]
+    idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
 ):
     key, idempotency_key = tenant_key("retry"), str(uuid.uuid4())
-    before = model_passes(service.url)
-    first = embed(service.url, key, idempotency_key=idempotency_key)
-    second = embed(service.url, key, idempotency_key=idempotency_key)
+    before = model_passes(idempotent_service.url)
+    first = embed(idempotent_service.url, key, idempotency_key=idempotency_key)
+    second = embed(idempotent_service.url, key, idempotency_key=idempotency_key)
     # Same JSON, other key order and spacing: the canonical fingerprint makes it the same request.
     reordered = call(
-        service.url,
+        idempotent_service.url,
         "/v1/embeddings",
         raw=b'{ "input": "The sweep stopped the host at its deadline.",  "model": "all-MiniLM-L6-v2" }',
         headers={"Authorization": f"Bearer {key}", "Idempotency-Key": idempotency_key},
@@ -88,48 +88,52 @@ def test_a_retry_replays_the_stored_response_byte_for_byte_and_the_model_ran_onc
     assert "Idempotent-Replayed" not in first.headers
     assert second.headers["Idempotent-Replayed"] == reordered.headers["Idempotent-Replayed"] == "true"
     assert second.headers["Content-Type"] == "application/json"
-    assert model_passes(service.url) - before == 1
+    assert model_passes(idempotent_service.url) - before == 1
 
 
 def test_fifty_concurrent_requests_with_one_key_run_the_model_once(
-    service: InferenceServer, tenant_key: Callable[[str], str]
+    idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
 ):
     key, idempotency_key = tenant_key("storm"), str(uuid.uuid4())
     body = {"model": "all-MiniLM-L6-v2", "input": ["storm"] * 16}
-    before = model_passes(service.url)
+    before = model_passes(idempotent_service.url)
     with ThreadPoolExecutor(max_workers=50) as pool:
-        replies = list(pool.map(lambda _: embed(service.url, key, body, idempotency_key), range(50)))
+        replies = list(
+            pool.map(lambda _: embed(idempotent_service.url, key, body, idempotency_key), range(50))
+        )
 
     assert {reply.status for reply in replies} == {200}
     assert len({reply.body for reply in replies}) == 1
     assert sum(reply.headers.get("Idempotent-Replayed") == "true" for reply in replies) == 49
-    assert model_passes(service.url) - before == 1
+    assert model_passes(idempotent_service.url) - before == 1
 
 
 def test_same_key_different_body_is_422_and_nothing_runs(
-    service: InferenceServer, tenant_key: Callable[[str], str]
+    idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
 ):
     key, idempotency_key = tenant_key("reuse"), str(uuid.uuid4())
-    assert embed(service.url, key, idempotency_key=idempotency_key).status == 200
-    before = model_passes(service.url)
-    reply = embed(service.url, key, TEXT | {"input": "something else"}, idempotency_key)
+    assert embed(idempotent_service.url, key, idempotency_key=idempotency_key).status == 200
+    before = model_passes(idempotent_service.url)
+    reply = embed(idempotent_service.url, key, TEXT | {"input": "something else"}, idempotency_key)
 
     assert reply.status == 422
     assert idempotency_key in reply.json()["error"]["message"]
-    assert model_passes(service.url) == before
+    assert model_passes(idempotent_service.url) == before
 
 
-def test_a_client_error_is_stored_and_replayed(service: InferenceServer, tenant_key: Callable[[str], str]):
+def test_a_client_error_is_stored_and_replayed(
+    idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
+):
     key, idempotency_key = tenant_key("bad"), str(uuid.uuid4())
-    before = model_passes(service.url)
-    first = embed(service.url, key, {"model": "all-MiniLM-L6-v2", "input": []}, idempotency_key)
-    second = embed(service.url, key, {"model": "all-MiniLM-L6-v2", "input": []}, idempotency_key)
+    before = model_passes(idempotent_service.url)
+    first = embed(idempotent_service.url, key, {"model": "all-MiniLM-L6-v2", "input": []}, idempotency_key)
+    second = embed(idempotent_service.url, key, {"model": "all-MiniLM-L6-v2", "input": []}, idempotency_key)
 
     assert first.status == second.status == 400
     assert first.json()["error"]["param"] == "input"
     assert second.body == first.body
     assert second.headers["Idempotent-Replayed"] == "true"
-    assert model_passes(service.url) == before
+    assert model_passes(idempotent_service.url) == before
 
 
 class FailsOnce:
@@ -150,9 +154,15 @@ class FailsOnce:
 
 
 def test_a_server_error_is_not_stored_and_the_retry_runs_once(
-    start_server, service_database: str, embedder: Embedder, tenant_key: Callable[[str], str]
+    start_server,
+    service_database: str,
+    store_environment: dict[str, str],
+    embedder: Embedder,
+    tenant_key: Callable[[str], str],
 ):
-    server = wait_ready(start_server(service_database, loader=lambda: FailsOnce(embedder)))
+    server = wait_ready(
+        start_server(service_database, **store_environment, loader=lambda: FailsOnce(embedder))
+    )
     server_model = server._loaded()
     assert isinstance(server_model, FailsOnce)
     server_model.failed = False  # warm-up used the fault; arm it again for the request
@@ -169,11 +179,13 @@ def test_a_server_error_is_not_stored_and_the_retry_runs_once(
     assert model_passes(server.url) == 1
 
 
-def test_tenants_never_see_each_others_results(service: InferenceServer, tenant_key: Callable[[str], str]):
+def test_tenants_never_see_each_others_results(
+    idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
+):
     alice, bob, shared_key = tenant_key("alice"), tenant_key("bob"), "order-1"
-    from_alice = embed(service.url, alice, TEXT | {"input": "alice's text"}, shared_key)
-    from_bob = embed(service.url, bob, TEXT | {"input": "bob's text"}, shared_key)
-    bob_again = embed(service.url, bob, TEXT | {"input": "bob's text"}, shared_key)
+    from_alice = embed(idempotent_service.url, alice, TEXT | {"input": "alice's text"}, shared_key)
+    from_bob = embed(idempotent_service.url, bob, TEXT | {"input": "bob's text"}, shared_key)
+    bob_again = embed(idempotent_service.url, bob, TEXT | {"input": "bob's text"}, shared_key)
 
     assert from_alice.status == from_bob.status == 200
     assert "Idempotent-Replayed" not in from_bob.headers
@@ -203,9 +215,9 @@ def test_idempotency_key_validation(
 
 
 def test_a_request_whose_key_is_still_running_elsewhere_gets_409_with_retry_after(
-    start_server, service_database: str, tenant_key: Callable[[str], str]
+    start_server, service_database: str, store_environment: dict[str, str], tenant_key: Callable[[str], str]
 ):
-    server = wait_ready(start_server(service_database, PARKBRAKE_INFERENCE_WAIT="1s"))
+    server = wait_ready(start_server(service_database, **store_environment, PARKBRAKE_INFERENCE_WAIT="1s"))
     key, idempotency_key = tenant_key("busy"), str(uuid.uuid4())
     tenant = server.keys.tenant_of(key)
     assert tenant is not None
@@ -237,9 +249,11 @@ def test_a_request_whose_key_is_still_running_elsewhere_gets_409_with_retry_afte
 
 
 def test_a_response_over_the_store_limit_is_a_clear_stored_error(
-    start_server, service_database: str, tenant_key: Callable[[str], str]
+    start_server, service_database: str, store_environment: dict[str, str], tenant_key: Callable[[str], str]
 ):
-    server = wait_ready(start_server(service_database, PARKBRAKE_INFERENCE_MAX_STORED_BYTES="8000"))
+    server = wait_ready(
+        start_server(service_database, **store_environment, PARKBRAKE_INFERENCE_MAX_STORED_BYTES="8000")
+    )
     key, idempotency_key = tenant_key("big"), str(uuid.uuid4())
     body = TEXT | {"input": [f"text {n}" for n in range(20)]}
     first = embed(server.url, key, body, idempotency_key)

@@ -12,10 +12,12 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+from guardrails.errors import InputError
 from guardrails.idempotency import Lease, wait_intervals
-from lambdas.ledger.connections import PooledConnections, SingleConnection
+from lambdas.ledger.connections import LedgerUnavailable, PooledConnections, SingleConnection
 from services.inference.idempotency import (
     COMPRESS_FROM_BYTES,
+    IdempotencyStore,
     Outcome,
     PostgresIdempotencyStore,
     ResponseTooLarge,
@@ -23,6 +25,8 @@ from services.inference.idempotency import (
     StoredResponse,
 )
 from services.inference.keys import ApiKeyStore
+from services.inference.redis_store import RedisIdempotencyStore, redis_client, row_key
+from services.inference.settings import settings_from_environment
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 LEASE = Lease(lease=timedelta(seconds=30), retention=timedelta(hours=24))
@@ -30,14 +34,28 @@ SCOPE = Scope("acme", "POST /v1/embeddings", "key-1")
 OK = StoredResponse(200, {"Content-Type": "application/json"}, b'{"data":[]}')
 
 
-@pytest.fixture
-def store(ledger_url: str) -> Iterator[PostgresIdempotencyStore]:
+@pytest.fixture(params=["postgres", "redis"])
+def store(request: pytest.FixtureRequest, ledger_url: str) -> Iterator[IdempotencyStore]:
+    """Each behavioural test runs against both stores: PostgreSQL and a real Valkey/Redis server."""
     connections = PooledConnections(ledger_url, max_size=20)
+    if request.param == "postgres":
+        yield PostgresIdempotencyStore(connections, LEASE, max_stored_bytes=64 * 1024)
+    else:
+        client = redis_client(request.getfixturevalue("redis_url"), pool_size=20)
+        client.flushdb()
+        yield RedisIdempotencyStore(client, ApiKeyStore(connections), LEASE, max_stored_bytes=64 * 1024)
+        client.close()
+    connections.close()
+
+
+@pytest.fixture
+def postgres_store(ledger_url: str) -> Iterator[PostgresIdempotencyStore]:
+    connections = PooledConnections(ledger_url, max_size=2)
     yield PostgresIdempotencyStore(connections, LEASE, max_stored_bytes=64 * 1024)
     connections.close()
 
 
-def test_concurrent_claims_on_one_key_have_exactly_one_winner(store: PostgresIdempotencyStore):
+def test_concurrent_claims_on_one_key_have_exactly_one_winner(store: IdempotencyStore):
     start, outcomes = threading.Barrier(20), []
 
     def claim() -> None:
@@ -54,7 +72,7 @@ def test_concurrent_claims_on_one_key_have_exactly_one_winner(store: PostgresIde
     assert outcomes.count(Outcome.IN_PROGRESS) == 19
 
 
-def test_a_lapsed_lease_is_taken_over_once_by_the_same_request_only(store: PostgresIdempotencyStore):
+def test_a_lapsed_lease_is_taken_over_once_by_the_same_request_only(store: IdempotencyStore):
     first = store.claim(SCOPE, "fp", T0)
     during = store.claim(SCOPE, "fp", T0 + timedelta(seconds=29))
     other_body = store.claim(SCOPE, "other", T0 + timedelta(seconds=31))
@@ -74,7 +92,7 @@ def test_a_lapsed_lease_is_taken_over_once_by_the_same_request_only(store: Postg
     assert store.complete(SCOPE, taken.owner, OK, T0 + timedelta(seconds=33)) is True
 
 
-def test_a_completed_response_replays_until_its_retention_ends(store: PostgresIdempotencyStore):
+def test_a_completed_response_replays_until_its_retention_ends(store: IdempotencyStore):
     claim = store.claim(SCOPE, "fp", T0)
     assert claim.owner is not None
     store.complete(SCOPE, claim.owner, OK, T0)
@@ -89,7 +107,7 @@ def test_a_completed_response_replays_until_its_retention_ends(store: PostgresId
     assert reused.outcome is Outcome.CLAIMED  # after retention the key is free again
 
 
-def test_a_released_claim_lets_the_retry_run_at_once(store: PostgresIdempotencyStore):
+def test_a_released_claim_lets_the_retry_run_at_once(store: IdempotencyStore):
     claim = store.claim(SCOPE, "fp", T0)
     assert claim.owner is not None
     store.release(SCOPE, claim.owner)
@@ -97,8 +115,9 @@ def test_a_released_claim_lets_the_retry_run_at_once(store: PostgresIdempotencyS
 
 
 def test_large_bodies_are_stored_compressed_and_replayed_exactly(
-    store: PostgresIdempotencyStore, ledger_url: str
+    postgres_store: PostgresIdempotencyStore, ledger_url: str
 ):
+    store = postgres_store
     body = b'{"embedding":[' + b",".join(b"0.0123456789" for _ in range(5000)) + b"]}"
     claim = store.claim(SCOPE, "fp", T0)
     assert claim.owner is not None
@@ -115,7 +134,7 @@ def test_large_bodies_are_stored_compressed_and_replayed_exactly(
     assert replay.response.body == body
 
 
-def test_a_body_past_the_cap_is_refused_with_the_limit(store: PostgresIdempotencyStore):
+def test_a_body_past_the_cap_is_refused_with_the_limit(store: IdempotencyStore):
     noise = os.urandom(256 * 1024)  # incompressible: 256 KiB against a 64 KiB cap
     claim = store.claim(SCOPE, "fp", T0)
     assert claim.owner is not None
@@ -124,8 +143,9 @@ def test_a_body_past_the_cap_is_refused_with_the_limit(store: PostgresIdempotenc
 
 
 def test_the_sweeper_deletes_expired_rows_in_bounded_batches(
-    store: PostgresIdempotencyStore, ledger_url: str
+    postgres_store: PostgresIdempotencyStore, ledger_url: str
 ):
+    store = postgres_store
     for index in range(10):
         scope = Scope("acme", "POST /v1/embeddings", f"key-{index}")
         claim = store.claim(scope, "fp", T0 + timedelta(minutes=index))
@@ -187,7 +207,7 @@ def api_key(ledger_url: str) -> str:
     return ApiKeyStore(SingleConnection(ledger_url)).create("acme", T0).key
 
 
-def test_admit_looks_the_key_up_and_claims_in_one_statement(store: PostgresIdempotencyStore, api_key: str):
+def test_admit_names_the_caller_and_claims_its_key(store: IdempotencyStore, api_key: str):
     first = store.admit(api_key, SCOPE.endpoint, SCOPE.key, "fp", T0)
     assert first is not None
     assert (first.tenant, first.key_id.startswith("key_")) == ("acme", True)
@@ -208,22 +228,17 @@ def test_admit_looks_the_key_up_and_claims_in_one_statement(store: PostgresIdemp
     assert replay.claim.response == OK
 
 
-def test_admit_refuses_unknown_and_revoked_keys_and_claims_nothing(
-    store: PostgresIdempotencyStore, ledger_url: str
-):
+def test_admit_refuses_unknown_and_revoked_keys_and_claims_nothing(store: IdempotencyStore, ledger_url: str):
     keys = ApiKeyStore(SingleConnection(ledger_url))
     revoked = keys.create("acme", T0)
     keys.revoke(revoked.id, T0)
 
     assert store.admit("pbk_unknown", SCOPE.endpoint, SCOPE.key, "fp", T0) is None
     assert store.admit(revoked.key, SCOPE.endpoint, SCOPE.key, "fp", T0) is None
-    with psycopg.connect(ledger_url) as connection:
-        assert connection.execute("SELECT count(*) FROM inference_idempotency").fetchone() == (0,)
+    assert store.claim(SCOPE, "another request", T0).outcome is Outcome.CLAIMED  # nothing held the key
 
 
-def test_concurrent_admissions_with_one_key_have_exactly_one_winner(
-    store: PostgresIdempotencyStore, api_key: str
-):
+def test_concurrent_admissions_with_one_key_have_exactly_one_winner(store: IdempotencyStore, api_key: str):
     # Losers whose statement began before the winner committed do not see its row in their snapshot:
     # they read it again (the claim path), and never claim a second time.
     start, outcomes = threading.Barrier(20), []
@@ -242,3 +257,48 @@ def test_concurrent_admissions_with_one_key_have_exactly_one_winner(
 
     assert outcomes.count(Outcome.CLAIMED) == 1
     assert outcomes.count(Outcome.IN_PROGRESS) == 19
+
+
+def test_the_redis_store_keeps_a_row_for_its_retention_compressed_and_forgets_it_after(
+    redis_url: str, ledger_url: str
+):
+    client = redis_client(redis_url, pool_size=2)
+    client.flushdb()
+    connections = PooledConnections(ledger_url, max_size=1)
+    store = RedisIdempotencyStore(client, ApiKeyStore(connections), LEASE)
+    body = b'{"embedding":[' + b",".join(b"0.0123456789" for _ in range(5000)) + b"]}"
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    assert store.complete(SCOPE, claim.owner, StoredResponse(200, {}, body), T0)
+
+    stored = client.hgetall(row_key(SCOPE))
+    ttl_ms = client.pttl(row_key(SCOPE))
+    assert stored[b"compressed"] == b"1"
+    assert len(stored[b"body"]) < len(body) // 4
+    assert LEASE.retention.total_seconds() * 1000 - 60_000 < ttl_ms <= LEASE.retention.total_seconds() * 1000
+    client.pexpire(row_key(SCOPE), 1)  # the retention ends: the server drops the row itself
+    for _ in range(100):
+        if not client.exists(row_key(SCOPE)):
+            break
+        threading.Event().wait(0.01)
+    assert store.claim(SCOPE, "another request", T0).outcome is Outcome.CLAIMED
+    assert store.sweep(T0 + LEASE.retention, batch=10) == 0  # nothing left for a sweeper
+    client.close()
+    connections.close()
+
+
+def test_an_unreachable_redis_is_a_clear_unavailable_error(ledger_url: str):
+    connections = PooledConnections(ledger_url, max_size=1)
+    client = redis_client("redis://127.0.0.1:9/0", pool_size=1)  # nothing listens on the discard port
+    store = RedisIdempotencyStore(client, ApiKeyStore(connections), LEASE)
+
+    with pytest.raises(LedgerUnavailable, match="PARKBRAKE_INFERENCE_REDIS_URL"):
+        store.claim(SCOPE, "fp", T0)
+    connections.close()
+
+
+@pytest.mark.parametrize("url", ["http://cache:6379", "cache:6379"])
+def test_a_redis_url_that_is_not_one_is_refused_by_name(url: str):
+    with pytest.raises(InputError, match="PARKBRAKE_INFERENCE_REDIS_URL") as refused:
+        settings_from_environment({"PARKBRAKE_INFERENCE_REDIS_URL": url})
+    assert "redis://" in str(refused.value)
