@@ -129,6 +129,36 @@ def test_a_notice_reaches_the_job_as_its_signal_and_the_hook_runs_within_the_not
     assert len(recorder.calls()) == 1  # then the host shut down, as after any job
 
 
+def test_the_shutdown_waits_for_a_hook_still_running_when_the_job_has_ended(
+    serve_imds: Any, recorder: ShutdownRecorder, job: tuple[list[str], Path, Path], tmp_path: Path
+) -> None:
+    imds = serve_imds(FakeImds("i-0spot", group=None))
+    argv, got, ready = job
+    uploaded = tmp_path / "uploaded"
+    wrapper = subprocess.Popen(
+        [
+            *PARKBRAKE,
+            "run",
+            "--no-release-from-group",
+            "--spot-poll",
+            "1s",
+            "--on-interrupt",
+            f"sleep 2; echo done > {uploaded}",  # an upload that outlasts the job's own exit
+            "--",
+            *argv,
+        ],
+        cwd=REPO_ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(ready)
+    imds.instance_action = notice("terminate", 120)
+    wrapper.communicate(timeout=60)
+    assert got.read_text() == "SIGTERM"  # the job exited at once
+    assert len(recorder.calls()) == 1
+    assert uploaded.stat().st_mtime_ns <= recorder.calls_file.stat().st_mtime_ns  # the hook first
+
+
 def test_the_interrupt_signal_is_configurable(
     serve_imds: Any, recorder: ShutdownRecorder, job: tuple[list[str], Path, Path]
 ) -> None:
