@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from guardrails import tags
+from guardrails.launch import LaunchDecision
 from guardrails.rules.base import instant
 from guardrails.sweep import Verdict
 from guardrails.sweep_notice import KIND_OF_RULE
@@ -31,7 +32,6 @@ KINDS: Mapping[str, str] = {
     "deadline-moved": "a host's deadline schedule moved",
     "deadline-disarmed": "a stopped host's deadline schedule deleted",
     "deadline-judged": "a host already past its deadline when it started, judged at once",
-    "deadline-ignored": "a state change that arms nothing, and why",
     "extend": "a host's deadline moved by a person, with their reason",
     "warn": "a host's owner warned before its deadline",
     "notify": "a notification sent",
@@ -40,6 +40,15 @@ KINDS: Mapping[str, str] = {
     "budget-notify": "a budget threshold crossed, the tenant notified",
     "budget-deny": "a tenant's new work denied: the budget is spent",
     "budget-stop": "a tenant's running hosts stopped: the budget is spent",
+}
+
+
+# Kinds that are outcomes of one decision share its key: a retried invocation whose host was stopped
+# by the first attempt (now a skip), or whose schedule was armed by it (now moved), adds nothing.
+KEY_OF_KIND: Mapping[str, str] = {
+    **dict.fromkeys(("stop", "stop-failed", "skip"), "verdict"),
+    **dict.fromkeys(("deadline-armed", "deadline-moved", "deadline-disarmed", "deadline-judged"), "deadline"),
+    **dict.fromkeys(("launch-start", "launch-refuse"), "launch"),
 }
 
 
@@ -65,10 +74,13 @@ class Decision:
 
     def key(self, origin: str) -> str:
         """The decision's idempotency key within ``origin`` (the invocation or event that decided):
-        its kind and subject, and the rule behind it, never a time or a text that a retry changes."""
+        what was decided (:data:`KEY_OF_KIND`), about what, and by which rule; never a time or a
+        text that a retry changes."""
         subject = self.instance_id or self.tenant or "-"
-        rule = self.details.get("rule")
-        return ":".join([origin, self.kind, subject, *([str(rule)] if rule else [])])
+        rule = self.details.get("rule") if self.kind not in KEY_OF_KIND else None
+        return ":".join(
+            [origin, KEY_OF_KIND.get(self.kind, self.kind), subject, *([str(rule)] if rule else [])]
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -162,6 +174,19 @@ def _host_decisions(
     elif verdict.action == "skip":
         decide("skip", verdict.reason, **common)
     return decisions
+
+
+def launch_decision(decision: LaunchDecision, *, actor: str, now: datetime) -> Decision:
+    """A nightly start: the capacity raised, or the refusal and why."""
+    details = {"pool": decision.pool, "target": decision.target, "required_usd": str(decision.required_usd)}
+    if decision.refusal is not None:
+        details["refusal"] = decision.refusal.kind
+        return Decision("launch-refuse", actor, decision.refusal.reason, now, details=details)
+    budget = "budget checked" if decision.budget_checked else "budget not checked"
+    reason = (
+        f"raised pool {decision.pool}'s desired capacity to {decision.target} (+{decision.start}, {budget})"
+    )
+    return Decision("launch-start", actor, reason, now, details=details | {"started": decision.start})
 
 
 def notification_decision(

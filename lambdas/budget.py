@@ -7,7 +7,8 @@ Per tenant, as its budget's ``actions`` say (guardrails.runway.budget_decisions)
 - stop: once *spent* reaches the limit, the tenant's running managed GPU hosts are stopped through
   lambdas.aws.stop_path, the sweep's one Auto Scaling-aware stop path.
 
-Every action is written to the ledger's ``guardrail_actions`` with its reason. The actions go through
+Every action is written to the ledger's ``guardrail_actions`` with its reason, which makes it a
+decision in the decision log in the same transaction, and is logged as a decision line. The actions go through
 an :class:`~guardrails.runway.Enforcer`; :class:`AwsEnforcer` is the AWS one.
 
 Events: ``{}`` (or a Scheduler/EventBridge payload) checks every tenant; ``{"tenants": [...]}`` just
@@ -27,6 +28,7 @@ from decimal import Decimal
 from typing import Any
 
 from guardrails import names, tags
+from guardrails.decisions import Decision
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
 from guardrails.launch import Admission, AdmissionRequest
@@ -42,6 +44,7 @@ from guardrails.runway import (
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_budget_crossing
+from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts
 from lambdas.aws.environment import (
     ClientFactory,
@@ -262,6 +265,7 @@ def _act(
                 errors=report.errors,
             )
             heartbeat.count_action(GUARDRAIL, "stop", "limit", len(report.acted))
+            _log_decisions([decision], now=now, instance_ids=report.acted)
         run.stopped += report.acted
         run.errors += [{"tenant": status.tenant, "action": "stop", **error} for error in report.errors]
         return
@@ -278,6 +282,24 @@ def _act(
             enforcer.deny(status.tenant, claimed[0].reason)
             run.denied.append(status.tenant)
             heartbeat.count_action(GUARDRAIL, "deny", "limit")
+        _log_decisions(claimed, now=now)
+
+
+def _log_decisions(decisions: Sequence[BudgetDecision], *, now: datetime, **details: Any) -> None:
+    """The log lines of budget actions; their ledger rows come with their claims (a trigger)."""
+    DecisionLog(guardrail=GUARDRAIL, origin=GUARDRAIL).record(
+        [
+            Decision(
+                f"budget-{decision.action}",
+                GUARDRAIL,
+                decision.reason,
+                now,
+                tenant=decision.tenant,
+                details={"threshold": str(decision.threshold), **details} if decision.threshold else details,
+            )
+            for decision in decisions
+        ]
+    )
 
 
 class LedgerBudgetGate:

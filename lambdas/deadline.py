@@ -19,6 +19,7 @@ from typing import Any
 
 from guardrails import settings as variables
 from guardrails import tags
+from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.hosts import Host, as_utc
 from guardrails.rules.base import instant
@@ -26,6 +27,7 @@ from guardrails.settings import Settings, SettingsError
 from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_from_settings
 from lambdas.aws import heartbeat, host_sweep
 from lambdas.aws.deadline_schedules import arm_deadline, disarm_deadline
+from lambdas.aws.decision_log import DecisionLog, decision_log
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
@@ -50,6 +52,19 @@ class DeadlineResult:
     action: str  # armed, moved, disarmed, judged, ignored
     reason: str
     deadline: datetime | None = None
+    tenant: str | None = None
+
+    def decision(self, now: datetime) -> Decision:
+        details = {"state": self.state} | ({"deadline": instant(self.deadline)} if self.deadline else {})
+        return Decision(
+            f"deadline-{self.action}",
+            heartbeat.DEADLINE,
+            self.reason,
+            now,
+            self.instance_id,
+            self.tenant,
+            details,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,15 +110,22 @@ def require_targets(settings: Settings) -> tuple[str, str, str]:
 
 
 def on_state_change(
-    change: StateChange, settings: Settings, *, clients: ClientFactory, now: datetime
+    change: StateChange,
+    settings: Settings,
+    *,
+    clients: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog | None = None,
 ) -> DeadlineResult:
+    """Arm, move or disarm the host's deadline; ``decisions`` logs what a sweep of a host already due did."""
     stack, target_arn, role_arn = require_targets(settings)
     found = list_hosts(clients("ec2", change.region), change.region, instance_ids=[change.instance_id])
     host = found[0] if found else None
 
     def result(action: str, reason: str, deadline: datetime | None = None) -> DeadlineResult:
         log.info("%s %s (%s): %s", action, change.instance_id, change.state, reason)
-        return DeadlineResult(change.instance_id, change.state, action, reason, deadline)
+        tenant = host.tenant if host is not None else None
+        return DeadlineResult(change.instance_id, change.state, action, reason, deadline, tenant)
 
     if change.state in STOPPED_STATES:
         if host is not None and host.state in ("pending", "running") and host.launch_time > change.time:
@@ -128,6 +150,8 @@ def on_state_change(
         log.warning("%s: %s", host.instance_id, problem)
     if deadline.due(now):
         report = host_sweep.sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
+        if decisions is not None:
+            report.errors += decisions.record(report.decisions(actor=heartbeat.DEADLINE, now=now))
         if report.errors:
             raise RuntimeError(
                 f"could not stop {host.instance_id}, already past its deadline: {report.errors}"
@@ -178,16 +202,35 @@ def _not_ours(host: Host, change: StateChange, settings: Settings, stacks: list[
 
 
 def handle(
-    event: Mapping[str, Any], *, settings: Settings, clients: ClientFactory, now: datetime
+    event: Mapping[str, Any],
+    *,
+    settings: Settings,
+    clients: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
-    outcome = on_state_change(parse_state_change(event), settings, clients=clients, now=now)
-    heartbeat.count_action(heartbeat.DEADLINE, outcome.action, outcome.state)
-    heartbeat.record_success(
-        heartbeat.DEADLINE, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+    """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing twice."""
+    change = parse_state_change(event)
+    decisions = decisions or DecisionLog(
+        guardrail=heartbeat.DEADLINE, origin=str(event.get("id") or f"deadline-{now.isoformat()}")
     )
-    return outcome.as_dict()
+    outcome = on_state_change(change, settings, clients=clients, now=now, decisions=decisions)
+    heartbeat.count_action(heartbeat.DEADLINE, outcome.action, outcome.state)
+    # An ignored event (another host, a stale or duplicate delivery) decides nothing: its log line says why.
+    errors = decisions.record([outcome.decision(now)] if outcome.action != "ignored" else [])
+    if not errors:
+        heartbeat.record_success(
+            heartbeat.DEADLINE, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+        )
+    return outcome.as_dict() | ({"errors": errors} if errors else {})
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     configure_logging(heartbeat.DEADLINE)
-    return handle(event, settings=container_settings(), clients=default_clients, now=utc_now())
+    return handle(
+        event,
+        settings=container_settings(),
+        clients=default_clients,
+        now=utc_now(),
+        decisions=decision_log(heartbeat.DEADLINE, str(event.get("id") or "") or None),
+    )

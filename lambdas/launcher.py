@@ -17,11 +17,13 @@ from typing import Any
 
 from guardrails import names, tags
 from guardrails.deadlines import cap_for
+from guardrails.decisions import launch_decision
 from guardrails.errors import ParkbrakeError
 from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_launch
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
+from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
 from lambdas.aws.environment import (
     ClientFactory,
     container_settings,
@@ -177,13 +179,18 @@ def handle(
     clients: ClientFactory,
     gate: BudgetGate | None,
     now: datetime,
+    decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
+    """Start the pool; ``decisions`` (by default log lines only) records the start or the refusal."""
     pool, capacity = parse_event(event)
     decision = launch(pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now)
-    heartbeat.record_success(
-        heartbeat.LAUNCHER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
-    )
-    return result_of(decision)
+    decisions = decisions or DecisionLog(guardrail=heartbeat.LAUNCHER, origin=f"launcher-{now.isoformat()}")
+    errors = decisions.record([launch_decision(decision, actor=heartbeat.LAUNCHER, now=now)])
+    if not errors:
+        heartbeat.record_success(
+            heartbeat.LAUNCHER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+        )
+    return result_of(decision) | ({"errors": errors} if errors else {})
 
 
 def budget_gate() -> BudgetGate | None:
@@ -202,5 +209,10 @@ def budget_gate() -> BudgetGate | None:
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     configure_logging(heartbeat.LAUNCHER)
     return handle(
-        event, settings=container_settings(), clients=default_clients, gate=budget_gate(), now=utc_now()
+        event,
+        settings=container_settings(),
+        clients=default_clients,
+        gate=budget_gate(),
+        now=utc_now(),
+        decisions=decision_log(heartbeat.LAUNCHER, origin_of(context)),
     )

@@ -46,7 +46,7 @@ def test_decisions_are_read_back_with_actor_reason_and_details(decisions: Decisi
     outcomes = decisions.append([stop(), skip()], origin="req-1")
     assert sorted(outcomes.values()) == ["appended", "appended"]
     (logged,) = decisions.read(instance_id="i-1")
-    assert logged.key == "req-1:stop:i-1:past-deadline"
+    assert logged.key == "req-1:verdict:i-1"
     assert logged.decision == stop()
 
 
@@ -173,5 +173,5 @@ def test_a_ledger_that_is_down_is_reported_and_the_log_line_still_goes_out(
     assert "cannot use the ledger database" in errors[0]["error"]
     (line,) = [record for record in caplog.records if record.levelno == logging.INFO]
     assert line.decision["kind"] == "stop"  # type: ignore[attr-defined]
-    assert line.decision["key"] == "req-1:stop:i-1:past-deadline"  # type: ignore[attr-defined]
+    assert line.decision["key"] == "req-1:verdict:i-1"  # type: ignore[attr-defined]
     assert any(record.levelno == logging.ERROR for record in caplog.records)

@@ -3,22 +3,29 @@ retried invocation logs nothing twice; a ledger that is down never holds a stop 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from guardrail_fleet import (
     REGION,
+    STACK,
     client_factory,
+    create_deadline_group,
+    create_pool,
     guardrail_settings,
     heartbeats,
     latest_launch,
     launch,
+    launch_time,
     managed_tags,
     minutes,
     sns_queue,
+    state_change,
     states,
 )
 
-from guardrails import tags
-from lambdas import reaper
+from guardrails import names, tags
+from lambdas import deadline, launcher, reaper
 from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
 from lambdas.aws.environment import ClientFactory
 from lambdas.ledger.decisions import DecisionLedger
@@ -30,8 +37,8 @@ def clients(aws: str) -> ClientFactory:
     return client_factory(aws)
 
 
-def sink(store: LedgerStore, origin: str = "request-1") -> DecisionLog:
-    return DecisionLog(guardrail="reaper", origin=origin, ledger=lambda: DecisionLedger.of(store))
+def sink(store: LedgerStore, origin: str = "request-1", guardrail: str = "reaper") -> DecisionLog:
+    return DecisionLog(guardrail=guardrail, origin=origin, ledger=lambda: DecisionLedger.of(store))
 
 
 def test_a_sweep_logs_the_stop_and_the_skip_with_their_reasons(
@@ -143,3 +150,74 @@ def test_a_ledger_that_is_down_never_holds_a_stop_back(clients: ClientFactory) -
     assert error["action"] == RECORD_ERROR
     assert "cannot use the ledger database" in error["error"]
     assert heartbeats(clients) == []  # no heartbeat: the alarm pages
+
+
+def test_the_deadline_logs_what_it_armed_once_per_event(clients: ClientFactory, store: LedgerStore) -> None:
+    create_deadline_group(clients)
+    ec2 = clients("ec2", REGION)
+    host = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m", tenant="vision"))[0]
+    started = launch_time(ec2, host)
+    event = state_change(host, "running", started)
+
+    def deliver(at_minute: float) -> None:
+        origin = event["id"]  # EventBridge redelivers an event with its id
+        deadline.handle(
+            event, settings=guardrail_settings(), clients=clients, now=started + minutes(at_minute),
+            decisions=sink(store, origin, "deadline"),
+        )  # fmt: skip
+
+    deliver(1)
+    deliver(2)
+
+    (armed,) = [entry.decision for entry in DecisionLedger.of(store).read(instance_id=host)]
+    assert (armed.kind, armed.actor, armed.tenant) == ("deadline-armed", "deadline", "vision")
+    assert "cap 1h30m, tag" in armed.reason
+
+
+def test_a_host_already_due_is_stopped_by_the_deadline_and_logged(
+    clients: ClientFactory, store: LedgerStore
+) -> None:
+    create_deadline_group(clients)
+    ec2 = clients("ec2", REGION)
+    host = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0]
+    started = launch_time(ec2, host)
+
+    deadline.handle(
+        state_change(host, "running", started), settings=guardrail_settings(), clients=clients,
+        now=started + minutes(95), decisions=sink(store, "event-1", "deadline"),
+    )  # fmt: skip
+
+    logged = {
+        entry.decision.kind: entry.decision for entry in DecisionLedger.of(store).read(instance_id=host)
+    }
+    assert set(logged) == {"stop", "deadline-judged"}
+    assert logged["stop"].actor == "deadline"
+    assert "past its 1h30m cap" in logged["stop"].reason
+
+
+def test_the_launcher_logs_its_start_and_its_refusal(clients: ClientFactory, store: LedgerStore) -> None:
+    create_pool(
+        clients("autoscaling", REGION), clients("ec2", REGION), pool="training", instance_type="g5.12xlarge",
+        desired=0, max_size=2, group_tags=managed_tags(max_runtime="2h"),
+    )  # fmt: skip
+    ssm = clients("ssm", REGION)
+    parameter = names.park_parameter(STACK)
+    ssm.put_parameter(Name=parameter, Value="true", Type="String")
+    now = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
+
+    def start(origin: str) -> None:
+        launcher.handle(
+            {"pool": "training"}, settings=guardrail_settings(), clients=clients, gate=None, now=now,
+            decisions=sink(store, origin, "launcher"),
+        )  # fmt: skip
+
+    start("night-1")
+    ssm.put_parameter(Name=parameter, Value="false", Type="String", Overwrite=True)
+    start("night-2")
+
+    refused, started = [entry.decision for entry in DecisionLedger.of(store).read()]
+    assert (refused.kind, refused.actor) == ("launch-refuse", "launcher")
+    assert refused.details["refusal"] == "parked"
+    assert "parked" in refused.reason
+    assert started.kind == "launch-start"
+    assert started.reason == "raised pool training's desired capacity to 2 (+2, budget not checked)"
