@@ -78,6 +78,9 @@ COMMANDS: dict[str, LazyCommand] = {
         "cli.extend:extend",
         "Move one GPU host's deadline later, within the stack's exemption limit and runtime ceiling.",
     ),
+    "log": LazyCommand(
+        "cli.log:log", "The guardrails' decision log: who decided what about a host, and why."
+    ),
     "guard-policy": LazyCommand(
         "cli.guard_policy:guard_policy",
         "Print the preventive policy that keeps accelerator hosts inside the guardrails.",

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import psycopg
+
 from guardrails.decisions import Decision
 from lambdas.ledger.connections import Connections
+from lambdas.ledger.schema import LedgerError
 from lambdas.ledger.store import LedgerStore
 
 APPEND = """
@@ -90,7 +93,12 @@ class DecisionLedger:
             "limit": limit,
         }
         with self._connections.connection() as connection:
-            rows = connection.execute(SELECT, parameters).fetchall()
+            try:
+                rows = connection.execute(SELECT, parameters).fetchall()
+            except psycopg.errors.UndefinedTable:
+                raise LedgerError(
+                    "the ledger has no decision log yet; run `parkbrake ledger migrate` as its owner"
+                ) from None
         return [
             LoggedDecision(
                 row_id, key, Decision(kind, actor, reason, at, instance, owner_tenant, details or {})
