@@ -29,6 +29,7 @@ from components.lambda_archive import (
     package_dir,
 )
 from guardrails import names, settings, tags
+from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
 from guardrails.durations import format_duration
 from guardrails.schedules import eventbridge_cron, rate_expression
 
@@ -48,6 +49,10 @@ STATE_CHANGE_PATTERN = json.dumps(
         "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
     }
 )
+# The reaper's and the deadlines' decisions, relayed to the meter for the decision log (lambdas.aws.decision_log):
+# they run outside the VPC and never reach the database themselves.
+RELAY_PATTERN = json.dumps({"source": [RELAY_SOURCE], "detail-type": [RELAY_DETAIL_TYPE]})
+DECISION_BUS = "default"
 BUDGET_EVERY = timedelta(minutes=1)
 RECONCILER_EVERY = timedelta(minutes=15)
 # EventBridge keeps retrying a state change for the meter up to its own maximum, a day (Lambda's
@@ -158,6 +163,8 @@ def lambda_environment(
         settings.SCHEDULER_ROLE_ARN: scheduler_role_arn,
         settings.DEADLINE_DEAD_LETTER_ARN: deadline_dead_letter_arn,
         settings.NOTICES_TABLE: names.notices_table(args.stack),
+        # With a ledger, a guardrail outside the VPC relays its decisions to the meter on this bus.
+        **({settings.DECISION_BUS: DECISION_BUS} if args.database_secret_arn is not None else {}),
     }
 
 
@@ -402,6 +409,16 @@ class Guardrails(pulumi.ComponentResource):
                 self._trigger(
                     function, "state-change", state_change_rule, deployed[function.guardrail], alerting
                 )
+        if METER.guardrail in deployed:
+            decisions_rule = aws.cloudwatch.EventRule(
+                "guardrail-decisions",
+                name=f"{names.prefix(args.stack)}-guardrail-decisions",
+                description="the reaper's and the deadlines' decisions, onto the ledger's decision log",
+                event_pattern=RELAY_PATTERN,
+                tags=dict(args.tags),
+                opts=named_child_of(self),
+            )
+            self._trigger(METER, "decisions", decisions_rule, deployed[METER.guardrail], alerting)
         # (function, the rule's logical name — kept, since renaming it replaces the rule —, what it does, how often)
         clocks = (
             (RECONCILER, "reconciler-clock", "the ledger's reconciler: EC2's accelerator hosts against the ledger",

@@ -180,6 +180,13 @@ def _sweep(grants: Grants) -> list[Statement]:
     return statements
 
 
+def _decision_relay(grants: Grants) -> list[Statement]:
+    """With a ledger, the guardrails outside the VPC relay their decisions on the default event bus."""
+    if grants.database_secret_arn is None:
+        return []
+    return [statement("RelayDecisions", ["events:PutEvents"], grants.arn("events", "event-bus/default"))]
+
+
 def _ledger(grants: Grants) -> list[Statement]:
     if grants.database_secret_arn is None:
         return []
@@ -198,6 +205,7 @@ def reaper_policy(grants: Grants) -> PolicyDocument:
             *_serving_rotation(grants),
             *_deadline_schedules(grants, disarms=False),
             *_sweep(grants),
+            *_decision_relay(grants),
         ]
     )
 
@@ -211,6 +219,7 @@ def deadline_policy(grants: Grants) -> PolicyDocument:
             *_serving_rotation(grants),  # a deadline judges its host through the sweep, rotation included
             *_deadline_schedules(grants, disarms=True),
             *_sweep(grants),
+            *_decision_relay(grants),
         ]
     )
 

@@ -18,6 +18,13 @@ from guardrails.rules.base import instant
 from guardrails.sweep import Verdict
 from guardrails.sweep_notice import KIND_OF_RULE
 
+# How a guardrail without the ledger's database (the reaper and the deadlines run outside the VPC)
+# relays its decisions: EventBridge events of this source and type, which a rule delivers to the meter.
+RELAY_SOURCE = "parkbrake.guardrails"
+RELAY_DETAIL_TYPE = "Guardrail Decisions"
+# The actors whose decisions the meter accepts from the bus: a relayed event cannot forge a person's extension.
+RELAYING_ACTORS = frozenset({"reaper", "deadline"})
+
 # Every kind of decision, and what it means; docs/architecture.md lists the same.
 KINDS: Mapping[str, str] = {
     "stop": "a host stopped (or, spot, terminated; or removed from its Auto Scaling group)",
@@ -92,6 +99,39 @@ class Decision:
             "reason": self.reason,
             "details": dict(self.details),
         }
+
+
+def decision_from_dict(document: Mapping[str, Any]) -> Decision:
+    """A decision as :meth:`Decision.as_dict` wrote it; a malformed one raises ValueError naming the field."""
+    problems = [
+        f"{name}: must be a non-empty string"
+        for name in ("kind", "actor", "reason", "at")
+        if not isinstance(document.get(name), str) or not document[name].strip()
+    ]
+    problems += [
+        f"{name}: must be a string or null"
+        for name in ("instance_id", "tenant")
+        if document.get(name) is not None and not isinstance(document[name], str)
+    ]
+    if not isinstance(document.get("details", {}), dict):
+        problems.append("details: must be an object")
+    if problems:
+        raise ValueError(f"malformed decision ({'; '.join(problems)}): {dict(document)!r}")
+    try:
+        at = datetime.fromisoformat(document["at"].replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"at: {document['at']!r} is not an ISO-8601 instant") from None
+    if at.tzinfo is None:
+        raise ValueError(f"at: {document['at']!r} has no timezone")
+    return Decision(
+        document["kind"],
+        document["actor"],
+        document["reason"],
+        at,
+        document.get("instance_id"),
+        document.get("tenant"),
+        document.get("details", {}),
+    )
 
 
 def sweep_decisions(

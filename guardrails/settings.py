@@ -38,6 +38,10 @@ NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
 WARN_BEFORE = "PARKBRAKE_WARN_BEFORE"
 # The Secrets Manager secret holding a Slack-compatible incoming webhook URL: notices go there too.
 CHAT_WEBHOOK_SECRET_ARN = "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN"
+# The EventBridge bus a guardrail without the ledger's database relays its decisions on (unset: they
+# are log lines only); the Guardrails component sets it for the reaper and the deadlines of a stack
+# with a ledger.
+DECISION_BUS = "PARKBRAKE_DECISION_BUS"
 
 DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
 DEFAULT_WARN_BEFORE = timedelta(minutes=15)
@@ -70,6 +74,7 @@ class Settings:
     notices_table: str | None = None
     warn_before: timedelta = DEFAULT_WARN_BEFORE
     chat_webhook_secret_arn: str | None = None
+    decision_bus: str | None = None
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -135,6 +140,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         notices_table=text(NOTICES_TABLE),
         warn_before=warn_before,
         chat_webhook_secret_arn=arn(CHAT_WEBHOOK_SECRET_ARN),
+        decision_bus=text(DECISION_BUS),
     )
     if problems:
         raise SettingsError(problems)

@@ -34,6 +34,7 @@ from lambdas import budget
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
+from lambdas.ledger import decisions
 from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore, container_store
 
@@ -257,6 +258,8 @@ def alert_unpriced(
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     configure_logging(GUARDRAIL)
+    if decisions.is_relayed(event):  # the reaper's and the deadlines' decisions, onto the decision log
+        return {"decisions": decisions.append_relayed(event, decisions.DecisionLedger.of(container_store()))}
     change = state_change_from_event(event)
     now = utc_now()
     settings = container_settings()

@@ -1,5 +1,7 @@
 """Where the guardrails' decisions go: one JSON log line each, always, and the ledger's decision log
-when this process has a ledger database.
+when this process has a ledger database; a guardrail without one (the reaper and the deadlines run
+outside the VPC, so that a database or NAT outage never silences them) relays them as EventBridge
+events to the meter, which appends them (:class:`EventBusRelay`).
 
 Recording never stands in a guardrail's way: the decisions are recorded after the guardrail acted,
 and a ledger that cannot be written is reported (an error log line, the ``record-decisions`` error
@@ -9,19 +11,23 @@ lines still go out.
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from guardrails.decisions import Decision
+from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from lambdas.aws import heartbeat
-from lambdas.aws.environment import ledger_configured
+from lambdas.aws.environment import container_settings, default_clients, ledger_configured
 from lambdas.aws.stop_path import describe_error
 
 # Under ``lambdas``, so that configure_logging makes it a JSON logger in the Lambdas.
 log = logging.getLogger("lambdas.decisions")
 RECORD_ERROR = "record-decisions"
+# PutEvents takes 10 entries of at most 256 KiB each: decisions are packed into entries well below that.
+ENTRIES_PER_CALL = 10
+ENTRY_BYTES = 200_000
 
 
 class DecisionWriter(Protocol):
@@ -61,6 +67,54 @@ class DecisionLog:
         return []
 
 
+class RelayFailed(RuntimeError):
+    """EventBridge did not take every decision event."""
+
+
+class EventBusRelay:
+    """Decisions as ``Guardrail Decisions`` events on ``bus``; a rule delivers them to the meter."""
+
+    def __init__(self, events: Any, bus: str) -> None:
+        self._events = events
+        self._bus = bus
+
+    def append(self, decisions: Sequence[Decision], *, origin: str) -> dict[str, str]:
+        entries = [
+            {
+                "Source": RELAY_SOURCE,
+                "DetailType": RELAY_DETAIL_TYPE,
+                "EventBusName": self._bus,
+                "Detail": detail,
+            }
+            for detail in _packed(decisions, origin)
+        ]
+        for start in range(0, len(entries), ENTRIES_PER_CALL):
+            response = self._events.put_events(Entries=entries[start : start + ENTRIES_PER_CALL])
+            failed = [entry for entry in response.get("Entries", []) if entry.get("ErrorCode")]
+            if response.get("FailedEntryCount") or failed:
+                first = failed[0] if failed else {}
+                raise RelayFailed(
+                    f"EventBridge refused {len(failed)} decision event(s) on bus {self._bus}: "
+                    f"{first.get('ErrorCode')}: {first.get('ErrorMessage')}"
+                )
+        return {decision.key(origin): "relayed" for decision in decisions}
+
+
+def _packed(decisions: Sequence[Decision], origin: str) -> list[str]:
+    """Event details of at most about :data:`ENTRY_BYTES`, each ``{"origin", "decisions": [...]}``."""
+    batches: list[list[dict[str, Any]]] = []
+    size = 0
+    for decision in decisions:
+        record = decision.as_dict()
+        record_size = len(json.dumps(record, default=str))
+        if not batches or size + record_size > ENTRY_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(record)
+        size += record_size
+    return [json.dumps({"origin": origin, "decisions": batch}, default=str) for batch in batches]
+
+
 def container_ledger() -> DecisionWriter:
     """The Lambda container's decision log, on its one ledger connection.
 
@@ -73,12 +127,14 @@ def container_ledger() -> DecisionWriter:
 
 
 def decision_log(guardrail: str, origin: str | None) -> DecisionLog:
-    """The decision log of a guardrail's invocation: the ledger too where the process has one."""
-    return DecisionLog(
-        guardrail=guardrail,
-        origin=origin or f"{guardrail}-{uuid.uuid4()}",
-        ledger=container_ledger if ledger_configured() else None,
-    )
+    """The decision log of a guardrail's invocation: the ledger too where the process has one, else
+    the decision bus where one is configured."""
+    ledger: Callable[[], DecisionWriter] | None = None
+    if ledger_configured():
+        ledger = container_ledger
+    elif (bus := container_settings().decision_bus) is not None:
+        ledger = lambda: EventBusRelay(default_clients("events", None), bus)  # noqa: E731
+    return DecisionLog(guardrail=guardrail, origin=origin or f"{guardrail}-{uuid.uuid4()}", ledger=ledger)
 
 
 def origin_of(context: object) -> str | None:

@@ -8,17 +8,21 @@ A decision is keyed by the invocation or event that made it, its kind and its su
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from guardrails.decisions import Decision
-from lambdas.ledger.connections import Connections
-from lambdas.ledger.schema import LedgerError
-from lambdas.ledger.store import LedgerStore
+from guardrails.decisions import (
+    RELAY_DETAIL_TYPE,
+    RELAY_SOURCE,
+    RELAYING_ACTORS,
+    Decision,
+    decision_from_dict,
+)
+from lambdas.ledger.store import Connections, LedgerError, LedgerStore
 
 APPEND = """
 SELECT decision_key, outcome FROM ledger_append_decisions(
@@ -105,3 +109,28 @@ class DecisionLedger:
             )
             for row_id, key, at, kind, actor, instance, owner_tenant, reason, details in rows
         ]
+
+
+def is_relayed(event: Mapping[str, Any]) -> bool:
+    """Whether ``event`` is a guardrail's decisions relayed over EventBridge (lambdas.aws.decision_log)."""
+    return event.get("source") == RELAY_SOURCE and event.get("detail-type") == RELAY_DETAIL_TYPE
+
+
+def append_relayed(event: Mapping[str, Any], ledger: DecisionLedger) -> dict[str, str]:
+    """Append the decisions of a relayed event (each key → appended or duplicate: EventBridge delivers at
+    least once). A malformed event, or one carrying another actor's decisions, raises: it is retried,
+    then dead-lettered, and the dead-letter queue's alarm pages."""
+    detail = event.get("detail") or {}
+    origin, records = detail.get("origin"), detail.get("decisions")
+    if not isinstance(origin, str) or not origin or not isinstance(records, list):
+        raise ValueError(
+            f"malformed {RELAY_DETAIL_TYPE} event: needs detail.origin and detail.decisions: {detail!r}"
+        )
+    decisions = [decision_from_dict(record) for record in records]
+    foreign = sorted({decision.actor for decision in decisions} - RELAYING_ACTORS)
+    if foreign:
+        raise ValueError(
+            f"refused {RELAY_DETAIL_TYPE} event {event.get('id')}: decisions by {', '.join(foreign)} are not "
+            f"relayed (only {', '.join(sorted(RELAYING_ACTORS))} relay theirs)"
+        )
+    return ledger.append(decisions, origin=origin)

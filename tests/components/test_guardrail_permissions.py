@@ -67,6 +67,9 @@ HANDLER_ONLY = {
     ("budget", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
     ("reconciler", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
     ("reconciler", "sns:Publish"): "meter.alert_unpriced(",
+    # The decision relay (tests/lambdas/ledger/test_guardrail_decisions.py drives it below the handler).
+    ("reaper", "events:PutEvents"): "decision_log(",
+    ("deadline", "events:PutEvents"): "decision_log(",
 }
 
 

@@ -3,6 +3,8 @@ retried invocation logs nothing twice; a ledger that is down never holds a stop 
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -24,12 +26,14 @@ from guardrail_fleet import (
     states,
 )
 
+from components.guardrail_functions import RELAY_PATTERN
 from guardrails import names, tags
-from lambdas import deadline, launcher, reaper
-from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
-from lambdas.aws.environment import ClientFactory
+from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
+from lambdas import deadline, launcher, meter, reaper
+from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog, EventBusRelay
+from lambdas.aws.environment import ClientFactory, container_settings
 from lambdas.ledger.decisions import DecisionLedger
-from lambdas.ledger.store import LedgerStore
+from lambdas.ledger.store import LedgerStore, container_store
 
 
 @pytest.fixture
@@ -221,3 +225,95 @@ def test_the_launcher_logs_its_start_and_its_refusal(clients: ClientFactory, sto
     assert "parked" in refused.reason
     assert started.kind == "launch-start"
     assert started.reason == "raised pool training's desired capacity to 2 (+2, budget not checked)"
+
+
+@pytest.fixture
+def meter_environment(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The environment the Guardrails component gives the meter, read once per (test) container."""
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    monkeypatch.setenv("PARKBRAKE_STACK", STACK)
+    container_settings.cache_clear()
+    container_store.cache_clear()
+    yield
+    if container_store.cache_info().currsize:
+        container_store().close()
+    container_settings.cache_clear()
+    container_store.cache_clear()
+
+
+def relayed_events(clients: ClientFactory) -> str:
+    """The rule the Guardrails component declares for the relayed decisions, delivering to a queue here."""
+    events, sqs = clients("events", REGION), clients("sqs", REGION)
+    queue_url = sqs.create_queue(QueueName="meter")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    events.put_rule(Name="decisions", EventPattern=RELAY_PATTERN)
+    events.put_targets(Rule="decisions", Targets=[{"Id": "meter", "Arn": queue_arn}])
+    return queue_url
+
+
+@pytest.mark.usefixtures("meter_environment")
+def test_the_reaper_relays_its_decisions_to_the_meter_over_eventbridge(
+    clients: ClientFactory, store: LedgerStore
+) -> None:
+    queue_url = relayed_events(clients)
+    ec2 = clients("ec2", REGION)
+    due = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0]
+    under = launch(ec2, "g5.xlarge", managed_tags(max_runtime="4h"))[0]
+    now = latest_launch(ec2, [due, under]) + minutes(100)
+    relay = DecisionLog(
+        guardrail="reaper",
+        origin="request-1",
+        ledger=lambda: EventBusRelay(clients("events", REGION), "default"),
+    )
+
+    result = reaper.handle({}, settings=guardrail_settings(), clients=clients, now=now, decisions=relay)
+
+    assert result["errors"] == []
+    messages = clients("sqs", REGION).receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
+    (event,) = [json.loads(message["Body"]) for message in messages]
+    assert meter.handler(event, None) == {
+        "decisions": {"request-1:verdict:" + due: "appended", "request-1:verdict:" + under: "appended"}
+    }
+    assert set(meter.handler(event, None)["decisions"].values()) == {"duplicate"}  # delivered twice
+    logged = {entry.decision.instance_id: entry.decision for entry in DecisionLedger.of(store).read()}
+    assert (logged[due].kind, logged[under].kind) == ("stop", "skip")
+    assert "past its 1h30m cap" in logged[due].reason
+
+
+@pytest.mark.usefixtures("meter_environment")
+def test_the_meter_refuses_relayed_decisions_it_must_not_take(
+    clients: ClientFactory, store: LedgerStore
+) -> None:
+    forged = Decision("extend", "arn:aws:iam::123456789012:user/mallory", "for free", datetime.now(UTC))
+    event = {
+        "id": "e-1",
+        "source": RELAY_SOURCE,
+        "detail-type": RELAY_DETAIL_TYPE,
+        "detail": {"origin": "o", "decisions": [forged.as_dict()]},
+    }
+    with pytest.raises(
+        ValueError, match="decisions by arn:aws:iam::123456789012:user/mallory are not relayed"
+    ):
+        meter.handler(event, None)
+    event["detail"] = {"origin": "o", "decisions": [{"kind": "stop", "actor": "reaper", "at": "yesterday"}]}
+    with pytest.raises(ValueError, match="reason: must be a non-empty string"):
+        meter.handler(event, None)
+    assert DecisionLedger.of(store).read() == []
+
+
+def test_an_event_bus_that_refuses_is_reported_and_the_stop_still_happens(clients: ClientFactory) -> None:
+    ec2 = clients("ec2", REGION)
+    due = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0]
+    now = latest_launch(ec2, [due]) + minutes(100)
+    relay = DecisionLog(
+        guardrail="reaper", origin="r", ledger=lambda: EventBusRelay(clients("events", REGION), "no-such-bus")
+    )
+
+    result = reaper.handle({}, settings=guardrail_settings(), clients=clients, now=now, decisions=relay)
+
+    assert states(ec2, [due])[due] == "stopped"
+    (error,) = result["errors"]
+    assert error["action"] == RECORD_ERROR
+    assert "no-such-bus" in error["error"]
