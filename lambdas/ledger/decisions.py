@@ -22,7 +22,9 @@ from guardrails.decisions import (
     Decision,
     decision_from_dict,
 )
-from lambdas.ledger.store import Connections, LedgerError, LedgerStore
+from lambdas.ledger.connections import Connections
+from lambdas.ledger.schema import LedgerError
+from lambdas.ledger.store import LedgerStore
 
 APPEND = """
 SELECT decision_key, outcome FROM ledger_append_decisions(
