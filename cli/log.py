@@ -77,7 +77,7 @@ def log(
     (the guardrail, or the person's ARN) and reason.
 
     \b
-    Examples:
+    Example:
       parkbrake log --instance i-0123456789abcdef0
       parkbrake log --tenant research --since 7d --output json
     """

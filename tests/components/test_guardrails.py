@@ -145,7 +145,8 @@ def test_park_switch_values(parked: bool, nightly_state: str, parameter: str) ->
     )
     alarms = {alarm.inputs["name"] for alarm in run.of_type(ALARM)}
     assert {"parkbrake-dev-reaper-errors", "parkbrake-dev-reaper-heartbeat"} <= alarms
-    assert len(run.of_type(RULE)) == 3  # the state-change rule, the budget clock and the reconciler's
+    # the state-change rule, the budget clock, the reconciler's and the relayed decisions'
+    assert len(run.of_type(RULE)) == 4
 
 
 # --- triggers -----------------------------------------------------------------------------------------------
@@ -211,6 +212,7 @@ def test_state_change_rule_feeds_the_deadline_and_the_meter_with_permission() ->
         "meter-from-state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
         "budget-from-clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:budget-every-minute",
         "reconciler-from-clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:reconciler-clock",
+        "meter-from-decisions": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:guardrail-decisions",
     }
     permissions = {permission.name: permission.inputs for permission in run.of_type(PERMISSION)}
     assert set(permissions) == set(rule_arn)
@@ -233,6 +235,30 @@ def test_the_meter_never_loses_an_event_retries_24h_then_its_dead_letter_queue()
     assert {"parkbrake-dev-reconciler-heartbeat", "parkbrake-dev-reconciler-errors"} <= {
         alarm.inputs["name"] for alarm in run.of_type(ALARM)
     }
+
+
+def test_the_reaper_and_the_deadlines_relay_their_decisions_to_the_meter_only_with_a_ledger() -> None:
+    run = configured()
+
+    rule = run.named(RULE, "guardrail-decisions").inputs
+    assert json.loads(rule["eventPattern"]) == {
+        "source": ["parkbrake.guardrails"],
+        "detail-type": ["Guardrail Decisions"],
+    }
+    relay = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}["meter-from-decisions"]
+    assert relay["arn"].endswith(":meter")
+    assert relay["retryPolicy"]["maximumEventAgeInSeconds"] == 86400  # the database may be down for hours
+    assert relay["deadLetterConfig"]["arn"]
+    for guardrail in ("reaper", "deadline"):
+        assert environment_of(run, guardrail)["PARKBRAKE_DECISION_BUS"] == "default"
+        (grant,) = [s for s in statements_of(run, guardrail) if "events:PutEvents" in actions(s)]
+        assert grant["Resource"] == f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/default"
+    assert not any("events:PutEvents" in actions(s) for s in statements_of(run, "budget"))
+
+    without = build(database_secret_arn=None)
+    assert "guardrail-decisions" not in {rule.name for rule in without.of_type(RULE)}
+    assert "PARKBRAKE_DECISION_BUS" not in environment_of(without, "reaper")
+    assert not any("events:PutEvents" in actions(statement) for statement in all_statements(without))
 
 
 def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_vpc() -> None:
@@ -288,6 +314,7 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "PARKBRAKE_MAX_RUNTIME_CEILING": "1d",
         "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN": f"arn:aws:sqs:us-east-1:{ACCOUNT}:parkbrake-dev-reaper-dlq",
         "PARKBRAKE_NOTICES_TABLE": "parkbrake-dev-notices",
+        "PARKBRAKE_DECISION_BUS": "default",
     }
     settings = settings_from_environment(environment)
     assert settings.stack == "dev"
