@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -99,12 +100,38 @@ def run_reap(
         confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}?", assume_yes=assume_yes)
     with lambda_quiet():
         report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
+        if not dry_run:
+            report.errors += record_decisions(report, environ=environ, clients=clients, now=now)
     if output == "json":
         result = report.as_dict()
         click.echo(json.dumps(result, indent=2))
     else:
         print_outcome(report)
     return report
+
+
+def record_decisions(
+    report: SweepReport, *, environ: Mapping[str, str], clients: ClientFactory, now: datetime
+) -> list[dict[str, str]]:
+    """A sweep run by a person is their decision: logged with their ARN as its actor, and appended to
+    the decision log when a ledger database is configured. Returns the errors (the hosts are stopped)."""
+    from guardrails.settings import ledger_configured
+    from lambdas.aws.decision_log import DecisionLog
+    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.ledger.decisions import EnvironmentLedger
+
+    errors = []
+    try:
+        actor = str(clients("sts", None).get_caller_identity()["Arn"])
+    except AWS_ERRORS as error:
+        actor = "an unknown caller of parkbrake reap"
+        errors.append({"action": "record-decisions", "error": f"who ran the sweep: {describe_error(error)}"})
+    decisions = DecisionLog(
+        guardrail="reap",
+        origin=f"reap-{uuid.uuid4()}",
+        ledger=(lambda: EnvironmentLedger(environ)) if ledger_configured(environ) else None,
+    )
+    return errors + decisions.record(report.decisions(actor=actor, now=now))
 
 
 def describe_plan_error(error: Mapping[str, str]) -> str:

@@ -24,7 +24,7 @@ from guardrails.decisions import (
 )
 from lambdas.ledger.connections import Connections
 from lambdas.ledger.schema import LedgerError
-from lambdas.ledger.store import LedgerStore
+from lambdas.ledger.store import LedgerStore, store_from_environment
 
 APPEND = """
 SELECT decision_key, outcome FROM ledger_append_decisions(
@@ -111,6 +111,20 @@ class DecisionLedger:
             )
             for row_id, key, at, kind, actor, instance, owner_tenant, reason, details in rows
         ]
+
+
+class EnvironmentLedger:
+    """The decision log of the database ``environ`` names, connected for one append: a CLI's writer."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self._environ = environ
+
+    def append(self, decisions: Sequence[Decision], *, origin: str) -> dict[str, str]:
+        store = store_from_environment(self._environ)
+        try:
+            return DecisionLedger.of(store).append(decisions, origin=origin)
+        finally:
+            store.close()
 
 
 def is_relayed(event: Mapping[str, Any]) -> bool:

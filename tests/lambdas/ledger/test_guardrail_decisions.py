@@ -26,6 +26,7 @@ from guardrail_fleet import (
     states,
 )
 
+from cli.reap import run_reap
 from components.guardrail_functions import RELAY_PATTERN
 from guardrails import names, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
@@ -317,3 +318,22 @@ def test_an_event_bus_that_refuses_is_reported_and_the_stop_still_happens(client
     (error,) = result["errors"]
     assert error["action"] == RECORD_ERROR
     assert "no-such-bus" in error["error"]
+
+
+def test_a_sweep_run_by_a_person_is_logged_with_their_arn(
+    clients: ClientFactory, store: LedgerStore, ledger_url: str
+) -> None:
+    ec2 = clients("ec2", REGION)
+    due = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0]
+    now = latest_launch(ec2, [due]) + minutes(100)
+    environ = {"PARKBRAKE_STACK": STACK, "PARKBRAKE_REGIONS": REGION, "PARKBRAKE_DATABASE_URL": ledger_url}
+
+    report = run_reap(
+        environ=environ, clients=clients, now=now, dry_run=False, assume_yes=True, output="json"
+    )
+
+    assert report.errors == []
+    (stopped,) = [entry.decision for entry in DecisionLedger.of(store).read(instance_id=due)]
+    assert stopped.kind == "stop"
+    assert stopped.actor == clients("sts", None).get_caller_identity()["Arn"]  # moto's caller
+    assert stopped.actor.startswith("arn:aws:")
