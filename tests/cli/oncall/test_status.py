@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -317,9 +320,20 @@ def test_a_listing_error_everywhere_is_one_clear_line_and_a_failure(
         proxy.fail("DescribeInstances", "UnauthorizedOperation", "not authorized", status=403)
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         results = [invoke("--stack", STACK, "--regions", REGION, "-o", output) for output in ("text", "json")]
+        # A real process too: there no test handler catches a log line that Python would print beside it.
+        process = subprocess.run(
+            [sys.executable, "-c", "from cli.main import main; main()", "status", "--regions", REGION],
+            env={**os.environ, "AWS_ENDPOINT_URL": proxy.url}, capture_output=True, text=True, timeout=120,
+            check=False,
+        )  # fmt: skip
 
     for result in results:
         assert result.exit_code == 1
         assert result.output.splitlines() == [
             f"Error: {REGION}: cannot list instances: UnauthorizedOperation: not authorized"
         ]
+    assert process.returncode == 1
+    assert (process.stdout, process.stderr.splitlines()) == (
+        "",
+        [f"Error: {REGION}: cannot list instances: UnauthorizedOperation: not authorized"],
+    )
