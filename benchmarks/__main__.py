@@ -10,6 +10,7 @@ BENCHMARKS = (
     "benchmarks.cli_startup",
     "benchmarks.fleet_day",
     "benchmarks.ledger",
+    "benchmarks.decision_log",
     "benchmarks.inference",
     "benchmarks.status",
 )

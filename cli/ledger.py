@@ -219,7 +219,8 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         click.echo(
-            f"replayed {result.read} messages: {result.meter.inserted} appended, {result.deleted} deleted"
+            f"replayed {result.read} messages: {result.meter.inserted} appended, "
+            f"{result.decisions} relayed decisions logged, {result.deleted} deleted"
         )
         for problem in result.kept:
             click.echo(f"kept {problem['message_id']}: {problem['reason']}", err=True)

@@ -1,5 +1,6 @@
 """Replaying the meter's dead-letter queue: state changes the meter could not record (the database
-down longer than the retries) are metered again, ``source=replay``. ``parkbrake ledger replay-dlq``.
+down longer than the retries) are metered again, ``source=replay``, and relayed decisions are
+appended to the decision log. ``parkbrake ledger replay-dlq``.
 
 The queue holds two shapes: EventBridge's dead letter is the event itself; Lambda's on-failure
 record wraps it as ``requestPayload``.
@@ -16,6 +17,7 @@ from guardrails import names
 from guardrails.ledger import MalformedEvent, state_change_from_event
 from guardrails.settings import Settings
 from lambdas.aws.environment import ClientFactory, utc_now
+from lambdas.ledger import decisions
 from lambdas.ledger.store import LedgerStore
 from lambdas.meter import GUARDRAIL, MeterResult, meter
 
@@ -26,9 +28,16 @@ class ReplayResult:
     deleted: int = 0
     kept: list[dict[str, str]] = field(default_factory=list)  # {"message_id", "reason"}
     meter: MeterResult = field(default_factory=MeterResult)
+    decisions: int = 0  # relayed decisions appended (or found already logged)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "deleted": self.deleted, "kept": self.kept, "meter": self.meter.as_dict()}
+        return {
+            "read": self.read,
+            "deleted": self.deleted,
+            "kept": self.kept,
+            "meter": self.meter.as_dict(),
+            "decisions": self.decisions,
+        }
 
 
 def dead_letter_event(body: str) -> Mapping[str, Any]:
@@ -66,7 +75,15 @@ def replay_dead_letters(
         parsed = {}
         for message in messages:
             try:
-                parsed[message["MessageId"]] = state_change_from_event(dead_letter_event(message["Body"]))
+                event = dead_letter_event(message["Body"])
+                if decisions.is_relayed(event):
+                    result.decisions += len(
+                        decisions.append_relayed(event, decisions.DecisionLedger.of(store))
+                    )
+                    sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+                    result.deleted += 1
+                    continue
+                parsed[message["MessageId"]] = state_change_from_event(event)
             except (ValueError, MalformedEvent) as error:
                 result.kept.append({"message_id": message["MessageId"], "reason": str(error)})
         batch = meter(list(parsed.values()), store=store, clients=clients, settings=settings,

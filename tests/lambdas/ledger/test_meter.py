@@ -25,11 +25,13 @@ from guardrail_fleet import (
 from ledger_streams import T0, at, ms, step, who
 
 from guardrails import names
+from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
 from lambdas import meter
 from lambdas.aws.environment import ClientFactory, container_settings
 from lambdas.ledger import replay
 from lambdas.ledger.connections import LedgerUnavailable
+from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore, container_store
 
 
@@ -257,3 +259,21 @@ def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_k
     again = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
                                       settings=guardrail_settings(), max_messages=100)  # fmt: skip
     assert again.read == 0  # the bad one is invisible for a while, the good ones are gone
+
+
+def test_replaying_the_dead_letter_queue_appends_relayed_decisions(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    sqs = clients("sqs", None)
+    queue_url = sqs.create_queue(QueueName=names.dead_letter_queue(STACK, "meter"))["QueueUrl"]
+    stop = Decision("stop", "reaper", "past its 1h30m cap (tag)", at(0), "i-0123456789abcdef0", "research")
+    relayed = {"id": "e-1", "source": RELAY_SOURCE, "detail-type": RELAY_DETAIL_TYPE,
+               "detail": {"origin": "request-1", "decisions": [stop.as_dict()]}}  # fmt: skip
+    forged = relayed | {"detail": {"origin": "o", "decisions": [{**stop.as_dict(), "actor": "mallory"}]}}
+    for body in (json.dumps(relayed), json.dumps(forged)):
+        sqs.send_message(QueueUrl=queue_url, MessageBody=body)
+    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+                                       settings=guardrail_settings(), max_messages=100)  # fmt: skip
+    assert (result.read, result.deleted, result.decisions) == (2, 1, 1)
+    assert "decisions by mallory are not relayed" in result.kept[0]["reason"]
+    assert [entry.decision for entry in DecisionLedger.of(store).read()] == [stop]
