@@ -156,19 +156,24 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
         connection.execute(
             """
             INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type,
-                                accelerators, cap_ms, region, source, received_at)
-            SELECT 'bench-' || n,
-                   'i-' || lpad(to_hex(n %% %(hosts)s), 8, '0'),
-                   CASE WHEN (n / %(hosts)s) %% 2 = 0 THEN 'running' ELSE 'stopped' END,
-                   %(start)s::timestamptz + (n / %(hosts)s) * %(spacing)s::interval
-                       + (n %% %(hosts)s) * interval '1 second',
-                   'tenant-' || ((n %% %(hosts)s) %% %(tenants)s),
-                   CASE WHEN (n %% %(hosts)s) %% 2 = 0 THEN 'training' ELSE 'inference' END,
-                   (%(types)s::text[])[1 + (n %% %(hosts)s) %% 4],
-                   (%(accelerators)s::int[])[1 + (n %% %(hosts)s) %% 4],
-                   5400000, 'us-east-1', 'bench', %(start)s::timestamptz
-            FROM generate_series(0, %(hosts)s::bigint * %(per_host)s - 1) AS n
-            WHERE NOT (n / %(hosts)s = %(per_host)s - 1 AND (n %% %(hosts)s) %% 10 = 0)
+                                accelerators, cap_ms, region, source, received_at, at_ms, state_rank)
+            SELECT event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators,
+                   cap_ms, region, source, received_at, ledger_ms(event_time), ledger_state_rank(state)
+            FROM (
+                SELECT 'bench-' || n AS event_id,
+                       'i-' || lpad(to_hex(n %% %(hosts)s), 8, '0') AS instance_id,
+                       CASE WHEN (n / %(hosts)s) %% 2 = 0 THEN 'running' ELSE 'stopped' END AS state,
+                       %(start)s::timestamptz + (n / %(hosts)s) * %(spacing)s::interval
+                           + (n %% %(hosts)s) * interval '1 second' AS event_time,
+                       'tenant-' || ((n %% %(hosts)s) %% %(tenants)s) AS tenant,
+                       CASE WHEN (n %% %(hosts)s) %% 2 = 0 THEN 'training' ELSE 'inference' END AS pool,
+                       (%(types)s::text[])[1 + (n %% %(hosts)s) %% 4] AS instance_type,
+                       (%(accelerators)s::int[])[1 + (n %% %(hosts)s) %% 4] AS accelerators,
+                       5400000 AS cap_ms, 'us-east-1' AS region, 'bench' AS source,
+                       %(start)s::timestamptz AS received_at
+                FROM generate_series(0, %(hosts)s::bigint * %(per_host)s - 1) AS n
+                WHERE NOT (n / %(hosts)s = %(per_host)s - 1 AND (n %% %(hosts)s) %% 10 = 0)
+            ) AS generated
             """,
             {
                 "hosts": hosts,

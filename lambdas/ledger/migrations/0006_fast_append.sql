@@ -10,24 +10,25 @@ ALTER TABLE events ALTER COLUMN at_ms DROP EXPRESSION, ALTER COLUMN state_rank D
 ALTER TABLE events ALTER COLUMN at_ms SET NOT NULL, ALTER COLUMN state_rank SET NOT NULL;
 ALTER TABLE events DROP CONSTRAINT events_state_check, DROP CONSTRAINT events_event_time_check;
 
--- The same intervals as 0001's, with each host's events read by an index range of
--- events_by_instance (a lateral scan per host): however many hosts and events, never a scan of
--- the whole table.
+-- The same intervals as 0001's, each host's events read in order from an index range of
+-- events_by_instance (the window inside the lateral subquery keeps the planner from turning it
+-- into a join, which it would plan as a scan of the whole table once the ledger is large).
 CREATE OR REPLACE FUNCTION ledger_derive_intervals(cuts ledger_cut[]) RETURNS SETOF ledger_interval
 LANGUAGE sql STABLE AS $$
     WITH transitions AS (
-        SELECT e.*, lag(e.is_running) OVER by_time AS after_running
+        SELECT e.*
         FROM unnest(cuts) AS cut
         CROSS JOIN LATERAL (
             SELECT x.event_id, x.instance_id, x.at_ms, x.state_rank, x.tenant, x.pool, x.instance_type,
-                   x.accelerators, x.cap_ms, x.state = 'running' AS is_running
+                   x.accelerators, x.cap_ms, x.state = 'running' AS is_running,
+                   lag(x.state = 'running') OVER (ORDER BY x.at_ms, x.state_rank, x.event_id COLLATE "C")
+                       AS after_running
             FROM events x
             WHERE x.instance_id = cut.instance_id
               AND (x.at_ms, x.state_rank, x.event_id COLLATE "C")
                   > (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
               AND x.state <> 'pending'
         ) AS e
-        WINDOW by_time AS (PARTITION BY e.instance_id ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C")
     ), boundaries AS (
         -- A start is a running after anything but running; an end is the first stop after a running.
         SELECT t.*,
@@ -142,8 +143,11 @@ BEGIN
         FROM intervals i
         WHERE i.instance_id = h.instance_id AND i.ended_ms IS NULL
     ) AS running ON true;
+    -- at_ms inline: ledger_ms reads a STABLE extract, so the planner would call it row by row.
     WITH batch AS (
-        SELECT b.*, ledger_ms(b.event_time) AS at_ms, ledger_state_rank(b.state) AS state_rank
+        SELECT b.*, origin AS source, received AS received_at,
+               floor(extract(epoch FROM b.event_time) * 1000)::bigint AS at_ms,
+               ledger_state_rank(b.state)::smallint AS state_rank
         FROM unnest(event_ids, instance_ids, states, times, tenant_names, pools, instance_types,
                     accelerator_counts, caps, regions)
              AS b (event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators,
@@ -151,15 +155,16 @@ BEGIN
     ), inserted AS (
         INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type,
                             accelerators, cap_ms, region, source, received_at, at_ms, state_rank)
-        SELECT b.event_id, b.instance_id, b.state, b.event_time, b.tenant, b.pool, b.instance_type,
-               b.accelerators, b.cap_ms, b.region, origin, received, b.at_ms, b.state_rank
+        SELECT b.*
         FROM batch b
         WHERE origin <> 'ingest' OR NOT EXISTS (
             SELECT 1 FROM intervals i WHERE i.instance_id = b.instance_id AND i.ended_ms >= b.at_ms)
         ON CONFLICT DO NOTHING
-        RETURNING events.*
+        RETURNING events.event_id
     )
-    SELECT array_agg(ROW(x.*)::events) INTO fresh FROM inserted AS x;
+    SELECT array_agg(ROW(b.*)::events) INTO fresh
+    FROM batch b
+    JOIN inserted x ON x.event_id = b.event_id;
     IF fresh IS NULL THEN
         RETURN QUERY
         SELECT b.event_id,
@@ -223,6 +228,10 @@ BEGIN
     EXECUTE format('ALTER FUNCTION ledger_append_events(text[], text[], text[], timestamptz[], text[], text[], '
                    'text[], integer[], bigint[], text[], text, timestamptz) SET search_path = %I, pg_temp',
                    current_schema());
+    -- Plans made once per session: a custom plan per call would cost more than a one-event append.
+    ALTER FUNCTION ledger_append_events(text[], text[], text[], timestamptz[], text[], text[], text[],
+                                        integer[], bigint[], text[], text, timestamptz)
+        SET plan_cache_mode = force_generic_plan;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_continue_intervals(ledger_head[], events[]) FROM PUBLIC;

@@ -1,0 +1,115 @@
+"""How events enter the ledger fast: in-order events continue their hosts' intervals and late ones
+derive them again, and both leave exactly what a derivation from scratch gives; the append function
+checks what the table no longer does; a derivation reads its hosts' events from the index."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+
+import psycopg
+import pytest
+from ledger_streams import T0, T0_MS, events_of, random_fleet, redelivered
+from psycopg import sql
+
+from lambdas.ledger.store import LedgerStore
+
+DERIVED_STATE = (
+    "SELECT * FROM intervals ORDER BY opened_by",
+    "SELECT tenant, pool, instance_type, accelerator_ms, usd_hour_ms FROM usage_totals "
+    "WHERE accelerator_ms <> 0 OR usd_hour_ms <> 0 ORDER BY 1, 2, 3",
+    "SELECT tenant, day_ms, instance_type, usd_hour_ms FROM spend_daily WHERE usd_hour_ms <> 0 ORDER BY 1, 2, 3",
+)
+
+
+def derived_state(connection: psycopg.Connection[tuple[object, ...]]) -> list[list[tuple[object, ...]]]:
+    return [connection.execute(query).fetchall() for query in DERIVED_STATE]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_appends_in_order_and_late_leave_what_a_derivation_from_scratch_gives(
+    store: LedgerStore, ledger_url: str, seed: int
+) -> None:
+    rng = random.Random(seed)
+    events = events_of(random_fleet(rng, "h", max_hosts=6), "h")
+    in_order = sorted(events, key=lambda t: t.at_ms)
+    # Most in order (the meter's case, one event or a few at a time), then a redelivered, shuffled
+    # backlog: duplicates, and events older than what their hosts already have.
+    cut = len(in_order) * 2 // 3
+    size = rng.choice([1, 3])
+    for start in range(0, cut, size):
+        store.append(in_order[start : start + size], source="meter", received_at=T0)
+    backlog = redelivered(rng, in_order[cut:] + in_order[: cut // 2])
+    for start in range(0, len(backlog), 5):
+        store.append(backlog[start : start + 5], source="reconciler", received_at=T0)
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        appended = derived_state(owner)
+        owner.execute("SELECT ledger_rebuild()")
+        assert derived_state(owner) == appended
+    assert appended[0], "the fleet ran"
+
+
+APPEND = (
+    "SELECT * FROM ledger_append_events(%s::text[], ARRAY['i-1'], %s::text[], %s::timestamptz[], "
+    "ARRAY['research'], ARRAY['training'], ARRAY['g5.xlarge'], ARRAY[1], ARRAY[NULL::bigint], "
+    "ARRAY['us-east-1'], 'meter', now())"
+)
+
+
+@pytest.mark.parametrize(
+    ("state", "moment", "message"),
+    [
+        ("parked", T0, "event e-1: state 'parked' is not an EC2 state"),
+        ("running", T0.replace(microsecond=1500), "event e-1: time .* is finer than a millisecond"),
+    ],
+)
+def test_the_append_function_refuses_what_the_table_does_not_check(
+    ledger_url: str, state: str, moment: datetime, message: str
+) -> None:
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        with pytest.raises(psycopg.errors.CheckViolation, match=message):
+            owner.execute(APPEND, (["e-1"], [state], [moment]))
+        assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+HOSTS = 400
+EVENTS_PER_HOST = 60
+GENERATE = f"""
+INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators,
+                    cap_ms, region, source, at_ms, state_rank)
+SELECT 'g-' || n, 'i-' || n %% {HOSTS}, state, moment, 'research', 'training', 'g5.xlarge', 1, NULL,
+       'us-east-1', 'ingest', ledger_ms(moment), ledger_state_rank(state)
+FROM generate_series(0, {HOSTS * EVENTS_PER_HOST - 1}) AS n
+CROSS JOIN LATERAL (SELECT CASE WHEN n / {HOSTS} %% 2 = 0 THEN 'running' ELSE 'stopped' END AS state,
+                           %s::timestamptz + n * interval '1 second' AS moment) AS e
+"""
+# The cuts a refresh of every host passes (each host from before its first event), as a literal so
+# that the planner knows how many hosts it reads.
+EVERY_HOST = (
+    "SELECT ARRAY(SELECT ROW(h, -4611686018427387904, 0, '')::ledger_cut "
+    "FROM (SELECT DISTINCT instance_id AS h FROM events) AS x)::text"
+)
+
+
+def test_a_derivation_reads_each_hosts_events_from_the_index(store: LedgerStore, ledger_url: str) -> None:
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        owner.execute(GENERATE, (T0,))
+        owner.execute("SELECT ledger_rebuild()")
+        owner.execute("ANALYZE")
+        (text,) = owner.execute(EVERY_HOST).fetchone() or ("",)
+        cuts = sql.SQL("{}::ledger_cut[]").format(sql.Literal(text)).as_string(owner)
+        # Large enough that a plain join of those hosts to their events is planned as a scan of the table.
+        join = owner.execute(
+            f"EXPLAIN SELECT e.* FROM unnest({cuts}) AS cut JOIN events e ON e.instance_id = cut.instance_id"
+        ).fetchall()
+        assert "Seq Scan on events" in "\n".join(row[0] for row in join)
+        owner.execute("PREPARE derive (ledger_cut[]) AS SELECT * FROM ledger_derive_intervals($1)")
+        for mode in ("force_custom_plan", "force_generic_plan"):  # as first called, and as cached
+            owner.execute(f"SET plan_cache_mode = {mode}")
+            plan = "\n".join(row[0] for row in owner.execute(f"EXPLAIN EXECUTE derive ({cuts})"))
+            assert "Seq Scan on events" not in plan, plan
+            assert "events_by_instance" in plan, plan
+    # And the derivation it plans gives the intervals: one per host per start.
+    intervals = store.intervals(tenant="research")
+    assert len(intervals) == HOSTS * EVENTS_PER_HOST // 2
+    assert intervals[0].started_ms == T0_MS
