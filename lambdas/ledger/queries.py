@@ -154,7 +154,8 @@ GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.usd_per_hour, q.source, 
 ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.valid_from NULLS FIRST
 """
 
-# All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart.
+# All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart
+# (priced by ledger_cost_of, as the rollup is).
 USAGE_TOTALS = """
 WITH running AS (
     SELECT tenant, pool, instance_type, accelerators, started_ms,
@@ -169,13 +170,9 @@ WITH running AS (
     FROM running
     GROUP BY tenant, pool, instance_type
 ), running_cost AS (
-    SELECT r.tenant, r.pool, r.instance_type,
-           sum(p.usd_per_hour * (least(r.billed_until_ms, p.until_ms) - greatest(r.started_ms, p.from_ms)))
-               AS usd_hour_ms
-    FROM running r
-    JOIN price_ranges p ON p.instance_type = r.instance_type
-                       AND p.from_ms < r.billed_until_ms AND p.until_ms > r.started_ms
-    GROUP BY r.tenant, r.pool, r.instance_type
+    SELECT * FROM ledger_cost_of(ARRAY(
+        SELECT ROW(tenant, pool, instance_type, started_ms, billed_until_ms)::ledger_billed FROM running
+    ))
 )
 SELECT tenant, pool, instance_type,
        coalesce(t.accelerator_ms, 0), coalesce(t.usd_hour_ms, 0),

@@ -1,53 +1,17 @@
-"""How events enter the ledger fast: in-order events continue their hosts' intervals and late ones
-derive them again, and both leave exactly what a derivation from scratch gives; the append function
-checks what the table no longer does; a derivation reads its hosts' events from the index."""
+"""How events enter the ledger: the append function checks what the table no longer does, and a
+derivation reads its hosts' events from the index (in-order and late appends against a derivation
+from scratch: test_ledger_store.py)."""
 
 from __future__ import annotations
 
-import random
 from datetime import datetime
 
 import psycopg
 import pytest
-from ledger_streams import T0, T0_MS, events_of, random_fleet, redelivered
+from ledger_streams import T0, T0_MS
 from psycopg import sql
 
 from lambdas.ledger.store import LedgerStore
-
-DERIVED_STATE = (
-    "SELECT * FROM intervals ORDER BY opened_by",
-    "SELECT tenant, pool, instance_type, accelerator_ms, usd_hour_ms FROM usage_totals "
-    "WHERE accelerator_ms <> 0 OR usd_hour_ms <> 0 ORDER BY 1, 2, 3",
-    "SELECT tenant, day_ms, instance_type, usd_hour_ms FROM spend_daily WHERE usd_hour_ms <> 0 ORDER BY 1, 2, 3",
-)
-
-
-def derived_state(connection: psycopg.Connection[tuple[object, ...]]) -> list[list[tuple[object, ...]]]:
-    return [connection.execute(query).fetchall() for query in DERIVED_STATE]
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_appends_in_order_and_late_leave_what_a_derivation_from_scratch_gives(
-    store: LedgerStore, ledger_url: str, seed: int
-) -> None:
-    rng = random.Random(seed)
-    events = events_of(random_fleet(rng, "h", max_hosts=6), "h")
-    in_order = sorted(events, key=lambda t: t.at_ms)
-    # Most in order (the meter's case, one event or a few at a time), then a redelivered, shuffled
-    # backlog: duplicates, and events older than what their hosts already have.
-    cut = len(in_order) * 2 // 3
-    size = rng.choice([1, 3])
-    for start in range(0, cut, size):
-        store.append(in_order[start : start + size], source="meter", received_at=T0)
-    backlog = redelivered(rng, in_order[cut:] + in_order[: cut // 2])
-    for start in range(0, len(backlog), 5):
-        store.append(backlog[start : start + 5], source="reconciler", received_at=T0)
-    with psycopg.connect(ledger_url, autocommit=True) as owner:
-        appended = derived_state(owner)
-        owner.execute("SELECT ledger_rebuild()")
-        assert derived_state(owner) == appended
-    assert appended[0], "the fleet ran"
-
 
 APPEND = (
     "SELECT * FROM ledger_append_events(%s::text[], ARRAY['i-1'], %s::text[], %s::timestamptz[], "

@@ -7,6 +7,7 @@ import json
 import random
 import socket
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -18,7 +19,7 @@ from ledger_streams import T0, T0_MS, at, end_of, events_of, ms, random_fleet, r
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from guardrails.errors import InputError
-from guardrails.ledger import intervals_from, to_ms, usage_by_key
+from guardrails.ledger import Transition, intervals_from, to_ms, usage_by_key
 from guardrails.runway import Budget, runway_totals
 from lambdas.ledger.connections import LedgerUnavailable, PooledConnections, database_url
 from lambdas.ledger.schema import LedgerError, Migration, migrations
@@ -214,12 +215,28 @@ def test_two_meters_writing_the_same_events_at_once_store_each_once_and_agree_wi
     store.close()
 
 
-def test_incremental_refreshes_leave_what_a_full_rebuild_derives(store: LedgerStore, ledger_url: str) -> None:
-    rng = random.Random(11)
+def in_order_then_backlog(rng: random.Random, events: list[Transition]) -> list[Transition]:
+    """The meter's usual case (each host's events after its last), then a redelivered backlog:
+    duplicates, and events older than what their hosts already have."""
+    in_order = sorted(events, key=lambda transition: transition.at_ms)
+    cut = len(in_order) * 2 // 3
+    return in_order[:cut] + redelivered(rng, in_order[cut:] + in_order[: cut // 2])
+
+
+@pytest.mark.parametrize("delivery", [redelivered, in_order_then_backlog])
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_incremental_refreshes_leave_what_a_full_rebuild_derives(
+    store: LedgerStore,
+    ledger_url: str,
+    delivery: Callable[[random.Random, list[Transition]], list[Transition]],
+    seed: int,
+) -> None:
+    rng = random.Random(seed)
     events = events_of(random_fleet(rng, max_hosts=8) + random_fleet(rng, "b-", max_hosts=8))
-    stream = redelivered(rng, events)
-    for start in range(0, len(stream), 3):
-        appended(store, stream[start : start + 3])
+    stream = delivery(rng, events)
+    size = rng.choice([1, 3])  # one event per append, as the meter; or a few
+    for start in range(0, len(stream), size):
+        appended(store, stream[start : start + size])
     store.add_price("g5.xlarge", Decimal("2.5"), at(90), "test")
 
     def snapshot() -> list[list[tuple[Any, ...]]]:
