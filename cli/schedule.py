@@ -41,13 +41,17 @@ def schedule() -> None:
 def list_command(stack: str, region: str | None, output: str) -> None:
     """Every schedule of the stack: kind, state, expression, next run, payload.
 
+    A nightly start with a calendar of closed days shows its next run on an open day, and the
+    closed days it skips before it (the launcher refuses to start on those).
+
     \b
     Example:
       parkbrake schedule list --stack dev
     """
-    from cli.oncall.nightly import list_schedules, schedule_group_exists
+    from cli.oncall.nightly import closed_days_of, list_schedules, schedule_group_exists
     from guardrails import names
     from guardrails.errors import ParkbrakeError
+    from lambdas.aws.clients import client
 
     scheduler, chosen = _scheduler(stack, region)
     schedules = list_schedules(scheduler, stack)
@@ -56,13 +60,15 @@ def list_command(stack: str, region: str | None, output: str) -> None:
             f"stack {stack!r} has no schedule group {names.schedule_group(stack)} in {chosen}; "
             "check --stack and --region"
         )
+    calendars = closed_days_of(schedules, client("ssm", chosen))
     now = datetime.now(UTC)
+
     if output == "json":
         document = {
             "stack": stack,
             "region": chosen,
             "group": names.schedule_group(stack),
-            "schedules": [item.as_dict(now) for item in schedules],
+            "schedules": [item.as_dict(now, calendars.get(item.calendar or "")) for item in schedules],
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -75,8 +81,9 @@ def list_command(stack: str, region: str | None, output: str) -> None:
     )
     for column in ("name", "kind", "state", "expression", "timezone", "next run (UTC)", "payload"):
         table.add_column(column)
+    skipped_days: list[str] = []
     for item in schedules:
-        upcoming = item.next_run(now)
+        upcoming, skipped = item.next_open_run(now, calendars.get(item.calendar or ""))
         table.add_row(
             item.name,
             item.kind,
@@ -86,7 +93,10 @@ def list_command(stack: str, region: str | None, output: str) -> None:
             f"{upcoming:%Y-%m-%d %H:%M}" if upcoming else "-",
             json.dumps(item.payload),
         )
+        skipped_days += [f"{item.name} skips {day.isoformat()} (closed: {reason})" for day, reason in skipped]
     make_console().print(table)
+    for line in skipped_days:
+        click.echo(line)
     if not schedules:
         click.echo(f"No schedules in group {names.schedule_group(stack)} in {chosen}.")
 
@@ -158,13 +168,19 @@ def _change_state(
 @dry_run_option
 @yes_option
 @output_option
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start even though today is a closed day in the stack's calendar (never when parked).",
+)
 def run_now_command(
-    *, name: str, stack: str, region: str | None, dry_run: bool, yes: bool, output: str
+    *, name: str, stack: str, region: str | None, dry_run: bool, yes: bool, output: str, force: bool
 ) -> None:
     """Run nightly start NAME now: the launcher, in-process, with the schedule's own payload.
 
-    It obeys the launcher's refusals — the stack is parked, the pool is already at that capacity,
-    the tenant's runway cannot pay for the hosts' caps — and exits 1 when it refuses.
+    It obeys the launcher's refusals — the stack is parked, today is a closed day in the stack's
+    calendar (unless --force), the pool is already at that capacity, the tenant's runway cannot pay
+    for the hosts' caps — and exits 1 when it refuses.
 
     \b
     Example:
@@ -187,6 +203,7 @@ def run_now_command(
         gate=budget_gate(),
         now=datetime.now(UTC),
         dry_run=dry_run,
+        force=force,
     )
     decision = result.decision
     if output == "json":
@@ -195,6 +212,8 @@ def run_now_command(
         refusal = decision.refusal
         prefix = "Would be refused" if dry_run else "Refused"
         click.echo(f"{prefix} ({refusal.kind}): {refusal.reason}", err=True)
+        if refusal.kind == "closed":
+            click.echo("To start it anyway, run again with --force.", err=True)
     else:
         budget = "budget checked" if decision.budget_checked else "budget not checked (no ledger gate)"
         verb = "Would start" if dry_run else "Started"

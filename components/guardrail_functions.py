@@ -67,6 +67,7 @@ class NightlyStart:
     timezone: str
     capacity: int  # the pool's desired capacity the launcher sets
     autoscaling_group_arn: pulumi.Input[str]
+    calendar: str | None = None  # iCalendar text of the closed days: no start on those
 
 
 @dataclass
@@ -134,6 +135,19 @@ def deployed_functions(args: GuardrailsArgs) -> list[Function]:
     if args.database_secret_arn is not None:
         functions += [METER, BUDGET, RECONCILER]
     return functions
+
+
+def nightly_input(stack: str, nightly: NightlyStart) -> dict[str, object]:
+    """The launcher's event; with a calendar, where it is, the day's zone and when the start was due."""
+    payload: dict[str, object] = {"pool": nightly.pool, "capacity": nightly.capacity}
+    if nightly.calendar is None:
+        return payload
+    return payload | {
+        "calendar": names.calendar_parameter(stack),
+        "timezone": nightly.timezone,
+        # A context attribute Scheduler fills in: a retried start is judged on the day it was due.
+        "scheduled_time": "<aws.scheduler.scheduled-time>",
+    }
 
 
 # --- environment and IAM ----------------------------------------------------------------------------
@@ -375,6 +389,7 @@ class Guardrails(pulumi.ComponentResource):
         if args.nightly is None:
             return
         nightly = args.nightly
+        closed_days = self._closed_days(nightly)
         aws.scheduler.Schedule(
             f"nightly-{nightly.pool}",
             name=names.nightly_schedule(stack, nightly.pool),
@@ -387,10 +402,10 @@ class Guardrails(pulumi.ComponentResource):
             target={
                 "arn": deployed[LAUNCHER.guardrail].arn,
                 "role_arn": scheduler_role_arn,
-                "input": json.dumps({"pool": nightly.pool, "capacity": nightly.capacity}),
+                "input": json.dumps(nightly_input(stack, nightly)),
                 **alerting.delivery(LAUNCHER.guardrail),
             },
-            opts=named_child_of(self, depends_on=[scheduler_permission]),
+            opts=named_child_of(self, depends_on=[scheduler_permission, *closed_days]),
         )
 
     def _event_rules(self, deployed: Mapping[str, aws.lambda_.Function], alerting: GuardrailAlerting) -> None:
@@ -447,6 +462,23 @@ class Guardrails(pulumi.ComponentResource):
         for function, every in heartbeats.items():
             if function.guardrail in deployed:
                 self._heartbeat_alarm(function, every, topic_arn)
+
+    def _closed_days(self, nightly: NightlyStart) -> list[pulumi.Resource]:
+        """The calendar of closed days the launcher reads (none without a calendar)."""
+        if nightly.calendar is None:
+            return []
+        parameter = aws.ssm.Parameter(
+            "closed-days",
+            name=names.calendar_parameter(self._args.stack),
+            type="String",
+            # Standard parameters hold 4 KB, Advanced 8 KB (the stack config refuses more).
+            tier="Standard" if len(nightly.calendar.encode()) <= 4096 else "Advanced",
+            insecure_value=nightly.calendar,
+            description="parkbrake closed days (iCalendar): the nightly launcher starts no pool on them",
+            tags=dict(self._args.tags),
+            opts=named_child_of(self),
+        )
+        return [parameter]
 
     def _park_parameter(self) -> aws.ssm.Parameter:
         args = self._args

@@ -229,9 +229,12 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
     statements = [
         *_basics("launcher", grants, notifies=False),
         statement(
-            "ReadParkState",
+            "ReadParkStateAndClosedDays",
             ["ssm:GetParameter"],
-            grants.arn("ssm", f"parameter{names.park_parameter(grants.stack)}"),
+            [
+                grants.arn("ssm", f"parameter{names.park_parameter(grants.stack)}"),
+                grants.arn("ssm", f"parameter{names.calendar_parameter(grants.stack)}"),
+            ],
         ),
         statement(
             "DescribePool",

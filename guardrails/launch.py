@@ -1,7 +1,7 @@
 """The nightly launcher's decision: start a pool's hosts, or refuse and say why.
 
-Refusals, in the order they are checked: the stack is parked; the pool is already at the capacity
-asked for; the ledger does not admit the hosts (the tenant's remaining budget cannot cover them
+Refusals, in the order they are checked: the stack is parked; the day is closed in the stack's
+calendar of closed days; the pool is already at the capacity asked for; the ledger does not admit the hosts (the tenant's remaining budget cannot cover them
 running up to their cap). An admission reserves that money until the hosts' `running` events claim
 it, so two launches can never both spend the same remainder.
 """
@@ -17,7 +17,7 @@ from guardrails.durations import format_duration
 from guardrails.ledger import billable_ms, usd
 from guardrails.runway import TenantRunway, refusal
 
-RefusalKind = Literal["parked", "at-capacity", "budget"]
+RefusalKind = Literal["parked", "closed", "at-capacity", "budget"]
 SECONDS_PER_HOUR = Decimal(3600)
 
 
@@ -107,7 +107,9 @@ def decide_launch(
     usd_per_hour: Decimal,
     gate: BudgetGate | None,
     now: datetime,
+    closed: str | None = None,
 ) -> LaunchDecision:
+    """``closed``: why the calendar closes the day of this start (None: open, or no calendar)."""
     start = max(target - pool.desired, 0)
     required = required_cost(start, usd_per_hour, pool.cap)
 
@@ -120,6 +122,8 @@ def decide_launch(
 
     if parked:
         return decision(Refusal("parked", "the stack is parked; unpark it to run the nightly pools"))
+    if closed is not None:
+        return decision(Refusal("closed", closed))
     if start == 0:
         return decision(
             Refusal(

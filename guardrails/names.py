@@ -21,6 +21,11 @@ def park_parameter(stack: str) -> str:
     return f"/parkbrake/{stack}/parked"
 
 
+def calendar_parameter(stack: str) -> str:
+    """SSM parameter holding the iCalendar of closed days the nightly starts honour."""
+    return f"/parkbrake/{stack}/closed-days"
+
+
 def function_name(stack: str, guardrail: str) -> str:
     """Lambda function of a guardrail: reaper, deadline, launcher, meter, budget."""
     return f"{prefix(stack)}-{guardrail}"

@@ -1,7 +1,11 @@
 """The nightly launcher: ``{"pool": "training"}`` (optionally ``"capacity": N``) starts a GPU pool.
 
+A stack with a calendar of closed days adds ``"calendar"`` (the SSM parameter holding it),
+``"timezone"`` (the schedule's) and ``"scheduled_time"`` (Scheduler's ``<aws.scheduler.scheduled-time>``,
+so that a retried start is judged on the day it was due).
+
 It refuses, logs the reason and counts it when the stack is parked (SSM ``/parkbrake/<stack>/parked``),
-when the pool's Auto Scaling group already wants that many hosts, or when a budget gate is configured
+when the calendar closes the day the start was due, when the pool's Auto Scaling group already wants that many hosts, or when a budget gate is configured
 and the tenant's runway cannot pay for the hosts to be started running their full cap. Otherwise it
 sets the group's desired capacity. Without a gate the result says ``"budget": "not checked"``.
 """
@@ -11,14 +15,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from guardrails import names, tags
+from guardrails.closed_days import ClosedDays, parse_closed_days
 from guardrails.deadlines import cap_for
 from guardrails.decisions import launch_decision
 from guardrails.errors import ParkbrakeError
+from guardrails.hosts import as_utc
 from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_launch
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
@@ -50,6 +58,43 @@ def is_parked(ssm: Any, stack: str) -> bool:
     if normalized not in ("true", "false"):
         raise ParkbrakeError(f"SSM parameter {name} is {value!r}, neither 'true' nor 'false'")
     return normalized == "true"
+
+
+@dataclass(frozen=True)
+class LaunchEvent:
+    """What a nightly start asks for."""
+
+    pool: str
+    capacity: int | None = None
+    calendar: str | None = None  # the SSM parameter holding the stack's closed days (iCalendar)
+    timezone: str = "UTC"  # the schedule's: a closed day is a day there
+    scheduled_time: datetime | None = None  # when Scheduler meant it to run; None: now
+
+    def due_day(self, now: datetime) -> datetime:
+        """The moment the start was due, in the schedule's time zone."""
+        return (self.scheduled_time or now).astimezone(ZoneInfo(self.timezone))
+
+
+def read_closed_days(ssm: Any, parameter: str) -> ClosedDays:
+    """The calendar a nightly start names. Missing or unreadable is an error, never "open"."""
+    try:
+        text = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
+    except ssm.exceptions.ParameterNotFound:
+        raise ParkbrakeError(
+            f"SSM parameter {parameter} (the calendar of closed days) does not exist; deploy the stack"
+        ) from None
+    return parse_closed_days(text, f"SSM parameter {parameter}")
+
+
+def closure(event: LaunchEvent, ssm: Any, now: datetime) -> str | None:
+    """Why the calendar closes the day the start was due, or None (open, or no calendar)."""
+    if event.calendar is None:
+        return None
+    due = event.due_day(now)
+    reason = read_closed_days(ssm, event.calendar).closure(due.date())
+    if reason is None:
+        return None
+    return f"{due.date().isoformat()} ({event.timezone}) is a closed day in {event.calendar}: {reason}"
 
 
 def read_pool(autoscaling: Any, ec2: Any, *, stack: str, pool: str, settings: Settings) -> PoolState:
@@ -99,26 +144,32 @@ def _instance_type(group: Mapping[str, Any], ec2: Any) -> str:
 
 
 def launch(
-    pool: str,
+    event: LaunchEvent,
     *,
-    capacity: int | None,
     settings: Settings,
     clients: ClientFactory,
     gate: BudgetGate | None,
     now: datetime,
     dry_run: bool = False,
+    honour_calendar: bool = True,
 ) -> LaunchDecision:
-    """Decide, then (unless ``dry_run``, which only decides) raise the pool's desired capacity."""
+    """Decide, then (unless ``dry_run``, which only decides) raise the pool's desired capacity.
+
+    ``honour_calendar=False`` is an operator's deliberate start on a closed day (``run-now --force``).
+    """
     stack = settings.require_stack()
     region = settings.regions[0]
-    parked = is_parked(clients("ssm", region), stack)
+    pool, capacity = event.pool, event.capacity
+    ssm = clients("ssm", region)
+    parked = is_parked(ssm, stack)
+    closed = closure(event, ssm, now) if honour_calendar else None
     autoscaling = clients("autoscaling", region)
     state = read_pool(autoscaling, clients("ec2", region), stack=stack, pool=pool, settings=settings)
     # The nightly capacity never exceeds what the group allows: MaxSize is the IaC's ceiling.
     target = state.max_size if capacity is None else min(capacity, state.max_size)
     usd_per_hour = load_price_table().instance(state.instance_type).usd_per_hour
     decision = decide_launch(
-        state, parked=parked, target=target, usd_per_hour=usd_per_hour, gate=gate, now=now
+        state, parked=parked, target=target, usd_per_hour=usd_per_hour, gate=gate, now=now, closed=closed
     )
     if decision.refusal is not None:
         log.warning("refused to start pool %s: %s: %s", pool, decision.refusal.kind, decision.refusal.reason)
@@ -162,14 +213,37 @@ def result_of(decision: LaunchDecision) -> dict[str, Any]:
     }
 
 
-def parse_event(event: Mapping[str, Any]) -> tuple[str, int | None]:
+def parse_event(event: Mapping[str, Any]) -> LaunchEvent:
     pool = event.get("pool")
     capacity = event.get("capacity")
     if not isinstance(pool, str) or not pool:
         raise ValueError(f'the launcher needs {{"pool": "<name>"}}, got {json.dumps(dict(event))}')
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
         raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
-    return pool, capacity
+    calendar = event.get("calendar")
+    if calendar is not None and (not isinstance(calendar, str) or not calendar.startswith("/")):
+        raise ValueError(f"calendar must name an SSM parameter (/parkbrake/<stack>/...), not {calendar!r}")
+    timezone = event.get("timezone", "UTC")
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise ValueError(
+            f"timezone must be an IANA time zone such as Europe/Berlin, not {timezone!r}"
+        ) from None
+    return LaunchEvent(pool, capacity, calendar, timezone, _scheduled_time(event.get("scheduled_time")))
+
+
+def _scheduled_time(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            return as_utc(value)
+        except ValueError:
+            pass
+    raise ValueError(
+        f"scheduled_time must be an ISO-8601 UTC time (Scheduler's <aws.scheduler.scheduled-time>), not {value!r}"
+    )
 
 
 def handle(
@@ -182,8 +256,7 @@ def handle(
     decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
     """Start the pool; ``decisions`` (by default log lines only) records the start or the refusal."""
-    pool, capacity = parse_event(event)
-    decision = launch(pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now)
+    decision = launch(parse_event(event), settings=settings, clients=clients, gate=gate, now=now)
     decisions = decisions or DecisionLog(guardrail=heartbeat.LAUNCHER, origin=f"launcher-{now.isoformat()}")
     errors = decisions.record([launch_decision(decision, actor=heartbeat.LAUNCHER, now=now)])
     if not errors:

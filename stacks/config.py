@@ -18,6 +18,7 @@ from typing import Any, Literal
 from croniter import croniter
 
 from guardrails.capacity import Capacity
+from guardrails.closed_days import calendar_problems
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator, is_instance_type
@@ -53,6 +54,8 @@ PLACEHOLDER_SUFFIXES = (
 )
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
 AURORA_ACU_STEP = 0.5
+# The calendar travels in an SSM parameter: Advanced parameters hold up to 8 KB.
+CALENDAR_MAX_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,8 @@ class NightlyConfig:
     cron: str
     timezone: str
     capacity: int
+    # The calendar of closed days (iCalendar text read from ``nightly.calendar``): no start on those.
+    calendar: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,7 +219,7 @@ def parse_stack_config(
         revision=root.string("revision", os.environ.get("PARKBRAKE_REVISION", "unversioned")),
         tenants=tenants,
         pools=pools,
-        nightly=_nightly(root, pools),
+        nightly=_nightly(root, pools, project_dir),
         control_plane=control_plane(root),
         inference=inference(root, pools, prices.instances),
         database=_database(root),
@@ -279,10 +284,10 @@ def _check_pools_against_policy(
             )
 
 
-def _nightly(root: Section, pools: dict[str, GpuPoolConfig]) -> NightlyConfig | None:
+def _nightly(root: Section, pools: dict[str, GpuPoolConfig], project_dir: Path) -> NightlyConfig | None:
     if not root.has("nightly"):
         return None
-    section = root.section("nightly", {"pool", "cron", "timezone", "capacity"})
+    section = root.section("nightly", {"pool", "cron", "timezone", "capacity", "calendar"})
     pool_name = section.string("pool", hint="the name of a training pool")
     pool = pools.get(pool_name)
     if pool_name and pool is None:
@@ -316,7 +321,41 @@ def _nightly(root: Section, pools: dict[str, GpuPoolConfig]) -> NightlyConfig | 
         section.problems.add(
             section.at("capacity"), f"{capacity} is above pools.{pool_name}.max ({pool.capacity.max})"
         )
-    return NightlyConfig(pool=pool_name, cron=cron, timezone=timezone, capacity=capacity)
+    return NightlyConfig(
+        pool=pool_name,
+        cron=cron,
+        timezone=timezone,
+        capacity=capacity,
+        calendar=_calendar(section, project_dir),
+    )
+
+
+def _calendar(section: Section, project_dir: Path) -> str | None:
+    """The iCalendar text of ``nightly.calendar`` (a path relative to the project), checked whole now:
+    the launcher must never meet a calendar it cannot read."""
+    if not section.has("calendar"):
+        return None
+    name = section.string("calendar", hint="a path to an iCalendar (.ics) file of closed days")
+    path = Path(name)
+    local = path if path.is_absolute() else project_dir / path
+    try:
+        raw = local.read_bytes()
+    except OSError as error:
+        section.problems.add(
+            section.at("calendar"), f'cannot read "{name}": {error.strerror}; give the .ics path'
+        )
+        return None
+    if len(raw) > CALENDAR_MAX_BYTES:
+        section.problems.add(
+            section.at("calendar"),
+            f'"{name}" is {len(raw)} bytes, above the {CALENDAR_MAX_BYTES} an SSM parameter holds; '
+            "use recurring events (RRULE) instead of one event per day",
+        )
+        return None
+    text = raw.decode("utf-8", "replace")
+    for problem in calendar_problems(text):
+        section.problems.add(section.at("calendar"), f'"{name}" {problem}')
+    return text
 
 
 def _database(root: Section) -> DatabaseConfig | None:

@@ -292,6 +292,7 @@ def _guardrails(
                     cron=nightly.cron,
                     timezone=nightly.timezone,
                     capacity=nightly.capacity,
+                    calendar=nightly.calendar,
                     autoscaling_group_arn=pools[nightly.pool].autoscaling_group_arn,
                 )
                 if nightly

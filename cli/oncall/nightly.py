@@ -10,19 +10,21 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
 from guardrails import names
+from guardrails.closed_days import ClosedDays, next_open
 from guardrails.errors import InputError
 from guardrails.schedules import eventbridge_cron_to_five_fields
 
 if TYPE_CHECKING:
     from guardrails.launch import BudgetGate, LaunchDecision
     from lambdas.aws.environment import ClientFactory
+    from lambdas.launcher import LaunchEvent
 
 ScheduleKind = Literal["nightly", "reaper", "other"]
 ScheduleState = Literal["ENABLED", "DISABLED"]
@@ -73,8 +75,24 @@ class Schedule:
             return None
         return moment
 
-    def as_dict(self, now: datetime) -> dict[str, Any]:
-        upcoming = self.next_run(now)
+    @property
+    def calendar(self) -> str | None:
+        """The SSM parameter of the closed days a nightly start honours (None: no calendar)."""
+        calendar = (self.payload or {}).get("calendar")
+        return calendar if self.kind == "nightly" and isinstance(calendar, str) else None
+
+    def next_open_run(
+        self, now: datetime, closed: ClosedDays | None
+    ) -> tuple[datetime | None, list[tuple[date, str]]]:
+        """The next firing on an open day, and the closed days skipped before it (the launcher
+        refuses on those, so the pool does not start)."""
+        if closed is None:
+            return self.next_run(now), []
+        zone = ZoneInfo(self.timezone)
+        return next_open(self.next_run, now, lambda moment: moment.astimezone(zone).date(), closed)
+
+    def as_dict(self, now: datetime, closed: ClosedDays | None = None) -> dict[str, Any]:
+        upcoming, skipped = self.next_open_run(now, closed)
         return {
             "name": self.name,
             "group": self.group,
@@ -84,8 +102,18 @@ class Schedule:
             "timezone": self.timezone,
             "pool": self.pool,
             "payload": self.payload,
+            "calendar": self.calendar,
             "next_run": upcoming.isoformat() if upcoming else None,
+            "skipped_closed_days": [{"day": day.isoformat(), "reason": reason} for day, reason in skipped],
         }
+
+
+def closed_days_of(schedules: list[Schedule], ssm: Any) -> dict[str, ClosedDays]:
+    """Each calendar the nightly starts name, read once, by SSM parameter name."""
+    from lambdas.launcher import read_closed_days
+
+    parameters = {schedule.calendar for schedule in schedules if schedule.calendar is not None}
+    return {parameter: read_closed_days(ssm, parameter) for parameter in sorted(parameters)}
 
 
 def kind_of(stack: str, name: str, payload: Mapping[str, Any] | None) -> ScheduleKind:
@@ -240,15 +268,17 @@ def change_state(
     return StateChange(name, schedule.state, state, changed, dry_run)
 
 
-def launcher_payload(schedule: Schedule) -> tuple[str, int | None]:
-    """The pool and capacity a nightly start asks the launcher for; only nightly starts can run now."""
+def launcher_payload(schedule: Schedule) -> LaunchEvent:
+    """What a nightly start asks the launcher for; only nightly starts can run now."""
     from lambdas.launcher import parse_event
 
     if schedule.kind != "nightly" or schedule.payload is None:
         hint = "; run the sweep with `parkbrake reap`" if schedule.kind == "reaper" else ""
         raise InputError(f"{schedule.name} is not a nightly start (its payload is not the launcher's){hint}")
+    # Scheduler fills in the time a start was due; run now, it is now (set by the caller).
+    payload = {key: value for key, value in schedule.payload.items() if key != "scheduled_time"}
     try:
-        return parse_event(schedule.payload)
+        return parse_event(payload)
     except ValueError as error:
         raise InputError(f"{schedule.name}: {error}") from None
 
@@ -286,19 +316,29 @@ def run_now(
     gate: BudgetGate | None,
     now: datetime,
     dry_run: bool,
+    force: bool = False,
 ) -> RunNow:
-    """Run the launcher in-process with the schedule's own payload: the same refusals (parked, at
-    capacity, runway through ``gate``) as when Scheduler invokes it, without waiting for the next firing."""
+    """Run the launcher in-process with the schedule's own payload: the same refusals (parked, closed
+    day, at capacity, runway through ``gate``) as when Scheduler invokes it, without waiting for the
+    next firing. Today counts for the calendar; ``force`` starts on a closed day (never when parked)."""
+    from dataclasses import replace
+
     from cli.oncall.in_process import lambda_quiet
     from guardrails.settings import REGIONS, STACK, settings_from_environment
     from lambdas import launcher
 
     schedule = get_schedule(scheduler, stack, name)
-    pool, capacity = launcher_payload(schedule)
+    event = replace(launcher_payload(schedule), scheduled_time=now)
     payload = schedule.payload or {}
     settings = settings_from_environment({**environ, STACK: stack, REGIONS: region})
     with lambda_quiet(launcher.__name__):
         decision = launcher.launch(
-            pool, capacity=capacity, settings=settings, clients=clients, gate=gate, now=now, dry_run=dry_run
+            event,
+            settings=settings,
+            clients=clients,
+            gate=gate,
+            now=now,
+            dry_run=dry_run,
+            honour_calendar=not force,
         )
     return RunNow(name, payload, decision, dry_run)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pulumi
 import pytest
+from holiday_calendar import CHRISTMAS, ics
 
 from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
 from guardrails import names
@@ -176,6 +177,30 @@ def test_nightly_start_payload_timezone_and_eventbridge_cron() -> None:
     assert schedule["scheduleExpressionTimezone"] == "Europe/Berlin"
     assert json.loads(schedule["target"]["input"]) == {"pool": "training", "capacity": 3}
     assert schedule["target"]["arn"].endswith(":launcher")
+
+
+@pytest.mark.parametrize(("events", "tier"), [(1, "Standard"), (40, "Advanced")])
+def test_a_calendar_of_closed_days_goes_to_its_parameter_and_the_nightly_start_names_it(
+    events: int, tier: str
+) -> None:
+    calendar = ics(*[CHRISTMAS.replace("christmas@", f"day-{n}@") for n in range(events)])
+    nightly = NightlyStart("training", "0 2 * * 1-5", "Europe/Berlin", 3, TRAINING_GROUP, calendar=calendar)
+    run = build(nightly=nightly)
+
+    parameter = run.named(PARAMETER, "closed-days").inputs
+    assert (parameter["name"], parameter["insecureValue"], parameter["tier"]) == (
+        names.calendar_parameter("dev"),
+        calendar,
+        tier,
+    )
+    assert json.loads(run.named(SCHEDULE, "nightly-training").inputs["target"]["input"]) == {
+        "pool": "training",
+        "capacity": 3,
+        "calendar": "/parkbrake/dev/closed-days",
+        "timezone": "Europe/Berlin",
+        "scheduled_time": "<aws.scheduler.scheduled-time>",
+    }
+    assert "closed-days" not in {resource.name for resource in configured().of_type(PARAMETER)}
 
 
 def test_without_a_nightly_schedule_there_is_no_launcher() -> None:
@@ -429,14 +454,14 @@ def test_only_the_functions_that_act_through_the_stop_path_may_stop_hosts() -> N
     assert "ShrinkManagedGroupsOnly" not in by_sid(statements_of(run, "launcher"))
 
 
-def test_launcher_reads_only_the_park_parameter_and_starts_only_the_nightly_pool() -> None:
+def test_launcher_reads_only_the_park_and_closed_days_parameters_and_starts_only_the_nightly_pool() -> None:
     grants = by_sid(statements_of(configured(), "launcher"))
 
-    assert (
-        grants["ReadParkState"]["Resource"]
-        == f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/parkbrake/dev/parked"
-    )
-    assert actions(grants["ReadParkState"]) == {"ssm:GetParameter"}
+    assert grants["ReadParkStateAndClosedDays"]["Resource"] == [
+        f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/parkbrake/dev/parked",
+        f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/parkbrake/dev/closed-days",
+    ]
+    assert actions(grants["ReadParkStateAndClosedDays"]) == {"ssm:GetParameter"}
     assert actions(grants["DescribePool"]) == {
         "autoscaling:DescribeAutoScalingGroups",
         "ec2:DescribeLaunchTemplateVersions",

@@ -71,7 +71,7 @@ def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
     assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | deadlines | ledger
     assert sids(GUARDRAIL_POLICIES["reconciler"](GRANTS)) - basics == {"DescribeHosts", "ReadDatabaseSecret"}
     assert sids(GUARDRAIL_POLICIES["launcher"](GRANTS)) - basics == {
-        "ReadParkState",
+        "ReadParkStateAndClosedDays",
         "DescribePool",
         "StartNightlyPool",
         "ReadDatabaseSecret",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from holiday_calendar import CHRISTMAS, ics
 from ruamel.yaml import YAML
 
 from guardrails.errors import InputError
@@ -257,3 +258,43 @@ def test_an_artifact_on_disk_must_match_its_hash(tmp_path: Path) -> None:
     assert "scripts/build_host_tools.py" in problem
     config["parkbrake:hosts"]["tools_sha256"] = hashlib.sha256(b"the tools").hexdigest()
     assert parse_stack_config("dev", config, "Pulumi.dev.yaml").hosts.tools_artifact == artifact
+
+
+def test_the_nightly_calendar_is_read_relative_to_the_project_and_checked_whole(tmp_path: Path) -> None:
+    (tmp_path / "closed-days.ics").write_text(ics(CHRISTMAS))
+    config = example()
+    config["parkbrake:nightly"]["calendar"] = "closed-days.ics"
+
+    nightly = parse_stack_config("dev", config, "Pulumi.dev.yaml", project_dir=tmp_path).nightly
+
+    assert nightly is not None
+    assert nightly.calendar == ics(CHRISTMAS)
+    assert example()["parkbrake:nightly"].get("calendar") is None
+    assert load_stack_config("dev", REPO_ROOT).nightly.calendar is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, 'cannot read "closed-days.ics": No such file or directory'),
+        ("Christmas, Boxing Day", "is not an iCalendar (RFC 5545) document"),
+        (ics("UID:x@parkbrake\nSUMMARY:Someday"), "event 'Someday' has no DTSTART"),
+        (
+            ics(*[CHRISTMAS.replace("christmas@", f"day-{n}@") for n in range(80)]),
+            "above the 8192 an SSM parameter holds",
+        ),
+    ],
+)
+def test_an_unusable_calendar_is_named_with_its_fix(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    if content is not None:
+        (tmp_path / "closed-days.ics").write_text(content)
+    config = example()
+    config["parkbrake:nightly"]["calendar"] = "closed-days.ics"
+
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config("dev", config, "Pulumi.dev.yaml", project_dir=tmp_path)
+
+    problems = {problem.path: problem.message for problem in raised.value.problems}
+    assert message in problems["nightly.calendar"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,10 +12,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
+from holiday_calendar import ics
 from ops_fleet import REGION, STACK, aws_client, capacity, project_copy, schedule, seed
 
 from cli.main import parkbrake
-from cli.oncall.nightly import next_occurrence, run_now
+from cli.oncall.nightly import closed_days_of, get_schedule, next_occurrence, run_now
 from guardrails import names
 from guardrails.launch import Admission, AdmissionRequest, required_cost
 
@@ -227,3 +228,100 @@ def test_next_occurrence(expression: str, timezone: str, now: str, expected: str
     moment = next_occurrence(expression, timezone, datetime.fromisoformat(now), anchor=anchor)
 
     assert (moment.isoformat() if moment else None) == expected
+
+
+# --- the calendar of closed days ------------------------------------------------------------------------
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def close_days(aws: str, first: date, days: int) -> None:
+    """Give the nightly start a calendar closing ``days`` days from ``first`` (Berlin), as the stack does."""
+    end = first + timedelta(days=days)
+    event = f"UID:freeze@parkbrake\nSUMMARY:Year-end freeze\nDTSTART;VALUE=DATE:{first:%Y%m%d}\nDTEND;VALUE=DATE:{end:%Y%m%d}"
+    aws_client(aws, "ssm").put_parameter(
+        Name=names.calendar_parameter(STACK), Value=ics(event), Type="String"
+    )
+    definition = schedule(aws, GROUP, NIGHTLY)
+    payload = json.loads(definition["Target"]["Input"]) | {
+        "calendar": names.calendar_parameter(STACK),
+        "timezone": "Europe/Berlin",
+        "scheduled_time": "<aws.scheduler.scheduled-time>",
+    }
+    aws_client(aws, "scheduler").update_schedule(
+        Name=NIGHTLY,
+        GroupName=GROUP,
+        ScheduleExpression=definition["ScheduleExpression"],
+        ScheduleExpressionTimezone=definition["ScheduleExpressionTimezone"],
+        FlexibleTimeWindow=definition["FlexibleTimeWindow"],
+        Target=definition["Target"] | {"Input": json.dumps(payload)},
+        State="ENABLED",
+    )
+
+
+def test_list_shows_the_next_run_on_an_open_day_and_the_closed_days_skipped(aws: str, fleet: Any) -> None:
+    today = datetime.now(BERLIN).date()
+    # Yesterday to the day after tomorrow: whatever the hour, the next 01:00 start falls in the closure.
+    close_days(aws, today - timedelta(days=1), 4)
+
+    result = invoke("list", "--stack", STACK, "--output", "json")
+    table = invoke("list", "--stack", STACK)
+
+    assert result.exit_code == 0, result.output
+    nightly = {item["name"]: item for item in json.loads(result.stdout)["schedules"]}[NIGHTLY]
+    assert nightly["calendar"] == names.calendar_parameter(STACK)
+    next_run = datetime.fromisoformat(nightly["next_run"]).astimezone(BERLIN)
+    assert (next_run.date(), next_run.strftime("%H:%M")) == (today + timedelta(days=3), "01:00")
+    skipped = [date.fromisoformat(item["day"]) for item in nightly["skipped_closed_days"]]
+    assert skipped[-2:] == [today + timedelta(days=1), today + timedelta(days=2)]
+    assert {item["reason"] for item in nightly["skipped_closed_days"]} == {"Year-end freeze"}
+    assert table.exit_code == 0, table.output
+    assert f"{NIGHTLY} skips {today + timedelta(days=2)} (closed: Year-end freeze)" in table.output
+
+
+def test_next_open_run_in_virtual_time(aws: str, fleet: Any) -> None:
+    close_days(aws, date(2025, 12, 24), 3)
+    nightly = get_schedule(aws_client(aws, "scheduler"), STACK, NIGHTLY)
+    closed = closed_days_of([nightly], aws_client(aws, "ssm"))[names.calendar_parameter(STACK)]
+
+    upcoming, skipped = nightly.next_open_run(datetime(2025, 12, 23, 12, tzinfo=UTC), closed)
+
+    # 01:00 in Berlin on the 27th (UTC+1): the 24th, 25th and 26th are skipped.
+    assert upcoming == datetime(2025, 12, 27, 0, 0, tzinfo=UTC)
+    assert [day for day, _reason in skipped] == [date(2025, 12, 24), date(2025, 12, 25), date(2025, 12, 26)]
+    assert nightly.next_open_run(datetime(2025, 12, 27, 12, tzinfo=UTC), closed) == (
+        datetime(2025, 12, 28, 0, 0, tzinfo=UTC),
+        [],
+    )
+
+
+def test_run_now_on_a_closed_day_refuses_unless_forced(aws: str, fleet: Any) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+    today = datetime.now(BERLIN).date()
+    close_days(aws, today - timedelta(days=1), 3)
+
+    refused = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes")
+
+    assert refused.exit_code == 1
+    assert "Refused (closed): " in refused.output
+    assert "Year-end freeze" in refused.output
+    assert "--force" in refused.output
+    assert capacity(aws, TRAINING) == (0, 0, 2)
+
+    forced = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes", "--force", "--output", "json")
+
+    assert forced.exit_code == 0, forced.output
+    assert (json.loads(forced.stdout)["started"], json.loads(forced.stdout)["refused"]) == (1, None)
+    assert capacity(aws, TRAINING) == (0, 1, 2)
+
+
+def test_force_never_starts_a_parked_stack(aws: str, fleet: Any) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+    aws_client(aws, "ssm").put_parameter(Name=names.park_parameter(STACK), Value="true", Overwrite=True)
+    close_days(aws, datetime.now(BERLIN).date() - timedelta(days=1), 3)
+
+    result = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes", "--force", "--output", "json")
+
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["refused"]["kind"] == "parked"
+    assert capacity(aws, TRAINING) == (0, 0, 2)
