@@ -95,9 +95,14 @@ def run_reap(
         raise ParkbrakeError("; ".join(describe_plan_error(error) for error in plan.errors))
     if output == "text":
         print_plan(plan, dry_run=dry_run, now=now)
-    if (plan.to_stop or plan.to_rotate) and not dry_run:
+    if (plan.to_stop or plan.to_rotate or plan.to_retire) and not dry_run:
         rotating = f" and rotate {len(plan.to_rotate)} serving host(s)" if plan.to_rotate else ""
-        confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}?", assume_yes=assume_yes)
+        retiring = (
+            f" and snapshot, then terminate {len(plan.to_retire)} host(s) stopped too long"
+            if plan.to_retire
+            else ""
+        )
+        confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}{retiring}?", assume_yes=assume_yes)
     with lambda_quiet():
         report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
         if not dry_run:
@@ -135,14 +140,18 @@ def record_decisions(
 
 
 def describe_plan_error(error: Mapping[str, str]) -> str:
-    what = {"list": "list GPU hosts", "list-stacks": "list the stacks"}.get(error["action"], error["action"])
+    what = {
+        "list": "list GPU hosts",
+        "list-stacks": "list the stacks",
+        "list-stopped": "list stopped GPU hosts",
+        "list-volumes": "list the volumes of stopped GPU hosts",
+    }.get(error["action"], error["action"])
     return f"could not {what} in {error['region']}: {error['error']}"
 
 
 def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
     from cli.console import console as make_console
     from cli.oncall.fitted_table import Column, fitted_table
-    from guardrails.durations import format_duration
     from guardrails.pricing import load_price_table
     from guardrails.rules.base import instant
 
@@ -168,14 +177,14 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
             Column("type", 6),
             Column("region", 7, whole=True),
         ]
-        verdicts = sorted(plan.verdicts, key=lambda v: (v.action != "stop", v.host.instance_id))
+        verdicts = sorted(plan.verdicts, key=lambda v: (v.action == "skip", v.host.instance_id))
         rows = [
             [
                 verdict.host.instance_id,
                 _label(verdict, dry_run=dry_run),
                 instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
                 verdict.reason,
-                format_duration(now - verdict.host.launch_time),
+                _running(verdict, now),
                 _hourly(prices.get(verdict.host.instance_type)),
                 verdict.host.tenant or "-",
                 verdict.host.pool or "-",
@@ -184,7 +193,7 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
             ]
             for verdict in verdicts
         ]
-        styles = ["bold red" if verdict.action == "stop" else None for verdict in verdicts]
+        styles = ["bold red" if verdict.action != "skip" else None for verdict in verdicts]
         title = "GPU hosts" + (" (dry run: nothing will change)" if dry_run else "")
         fitted = fitted_table(title, columns, rows, console.width, styles)
         console.print(fitted.table)
@@ -204,7 +213,19 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
 def _label(verdict: Verdict, *, dry_run: bool) -> str:
     if verdict.action == "stop":
         return "would stop" if dry_run else "stop"
+    if verdict.action == "terminate":  # snapshots first, then termination
+        return "would retire" if dry_run else "retire"
     return "report" if verdict.reports else "skip"
+
+
+def _running(verdict: Verdict, now: datetime) -> str:
+    """How long it has run since its last start; for a stopped host, how long it has been stopped."""
+    from guardrails.durations import format_duration
+
+    host = verdict.host
+    if host.state == "stopped":
+        return f"stopped {format_duration(now - host.stopped_at)}" if host.stopped_at else "stopped"
+    return format_duration(now - host.launch_time)
 
 
 def _hourly(price: InstancePrice | None) -> str:
@@ -214,8 +235,10 @@ def _hourly(price: InstancePrice | None) -> str:
 def print_outcome(report: SweepReport) -> None:
     result: dict[str, Any] = report.as_dict()
     if report.dry_run:
+        retire = f" and retire {len(result['would_retire'])}" if result["would_retire"] else ""
         click.echo(
-            f"Dry run: would stop {len(result['would_stop'])} of {result['checked']} host(s); nothing changed."
+            f"Dry run: would stop {len(result['would_stop'])}{retire} of {result['checked']} host(s); "
+            "nothing changed."
         )
         return
     outcome = report.outcome
@@ -224,10 +247,14 @@ def print_outcome(report: SweepReport) -> None:
         ("Stopped", outcome.stopped),
         ("Terminated (spot)", outcome.terminated),
         ("Removed from their Auto Scaling group (desired capacity decremented)", outcome.removed_from_group),
+        (
+            "Retired (stopped too long: each volume snapshotted, then terminated)",
+            report.retirement.terminated,
+        ),
     ):
         if ids:
             click.echo(f"{label}: {', '.join(ids)}")
-    if not outcome.acted:
+    if not outcome.acted and not report.retirement.terminated:
         click.echo("Nothing to stop.")
     for error in report.errors:
         click.echo(f"Error: {error.get('instance_id') or error.get('region')}: {error['error']}", err=True)

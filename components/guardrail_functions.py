@@ -91,6 +91,8 @@ class GuardrailsArgs:
     # Layers providing psycopg to the functions that use the ledger database (launcher, meter, budget).
     database_layer_arns: Sequence[pulumi.Input[str]] = ()
     max_runtime_ceiling: timedelta = timedelta(hours=24)
+    stopped_retention: timedelta = timedelta(days=7)
+    terminate_stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ def lambda_environment(
         settings.MAX_EXEMPTION: format_duration(args.max_exemption),
         settings.MAX_RUNTIME_CEILING: format_duration(args.max_runtime_ceiling),
         settings.REAP_UNTAGGED: "true" if args.reap_untagged else "false",
+        settings.STOPPED_RETENTION: format_duration(args.stopped_retention),
+        settings.TERMINATE_STOPPED: "true" if args.terminate_stopped else "false",
         settings.POOL_MAX_RUNTIMES: ",".join(
             f"{pool}={format_duration(cap)}" for pool, cap in args.pool_caps.items()
         ),
@@ -204,6 +208,7 @@ def grants_output(
             region=args.region,
             stack=args.stack,
             reap_untagged=args.reap_untagged,
+            terminate_stopped=args.terminate_stopped,
             **{**arns, "autoscaling_group_arns": tuple(arns["autoscaling_group_arns"])},
         )
     )

@@ -34,6 +34,7 @@ class Grants:
     nightly_group_arn: str | None = None
     database_secret_arn: str | None = None
     reap_untagged: bool = False  # the sweep tags unmanaged hosts as managed before stopping them
+    terminate_stopped: bool = False  # the sweep snapshots and terminates hosts stopped too long
 
     def arn(self, service: str, resource: str) -> str:
         return f"arn:{self.partition}:{service}:{self.region}:{self.account_id}:{resource}"
@@ -187,6 +188,34 @@ def _decision_relay(grants: Grants) -> list[Statement]:
     return [statement("RelayDecisions", ["events:PutEvents"], grants.arn("events", "event-bus/default"))]
 
 
+def _stopped_hosts(grants: Grants) -> list[Statement]:
+    """Hosts stopped too long: their volumes priced; with terminate_stopped, each volume of a managed
+    host snapshotted (the snapshot tagged as it is created) before the stop path's termination."""
+    statements = [
+        statement("DescribeVolumesAndSnapshots", ["ec2:DescribeVolumes", "ec2:DescribeSnapshots"], "*")
+    ]
+    if not grants.terminate_stopped:
+        return statements
+    return [
+        *statements,
+        statement(
+            "SnapshotManagedVolumesOnly", ["ec2:CreateSnapshot"], grants.arn("ec2", "volume/*"), MANAGED_ONLY
+        ),
+        statement(
+            "CreateManagedSnapshotsOnly",
+            ["ec2:CreateSnapshot"],
+            f"arn:{grants.partition}:ec2:{grants.region}::snapshot/*",
+            {"StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true"}},
+        ),
+        statement(
+            "TagSnapshotsAsTheyAreCreated",
+            ["ec2:CreateTags"],
+            f"arn:{grants.partition}:ec2:{grants.region}::snapshot/*",
+            {"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}},
+        ),
+    ]
+
+
 def _ledger(grants: Grants) -> list[Statement]:
     if grants.database_secret_arn is None:
         return []
@@ -206,6 +235,7 @@ def reaper_policy(grants: Grants) -> PolicyDocument:
             *_deadline_schedules(grants, disarms=False),
             *_sweep(grants),
             *_decision_relay(grants),
+            *_stopped_hosts(grants),
         ]
     )
 

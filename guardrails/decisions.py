@@ -27,7 +27,8 @@ RELAYING_ACTORS = frozenset({"reaper", "deadline"})
 
 # Every kind of decision, and what it means; docs/architecture.md lists the same.
 KINDS: Mapping[str, str] = {
-    "stop": "a host stopped (or, spot, terminated; or removed from its Auto Scaling group)",
+    "stop": "a host stopped (or, spot, terminated; or removed from its Auto Scaling group; or, stopped too "
+    "long, snapshotted and terminated)",
     "stop-failed": "a host due to stop that could not be stopped",
     "skip": "a running host left running, and why",
     "clamp": "a cap longer than the stack's ceiling, shortened to it",
@@ -153,7 +154,13 @@ def sweep_decisions(
     adopted = set(adopted)
     decisions: list[Decision] = []
     for verdict in verdicts:
-        if full_sweep and verdict.host.state != "running" and verdict.host.instance_id not in acted:
+        instance_id = verdict.host.instance_id
+        if (
+            full_sweep
+            and verdict.host.state != "running"
+            and instance_id not in acted
+            and instance_id not in failed
+        ):
             continue
         decisions += _host_decisions(
             verdict,

@@ -6,6 +6,7 @@ Lambdas, the CLI and the tests without any AWS call here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -15,6 +16,8 @@ from guardrails import tags
 from guardrails.instance_types import is_accelerator
 
 AUTOSCALING_GROUP_TAG = "aws:autoscaling:groupName"
+# EC2's StateTransitionReason for a stop: "User initiated (2025-02-01 10:00:00 GMT)" (moto writes UTC).
+STOP_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class Host:
     region: str
     lifecycle: str | None = None  # "spot" or None (on-demand)
     autoscaling_group: str | None = None  # from the aws:autoscaling:groupName tag
+    state_reason: str | None = None  # EC2's StateTransitionReason: when and why it last changed state
 
     @classmethod
     def from_instance(cls, instance: Mapping[str, Any], region: str) -> Host:
@@ -41,6 +45,7 @@ class Host:
             region=region,
             lifecycle=instance.get("InstanceLifecycle"),
             autoscaling_group=instance_tags.get(AUTOSCALING_GROUP_TAG),
+            state_reason=instance.get("StateTransitionReason") or None,
         )
 
     @property
@@ -62,6 +67,22 @@ class Host:
     @property
     def tenant(self) -> str | None:
         return self.tags.get(tags.TENANT)
+
+    @property
+    def stopped_at(self) -> datetime | None:
+        """When a stopped host stopped, from its StateTransitionReason; None when it does not say."""
+        return stopped_since(self.state_reason) if self.state == "stopped" else None
+
+
+def stopped_since(reason: str | None) -> datetime | None:
+    """The time in EC2's ``User initiated (YYYY-MM-DD HH:MM:SS GMT)``; None when there is none."""
+    match = STOP_TIME.search(reason or "")
+    if match is None:
+        return None
+    try:
+        return datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:  # e.g. a 31st of February
+        return None
 
 
 def as_utc(value: datetime | str) -> datetime:

@@ -42,6 +42,10 @@ CHAT_WEBHOOK_SECRET_ARN = "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN"
 # are log lines only); the Guardrails component sets it for the reaper and the deadlines of a stack
 # with a ledger.
 DECISION_BUS = "PARKBRAKE_DECISION_BUS"
+# Hosts stopped longer than this are reported with their storage cost; snapshotted and terminated when
+# PARKBRAKE_TERMINATE_STOPPED is on.
+STOPPED_RETENTION = "PARKBRAKE_STOPPED_RETENTION"
+TERMINATE_STOPPED = "PARKBRAKE_TERMINATE_STOPPED"
 
 DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
 DEFAULT_WARN_BEFORE = timedelta(minutes=15)
@@ -75,6 +79,8 @@ class Settings:
     warn_before: timedelta = DEFAULT_WARN_BEFORE
     chat_webhook_secret_arn: str | None = None
     decision_bus: str | None = None
+    stopped_retention: timedelta = timedelta(days=7)
+    terminate_stopped: bool = False
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -108,6 +114,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
 
     regions = _regions(environ, problems)
     reap_untagged = _boolean(REAP_UNTAGGED, environ.get(REAP_UNTAGGED, ""), problems)
+    terminate_stopped = _boolean(TERMINATE_STOPPED, environ.get(TERMINATE_STOPPED, ""), problems)
     spot_action = (text(SPOT_ACTION) or "terminate").lower()
     if spot_action not in ("terminate", "stop"):
         problems.append(f"{SPOT_ACTION}: {spot_action!r} is neither 'terminate' nor 'stop'")
@@ -141,6 +148,8 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         warn_before=warn_before,
         chat_webhook_secret_arn=arn(CHAT_WEBHOOK_SECRET_ARN),
         decision_bus=text(DECISION_BUS),
+        stopped_retention=duration(STOPPED_RETENTION, timedelta(days=7)),
+        terminate_stopped=terminate_stopped,
     )
     if problems:
         raise SettingsError(problems)

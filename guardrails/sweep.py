@@ -1,8 +1,10 @@
 """The sweep's decision: for each host, stop it or skip it, and why.
 
 Pure: the Lambda and the CLI list hosts and act; this module only judges them with the rules of
-:mod:`guardrails.rules.registry`. A host is stopped when any rule whose action is ``stop`` matches;
-every other finding is reported with the verdict.
+:mod:`guardrails.rules.registry` that judge hosts in its state (running hosts; stopped ones for
+the stopped-too-long rules). A host is stopped when any rule whose action is ``stop`` matches,
+snapshotted and terminated when one whose action is ``terminate`` does; every other finding is
+reported with the verdict.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from guardrails.hosts import Host
 from guardrails.rules.base import Finding, Rule, Subject, SweepPolicy, instant
 from guardrails.rules.registry import RULES
 from guardrails.settings import Settings
+from guardrails.storage import Storage
 
 
 @dataclass(frozen=True)
 class Verdict:
     host: Host
-    action: Literal["stop", "skip"]
+    action: Literal["stop", "terminate", "skip"]
     reason: str
     rule: str | None  # the rule that stopped it; None for a skip
     deadline: Deadline | None
@@ -43,6 +46,8 @@ def policy_from_settings(settings: Settings) -> SweepPolicy:
         reap_untagged=settings.reap_untagged,
         pool_caps=dict(settings.pool_max_runtimes),
         max_runtime_ceiling=settings.max_runtime_ceiling,
+        stopped_retention=settings.stopped_retention,
+        terminate_stopped=settings.terminate_stopped,
     )
 
 
@@ -102,25 +107,31 @@ def judge(
     rules: Iterable[Rule] = RULES,
     *,
     live_stacks: Collection[str] | None = None,
+    storage: Storage | None = None,
 ) -> Verdict:
+    """``storage``: a stopped host's volumes, for the stopped-too-long report."""
     orphan = orphan_reason(host, policy, live_stacks)
     deadline = host_deadline(host, policy, now, orphan=orphan is not None)
 
     def skip(reason: str, findings: tuple[Finding, ...] = ()) -> Verdict:
         return Verdict(host, "skip", reason, None, deadline, findings)
 
-    if host.state != "running":
+    applicable = [rule for rule in rules if host.state in rule.states]
+    if not applicable:
         return skip(f"not running ({host.state})")
     if (other := owner_stack(host, policy, live_stacks)) is not None:
         return skip(f"belongs to stack {other!r}")
     if not host.accelerator:
         return skip(f"{host.instance_type} is not an accelerator instance type")
-    subject = Subject(host, deadline, now, policy, orphan)
-    findings = tuple(finding for rule in rules if (finding := rule.evaluate(subject)) is not None)
-    stop = next((finding for finding in findings if finding.action == "stop"), None)
-    if stop is not None:
-        return Verdict(host, "stop", stop.reason, stop.rule, deadline, findings)
+    subject = Subject(host, deadline, now, policy, orphan, storage)
+    findings = tuple(finding for rule in applicable if (finding := rule.evaluate(subject)) is not None)
+    acting = next((finding for finding in findings if finding.action != "report"), None)
+    if acting is not None:
+        action: Literal["stop", "terminate"] = "terminate" if acting.action == "terminate" else "stop"
+        return Verdict(host, action, acting.reason, acting.rule, deadline, findings)
     reports = [finding.reason for finding in findings]
+    if host.state != "running":
+        return skip("; ".join(reports) or f"{host.state}, within the stopped retention", findings)
     return skip("; ".join([*reports, _not_due(deadline, now)] if deadline else reports), findings)
 
 

@@ -42,6 +42,7 @@ ACTION_WORDS = {
     "terminate": "terminated (spot)",
     "remove-from-group": "removed from its Auto Scaling group (desired capacity decremented)",
     "rotate": "rotated: removed from its group once its replacement was healthy",
+    "retire": "terminated after a snapshot of each of its volumes (stopped too long)",
 }
 
 
@@ -62,11 +63,17 @@ class Notice:
             return [f"- {self.subject}: {self.action}: {self.reason}"]
         host = self.host
         cost = f"${self.cost_usd:,.2f}" if self.cost_usd is not None else "unknown (no price for the type)"
+        # A stopped host bills its volumes, not its compute: the reason says what they cost.
+        state = (
+            f"running {format_duration(self.running or timedelta(0))}, cost so far {cost}"
+            if host.state == "running"
+            else f"{host.state} (no compute billed)"
+        )
         return [
             f"- {host.instance_id} ({host.region}) Name={host.tags.get('Name') or '-'} "
             f"tenant={host.tenant or '-'} pool={host.pool or '-'} type={host.instance_type} "
             f"owner={owner_of(host.tags) or '-'}",
-            f"  running {format_duration(self.running or timedelta(0))}, cost so far {cost}",
+            f"  {state}",
             f"  action: {self.action}",
             f"  reason: {self.reason}",
         ]

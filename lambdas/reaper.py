@@ -133,6 +133,8 @@ def count(report: SweepReport, *, stack: str | None, full_sweep: bool) -> None:
         actions["error", error.get("action", "unknown")] += 1
     for step in report.rotation.steps if report.rotation else []:
         actions[f"rotate-{step['step']}", "past-deadline"] += 1
+    for _retired in report.retirement.terminated:
+        actions["retire", "stopped-too-long"] += 1
     for (action, reason), amount in sorted(actions.items()):
         heartbeat.count_action(heartbeat.REAPER, action, reason, amount)
     if full_sweep:

@@ -110,6 +110,10 @@ class GuardrailsConfig:
     alarm_topic_arn: str | None = None
     # Lambda layers providing psycopg to the functions that use the ledger (meter, budget, launcher).
     database_layer_arns: tuple[str, ...] = ()
+    # Hosts stopped longer are reported with their volumes' monthly cost; snapshotted and terminated
+    # when terminate_stopped is on.
+    stopped_retention: timedelta = timedelta(days=7)
+    terminate_stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,7 @@ TOP_LEVEL_KEYS = {
 POOL_KEYS = {"role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type"}
 GUARDRAILS_KEYS = {
     "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
-    "database_layer_arns", "max_runtime_ceiling",
+    "database_layer_arns", "max_runtime_ceiling", "stopped_retention", "terminate_stopped",
 }  # fmt: skip
 
 
@@ -405,6 +409,8 @@ def _guardrails(section: Section) -> GuardrailsConfig:
         max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
         max_runtime_ceiling=section.duration("max_runtime_ceiling", defaults.max_runtime_ceiling),
         reap_untagged=section.boolean("reap_untagged", False),
+        stopped_retention=section.duration("stopped_retention", defaults.stopped_retention),
+        terminate_stopped=section.boolean("terminate_stopped", False),
         database_layer_arns=tuple(_layer_arns(section)),
         alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
         alarm_topic_arn=alarm_topic_arn or None,

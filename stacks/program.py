@@ -283,6 +283,8 @@ def _guardrails(
             max_exemption=config.guardrails.max_exemption,
             max_runtime_ceiling=config.guardrails.max_runtime_ceiling,
             reap_untagged=config.guardrails.reap_untagged,
+            stopped_retention=config.guardrails.stopped_retention,
+            terminate_stopped=config.guardrails.terminate_stopped,
             alarm_email=config.guardrails.alarm_email,
             alarm_topic_arn=config.guardrails.alarm_topic_arn,
             pool_caps={name: pool.max_runtime for name, pool in config.pools.items()},

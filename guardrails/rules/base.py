@@ -13,8 +13,12 @@ from typing import Literal
 
 from guardrails.deadlines import Deadline
 from guardrails.hosts import Host
+from guardrails.storage import Storage
 
-Action = Literal["stop", "report"]
+# "terminate": snapshot every volume, then terminate (hosts stopped too long, when configured).
+Action = Literal["stop", "terminate", "report"]
+RUNNING = frozenset({"running"})
+STOPPED = frozenset({"stopped"})
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class SweepPolicy:
     reap_untagged: bool = False
     pool_caps: Mapping[str, timedelta] = field(default_factory=dict)
     max_runtime_ceiling: timedelta = timedelta(hours=24)
+    stopped_retention: timedelta = timedelta(days=7)  # a host stopped longer is reported
+    terminate_stopped: bool = False  # and, when on, snapshotted and terminated
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class Subject:
     now: datetime
     policy: SweepPolicy
     orphan: str | None = None  # why a managed host belongs to no existing stack
+    storage: Storage | None = None  # a stopped host's volumes and their monthly cost, when listed
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,7 @@ class Rule:
     # Why the rule applies to the subject, or None when it does not.
     filter: Callable[[Subject], str | None]
     action: Callable[[SweepPolicy], Action]
+    states: frozenset[str] = RUNNING  # the EC2 states of the hosts it judges
 
     def evaluate(self, subject: Subject) -> Finding | None:
         reason = self.filter(subject)

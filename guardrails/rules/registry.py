@@ -7,6 +7,8 @@ from guardrails.rules import (
     malformed_tags,
     orphaned,
     past_deadline,
+    stopped_since_unknown,
+    stopped_too_long,
     untagged_accelerator,
 )
 from guardrails.rules.base import Rule
@@ -17,4 +19,6 @@ RULES: tuple[Rule, ...] = (
     orphaned.RULE,
     cap_above_ceiling.RULE,
     malformed_tags.RULE,
+    stopped_too_long.RULE,
+    stopped_since_unknown.RULE,
 )

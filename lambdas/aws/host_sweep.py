@@ -1,6 +1,7 @@
 """The sweep's effects, shared by the reaper, the deadlines and ``parkbrake reap``: list and judge every
-accelerator host in the configured regions, stop the ones due through the one stop path, re-arm the
-deadlines that moved, and publish the sweep's notices.
+accelerator host in the configured regions, stop the ones due through the one stop path, retire the
+managed hosts stopped too long (snapshots, then termination), re-arm the deadlines that moved, and
+publish the sweep's notices.
 
 The decisions are :mod:`guardrails.sweep`'s; this module only talks to AWS.
 """
@@ -17,9 +18,11 @@ from typing import Any
 from guardrails import tags
 from guardrails.decisions import Decision, notification_decision, sweep_decisions
 from guardrails.hosts import Host
+from guardrails.pricing import load_price_table
 from guardrails.rotation import is_serving
-from guardrails.rules.base import instant
+from guardrails.rules.base import SweepPolicy, instant
 from guardrails.settings import Settings
+from guardrails.storage import Storage, storage_of
 from guardrails.sweep import Verdict, judge, owner_stack, policy_from_settings
 from guardrails.sweep_notice import sweep_notices
 from lambdas.aws.deadline_schedules import arm_deadline
@@ -28,10 +31,11 @@ from lambdas.aws.environment import ClientFactory
 from lambdas.aws.notices import Publication, publish_notices
 from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
 from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
+from lambdas.aws.stopped_hosts import Retirement, list_stopped_hosts, retire_hosts, volumes_by_host
 
 log = logging.getLogger(__name__)
 # What taking a host off the bill may fail at (a host that could not be tagged was not stopped either).
-STOP_ACTIONS = frozenset({"tag", "stop", "terminate", "remove-from-group"})
+STOP_ACTIONS = frozenset({"tag", "stop", "terminate", "remove-from-group", "retire"})
 
 
 @dataclass
@@ -41,6 +45,13 @@ class SweepPlan:
     instance_ids: tuple[str, ...] | None = None  # None for a full sweep
     # The stacks deployed in each region (None where they could not be listed): who owns which host.
     live_stacks: dict[str, Collection[str] | None] = field(default_factory=dict)
+    # The volumes of the stopped hosts reported, and what they cost a month.
+    storage: dict[str, Storage] = field(default_factory=dict)
+
+    @property
+    def to_retire(self) -> list[Verdict]:
+        """Managed hosts stopped too long, with terminate_stopped on: snapshotted, then terminated."""
+        return [verdict for verdict in self.verdicts if verdict.action == "terminate"]
 
     @property
     def to_stop(self) -> list[Verdict]:
@@ -65,9 +76,11 @@ class SweepReport:
     rearmed: list[str] = field(default_factory=list)
     publication: Publication = field(default_factory=Publication)
     rotation: RotationOutcome | None = None
+    retirement: Retirement = field(default_factory=Retirement)
 
     def as_dict(self) -> dict[str, Any]:
         acted = set(self.outcome.acted)
+        retired = set(self.retirement.terminated)
         failed = {error["instance_id"] for error in self.errors if "instance_id" in error}
         return {
             "checked": len(self.plan.verdicts),
@@ -80,9 +93,15 @@ class SweepReport:
             ],
             "errors": self.errors,
             "rotations": self.rotation.steps if self.rotation else [],
+            "retired": [] if self.dry_run else self.retirement.terminated,
+            "would_retire": self.retirement.terminated if self.dry_run else [],
+            "snapshots": self.retirement.snapshots,
             "dry_run": self.dry_run,
             "notified": self.publication.subject,
-            "hosts": [_host_row(verdict, self.outcome, acted, failed) for verdict in self.plan.verdicts],
+            "hosts": [
+                _host_row(verdict, self.outcome, acted | retired, failed, self.plan.storage)
+                for verdict in self.plan.verdicts
+            ],
         }
 
     def decisions(self, *, actor: str, now: datetime) -> list[Decision]:
@@ -91,6 +110,7 @@ class SweepReport:
             return []
         acted = {instance_id: str(self.outcome.action_of(instance_id)) for instance_id in self.outcome.acted}
         acted |= dict.fromkeys(self.rotation.removed if self.rotation else [], "rotate")
+        acted |= dict.fromkeys(self.retirement.terminated, "retire")
         failed = {
             error["instance_id"]: f"{error.get('action')}: {error['error']}"
             for error in self.errors
@@ -118,9 +138,12 @@ class SweepReport:
         return decisions
 
 
-def _host_row(verdict: Verdict, outcome: StopOutcome, acted: set[str], failed: set[str]) -> dict[str, Any]:
+def _host_row(
+    verdict: Verdict, outcome: StopOutcome, acted: set[str], failed: set[str], storage: dict[str, Storage]
+) -> dict[str, Any]:
     host = verdict.host
     instance_id = host.instance_id
+    volumes = storage.get(instance_id)
     return {
         "instance_id": instance_id,
         "region": host.region,
@@ -134,8 +157,10 @@ def _host_row(verdict: Verdict, outcome: StopOutcome, acted: set[str], failed: s
         "deadline": instant(verdict.deadline.enforce_at) if verdict.deadline else None,
         "verdict": verdict.action,
         "rule": verdict.rule,
-        "action": outcome.action_of(instance_id) if instance_id in acted else None,
+        "action": (outcome.action_of(instance_id) or "retire") if instance_id in acted else None,
         "failed": instance_id in failed,
+        "stopped_at": instant(host.stopped_at) if host.stopped_at else None,
+        "storage_usd_month": str(volumes.monthly_usd) if volumes else None,
         "reason": verdict.reason,
         "reports": [{"rule": finding.rule, "reason": finding.reason} for finding in verdict.reports],
     }
@@ -155,6 +180,7 @@ def plan_sweep(
     errors: list[dict[str, str]] = []
     found: set[str] = set()
     stacks_by_region: dict[str, Collection[str] | None] = {}
+    plan_storage: dict[str, Storage] = {}
     for region in settings.regions:
         try:
             hosts = list_hosts(clients("ec2", region), region, instance_ids=instance_ids, page_size=page_size)
@@ -162,7 +188,9 @@ def plan_sweep(
             log.error("could not list hosts in %s: %s", region, describe_error(error))
             errors.append({"region": region, "action": "list", "error": describe_error(error)})
             continue
-        stacks = _live_stacks(clients, region, errors) if any(host.managed for host in hosts) else ()
+        stopped = _stopped_hosts(clients("ec2", region), region, errors) if instance_ids is None else []
+        managed = any(host.managed for host in [*hosts, *stopped])
+        stacks = _live_stacks(clients, region, errors) if managed else ()
         stacks_by_region[region] = stacks
         for host in hosts:
             found.add(host.instance_id)
@@ -170,12 +198,63 @@ def plan_sweep(
             if instance_ids is None and owner_stack(host, policy, stacks) is not None:
                 continue
             verdicts.append(judge(host, policy, now, live_stacks=stacks))
+        if stopped:
+            verdicts += _judge_stopped(
+                clients("ec2", region),
+                region,
+                stopped,
+                storage=plan_storage,
+                errors=errors,
+                policy=policy,
+                now=now,
+                stacks=stacks,
+            )
     if instance_ids is not None and not errors:
         missing = [instance_id for instance_id in instance_ids if instance_id not in found]
         if missing:
             log.info("not found in %s (terminated and gone?): %s", ",".join(settings.regions), missing)
     ids = tuple(instance_ids) if instance_ids is not None else None
-    return SweepPlan(verdicts, errors, ids, stacks_by_region)
+    return SweepPlan(verdicts, errors, ids, stacks_by_region, plan_storage)
+
+
+def _stopped_hosts(ec2: Any, region: str, errors: list[dict[str, str]]) -> list[Host]:
+    try:
+        return list_stopped_hosts(ec2, region)
+    except AWS_ERRORS as error:
+        log.error("could not list stopped hosts in %s: %s", region, describe_error(error))
+        errors.append({"region": region, "action": "list-stopped", "error": describe_error(error)})
+        return []
+
+
+def _judge_stopped(
+    ec2: Any,
+    region: str,
+    stopped: list[Host],
+    *,
+    storage: dict[str, Storage],
+    errors: list[dict[str, str]],
+    policy: SweepPolicy,
+    now: datetime,
+    stacks: Collection[str] | None,
+) -> list[Verdict]:
+    """This stack's managed hosts stopped too long (or since a time EC2 does not say), with their
+    volumes' monthly cost; stopped hosts within the retention are not part of the sweep's report."""
+    try:
+        hosts = [
+            host for host in list_stopped_hosts(ec2, region) if owner_stack(host, policy, stacks) is None
+        ]
+        reported = [host for host in hosts if judge(host, policy, now, live_stacks=stacks).findings]
+        volumes = volumes_by_host(ec2, [host.instance_id for host in reported]) if reported else {}
+    except AWS_ERRORS as error:
+        log.error("could not list stopped hosts in %s: %s", region, describe_error(error))
+        errors.append({"region": region, "action": "list-stopped", "error": describe_error(error)})
+        return []
+    prices = load_price_table()
+    for host in reported:
+        storage[host.instance_id] = storage_of(volumes.get(host.instance_id, []), prices, region)
+    return [
+        judge(host, policy, now, live_stacks=stacks, storage=storage[host.instance_id]) for host in reported
+    ]
 
 
 def _live_stacks(clients: ClientFactory, region: str, errors: list[dict[str, str]]) -> Collection[str] | None:
@@ -215,8 +294,14 @@ def execute_sweep(
         outcome.removed_from_group += result.removed_from_group
         outcome.errors += result.errors
     rotation = _rotate(plan, now=now, clients=clients, dry_run=dry_run)
+    retirement = _retire(plan, settings, now=now, clients=clients, dry_run=dry_run)
     report = SweepReport(
-        plan, outcome, dry_run, errors=[*plan.errors, *outcome.errors, *rotation.errors], rotation=rotation
+        plan,
+        outcome,
+        dry_run,
+        errors=[*plan.errors, *outcome.errors, *rotation.errors, *retirement.errors],
+        rotation=rotation,
+        retirement=retirement,
     )
     if dry_run:
         return report
@@ -227,6 +312,7 @@ def execute_sweep(
         acted={
             **{instance_id: str(outcome.action_of(instance_id)) for instance_id in outcome.acted},
             **dict.fromkeys(rotation.removed, "rotate"),
+            **dict.fromkeys(retirement.terminated, "retire"),
         },
         errors=report.errors,
         now=now,
@@ -252,6 +338,29 @@ def _rotate(plan: SweepPlan, *, now: datetime, clients: ClientFactory, dry_run: 
         rotation.steps += result.steps
         rotation.errors += result.errors
     return rotation
+
+
+def _retire(
+    plan: SweepPlan, settings: Settings, *, now: datetime, clients: ClientFactory, dry_run: bool
+) -> Retirement:
+    retirement = Retirement()
+    by_region: dict[str, list[Host]] = defaultdict(list)
+    for verdict in plan.to_retire:
+        by_region[verdict.host.region].append(verdict.host)
+    for region, hosts in by_region.items():
+        volumes = {
+            host.instance_id: list(plan.storage[host.instance_id].volumes)
+            for host in hosts
+            if host.instance_id in plan.storage
+        }
+        result = retire_hosts(
+            hosts, volumes, ec2=clients("ec2", region), stack=settings.stack, now=now, dry_run=dry_run
+        )
+        retirement.terminated += result.terminated
+        retirement.pending += result.pending
+        retirement.snapshots.update(result.snapshots)
+        retirement.errors += result.errors
+    return retirement
 
 
 def _adopt_unmanaged(

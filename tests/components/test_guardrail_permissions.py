@@ -27,6 +27,7 @@ LAMBDA_TESTS = [
     "tests/lambdas/test_launcher.py",
     "tests/lambdas/test_serving_rotation.py",
     "tests/lambdas/test_sweep_notices.py",
+    "tests/lambdas/test_stopped_hosts.py",
     "tests/lambdas/ledger/test_meter.py",
     "tests/lambdas/ledger/test_budget_guardrail.py",
     "tests/lambdas/ledger/test_budget_crossing.py",
@@ -43,6 +44,7 @@ GRANTS = Grants(
     nightly_group_arn="arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*",
     database_secret_arn="arn:aws:secretsmanager:us-east-1:123456789012:secret:ledger",
     reap_untagged=True,  # test_sweep_notices stops unmanaged hosts, tagging them first
+    terminate_stopped=True,  # test_stopped_hosts snapshots and terminates hosts stopped too long
 )
 # Granted but never an API call the function's code makes, each with the reason.
 NOT_CALLS = {

@@ -323,7 +323,12 @@ def test_functions_are_named_and_handled_by_their_lambdas_module() -> None:
 
 
 def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_back() -> None:
-    run = build(reap_untagged=True, default_max_runtime=timedelta(hours=2))
+    run = build(
+        reap_untagged=True,
+        default_max_runtime=timedelta(hours=2),
+        stopped_retention=timedelta(days=14),
+        terminate_stopped=True,
+    )
     environment = environment_of(run, "reaper")
 
     assert environment == {
@@ -340,6 +345,8 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN": f"arn:aws:sqs:us-east-1:{ACCOUNT}:parkbrake-dev-reaper-dlq",
         "PARKBRAKE_NOTICES_TABLE": "parkbrake-dev-notices",
         "PARKBRAKE_DECISION_BUS": "default",
+        "PARKBRAKE_STOPPED_RETENTION": "14d",
+        "PARKBRAKE_TERMINATE_STOPPED": "true",
     }
     settings = settings_from_environment(environment)
     assert settings.stack == "dev"
@@ -352,6 +359,7 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "inference": timedelta(hours=24),
     }
     assert settings.deadline_target_arn == REAPER_ARN
+    assert (settings.stopped_retention, settings.terminate_stopped) == (timedelta(days=14), True)
 
 
 def test_only_the_database_functions_get_the_secret_and_run_in_the_private_subnets() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from components.guardrail_functions import FUNCTIONS
@@ -60,7 +62,11 @@ def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
     rotation = {"DescribeGroups", "ReplaceInManagedGroupsOnly", "MarkRotatingHostsOnly"}
 
     sweep = {"ListStacks", "RememberNotices"}
-    assert sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
+    stopped = {"DescribeVolumesAndSnapshots"}  # terminate_stopped adds the snapshot grants (below)
+    assert (
+        sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics
+        == stop_path | deadlines | rotation | sweep | stopped
+    )
     assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
     ledger = {"ReadDatabaseSecret"}
     # The meter checks the changed tenants' budgets at once: the stop path and the crossing checks.
@@ -110,3 +116,28 @@ def test_a_host_joins_only_its_own_cluster_and_reads_only_its_tools() -> None:
         "Resource": "arn:aws:s3:::tools-bucket/host-tools.tar.gz",
     }
     assert list(document_problems(document, "host")) == []
+
+
+def test_terminate_stopped_lets_the_reaper_snapshot_managed_volumes_only() -> None:
+    grants = replace(GRANTS, terminate_stopped=True)
+    statements = {
+        statement["Sid"]: statement for statement in GUARDRAIL_POLICIES["reaper"](grants)["Statement"]
+    }
+
+    volumes = statements["SnapshotManagedVolumesOnly"]
+    assert (volumes["Action"], volumes["Resource"], volumes["Condition"]) == (
+        ["ec2:CreateSnapshot"],
+        f"arn:aws:ec2:{GRANTS.region}:{GRANTS.account_id}:volume/*",
+        {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}},
+    )
+    snapshots = statements["CreateManagedSnapshotsOnly"]
+    assert (snapshots["Resource"], snapshots["Condition"]) == (
+        f"arn:aws:ec2:{GRANTS.region}::snapshot/*",
+        {"StringEquals": {"aws:RequestTag/parkbrake:managed": "true"}},
+    )
+    tagging = statements["TagSnapshotsAsTheyAreCreated"]
+    assert tagging["Condition"] == {"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}}
+    for guardrail in ("deadline", "meter", "budget", "launcher"):
+        assert "SnapshotManagedVolumesOnly" not in {
+            statement["Sid"] for statement in GUARDRAIL_POLICIES[guardrail](grants)["Statement"]
+        }

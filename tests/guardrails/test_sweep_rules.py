@@ -39,6 +39,8 @@ def test_registry_lists_each_rule_once_by_name() -> None:
         "orphaned",
         "cap-above-ceiling",
         "malformed-tags",
+        "stopped-too-long",
+        "stopped-since-unknown",
     ]
 
 
@@ -117,12 +119,16 @@ def test_untagged_accelerator_is_stopped_when_configured() -> None:
     assert (verdict.action, verdict.rule) == ("stop", "untagged-accelerator")
 
 
-def test_non_accelerator_and_stopped_hosts_are_skipped() -> None:
+def test_non_accelerator_and_not_running_hosts_are_skipped() -> None:
     assert (
         judge(host("m5.large", **MANAGED), POLICY, at(500)).reason
         == "m5.large is not an accelerator instance type"
     )
-    assert judge(host(state="stopped", **MANAGED), POLICY, at(500)).reason == "not running (stopped)"
+    assert judge(host(state="stopping", **MANAGED), POLICY, at(500)).reason == "not running (stopping)"
+    # Stopped hosts are judged by the stopped rules only (tests/guardrails/test_stopped_rules.py).
+    stopped = judge(host(state="stopped", **MANAGED), POLICY, at(500))
+    assert stopped.action == "skip"
+    assert [finding.rule for finding in stopped.findings] == ["stopped-since-unknown"]
 
 
 def test_other_stacks_hosts_are_left_to_their_own_sweep() -> None:

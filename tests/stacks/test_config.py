@@ -298,3 +298,17 @@ def test_an_unusable_calendar_is_named_with_its_fix(
 
     problems = {problem.path: problem.message for problem in raised.value.problems}
     assert message in problems["nightly.calendar"]
+
+
+def test_stopped_retention_and_terminate_stopped() -> None:
+    config = example()
+    assert load_stack_config("dev", REPO_ROOT).guardrails.stopped_retention == timedelta(days=7)
+    config["parkbrake:guardrails"].update(stopped_retention="14d", terminate_stopped=True)
+
+    guardrails = parse_stack_config("dev", config, "Pulumi.dev.yaml").guardrails
+
+    assert (guardrails.stopped_retention, guardrails.terminate_stopped) == (timedelta(days=14), True)
+    config["parkbrake:guardrails"].update(stopped_retention="90d", terminate_stopped="sometimes")
+    problems = problems_of(config)
+    assert "guardrails.stopped_retention" in problems
+    assert "guardrails.terminate_stopped" in problems

@@ -1,0 +1,36 @@
+"""A managed host stopped longer than the retention: reported with what its volumes cost a month, and,
+with ``terminate_stopped`` on, snapshotted and terminated (the snapshots first, every one of them)."""
+
+from __future__ import annotations
+
+from guardrails.durations import format_duration
+from guardrails.rules.base import STOPPED, Action, Rule, Subject, SweepPolicy, instant
+
+
+def _stopped_too_long(subject: Subject) -> str | None:
+    host, policy = subject.host, subject.policy
+    stopped_at = host.stopped_at
+    if not host.managed or stopped_at is None or subject.now - stopped_at <= policy.stopped_retention:
+        return None
+    reason = (
+        f"stopped {format_duration(subject.now - stopped_at)} (since {instant(stopped_at)}), "
+        f"past the {format_duration(policy.stopped_retention)} retention"
+    )
+    if subject.storage is not None:
+        reason += f"; its {subject.storage.describe()}"
+    if not policy.terminate_stopped:
+        reason += "; reported only (guardrails.terminate_stopped is off)"
+    return reason
+
+
+def _action(policy: SweepPolicy) -> Action:
+    return "terminate" if policy.terminate_stopped else "report"
+
+
+RULE = Rule(
+    name="stopped-too-long",
+    description="a managed GPU host stopped longer than guardrails.stopped_retention",
+    filter=_stopped_too_long,
+    action=_action,
+    states=STOPPED,
+)
