@@ -63,11 +63,15 @@ def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
 
     sweep = {"ListStacks", "RememberNotices"}
     stopped = {"DescribeVolumesAndSnapshots"}  # terminate_stopped adds the snapshot grants (below)
+    relay = {"RelayDecisions"}  # with a ledger, the decisions go to the meter over EventBridge
     assert (
         sids(GUARDRAIL_POLICIES["reaper"](GRANTS)) - basics
-        == stop_path | deadlines | rotation | sweep | stopped
+        == stop_path | deadlines | rotation | sweep | stopped | relay
     )
-    assert sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics == stop_path | deadlines | rotation | sweep
+    assert (
+        sids(GUARDRAIL_POLICIES["deadline"](GRANTS)) - basics
+        == stop_path | deadlines | rotation | sweep | relay
+    )
     ledger = {"ReadDatabaseSecret"}
     # The meter checks the changed tenants' budgets at once: the stop path and the crossing checks.
     assert (
