@@ -142,12 +142,12 @@ def as_text(entries: Sequence[LoggedDecision], limit: int) -> str:
             break_on_hyphens=False,
         )
 
-    lines: list[str] = []
+    blocks = []
     for entry in entries:
         decision = entry.decision
         header = [decision.as_dict()["at"], decision.kind, decision.instance_id or "-"]
         header += [f"tenant={decision.tenant}"] if decision.tenant else []
-        lines += textwrap.wrap(
+        lines = textwrap.wrap(
             "  ".join(header), WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
         by = f"  by {decision.actor}"
@@ -156,11 +156,12 @@ def as_text(entries: Sequence[LoggedDecision], limit: int) -> str:
         lines += wrap(decision.reason)
         details = " ".join(f"{key}={_plain(value)}" for key, value in sorted(decision.details.items()))
         lines += wrap(details) if details else []
+        blocks.append("\n".join(lines))
     if len(entries) == limit:
-        lines.append(
+        blocks.append(
             f"(the newest {limit}; narrow with --since, --instance, --tenant or --kind, or raise --limit)"
         )
-    return "\n".join(lines)
+    return "\n\n".join(blocks)
 
 
 def _plain(value: Any) -> str:

@@ -191,10 +191,11 @@ def _host_decisions(
     )
     for refusal in refusals:
         decide("exemption-refused", refusal, tag=host.tags.get(tags.EXEMPT_UNTIL))
+    # Honoured: the exemption is what keeps the host running now, past its cap's deadline.
     if (
         deadline is not None
         and deadline.exempt_until is not None
-        and deadline.exempt_until > deadline.deadline
+        and deadline.exempt_until > max(deadline.deadline, now)
     ):
         decide(
             "exemption-honoured",

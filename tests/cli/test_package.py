@@ -253,7 +253,11 @@ def test_the_artifacts_run_every_handler_in_a_clean_runtime(
     schedules = clients("scheduler", TEST_REGION).list_schedules(
         GroupName=names.deadline_schedule_group(STACK)
     )
-    assert len(schedules["Schedules"]) == 1  # the deadline armed the host's
+    # the deadline armed the host's deadline, and its owner's warning ahead of it
+    assert sorted(schedule["Name"].split("-i-")[0] for schedule in schedules["Schedules"]) == [
+        "deadline",
+        "warn",
+    ]
     reservations = clients("ec2", TEST_REGION).describe_instances(
         Filters=[{"Name": "instance-type", "Values": ["g5.12xlarge"]}]
     )["Reservations"]
