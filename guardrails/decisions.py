@@ -32,7 +32,7 @@ KINDS: Mapping[str, str] = {
     "stop-failed": "a host due to stop that could not be stopped",
     "skip": "a running host left running, and why",
     "clamp": "a cap longer than the stack's ceiling, shortened to it",
-    "exemption-honoured": f"a valid {tags.EXEMPT_UNTIL} postponed a host's deadline",
+    "exemption-honoured": f"a valid {tags.EXEMPT_UNTIL} keeps a host running past its cap's deadline",
     "exemption-refused": f"a {tags.EXEMPT_UNTIL} that is malformed or beyond the limit, ignored",
     "adopt": "an unmanaged or orphaned host tagged as this stack's, to be stopped",
     "finding": "an unmanaged, orphaned or malformed-tags host reported",
