@@ -152,19 +152,7 @@ class EmbeddingsApi:
         except InvalidIdempotencyKey as error:
             invalid = error  # answered with 400 once the caller is known
         if api_key and key is not None:
-            # The key lookup and the claim in one round trip: the layer's cost on the way in.
-            request_fingerprint = fingerprint(request.method, request.path, request.body)
-            admission = self._store.admit(api_key, endpoint, key, request_fingerprint, self._now())
-            if admission is None:
-                return _unauthorized()
-            scope = Scope(admission.tenant, endpoint, key)
-            refusal = self._rate_limited(admission.tenant, admission.key_id)
-            if refusal is not None:
-                if admission.claim.outcome is Outcome.CLAIMED:
-                    assert admission.claim.owner is not None
-                    self._store.release(scope, admission.claim.owner)
-                return refusal
-            return self._idempotent(scope, request_fingerprint, request.body, admission.claim)
+            return self._admitted(request, api_key, endpoint, key)
         found = self._keys.tenant_of(api_key) if api_key else None
         if found is None:
             return _unauthorized()
@@ -181,6 +169,22 @@ class EmbeddingsApi:
                 "invalid_request_error",
             )
         return self._run(request.body, tenant)
+
+    def _admitted(self, request: Request, api_key: str, endpoint: str, key: str) -> Response:
+        """A request with an ``Idempotency-Key``: the API key's lookup and the claim in one step (one
+        round trip in PostgreSQL), then the rate limit, which releases a claim it refuses."""
+        request_fingerprint = fingerprint(request.method, request.path, request.body)
+        admission = self._store.admit(api_key, endpoint, key, request_fingerprint, self._now())
+        if admission is None:
+            return _unauthorized()
+        scope = Scope(admission.tenant, endpoint, key)
+        refusal = self._rate_limited(admission.tenant, admission.key_id)
+        if refusal is not None:
+            if admission.claim.outcome is Outcome.CLAIMED:
+                assert admission.claim.owner is not None
+                self._store.release(scope, admission.claim.owner)
+            return refusal
+        return self._idempotent(scope, request_fingerprint, request.body, admission.claim)
 
     def _rate_limited(self, tenant: str, key_id: str) -> Response | None:
         """A 429 once the key is past its rate: before the idempotency layer, and never stored."""

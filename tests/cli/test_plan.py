@@ -155,14 +155,14 @@ def test_against_a_git_ref_reads_the_stack_file_at_that_ref(tmp_path: Path) -> N
     git("add", "Pulumi.dev.yaml")
     git("-c", "user.email=ci@example.com", "-c", "user.name=ci", "commit", "-q", "-m", "base")
 
-    def bigger_inference_pool(config: dict[str, Any]) -> None:
-        config["parkbrake:pools"]["inference"]["desired"] = 2
+    def warm_inference_pool(config: dict[str, Any]) -> None:  # the dev stack's scales to zero
+        config["parkbrake:pools"]["inference"] |= {"min": 1, "desired": 1}
 
-    write_stack(tmp_path, bigger_inference_pool)
+    write_stack(tmp_path, warm_inference_pool)
     result = plan("--project-dir", str(tmp_path), "--against", "HEAD", "--output", "markdown")
     assert result.exit_code == 0, result.output
     assert "**Against `HEAD`**: monthly cost" in result.output
-    assert "| inference | gpu-pool | $742.38 | $1,484.76 | +$742.38 |" in result.output
+    assert "| inference | gpu-pool | $0.00 | $742.38 | +$742.38 |" in result.output
     missing = plan("--project-dir", str(tmp_path), "--against", "no-such-ref")
     assert missing.exit_code == 2
     assert "neither a file nor a git ref" in missing.output

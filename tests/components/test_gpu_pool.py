@@ -96,7 +96,8 @@ def user_data(launch_template: RegisteredResource) -> str:
 
 @pytest.mark.parametrize("parked", [False, True])
 def test_park_switch_sets_min_and_desired_to_zero_and_keeps_max(parked: bool) -> None:
-    config = load_stack_config("dev", REPO_ROOT).with_parked(parked)
+    # prod: its inference pool keeps hosts on (dev's scales to zero, which parking would not change)
+    config = load_stack_config("prod", REPO_ROOT).with_parked(parked)
     configured = config.pools["inference"]
     built = Built(
         pool_args(
@@ -115,7 +116,7 @@ def test_park_switch_sets_min_and_desired_to_zero_and_keeps_max(parked: bool) ->
     assert (group.inputs["minSize"], group.inputs["desiredCapacity"]) == expected
     assert group.inputs["maxSize"] == configured.capacity.max
     assert configured.capacity.desired > 0, (
-        "the dev stack must run a host unparked for this test to mean anything"
+        "the prod stack must run a host unparked for this test to mean anything"
     )
     # Parking changes capacity only: the template and the group are still declared.
     assert built.one(LAUNCH_TEMPLATE, "inference").inputs["instanceType"] == configured.instance_type

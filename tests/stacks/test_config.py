@@ -34,7 +34,7 @@ def test_example_stacks_parse() -> None:
     assert dev.region == "us-east-1"
     assert dev.parked is False
     assert dev.pools["training"].max_runtime == timedelta(hours=4)
-    assert dev.pools["inference"].capacity == Capacity(min=1, desired=1, max=3)
+    assert dev.pools["inference"].capacity == Capacity(min=0, desired=0, max=3)  # scales to zero
     assert dev.nightly is not None
     assert dev.nightly.timezone == "Europe/Berlin"
     assert dev.total_budget_usd == 8500
@@ -43,9 +43,9 @@ def test_example_stacks_parse() -> None:
 
 
 def test_parked_capacity_keeps_the_ceiling() -> None:
-    config = load_stack_config("dev", REPO_ROOT).with_parked(True)
-    assert config.pool_capacity(config.pools["inference"]) == Capacity(0, 0, 3)
-    assert config.with_parked(False).pool_capacity(config.pools["inference"]) == Capacity(1, 1, 3)
+    config = load_stack_config("prod", REPO_ROOT).with_parked(True)  # prod keeps inference hosts on
+    assert config.pool_capacity(config.pools["inference"]) == Capacity(0, 0, 6)
+    assert config.with_parked(False).pool_capacity(config.pools["inference"]) == Capacity(2, 2, 6)
 
 
 @pytest.mark.parametrize(

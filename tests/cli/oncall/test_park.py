@@ -481,6 +481,10 @@ def _clients_through(endpoint_url: str) -> ClientFactory:
 
 def test_park_then_unpark_flips_only_the_value_and_shows_the_plan(project: Path) -> None:
     path = project / f"Pulumi.{STACK}.yaml"
+    # An inference pool that keeps a host on, so parking has a group to bring to zero (the example
+    # stack's scales to zero by itself).
+    set_config_value(path, "parkbrake:pools.inference.min", 1)
+    set_config_value(path, "parkbrake:pools.inference.desired", 1)
     original = path.read_bytes()
 
     parked = invoke("park", "--yes", "--stack", STACK, "--project-dir", str(project))
