@@ -19,6 +19,23 @@ from guardrails.errors import InputError, ParkbrakeError
 MAX_PROBLEMS_SHOWN = 20
 
 
+# Where a change re-arms the tenant's budget crossing check (lambdas.budget.rearm_crossing).
+crossing_options = (
+    click.option(
+        "--stack", envvar="PARKBRAKE_STACK",
+        help="The stack whose budget Lambda checks the tenant when its spend reaches the limit (re-armed "
+        "after the change; also $PARKBRAKE_STACK), e.g. --stack prod.",
+    ),
+    click.option("--region", help="The stack's region (default: the AWS configuration's), e.g. --region us-east-1."),
+)  # fmt: skip
+
+
+def with_crossing_options(command: Any) -> Any:
+    for option in reversed(crossing_options):
+        command = option(command)
+    return command
+
+
 @click.group()
 def ledger() -> None:
     """The usage ledger: exact accelerator-seconds and cost per tenant, budgets and runway."""
@@ -236,6 +253,7 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
 @click.option(
     "--lease", default="30m", show_default=True, help="How long the money is held for hosts to start."
 )
+@with_crossing_options
 @output_option
 def admit(tenant: str, output: str, **flags: Any) -> None:
     """Reserve what COUNT hosts can cost before starting them: exit 0 with the reservation id, or 1
@@ -245,6 +263,7 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
     Example:
       parkbrake ledger admit --tenant research --instance-type g5.xlarge --count 2 --max-runtime 2h
     """
+    from cli.usage.budgets import crossing_line, rearm_or_report
     from guardrails.durations import DurationError, parse_duration
     from guardrails.launch import AdmissionRequest
     from lambdas.ledger.store import store_from_environment
@@ -259,6 +278,7 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
     if problems:
         raise InputError("invalid admission:\n  " + "\n  ".join(problems))
     store = store_from_environment()
+    crossing: dict[str, Any] = {}
     try:
         admission = store.admit(
             AdmissionRequest(tenant, instance_type, count, durations["--max-runtime"]),
@@ -266,13 +286,16 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
             default_cap=metering_settings(os.environ).default_max_runtime,
             lease=durations["--lease"],
         )
+        if admission.granted:
+            crossing = rearm_or_report(store, tenant, stack=flags["stack"], region=flags["region"])
     finally:
         store.close()
     if output == "json":
-        click.echo(json.dumps({"tenant": tenant} | admission.as_dict()))
+        click.echo(json.dumps({"tenant": tenant} | admission.as_dict() | {"crossing": crossing or None}))
     elif admission.granted:
         held = f"reservation {admission.reservation_id}" if admission.reservation_id else "nothing to reserve"
         click.echo(f"granted: {held} (${admission.needed_usd:.2f} for {count} x {instance_type})")
+        click.echo(crossing_line(crossing))
     else:
         click.echo(f"refused: {admission.reason}", err=True)
     if not admission.granted:
@@ -325,8 +348,11 @@ def release(reservation_id: int, output: str) -> None:
 @click.option(
     "--remove", is_flag=True, help="Remove TENANT's budget (usage is still metered); e.g. --remove."
 )
+@with_crossing_options
 @output_option
-def set_budget(tenant: str, output: str, remove: bool, **flags: str | None) -> None:
+def set_budget(
+    tenant: str, output: str, remove: bool, stack: str | None, region: str | None, **flags: str | None
+) -> None:
     """Set TENANT's budget per period in its time zone and the actions it takes (replacing any earlier
     budget), or remove it.
 
@@ -334,28 +360,30 @@ def set_budget(tenant: str, output: str, remove: bool, **flags: str | None) -> N
     Example:
       parkbrake ledger budget research --limit-usd 5000 --period month --timezone Europe/Berlin
     """
-    from cli.usage.budgets import budget_summary, parse_budget
+    from cli.usage.budgets import budget_summary, crossing_line, parse_budget, rearm_after_change
     from lambdas.ledger.store import store_from_environment
 
-    if remove:
-        store = store_from_environment()
-        try:
-            removed = store.remove_budget(tenant)
-        finally:
-            store.close()
-        if not removed:
-            raise InputError(f"tenant {tenant!r} has no budget to remove")
-        click.echo(
-            json.dumps({"tenant": tenant, "removed": True})
-            if output == "json"
-            else f"{tenant}: budget removed"
-        )
-        return
-    new_budget = parse_budget(tenant, **flags)
+    new_budget = None if remove else parse_budget(tenant, **flags)
     store = store_from_environment()
     try:
-        store.set_budget(new_budget)
+        if new_budget is None:
+            if not store.remove_budget(tenant):
+                raise InputError(f"tenant {tenant!r} has no budget to remove")
+            summary, line = {"tenant": tenant, "removed": True}, f"{tenant}: budget removed"
+        else:
+            store.set_budget(new_budget)
+            summary, line = budget_summary(new_budget)
+        try:
+            crossing = rearm_after_change(store, tenant, stack=stack, region=region, environ=os.environ)
+        except Exception as error:  # the budget is set; the person is told the check was not moved
+            raise ParkbrakeError(
+                f"{line}; but re-arming its budget crossing check failed ({error}); the budget's one-minute "
+                "rule still checks it: run the command again to re-arm"
+            ) from error
     finally:
         store.close()
-    summary, line = budget_summary(new_budget)
-    click.echo(json.dumps(summary) if output == "json" else line)
+    click.echo(
+        json.dumps(summary | {"crossing": crossing})
+        if output == "json"
+        else f"{line}\n{crossing_line(crossing)}"
+    )

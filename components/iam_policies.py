@@ -278,7 +278,8 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
                 "StartNightlyPool", ["autoscaling:SetDesiredCapacity"], grants.nightly_group_arn, MANAGED_ONLY
             )
         )
-    return document([*statements, *_ledger(grants)])
+    # An admission re-arms (or removes) the tenant's budget crossing check (lambdas.budget.rearm_crossing).
+    return document([*statements, *_ledger(grants), *_deadline_schedules(grants, disarms=True)])
 
 
 def meter_policy(grants: Grants) -> PolicyDocument:
@@ -289,14 +290,14 @@ def meter_policy(grants: Grants) -> PolicyDocument:
         "DescribeHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"
     )  # no resource-level permissions
     return document([*_basics("meter", grants, notifies=True), describe, *_stop_path(grants),
-                     *_deadline_schedules(grants, disarms=False), *_ledger(grants)])  # fmt: skip
+                     *_deadline_schedules(grants, disarms=True), *_ledger(grants)])  # fmt: skip
 
 
 def budget_policy(grants: Grants) -> PolicyDocument:
     """The budget check: spend caps per tenant, enforced through the stop path, re-armed at each
-    tenant's crossing."""
+    tenant's crossing (and the check removed when nothing would cross)."""
     return document([*_basics("budget", grants, notifies=True), *_stop_path(grants),
-                     *_deadline_schedules(grants, disarms=False), *_ledger(grants)])  # fmt: skip
+                     *_deadline_schedules(grants, disarms=True), *_ledger(grants)])  # fmt: skip
 
 
 def reconciler_policy(grants: Grants) -> PolicyDocument:

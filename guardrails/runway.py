@@ -289,8 +289,9 @@ class Enforcer(Protocol):
 
     def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport: ...
 
-    def arm_crossing(self, tenant: str, at: datetime) -> None:
-        """Check ``tenant``'s budget again at ``at``, when its spend reaches the limit."""
+    def arm_crossing(self, tenant: str, at: datetime | None) -> None:
+        """Check ``tenant``'s budget again at ``at``, when its spend reaches the limit; None: remove
+        the check (nothing would cross)."""
         ...
 
 

@@ -43,7 +43,7 @@ from guardrails.runway import (
 )
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
-from lambdas.aws.deadline_schedules import arm_budget_crossing
+from lambdas.aws.deadline_schedules import arm_budget_crossing, disarm_budget_crossing
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts
 from lambdas.aws.environment import (
@@ -76,6 +76,17 @@ def budget_function_arn(invoked_function_arn: str, stack: str) -> str:
     """The stack's budget Lambda, next to the function now running (the meter's or its own)."""
     parts = invoked_function_arn.split(":")
     return ":".join([*parts[:6], names.function_name(stack, GUARDRAIL)])
+
+
+def crossing_target_of_caller(stack: str, *, caller_arn: str, region: str) -> CrossingTarget:
+    """The stack's budget Lambda and Scheduler role as the Guardrails component names them in the
+    caller's account (``sts get-caller-identity``): how the CLI arms a crossing after a change."""
+    partition, account = caller_arn.split(":")[1], caller_arn.split(":")[4]
+    return CrossingTarget(
+        stack,
+        f"arn:{partition}:lambda:{region}:{account}:function:{names.function_name(stack, GUARDRAIL)}",
+        f"arn:{partition}:iam::{account}:role/{names.scheduler_role(stack)}",
+    )
 
 
 class AwsEnforcer:
@@ -118,11 +129,20 @@ class AwsEnforcer:
             crossing=crossing,
         )
 
-    def arm_crossing(self, tenant: str, at: datetime) -> None:
+    @property
+    def arms_crossings(self) -> bool:
+        """Whether it knows where crossing checks go (a Lambda's, or the CLI's with a stack)."""
+        return self._crossing is not None
+
+    def arm_crossing(self, tenant: str, at: datetime | None) -> None:
         if self._crossing is None:
             return
+        scheduler = self._clients("scheduler", self._regions[0])
+        if at is None:
+            disarm_budget_crossing(scheduler, stack=self._crossing.stack, tenant=tenant)
+            return
         arm_budget_crossing(
-            self._clients("scheduler", self._regions[0]),
+            scheduler,
             stack=self._crossing.stack,
             tenant=tenant,
             at=at,
@@ -193,7 +213,9 @@ class BudgetRun:
     stopped: list[str] = field(default_factory=list)
     would: list[dict[str, Any]] = field(default_factory=list)  # dry run: {"tenant", "action", "reason", ...}
     errors: list[dict[str, str]] = field(default_factory=list)
-    armed: list[dict[str, str]] = field(default_factory=list)  # {"tenant", "at"}: crossing checks armed
+    armed: list[dict[str, str | None]] = field(
+        default_factory=list
+    )  # {"tenant", "at"}: armed (at None: removed)
     dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -224,10 +246,14 @@ def enforce_budgets(
                 run.would.append(would | {"reason": decision.reason})
             continue
         at = crossing_at(status)
-        if at is not None and at > now:
+        # A targeted check (the meter's, a crossing's) removes a check nothing would reach any more;
+        # the every-minute one does not call Scheduler for every idle tenant (a stale check is harmless).
+        if (at is not None and at > now) or (
+            at is None and tenants is not None and "stop" in status.budget.actions
+        ):
             try:
                 enforcer.arm_crossing(status.tenant, at)
-                run.armed.append({"tenant": status.tenant, "at": at.isoformat()})
+                run.armed.append({"tenant": status.tenant, "at": at.isoformat() if at else None})
             except Exception as error:  # the one-minute rule still stands; the run reports the failure
                 log.exception("arming the budget crossing of tenant %s failed", status.tenant)
                 run.errors.append({"tenant": status.tenant, "action": "arm", "error": describe_error(error)})
@@ -302,30 +328,67 @@ def _log_decisions(decisions: Sequence[BudgetDecision], *, now: datetime, **deta
     )
 
 
+def rearm_crossing(
+    store: LedgerStore, enforcer: Enforcer, *, tenant: str, now: datetime, default_cap: timedelta
+) -> datetime | None:
+    """After a change to what ``tenant`` may spend (its budget set or removed, an admission): arm its
+    crossing check at the instant its spend reaches the limit at the current burn (at once when it
+    already has: the check then stops its hosts), or remove it when nothing would cross. Returns the
+    instant armed, None when removed."""
+    statuses = store.runways(now=now, default_cap=default_cap, tenants=[tenant])
+    at = crossing_at(statuses[0]) if statuses else None
+    armed = None if at is None else max(at, now)
+    enforcer.arm_crossing(tenant, armed)
+    return armed
+
+
 class LedgerBudgetGate:
     """guardrails.launch.BudgetGate from the ledger: reserve, atomically per tenant, what hosts about
-    to start can cost."""
+    to start can cost; with an ``enforcer`` (the launcher's), each admission re-arms the tenant's
+    crossing check."""
 
     def __init__(
-        self, store: LedgerStore, *, default_cap: timedelta, lease: timedelta = DEFAULT_LEASE
+        self,
+        store: LedgerStore,
+        *,
+        default_cap: timedelta,
+        lease: timedelta = DEFAULT_LEASE,
+        enforcer: Enforcer | None = None,
     ) -> None:
         self._store = store
         self._default_cap = default_cap
         self._lease = lease
+        self._enforcer = enforcer
 
     def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
-        return self._store.admit(request, now=now, default_cap=self._default_cap, lease=self._lease)
+        admission = self._store.admit(request, now=now, default_cap=self._default_cap, lease=self._lease)
+        if admission.granted and self._enforcer is not None:
+            try:
+                rearm_crossing(
+                    self._store, self._enforcer, tenant=request.tenant, now=now, default_cap=self._default_cap
+                )
+            except Exception:  # the admission stands; the budget's one-minute rule still checks
+                log.exception("re-arming the budget crossing of tenant %s failed", request.tenant)
+                heartbeat.count_action(GUARDRAIL, "arm", "failed")
+        return admission
 
     def release(self, reservation_id: int, now: datetime) -> None:
         self._store.release(reservation_id, now=now)
 
 
-def gate_from_environment(settings: Settings) -> LedgerBudgetGate | None:
+def gate_from_environment(
+    settings: Settings, *, invoked_function_arn: str | None = None
+) -> LedgerBudgetGate | None:
     """The container's gate when a ledger database is configured, else None (the launcher then says
-    "budget not checked")."""
+    "budget not checked"). With the running Lambda's ARN, admissions re-arm crossing checks."""
     if not ledger_configured():
         return None
-    return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime)
+    enforcer = None
+    if invoked_function_arn is not None:
+        enforcer = AwsEnforcer.from_settings(
+            settings, default_clients, invoked_function_arn=invoked_function_arn
+        )
+    return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime, enforcer=enforcer)
 
 
 def is_clock_event(event: dict[str, Any]) -> bool:

@@ -266,8 +266,9 @@ def handle(
     return result_of(decision) | ({"errors": errors} if errors else {})
 
 
-def budget_gate() -> BudgetGate | None:
-    """The ledger's gate when a ledger database is configured; None means "budget not checked".
+def budget_gate(invoked_function_arn: str | None = None) -> BudgetGate | None:
+    """The ledger's gate when a ledger database is configured; None means "budget not checked". Its
+    admissions re-arm the tenant's budget crossing check (the budget Lambda is found beside this one).
 
     Imported here, not at the top: psycopg is only needed (and only packaged in a layer) when the
     stack has a ledger, and the launcher must run without one.
@@ -276,7 +277,7 @@ def budget_gate() -> BudgetGate | None:
         return None
     from lambdas.budget import gate_from_environment
 
-    return gate_from_environment(container_settings())
+    return gate_from_environment(container_settings(), invoked_function_arn=invoked_function_arn)
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
@@ -285,7 +286,7 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         event,
         settings=container_settings(),
         clients=default_clients,
-        gate=budget_gate(),
+        gate=budget_gate(getattr(context, "invoked_function_arn", None)),
         now=utc_now(),
         decisions=decision_log(heartbeat.LAUNCHER, origin_of(context)),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, cast
 
@@ -14,6 +14,7 @@ from guardrails.errors import InputError
 if TYPE_CHECKING:
     from guardrails.runway import Budget, Period, TenantRunway
     from guardrails.settings import Settings
+    from lambdas.ledger.store import LedgerStore
 
 
 def metering_settings(environ: Mapping[str, str]) -> Settings:
@@ -133,3 +134,50 @@ def budget_summary(budget: Budget) -> tuple[dict[str, Any], str]:
         f"notify at {percentages or 'the limit only'}, actions: {', '.join(actions) or 'none'}"
     )
     return summary, line
+
+
+def rearm_after_change(
+    store: LedgerStore, tenant: str, *, stack: str | None, region: str | None, environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """After ``tenant``'s budget changed or an admission: arm its budget crossing check (the stack's
+    budget Lambda and Scheduler role, named as the Guardrails component names them in the caller's
+    account), move it, or remove it when nothing would cross. Without a stack nothing is armed: the
+    one-minute rule checks."""
+    from lambdas.aws.clients import client
+    from lambdas.budget import AwsEnforcer, crossing_target_of_caller, rearm_crossing
+
+    if not stack:
+        return {"tenant": tenant, "crossing": "not armed", "reason": "no --stack (or PARKBRAKE_STACK)"}
+    sts = client("sts", region)
+    where = region or sts.meta.region_name
+    target = crossing_target_of_caller(stack, caller_arn=str(sts.get_caller_identity()["Arn"]), region=where)
+    enforcer = AwsEnforcer(
+        clients=client, regions=[where], topic_arn=None, spot_action="terminate", crossing=target
+    )  # it only arms: the budget Lambda acts at the crossing
+    now = datetime.now(UTC)
+    default_cap = metering_settings(environ).default_max_runtime
+    armed = rearm_crossing(store, enforcer, tenant=tenant, now=now, default_cap=default_cap)
+    if armed is None:
+        return {"tenant": tenant, "crossing": "removed", "reason": "nothing would reach a limit that stops"}
+    return {"tenant": tenant, "crossing": "armed", "at": armed.isoformat()}
+
+
+def crossing_line(outcome: Mapping[str, Any]) -> str:
+    """What :func:`rearm_after_change` did, for people."""
+    if outcome["crossing"] == "armed":
+        return f"budget crossing check armed at {outcome['at']}"
+    return f"budget crossing check {outcome['crossing']}: {outcome['reason']}"
+
+
+def rearm_or_report(
+    store: LedgerStore, tenant: str, *, stack: str | None, region: str | None
+) -> dict[str, Any]:
+    """:func:`rearm_after_change` for an admission: a failure to arm is reported on stderr, never a
+    refusal (exit 1 means refused); the budget's one-minute rule still checks."""
+    import click
+
+    try:
+        return rearm_after_change(store, tenant, stack=stack, region=region, environ=os.environ)
+    except Exception as error:
+        click.echo(f"warning: re-arming the budget crossing check of {tenant} failed: {error}", err=True)
+        return {"tenant": tenant, "crossing": "failed", "reason": str(error)}

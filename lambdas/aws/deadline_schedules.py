@@ -144,6 +144,14 @@ def disarm_deadline(scheduler: Any, *, stack: str, instance_id: str) -> bool:
     return True
 
 
+def disarm_budget_crossing(scheduler: Any, *, stack: str, tenant: str) -> bool:
+    """Delete ``tenant``'s budget crossing check; False when there was none."""
+    if not _delete(scheduler, stack, names.budget_crossing_schedule(tenant)):
+        return False
+    log.info("disarmed the budget crossing of tenant %s", tenant)
+    return True
+
+
 def _delete(scheduler: Any, stack: str, name: str) -> bool:
     try:
         scheduler.delete_schedule(Name=name, GroupName=names.deadline_schedule_group(stack))

@@ -6,16 +6,27 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from guardrail_fleet import client_factory, launch, managed_tags, state_change
+from guardrail_fleet import (
+    ACCOUNT,
+    STACK,
+    client_factory,
+    create_deadline_group,
+    deadline_schedules,
+    launch,
+    managed_tags,
+    state_change,
+)
 from ledger_streams import at
 
 from cli.main import parkbrake
+from guardrails import names
 from lambdas.ledger.schema import migrations
 
 WINDOW = ["--since", "2036-05-05", "--until", "2036-05-06T00:00:00Z"]
@@ -164,12 +175,49 @@ def test_a_budget_in_a_time_zone_sets_the_tenants_months_and_can_be_removed(seed
         or "product (UTC), research (Europe/Berlin)" in different.output
     )
     removed = invoke("ledger", "budget", "research", "--remove", "-o", "json")
-    assert json.loads(removed.stdout) == {"tenant": "research", "removed": True}
+    assert json.loads(removed.stdout)["removed"] is True
     (status,) = json.loads(invoke("ledger", "runway", "--tenant", "research", "-o", "json").stdout)
     assert status["limit_usd"] is None
     again = invoke("ledger", "budget", "research", "--remove")
     assert again.exit_code == 2
     assert "has no budget to remove" in again.output
+
+
+def test_a_budget_change_re_arms_the_tenants_crossing_check_on_the_stack(
+    aws: str, ledger_env: str, tmp_path: Path
+) -> None:
+    clients = client_factory(aws)
+    create_deadline_group(clients)
+    (host,) = launch(clients("ec2", None), "p4d.24xlarge", managed_tags(tenant="research", max_runtime="12h"))
+    started = datetime.now(UTC) - timedelta(minutes=1)
+    path = write_events(tmp_path / "running.jsonl", [state_change(host, "running", started)])
+    assert invoke("ledger", "ingest", str(path)).exit_code == 0
+    args = ["ledger", "budget", "research", "--limit-usd", "100", "--actions", "stop", "--stack", STACK]
+    result = invoke(*args, "-o", "json")
+    assert result.exit_code == 0, result.output
+    crossing = json.loads(result.stdout)["crossing"]
+    assert crossing["crossing"] == "armed"
+    # $100 at $32.7726 an hour from the start: about 3 h 3 min after it.
+    expected = started + timedelta(hours=100 / 32.7726)
+    assert abs(datetime.fromisoformat(crossing["at"]) - expected) < timedelta(seconds=5)
+    schedule = deadline_schedules(clients)[names.budget_crossing_schedule("research")]
+    assert (
+        schedule["Target"]["Arn"] == f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-{STACK}-budget"
+    )
+    assert schedule["Target"]["RoleArn"] == f"arn:aws:iam::{ACCOUNT}:role/parkbrake-{STACK}-scheduler"
+    # An admission re-arms it too (the burn is the same: the same instant, to the billed second).
+    admitted = invoke("ledger", "admit", "--tenant", "research", "--instance-type", "g5.xlarge",
+                      "--max-runtime", "1h", "--stack", STACK, "-o", "json")  # fmt: skip
+    assert admitted.exit_code == 0, admitted.output
+    moved_to = datetime.fromisoformat(json.loads(admitted.stdout)["crossing"]["at"])
+    assert abs(moved_to - datetime.fromisoformat(crossing["at"])) < timedelta(seconds=1)
+    removed = invoke("ledger", "budget", "research", "--remove", "--stack", STACK)
+    assert removed.exit_code == 0, removed.output
+    assert "budget crossing check removed" in removed.stdout
+    assert names.budget_crossing_schedule("research") not in deadline_schedules(clients)
+    # Without a stack nothing is armed, and the output says so.
+    unarmed = invoke("ledger", "budget", "research", "--limit-usd", "100", "--actions", "stop")
+    assert "budget crossing check not armed: no --stack" in unarmed.stdout
 
 
 def test_an_unknown_budget_time_zone_names_the_flag_and_an_example(ledger_env: str) -> None:
@@ -221,7 +269,9 @@ def test_budget_set_and_runway(seeded: dict[str, str]) -> None:
                     "--actions", "notify,deny,stop", "-o", "json")  # fmt: skip
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "timezone": "UTC", "limit_usd": 5000.0,
-                                         "soft_thresholds": [0.5, 0.75], "actions": ["deny", "notify", "stop"]}  # fmt: skip
+                                         "soft_thresholds": [0.5, 0.75], "actions": ["deny", "notify", "stop"],
+                                         "crossing": {"tenant": "research", "crossing": "not armed",
+                                                      "reason": "no --stack (or PARKBRAKE_STACK)"}}  # fmt: skip
     runway = {entry["tenant"]: entry for entry in json.loads(invoke("ledger", "runway", "-o", "json").stdout)}
     assert runway["research"]["limit_usd"] == 5000.0
     assert runway["research"]["runway_seconds"] is None  # nothing running: nothing burns
