@@ -28,7 +28,8 @@ from guardrails.ledger import (
     state_change_from_event,
     to_ms,
 )
-from guardrails.pricing import PriceNotFound, PriceTable, load_price_table
+from guardrails.price_list import accelerator_info
+from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
 from lambdas import budget
 from lambdas.aws import heartbeat
@@ -43,14 +44,6 @@ GUARDRAIL = "meter"
 FILTER_VALUES_LIMIT = 200  # ids per DescribeInstances filter
 # Events this long before EC2's LaunchTime still belong to that launch (pending precedes it).
 LAUNCH_SLACK_MS = 60_000
-# DescribeInstanceTypes' accelerator sections, in the order a count is taken from.
-SECTIONS = (
-    ("GpuInfo", "Gpus"),
-    ("NeuronInfo", "NeuronDevices"),
-    ("InferenceAcceleratorInfo", "Accelerators"),
-)
-
-
 @dataclass
 class MeterResult:
     inserted: int = 0
@@ -82,24 +75,14 @@ class Described:
     launched_ms: int
 
 
-def accelerator_count(description: Mapping[str, Any]) -> int | None:
-    """Accelerators of one DescribeInstanceTypes entry (GPU, Neuron or inference accelerator info);
-    a fractional GPU (g6f) counts as one logical accelerator."""
-    for section, devices in SECTIONS:
-        found = (description.get(section) or {}).get(devices) or []
-        if found:
-            return sum(int(device.get("LogicalGpuCount") or device.get("Count") or 0) for device in found)
-    return None
-
-
 def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any) -> dict[str, int]:
-    """The price table's accelerator count of each type; EC2's DescribeInstanceTypes for the rest."""
+    """The price table's accelerator count of each type (``PriceTable.accelerators``: taken from EC2
+    with the prices); EC2's DescribeInstanceTypes for the rest, read as the price refresh reads it."""
     counts: dict[str, int] = {}
     for name in instance_types:
-        try:
-            counts[name] = prices.instance(name).accelerators
-        except PriceNotFound:
-            continue
+        known = prices.accelerators(name)
+        if known is not None:
+            counts[name] = known
     missing = sorted(instance_types - counts.keys())
     if missing:
         pages = ec2.get_paginator("describe_instance_types").paginate(
@@ -107,9 +90,9 @@ def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any
         )
         for page in pages:
             for description in page["InstanceTypes"]:
-                count = accelerator_count(description)
-                if count is not None:
-                    counts[description["InstanceType"]] = count
+                info = accelerator_info(description)
+                if info is not None:
+                    counts[description["InstanceType"]] = int(info["count"])
     return counts
 
 
