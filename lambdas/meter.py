@@ -44,6 +44,8 @@ GUARDRAIL = "meter"
 FILTER_VALUES_LIMIT = 200  # ids per DescribeInstances filter
 # Events this long before EC2's LaunchTime still belong to that launch (pending precedes it).
 LAUNCH_SLACK_MS = 60_000
+
+
 @dataclass
 class MeterResult:
     inserted: int = 0

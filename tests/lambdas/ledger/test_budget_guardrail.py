@@ -55,7 +55,7 @@ class CountingEnforcer:
     def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport:
         return StopReport()
 
-    def arm_crossing(self, tenant: str, at: datetime) -> None:
+    def arm_crossing(self, tenant: str, at: datetime | None) -> None:
         raise AssertionError("no budget here has the stop action")
 
 
