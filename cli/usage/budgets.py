@@ -56,7 +56,7 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
         limit, remaining, runway_left = status.budget.limit_usd, status.remaining_usd, status.runway
         table.add_row(
             status.tenant,
-            "-" if limit is None else f"{limit:,.2f} /{status.budget.period}",
+            "-" if limit is None else f"{limit:,.2f} /{status.budget.period}{zone_note(status.budget)}",
             f"{status.spent_usd:,.2f}",
             f"{status.committed_usd:,.2f}",
             "-" if remaining is None else f"{remaining:,.2f}",
@@ -65,6 +65,11 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
             str(status.totals.running_accelerators),
         )
     console().print(table)
+
+
+def zone_note(budget: Budget) -> str:
+    """`` (Europe/Berlin)`` for a budget outside UTC, for the runway table."""
+    return "" if budget.timezone == "UTC" else f" ({budget.timezone})"
 
 
 def parse_budget(

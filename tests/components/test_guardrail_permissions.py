@@ -79,6 +79,7 @@ HANDLER_ONLY = {
 DELEGATES = {
     "deadline": ("reaper", "host_sweep.sweep("),  # a host already past its deadline is swept
     "meter": ("budget", "budget.enforce_budgets("),  # the changed tenants' budgets are checked at once
+    "reconciler": ("meter", "meter.meter("),  # its repairs are metered (a type's count from EC2 included)
 }
 
 

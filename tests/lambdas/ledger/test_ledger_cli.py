@@ -157,6 +157,7 @@ def test_a_budget_in_a_time_zone_sets_the_tenants_months_and_can_be_removed(seed
     assert "500.00 USD per month (Europe/Berlin)" in result.stdout
     (status,) = json.loads(invoke("ledger", "runway", "--tenant", "research", "-o", "json").stdout)
     assert status["timezone"] == "Europe/Berlin"
+    assert "(Europe/Berlin)" in invoke("ledger", "runway", "--tenant", "research").stdout
     assert status["period_start"].endswith(
         ("T22:00:00+00:00", "T23:00:00+00:00")
     )  # local midnight, CEST or CET

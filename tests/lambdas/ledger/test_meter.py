@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -27,6 +28,7 @@ from ledger_streams import T0, at, ms, step, who
 from guardrails import names
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
+from guardrails.pricing import load_price_table
 from lambdas import meter
 from lambdas.aws.environment import ClientFactory, container_settings
 from lambdas.ledger import replay
@@ -188,12 +190,29 @@ def test_a_type_missing_from_the_price_table_is_metered_in_seconds_and_repriced_
     assert result.inserted == 4  # the rest of the batch is never lost
     assert [note["instance_id"] for note in result.unpriced] == [new]
     rows = {row.instance_type: row for row in store.usage_rows(now=at(60))}
-    assert rows["p5e.48xlarge"].usage.accelerator_ms == 8 * 10 * 60_000  # 8 GPUs, from DescribeInstanceTypes
+    assert rows["p5e.48xlarge"].usage.accelerator_ms == 8 * 10 * 60_000  # 8 GPUs: counted, though unpriced
     assert (rows["p5e.48xlarge"].unpriced_ms, rows["p5e.48xlarge"].usage.usd_hour_ms) == (600_000, 0)
     assert rows["g5.xlarge"].unpriced_ms == 0
     store.add_price("p5e.48xlarge", Decimal("113.9328"), None, "test: first price")
     repriced = {row.instance_type: row for row in store.usage_rows(now=at(60))}["p5e.48xlarge"]
     assert (repriced.unpriced_ms, repriced.usage.cost_usd) == (0, Decimal("18.988800"))
+
+
+def test_a_type_newer_than_the_price_tables_accelerator_counts_is_counted_from_ec2(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    table = load_price_table()
+    older = replace(
+        table, accelerator_counts={k: v for k, v in table.accelerator_counts.items() if k != "p5e.48xlarge"}
+    )
+    (new,) = launch(clients("ec2", None), "p5e.48xlarge", managed_tags(tenant="research"))
+    changes = [state_change_from_event(state_change(new, "running", at(0)))]
+    result = meter.meter(
+        changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0, prices=older
+    )
+    assert result.inserted == 1
+    (interval,) = store.intervals(tenant="research")
+    assert interval.attribution.accelerators == 8  # DescribeInstanceTypes' GpuInfo
 
 
 def test_an_unpriced_start_reaches_a_person_by_sns(store: LedgerStore, clients: ClientFactory) -> None:
