@@ -144,6 +144,8 @@ BEGIN
         WHERE i.instance_id = h.instance_id AND i.ended_ms IS NULL
     ) AS running ON true;
     -- at_ms inline: ledger_ms reads a STABLE extract, so the planner would call it row by row.
+    -- Duplicates are skipped by a look-up rather than ON CONFLICT (which writes a confirmation
+    -- record per row): an event id is one host's, and the host's lock is held.
     WITH batch AS (
         SELECT b.*, origin AS source, received AS received_at,
                floor(extract(epoch FROM b.event_time) * 1000)::bigint AS at_ms,
@@ -157,9 +159,9 @@ BEGIN
                             accelerators, cap_ms, region, source, received_at, at_ms, state_rank)
         SELECT b.*
         FROM batch b
-        WHERE origin <> 'ingest' OR NOT EXISTS (
-            SELECT 1 FROM intervals i WHERE i.instance_id = b.instance_id AND i.ended_ms >= b.at_ms)
-        ON CONFLICT DO NOTHING
+        WHERE NOT EXISTS (SELECT 1 FROM events e WHERE e.event_id = b.event_id)
+          AND (origin <> 'ingest' OR NOT EXISTS (
+              SELECT 1 FROM intervals i WHERE i.instance_id = b.instance_id AND i.ended_ms >= b.at_ms))
         RETURNING events.event_id
     )
     SELECT array_agg(ROW(b.*)::events) INTO fresh
