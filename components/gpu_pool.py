@@ -97,6 +97,7 @@ class GpuPoolArgs:
     # Where the host tools (``parkbrake agent``) come from: the stack's pinned artifact, or a baked AMI.
     host_tools: HostTools | None = None
     agent_idle_after: timedelta | None = None  # None: the agent's own default
+    owner: str | None = None  # who is told about the pool's hosts (their parkbrake:owner tag)
 
 
 def host_tags(args: GpuPoolArgs) -> dict[str, str]:
@@ -112,6 +113,7 @@ def host_tags(args: GpuPoolArgs) -> dict[str, str]:
         tags.REVISION: args.revision,
         # The sweep rotates serving hosts at their lifetime rather than stopping them.
         **({tags.SERVING: "true"} if args.role == "inference" else {}),
+        **({tags.OWNER: args.owner} if args.owner else {}),
     }
 
 

@@ -17,9 +17,11 @@ from datetime import timedelta
 import pulumi
 import pulumi_aws as aws
 
+from components import guardrail_schedules as schedules
 from components.common import child_of, named_child_of, type_token
 from components.guardrail_alerting import GuardrailAlerting, GuardrailAlertingArgs
-from components.iam_policies import GUARDRAIL_POLICIES, Grants, scheduler_policy, trust_policy
+from components.guardrail_schedules import NightlyStart
+from components.iam_policies import GUARDRAIL_POLICIES, Grants, trust_policy
 from components.lambda_archive import (
     CODE_ARCHIVE,
     DEPENDENCY_LAYER,
@@ -31,7 +33,7 @@ from components.lambda_archive import (
 from guardrails import names, settings, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
 from guardrails.durations import format_duration
-from guardrails.schedules import eventbridge_cron, rate_expression
+from guardrails.schedules import rate_expression
 
 LOG_RETENTION_DAYS = 30
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
@@ -61,16 +63,6 @@ METER_TARGET_EVENT_AGE = timedelta(hours=24)
 
 
 @dataclass
-class NightlyStart:
-    pool: str
-    cron: str  # five-field cron, in ``timezone``
-    timezone: str
-    capacity: int  # the pool's desired capacity the launcher sets
-    autoscaling_group_arn: pulumi.Input[str]
-    calendar: str | None = None  # iCalendar text of the closed days: no start on those
-
-
-@dataclass
 class GuardrailsArgs:
     stack: str
     region: str
@@ -93,6 +85,9 @@ class GuardrailsArgs:
     max_runtime_ceiling: timedelta = timedelta(hours=24)
     stopped_retention: timedelta = timedelta(days=7)
     terminate_stopped: bool = False
+    warn_before: timedelta = settings.DEFAULT_WARN_BEFORE
+    # A Secrets Manager secret holding the chat channel's incoming webhook URL (the sweep may read it).
+    chat_webhook_secret_arn: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,19 +134,6 @@ def deployed_functions(args: GuardrailsArgs) -> list[Function]:
     return functions
 
 
-def nightly_input(stack: str, nightly: NightlyStart) -> dict[str, object]:
-    """The launcher's event; with a calendar, where it is, the day's zone and when the start was due."""
-    payload: dict[str, object] = {"pool": nightly.pool, "capacity": nightly.capacity}
-    if nightly.calendar is None:
-        return payload
-    return payload | {
-        "calendar": names.calendar_parameter(stack),
-        "timezone": nightly.timezone,
-        # A context attribute Scheduler fills in: a retried start is judged on the day it was due.
-        "scheduled_time": "<aws.scheduler.scheduled-time>",
-    }
-
-
 # --- environment and IAM ----------------------------------------------------------------------------
 
 
@@ -164,6 +146,11 @@ def lambda_environment(
     deadline_dead_letter_arn: pulumi.Input[str],
 ) -> dict[str, pulumi.Input[str]]:
     """The Lambda environment of docs/architecture.md, read by ``guardrails.settings`` (and by the CLI)."""
+    chat = (
+        {settings.CHAT_WEBHOOK_SECRET_ARN: args.chat_webhook_secret_arn}
+        if args.chat_webhook_secret_arn
+        else {}
+    )
     return {
         settings.STACK: args.stack,
         settings.REGIONS: args.region,
@@ -183,6 +170,8 @@ def lambda_environment(
         settings.NOTICES_TABLE: names.notices_table(args.stack),
         # With a ledger, a guardrail outside the VPC relays its decisions to the meter on this bus.
         **({settings.DECISION_BUS: DECISION_BUS} if args.database_secret_arn is not None else {}),
+        settings.WARN_BEFORE: format_duration(args.warn_before),
+        **chat,
     }
 
 
@@ -209,6 +198,7 @@ def grants_output(
             stack=args.stack,
             reap_untagged=args.reap_untagged,
             terminate_stopped=args.terminate_stopped,
+            chat_webhook_secret_arn=args.chat_webhook_secret_arn,
             **{**arns, "autoscaling_group_arns": tuple(arns["autoscaling_group_arns"])},
         )
     )
@@ -247,7 +237,7 @@ class Guardrails(pulumi.ComponentResource):
         account_id = aws.get_caller_identity_output(opts=invoke).account_id
         functions = deployed_functions(args)
         topic_arn = self._topic()
-        scheduler_role = self._scheduler_role(account_id)
+        scheduler_role = schedules.scheduler_role(self, args.stack, account_id, args.tags)
         grants = grants_output(
             args,
             partition=partition,
@@ -255,7 +245,9 @@ class Guardrails(pulumi.ComponentResource):
             topic_arn=topic_arn,
             scheduler_role_arn=scheduler_role.arn,
         )
-        scheduler_permission = self._scheduler_policy(functions, grants, scheduler_role)
+        # The budget is invoked by its own crossing checks.
+        invoked = [function.guardrail for function in functions if function in (REAPER, LAUNCHER, BUDGET)]
+        scheduler_permission = schedules.scheduler_role_policy(self, invoked, grants, scheduler_role)
         environment = lambda_environment(
             args,
             topic_arn=topic_arn,
@@ -285,7 +277,15 @@ class Guardrails(pulumi.ComponentResource):
             GuardrailAlertingArgs(args.stack, deployed, topic_arn, args.sweep_every, args.tags),
             opts=child_of(self),
         )
-        self._schedules(deployed, scheduler_role.arn, scheduler_permission, alerting)
+        schedules.declare_schedules(
+            self,
+            schedules.ScheduleArgs(args.stack, args.sweep_every, args.parked, args.nightly, args.tags),
+            reaper_arn=deployed[REAPER.guardrail].arn,
+            launcher_arn=deployed[LAUNCHER.guardrail].arn if LAUNCHER.guardrail in deployed else None,
+            role_arn=scheduler_role.arn,
+            permission=scheduler_permission,
+            alerting=alerting,
+        )
         self._event_rules(deployed, alerting)
         self._alarms(deployed, topic_arn)
         park_parameter = self._park_parameter()
@@ -322,96 +322,6 @@ class Guardrails(pulumi.ComponentResource):
             opts=child_of(self),
         )
         return specs, pulumi.FileArchive(str(artifacts / CODE_ARCHIVE)), layer
-
-    def _scheduler_role(self, account_id: pulumi.Output[str]) -> aws.iam.Role:
-        """The role EventBridge Scheduler invokes the reaper (sweeps, deadlines) and the launcher as."""
-        return aws.iam.Role(
-            "scheduler",
-            name=names.scheduler_role(self._args.stack),
-            description="EventBridge Scheduler: invokes the reaper (sweeps, deadlines) and the launcher",
-            assume_role_policy=pulumi.Output.json_dumps(
-                trust_policy("scheduler.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account_id}})
-            ),
-            tags=dict(self._args.tags),
-            opts=named_child_of(self),
-        )
-
-    def _scheduler_policy(
-        self, functions: Sequence[Function], grants: pulumi.Output[Grants], role: aws.iam.Role
-    ) -> aws.iam.RolePolicy:
-        # The budget is invoked by its own crossing checks.
-        invoked = [function.guardrail for function in functions if function in (REAPER, LAUNCHER, BUDGET)]
-        return aws.iam.RolePolicy(
-            "scheduler",
-            role=role.id,
-            policy=grants.apply(
-                lambda known: json.dumps(
-                    scheduler_policy(
-                        [known.function_arn(name) for name in invoked],
-                        [known.arn("sqs", names.dead_letter_queue(known.stack, name)) for name in invoked],
-                    )
-                )
-            ),
-            opts=child_of(self),
-        )
-
-    def _schedules(
-        self,
-        deployed: Mapping[str, aws.lambda_.Function],
-        scheduler_role_arn: pulumi.Output[str],
-        scheduler_permission: aws.iam.RolePolicy,
-        alerting: GuardrailAlerting,
-    ) -> None:
-        """The sweep's rate schedule and the nightly start, in the stack's group; the deadlines' own group."""
-        args = self._args
-        stack = args.stack
-        group = aws.scheduler.ScheduleGroup(
-            "schedules", name=names.schedule_group(stack), tags=dict(args.tags), opts=named_child_of(self)
-        )
-        aws.scheduler.ScheduleGroup(
-            "deadline-schedules",
-            name=names.deadline_schedule_group(stack),
-            tags=dict(args.tags),
-            opts=named_child_of(self),
-        )
-        aws.scheduler.Schedule(
-            "reaper",
-            name=names.reaper_schedule(stack),
-            group_name=group.name,
-            description="the sweep: stops managed GPU hosts past their deadline (never parked)",
-            schedule_expression=rate_expression(args.sweep_every),
-            flexible_time_window={"mode": "OFF"},
-            state="ENABLED",
-            target={
-                "arn": deployed[REAPER.guardrail].arn,
-                "role_arn": scheduler_role_arn,
-                "input": json.dumps({"dry_run": False}),
-                # A sweep older than one period is superseded by the next one.
-                **alerting.delivery(REAPER.guardrail, args.sweep_every),
-            },
-            opts=named_child_of(self, depends_on=[scheduler_permission]),
-        )
-        if args.nightly is None:
-            return
-        nightly = args.nightly
-        closed_days = self._closed_days(nightly)
-        aws.scheduler.Schedule(
-            f"nightly-{nightly.pool}",
-            name=names.nightly_schedule(stack, nightly.pool),
-            group_name=group.name,
-            description=f"nightly start of the {nightly.pool} pool ({nightly.cron} {nightly.timezone})",
-            schedule_expression=eventbridge_cron(nightly.cron),
-            schedule_expression_timezone=nightly.timezone,
-            flexible_time_window={"mode": "OFF"},
-            state="DISABLED" if args.parked else "ENABLED",
-            target={
-                "arn": deployed[LAUNCHER.guardrail].arn,
-                "role_arn": scheduler_role_arn,
-                "input": json.dumps(nightly_input(stack, nightly)),
-                **alerting.delivery(LAUNCHER.guardrail),
-            },
-            opts=named_child_of(self, depends_on=[scheduler_permission, *closed_days]),
-        )
 
     def _event_rules(self, deployed: Mapping[str, aws.lambda_.Function], alerting: GuardrailAlerting) -> None:
         """EC2 state changes to the deadline (and the meter); the budget clock to the budget check."""
@@ -467,23 +377,6 @@ class Guardrails(pulumi.ComponentResource):
         for function, every in heartbeats.items():
             if function.guardrail in deployed:
                 self._heartbeat_alarm(function, every, topic_arn)
-
-    def _closed_days(self, nightly: NightlyStart) -> list[pulumi.Resource]:
-        """The calendar of closed days the launcher reads (none without a calendar)."""
-        if nightly.calendar is None:
-            return []
-        parameter = aws.ssm.Parameter(
-            "closed-days",
-            name=names.calendar_parameter(self._args.stack),
-            type="String",
-            # Standard parameters hold 4 KB, Advanced 8 KB (the stack config refuses more).
-            tier="Standard" if len(nightly.calendar.encode()) <= 4096 else "Advanced",
-            insecure_value=nightly.calendar,
-            description="parkbrake closed days (iCalendar): the nightly launcher starts no pool on them",
-            tags=dict(self._args.tags),
-            opts=named_child_of(self),
-        )
-        return [parameter]
 
     def _park_parameter(self) -> aws.ssm.Parameter:
         args = self._args

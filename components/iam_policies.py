@@ -35,6 +35,7 @@ class Grants:
     database_secret_arn: str | None = None
     reap_untagged: bool = False  # the sweep tags unmanaged hosts as managed before stopping them
     terminate_stopped: bool = False  # the sweep snapshots and terminates hosts stopped too long
+    chat_webhook_secret_arn: str | None = None  # the chat channel's webhook URL, which the sweep posts to
 
     def arn(self, service: str, resource: str) -> str:
         return f"arn:{self.partition}:{service}:{self.region}:{self.account_id}:{resource}"
@@ -155,8 +156,8 @@ def _deadline_schedules(grants: Grants, *, disarms: bool) -> list[Statement]:
 
 
 def _sweep(grants: Grants) -> list[Statement]:
-    """Judging every host: which stacks exist (park parameters), the once-a-day notices, and (with
-    reap_untagged) tagging an unmanaged host as this stack's so that the stop path may stop it."""
+    """Judging every host: which stacks exist (park parameters), the once-a-day notices, the chat
+    channel's webhook (with one), and (with reap_untagged) tagging an unmanaged host as this stack's so that the stop path may stop it."""
     statements = [
         statement(
             "ListStacks",
@@ -169,6 +170,10 @@ def _sweep(grants: Grants) -> list[Statement]:
             grants.arn("dynamodb", f"table/{names.notices_table(grants.stack)}"),
         ),
     ]
+    if grants.chat_webhook_secret_arn is not None:
+        statements.append(
+            statement("ReadChatWebhook", ["secretsmanager:GetSecretValue"], grants.chat_webhook_secret_arn)
+        )
     if grants.reap_untagged:
         statements.append(
             statement(

@@ -22,6 +22,7 @@ from guardrails.closed_days import calendar_problems
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator, is_instance_type
+from guardrails.owners import owner_problem
 from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
 from stacks.service_config import (
@@ -53,6 +54,7 @@ PLACEHOLDER_SUFFIXES = (
     ".example.org",
 )
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
+SECRET_ARN = re.compile(r"arn:aws[\w-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+")
 AURORA_ACU_STEP = 0.5
 # The calendar travels in an SSM parameter: Advanced parameters hold up to 8 KB.
 CALENDAR_MAX_BYTES = 8192
@@ -73,6 +75,7 @@ class GpuPoolConfig:
     capacity: Capacity
     max_runtime: timedelta
     capacity_type: CapacityType = "on-demand"
+    owner: str | None = None  # who is told about the pool's hosts: the parkbrake:owner tag they carry
 
 
 @dataclass(frozen=True)
@@ -106,6 +109,10 @@ class GuardrailsConfig:
     # No cap may exceed it: a longer parkbrake:max-runtime tag is clamped to it and reported.
     max_runtime_ceiling: timedelta = timedelta(hours=24)
     reap_untagged: bool = False
+    # How long before a host's deadline its owner is warned.
+    warn_before: timedelta = timedelta(minutes=15)
+    # A Secrets Manager secret holding a Slack-compatible incoming webhook URL: notices go there too.
+    chat_webhook_secret: str | None = None
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
     # Lambda layers providing psycopg to the functions that use the ledger (meter, budget, launcher).
@@ -172,10 +179,21 @@ TOP_LEVEL_KEYS = {
 }  # fmt: skip
 
 
-POOL_KEYS = {"role", "instance_type", "tenant", "min", "desired", "max", "max_runtime", "capacity_type"}
+POOL_KEYS = {
+    "role",
+    "instance_type",
+    "tenant",
+    "min",
+    "desired",
+    "max",
+    "max_runtime",
+    "capacity_type",
+    "owner",
+}
 GUARDRAILS_KEYS = {
     "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
     "database_layer_arns", "max_runtime_ceiling", "stopped_retention", "terminate_stopped",
+    "warn_before", "chat_webhook_secret",
 }  # fmt: skip
 
 
@@ -265,7 +283,16 @@ def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[
         capacity=capacity(section),
         max_runtime=section.duration("max_runtime"),
         capacity_type=section.choice("capacity_type", ("on-demand", "spot"), "on-demand"),  # type: ignore[arg-type]
+        owner=_owner(section),
     )
+
+
+def _owner(section: Section) -> str | None:
+    """A pool's owner: put on its hosts as parkbrake:owner, so it is checked as the sweep checks the tag."""
+    owner = section.string("owner", None, hint="an e-mail address or a chat handle")
+    if owner and (problem := owner_problem(owner)) is not None:
+        section.problems.add(section.at("owner"), problem.partition(": ")[2])
+    return owner or None
 
 
 def _policy(section: Section, priced: dict[str, Any]) -> PolicyConfig:
@@ -411,6 +438,11 @@ def _guardrails(section: Section) -> GuardrailsConfig:
         reap_untagged=section.boolean("reap_untagged", False),
         stopped_retention=section.duration("stopped_retention", defaults.stopped_retention),
         terminate_stopped=section.boolean("terminate_stopped", False),
+        warn_before=section.duration("warn_before", defaults.warn_before),
+        chat_webhook_secret=section.string(
+            "chat_webhook_secret", None, pattern=SECRET_ARN, hint="a Secrets Manager secret ARN"
+        )
+        or None,
         database_layer_arns=tuple(_layer_arns(section)),
         alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
         alarm_topic_arn=alarm_topic_arn or None,
@@ -441,6 +473,12 @@ def _check_caps_against_ceiling(
 ) -> None:
     """A default cap above the ceiling would be clamped on every host: refuse it where it is written."""
     ceiling = format_duration(guardrails.max_runtime_ceiling)
+    if guardrails.warn_before >= guardrails.max_runtime_ceiling:
+        problems.add(
+            "guardrails.warn_before",
+            f"{format_duration(guardrails.warn_before)} is not shorter than guardrails.max_runtime_ceiling "
+            f"({ceiling}); no host could run long enough to be warned",
+        )
     caps = {"guardrails.default_max_runtime": guardrails.default_max_runtime}
     caps |= {f"pools.{name}.max_runtime": pool.max_runtime for name, pool in pools.items()}
     for path, cap in caps.items():

@@ -17,7 +17,8 @@ from components.control_plane_service import ControlPlaneService, ControlPlaneSe
 from components.database import Database, DatabaseArgs
 from components.ecs_service import EndpointArgs
 from components.gpu_pool import BakedAmi, GpuPool, GpuPoolArgs, HostTools, PublicIndex, ToolsArtifact
-from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
+from components.guardrail_functions import Guardrails, GuardrailsArgs
+from components.guardrail_schedules import NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
 from guardrails import names
@@ -124,6 +125,7 @@ def _pools(
                 subnet_ids=network.private_subnet_ids,
                 ecs_cluster_name=cluster.name if name == serving_pool else None,
                 host_tools=host_tools,
+                owner=pool.owner,
                 tags=tags,
             ),
         )
@@ -285,6 +287,8 @@ def _guardrails(
             reap_untagged=config.guardrails.reap_untagged,
             stopped_retention=config.guardrails.stopped_retention,
             terminate_stopped=config.guardrails.terminate_stopped,
+            warn_before=config.guardrails.warn_before,
+            chat_webhook_secret_arn=config.guardrails.chat_webhook_secret,
             alarm_email=config.guardrails.alarm_email,
             alarm_topic_arn=config.guardrails.alarm_topic_arn,
             pool_caps={name: pool.max_runtime for name, pool in config.pools.items()},

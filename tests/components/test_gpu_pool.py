@@ -172,6 +172,15 @@ def test_every_host_and_volume_carries_every_parkbrake_tag() -> None:
         assert parse_duration(host_tags[tags.MAX_RUNTIME]) == timedelta(minutes=90)
 
 
+def test_a_pools_owner_is_on_its_hosts_volumes_and_group() -> None:
+    built = Built(pool_args(owner="@ml-research"))
+    specifications = built.one(LAUNCH_TEMPLATE).inputs["tagSpecifications"]
+    for host_tags in (*(spec["tags"] for spec in specifications), group_tags(built.one(GROUP))):
+        assert host_tags[tags.OWNER] == "@ml-research"
+    unowned = Built(pool_args())
+    assert tags.OWNER not in group_tags(unowned.one(GROUP))
+
+
 def test_on_demand_group_runs_the_launch_template_directly() -> None:
     built = Built(pool_args())
     group = built.one(GROUP)

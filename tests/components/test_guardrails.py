@@ -347,6 +347,7 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "PARKBRAKE_DECISION_BUS": "default",
         "PARKBRAKE_STOPPED_RETENTION": "14d",
         "PARKBRAKE_TERMINATE_STOPPED": "true",
+        "PARKBRAKE_WARN_BEFORE": "15m",
     }
     settings = settings_from_environment(environment)
     assert settings.stack == "dev"
@@ -360,6 +361,28 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
     }
     assert settings.deadline_target_arn == REAPER_ARN
     assert (settings.stopped_retention, settings.terminate_stopped) == (timedelta(days=14), True)
+    assert settings.warn_before == timedelta(minutes=15)
+
+
+CHAT_SECRET = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:parkbrake/dev/chat-webhook-AbCdEf"
+
+
+def test_the_chat_webhook_secret_is_read_only_by_the_functions_that_post_the_sweeps_notices() -> None:
+    run = build(chat_webhook_secret_arn=CHAT_SECRET, warn_before=timedelta(minutes=30))
+    for guardrail in ("reaper", "deadline"):
+        assert environment_of(run, guardrail)["PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN"] == CHAT_SECRET
+        assert environment_of(run, guardrail)["PARKBRAKE_WARN_BEFORE"] == "30m"
+        read = by_sid(statements_of(run, guardrail))["ReadChatWebhook"]
+        assert (actions(read), read["Resource"]) == ({"secretsmanager:GetSecretValue"}, CHAT_SECRET)
+    readers = {
+        policy.name
+        for policy in run.of_type(ROLE_POLICY)
+        for statement in json.loads(policy.inputs["policy"])["Statement"]
+        if statement["Resource"] == CHAT_SECRET
+    }
+    assert readers == {"reaper", "deadline"}
+    assert "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN" not in environment_of(build(), "reaper")
+    assert "ReadChatWebhook" not in by_sid(statements_of(build(), "reaper"))
 
 
 def test_only_the_database_functions_get_the_secret_and_run_in_the_private_subnets() -> None:

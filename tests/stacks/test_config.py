@@ -105,6 +105,13 @@ def test_parked_capacity_keeps_the_ceiling() -> None:
         (lambda c: c["parkbrake:guardrails"].update(max_runtime_ceiling="a day"),
          "guardrails.max_runtime_ceiling", "is not a duration"),
         (lambda c: c["parkbrake:guardrails"].update(alarm_email="oncall"), "guardrails.alarm_email", "e-mail"),
+        (lambda c: c["parkbrake:guardrails"].update(warn_before="soon"), "guardrails.warn_before", "is not a duration"),
+        (lambda c: c["parkbrake:guardrails"].update(warn_before="1d"),
+         "guardrails.warn_before", "1d is not shorter than guardrails.max_runtime_ceiling (1d)"),
+        (lambda c: c["parkbrake:guardrails"].update(chat_webhook_secret="https://hooks.slack.com/services/T/B/X"),
+         "guardrails.chat_webhook_secret", "is not a Secrets Manager secret ARN"),
+        (lambda c: c["parkbrake:pools"]["training"].update(owner="ana at example"),
+         "pools.training.owner", "'ana at example' is neither an e-mail address nor a chat handle"),
         (lambda c: c["parkbrake:guardrails"].pop("alarm_email"), "guardrails.alarm_email", "is required"),
         (lambda c: c["parkbrake:guardrails"].update(alarm_email="oncall@example.com"),
          "guardrails.alarm_email", "is a placeholder"),
@@ -125,6 +132,20 @@ def test_each_bad_value_is_reported_by_its_path(mutate: Any, path: str, message:
     problems = problems_of(config)
     assert path in problems, problems
     assert message in problems[path]
+
+
+def test_owners_warning_and_chat_channel() -> None:
+    config = example()
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:parkbrake/dev/chat-webhook-AbCdEf"
+    config["parkbrake:guardrails"].update(warn_before="30m", chat_webhook_secret=secret)
+    config["parkbrake:pools"]["training"].update(owner="@ml-research")
+    parsed = parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    assert parsed.guardrails.warn_before == timedelta(minutes=30)
+    assert parsed.guardrails.chat_webhook_secret == secret
+    assert parsed.pools["training"].owner == "@ml-research"
+    defaults = load_stack_config("dev", REPO_ROOT)
+    assert defaults.guardrails.warn_before == timedelta(minutes=15)
+    assert (defaults.guardrails.chat_webhook_secret, defaults.pools["training"].owner) == (None, None)
 
 
 def test_every_problem_is_reported_at_once() -> None:
