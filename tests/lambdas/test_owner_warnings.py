@@ -5,6 +5,7 @@ subscription filters on, the chat webhook on a real local HTTP server, and a mal
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from datetime import datetime
@@ -256,9 +257,21 @@ def test_the_warning_reaches_the_chat_webhook(clients: ClientFactory, webhook: W
     assert f"owner     {BOB}" in posted["text"]
     assert f"parkbrake extend {host}" in posted["text"]
     assert len(published(clients, on_call)) == 1
+    # The URL is read once per container: with the secret gone, the next notice still reaches the channel.
+    clients("secretsmanager", REGION).delete_secret(SecretId=secret, ForceDeleteWithoutRecovery=True)
+    reaper.handle(
+        {"instance_ids": [host]},
+        settings=guardrail_settings(sns_topic_arn=topic, chat_webhook_secret_arn=secret),
+        clients=clients,
+        now=started + minutes(90),
+    )
+    assert len(webhook.received) == 2
+    assert "1 stopped" in webhook.received[1]["text"]
 
 
-def test_a_failing_webhook_is_reported_and_blocks_nothing(clients: ClientFactory, webhook: Webhook) -> None:
+def test_a_failing_webhook_is_reported_and_blocks_nothing(
+    clients: ClientFactory, webhook: Webhook, caplog: pytest.LogCaptureFixture
+) -> None:
     topic, on_call = sns_queue(clients)
     webhook.status = 500
     secret = chat_secret(clients, webhook.url)
@@ -284,4 +297,7 @@ def test_a_failing_webhook_is_reported_and_blocks_nothing(clients: ClientFactory
     subjects = [m["Subject"] for m in published(clients, on_call)]
     assert subjects[0].startswith(f"parkbrake {STACK}: {host} (llm-eval) stops at")
     assert subjects[1] == f"parkbrake {STACK} sweep: 1 stopped, 0 error(s), 0 finding(s)"
+    assert [record.getMessage() for record in caplog.records if record.levelno == logging.ERROR] == [
+        "could not post to the chat channel: the chat webhook answered HTTP 500"
+    ] * 2
     assert len(webhook.received) == 2
