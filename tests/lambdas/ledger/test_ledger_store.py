@@ -177,6 +177,30 @@ def test_a_budget_in_its_tenants_time_zone_counts_from_the_local_month_start(sto
         )  # fmt: skip
 
 
+def test_a_day_budget_across_a_dst_change_counts_from_the_local_midnight(store: LedgerStore) -> None:
+    # 30 March 2036 in Berlin has 23 hours: it begins at 23:00 UTC (CET) and ends at 22:00 UTC (CEST).
+    store.set_budget(Budget("research", Decimal(1000), "day", timezone="Europe/Berlin"))
+    p4d = who(instance_type="p4d.24xlarge", cap_minutes=600)
+    evening = datetime(2036, 3, 29, 22, 30, tzinfo=UTC)  # 23:30 CET on the 29th
+    hour = Decimal("32.7726") * 3_600_000
+
+    def check(now: datetime, start: datetime, spent: Decimal) -> None:
+        (status,) = store.runways(now=now, default_cap=timedelta(hours=10))
+        assert status.period_start == start
+        assert status.totals.spent_usd_hour_ms == spent
+        assert status.totals == runway_totals(
+            store.intervals(), store.price_book(), period_start_ms=to_ms(start), now_ms=to_ms(now),
+            default_cap_ms=600 * 60_000,
+        )  # fmt: skip
+
+    appended(store, [step("r", "i-1", "running", to_ms(evening), p4d),
+                     step("s", "i-1", "stopped", to_ms(evening + timedelta(hours=2)), p4d)])  # 02:30 CEST  # fmt: skip
+    check(datetime(2036, 3, 30, 12, tzinfo=UTC), datetime(2036, 3, 29, 23, tzinfo=UTC), hour * Decimal("1.5"))
+    # The next day begins at 22:00 UTC: of a host started at 21:30, only the 30 minutes after it count.
+    appended(store, [step("r2", "i-2", "running", to_ms(datetime(2036, 3, 30, 21, 30, tzinfo=UTC)), p4d)])
+    check(datetime(2036, 3, 30, 22, 30, tzinfo=UTC), datetime(2036, 3, 30, 22, tzinfo=UTC), hour / 2)
+
+
 def test_two_meters_writing_the_same_events_at_once_store_each_once_and_agree_with_the_rules(
     ledger_url: str,
 ) -> None:
