@@ -55,7 +55,8 @@ def redis_server() -> Iterator[str]:
                     break
                 except redis.ConnectionError:
                     if process.poll() is not None:
-                        raise AssertionError(f"{binary} exited: {process.stderr.read()!r}") from None
+                        _, errors = process.communicate()
+                        raise AssertionError(f"{binary} exited: {errors!r}") from None
                     time.sleep(0.05)
             client.close()
             yield url
