@@ -86,6 +86,8 @@ class GpuPoolArgs:
     vpc_id: pulumi.Input[str]
     subnet_ids: pulumi.Input[Sequence[str]]
     capacity_type: Literal["on-demand", "spot"] = "on-demand"
+    # Tried in order after instance_type when AWS lacks capacity: the group's prioritized overrides.
+    fallback_instance_types: Sequence[str] = ()
     # Parked, Pulumi holds desired capacity at 0; unparked, the nightly launcher, ECS managed
     # scaling and the reaper own it, so `pulumi up` never resets a running night's hosts.
     parked: bool = False
@@ -353,7 +355,11 @@ class GpuPool(pulumi.ComponentResource):
                 for key, value in group_tags.items()
             ],
             opts=named_child_of(self, ignore_changes=[] if args.parked else ["desiredCapacity"]),
-            **group_placement(args.capacity_type, launch_template),
+            **group_placement(
+                args.capacity_type,
+                launch_template,
+                [args.instance_type, *args.fallback_instance_types] if args.fallback_instance_types else [],
+            ),
         )
 
     def _capacity_provider(self, group: aws.autoscaling.Group) -> aws.ecs.CapacityProvider:
@@ -380,16 +386,43 @@ class GpuPool(pulumi.ComponentResource):
         )
 
 
-def group_placement(capacity_type: str, launch_template: aws.ec2.LaunchTemplate) -> dict[str, object]:
-    """How the group launches hosts: the template directly (on-demand), or spot only through a mixed policy.
+def group_placement(
+    capacity_type: str, launch_template: aws.ec2.LaunchTemplate, instance_types: Sequence[str] = ()
+) -> dict[str, object]:
+    """How the group launches hosts: the template directly (on-demand), or through a mixed policy — for
+    spot, and for a pool with fallback types (``instance_types``, in order of preference).
 
-    New hosts take the template's newest version; running hosts keep theirs until replaced.
+    With fallbacks the policy lists every type as an override with a prioritized strategy, so that
+    when EC2 answers a launch with InsufficientInstanceCapacity the group itself takes the next type
+    (and, as always, the group's other subnets' zones). New hosts take the template's newest
+    version; running hosts keep theirs until replaced.
     """
     version = "$Latest"
-    if capacity_type != "spot":
+    spot = capacity_type == "spot"
+    if not spot and not instance_types:
         return {
             "launch_template": aws.autoscaling.GroupLaunchTemplateArgs(id=launch_template.id, version=version)
         }
+    overrides = [
+        aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArgs(instance_type=name)
+        for name in instance_types
+    ]
+    distribution = (
+        aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+            on_demand_base_capacity=0,
+            on_demand_percentage_above_base_capacity=0,
+            # With overrides, their order is the preference; without, the cheapest pools with capacity.
+            spot_allocation_strategy="capacity-optimized-prioritized"
+            if overrides
+            else "price-capacity-optimized",
+        )
+        if spot
+        else aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
+            on_demand_base_capacity=0,
+            on_demand_percentage_above_base_capacity=100,
+            on_demand_allocation_strategy="prioritized",
+        )
+    )
     return {
         "mixed_instances_policy": aws.autoscaling.GroupMixedInstancesPolicyArgs(
             launch_template=aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateArgs(
@@ -397,14 +430,11 @@ def group_placement(capacity_type: str, launch_template: aws.ec2.LaunchTemplate)
                     aws.autoscaling.GroupMixedInstancesPolicyLaunchTemplateLaunchTemplateSpecificationArgs(
                         launch_template_id=launch_template.id, version=version
                     )
-                )
+                ),
+                overrides=overrides or None,
             ),
-            instances_distribution=aws.autoscaling.GroupMixedInstancesPolicyInstancesDistributionArgs(
-                on_demand_base_capacity=0,
-                on_demand_percentage_above_base_capacity=0,
-                spot_allocation_strategy="price-capacity-optimized",
-            ),
+            instances_distribution=distribution,
         ),
         # Replace a spot host AWS has warned about before it is reclaimed.
-        "capacity_rebalance": True,
+        **({"capacity_rebalance": True} if spot else {}),
     }

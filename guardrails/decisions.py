@@ -226,7 +226,13 @@ def _host_decisions(
 
 def launch_decision(decision: LaunchDecision, *, actor: str, now: datetime) -> Decision:
     """A nightly start: the capacity raised, or the refusal and why."""
-    details = {"pool": decision.pool, "target": decision.target, "required_usd": str(decision.required_usd)}
+    details = {
+        "pool": decision.pool,
+        "target": decision.target,
+        "required_usd": str(decision.required_usd),
+        "instance_types": list(decision.instance_types),  # the group's, fallbacks after its own
+        "priced_as": decision.priced_as,
+    }
     if decision.refusal is not None:
         details["refusal"] = decision.refusal.kind
         return Decision("launch-refuse", actor, decision.refusal.reason, now, details=details)

@@ -72,9 +72,12 @@ class PoolState:
     group_name: str
     desired: int  # the Auto Scaling group's desired capacity now
     max_size: int
+    # What the budget is admitted for: of the types the group may launch, the dearest, since the
+    # group picks one (a fallback type when EC2 lacks capacity for the first) after the admission.
     instance_type: str
     tenant: str | None
     cap: timedelta
+    instance_types: tuple[str, ...] = ()  # the group's types in order of preference (fallbacks after)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,8 @@ class LaunchDecision:
     refusal: Refusal | None
     budget_checked: bool
     reservation_id: int | None = None  # the ledger's reservation for the hosts started
+    instance_types: tuple[str, ...] = ()  # what the group may launch, in order of preference
+    priced_as: str | None = None  # the type the hosts were priced (and admitted) at
 
 
 def required_cost(hosts: int, usd_per_hour: Decimal, cap: timedelta) -> Decimal:
@@ -117,7 +122,15 @@ def decide_launch(
         refusal: Refusal | None, *, budget_checked: bool = False, reservation_id: int | None = None
     ) -> LaunchDecision:
         return LaunchDecision(
-            pool.pool, target, 0 if refusal else start, required, refusal, budget_checked, reservation_id
+            pool.pool,
+            target,
+            0 if refusal else start,
+            required,
+            refusal,
+            budget_checked,
+            reservation_id,
+            pool.instance_types or (pool.instance_type,),
+            pool.instance_type,
         )
 
     if parked:

@@ -103,6 +103,7 @@ def read_pool(autoscaling: Any, ec2: Any, *, stack: str, pool: str, settings: Se
     if not groups:
         raise ParkbrakeError(f"no Auto Scaling group {group_name} for pool {pool!r} of stack {stack!r}")
     group = groups[0]
+    candidates = _instance_types(group, ec2)
     group_tags = {tag["Key"]: tag["Value"] for tag in group.get("Tags", [])}
     problems: list[str] = []
     cap, _source = cap_for(
@@ -115,18 +116,20 @@ def read_pool(autoscaling: Any, ec2: Any, *, stack: str, pool: str, settings: Se
         group_name=group_name,
         desired=int(group["DesiredCapacity"]),
         max_size=int(group["MaxSize"]),
-        instance_type=_instance_type(group, ec2),
+        instance_type=_dearest(candidates),
+        instance_types=candidates,
         tenant=group_tags.get(tags.TENANT),
         cap=cap,
     )
 
 
-def _instance_type(group: Mapping[str, Any], ec2: Any) -> str:
-    """What the group launches: its launch template (plain or in a mixed-instances policy)."""
+def _instance_types(group: Mapping[str, Any], ec2: Any) -> tuple[str, ...]:
+    """What the group launches, in order of preference: a mixed-instances policy's overrides (the
+    pool's type, then its fallbacks), else its launch template's type."""
     mixed = group.get("MixedInstancesPolicy", {}).get("LaunchTemplate", {})
     overrides = [item["InstanceType"] for item in mixed.get("Overrides", []) if item.get("InstanceType")]
     if overrides:
-        return str(overrides[0])
+        return tuple(str(name) for name in overrides)
     template = group.get("LaunchTemplate") or mixed.get("LaunchTemplateSpecification")
     if template:
         selector = (
@@ -139,8 +142,14 @@ def _instance_type(group: Mapping[str, Any], ec2: Any) -> str:
         )["LaunchTemplateVersions"]
         instance_type = versions[0]["LaunchTemplateData"].get("InstanceType") if versions else None
         if instance_type:
-            return str(instance_type)
+            return (str(instance_type),)
     raise ParkbrakeError(f"cannot tell which instance type group {group['AutoScalingGroupName']} launches")
+
+
+def _dearest(instance_types: tuple[str, ...]) -> str:
+    """The type whose hosts cost most an hour: what a start is admitted at, whichever the group picks."""
+    prices = load_price_table()
+    return max(instance_types, key=lambda name: prices.instance(name).usd_per_hour)
 
 
 def launch(
@@ -210,6 +219,8 @@ def result_of(decision: LaunchDecision) -> dict[str, Any]:
         "budget": "checked" if decision.budget_checked else "not checked",
         "required_usd": str(decision.required_usd.quantize(CENTS)),
         "reservation_id": decision.reservation_id,
+        "instance_types": list(decision.instance_types),
+        "priced_as": decision.priced_as,
     }
 
 

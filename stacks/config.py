@@ -76,6 +76,13 @@ class GpuPoolConfig:
     max_runtime: timedelta
     capacity_type: CapacityType = "on-demand"
     owner: str | None = None  # who is told about the pool's hosts: the parkbrake:owner tag they carry
+    # Tried in order when AWS lacks capacity for instance_type (the group's prioritized overrides).
+    fallback_instance_types: tuple[str, ...] = ()
+
+    @property
+    def instance_types(self) -> tuple[str, ...]:
+        """What the pool may launch, in order of preference."""
+        return (self.instance_type, *self.fallback_instance_types)
 
 
 @dataclass(frozen=True)
@@ -189,6 +196,7 @@ POOL_KEYS = {
     "max_runtime",
     "capacity_type",
     "owner",
+    "fallback_instance_types",
 }
 GUARDRAILS_KEYS = {
     "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
@@ -284,6 +292,7 @@ def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[
         max_runtime=section.duration("max_runtime"),
         capacity_type=section.choice("capacity_type", ("on-demand", "spot"), "on-demand"),  # type: ignore[arg-type]
         owner=_owner(section),
+        fallback_instance_types=_fallback_types(section, instance_type, priced),
     )
 
 
@@ -293,6 +302,30 @@ def _owner(section: Section) -> str | None:
     if owner and (problem := owner_problem(owner)) is not None:
         section.problems.add(section.at("owner"), problem.partition(": ")[2])
     return owner or None
+
+
+def _fallback_types(section: Section, primary: str, priced: dict[str, Any]) -> tuple[str, ...]:
+    """Each an accelerated type with a price (the launcher reserves budget for the dearest), once."""
+    if not section.has("fallback_instance_types"):
+        return ()
+    chosen = section.string_list("fallback_instance_types", hint="a list of instance types, in order")
+    where = section.at("fallback_instance_types")
+    if not chosen and not section.problems.has(where):
+        section.problems.add(where, "is empty; list instance types to try in order, or leave the key out")
+    for index, name in enumerate(chosen):
+        if name == primary or name in chosen[:index]:
+            section.problems.add(f"{where}[{index}]", f'"{name}" is listed twice (with instance_type)')
+        elif not is_instance_type(name) or not is_accelerator(name):
+            section.problems.add(
+                f"{where}[{index}]", f'"{name}" is not an accelerated-computing instance type'
+            )
+        elif name not in priced:
+            section.problems.add(
+                f"{where}[{index}]",
+                f'"{name}" has no price in guardrails/prices.json; use one of {", ".join(sorted(priced))} '
+                "or add its price",
+            )
+    return tuple(chosen)
 
 
 def _policy(section: Section, priced: dict[str, Any]) -> PolicyConfig:

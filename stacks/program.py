@@ -115,6 +115,7 @@ def _pools(
                 pool=name,
                 role=pool.role,
                 instance_type=pool.instance_type,
+                fallback_instance_types=pool.fallback_instance_types,
                 tenant=pool.tenant,
                 capacity=config.pool_capacity(pool),
                 max_runtime=pool.max_runtime,

@@ -207,6 +207,45 @@ def test_spot_group_asks_for_spot_only_through_a_mixed_instances_policy() -> Non
     assert group.inputs["capacityRebalance"] is True
 
 
+@pytest.mark.parametrize(
+    ("capacity_type", "strategy"),
+    [
+        (
+            "on-demand",
+            {"onDemandAllocationStrategy": "prioritized", "onDemandPercentageAboveBaseCapacity": 100},
+        ),
+        (
+            "spot",
+            {
+                "spotAllocationStrategy": "capacity-optimized-prioritized",
+                "onDemandPercentageAboveBaseCapacity": 0,
+            },
+        ),
+    ],
+)
+def test_fallback_types_are_the_groups_prioritized_overrides(
+    capacity_type: str, strategy: dict[str, object]
+) -> None:
+    built = Built(
+        pool_args(
+            capacity_type=capacity_type,
+            instance_type="p5.48xlarge",
+            fallback_instance_types=("p4d.24xlarge", "p4de.24xlarge"),
+        )
+    )
+    group = built.one(GROUP)
+
+    policy = group.inputs["mixedInstancesPolicy"]
+    assert "launchTemplate" not in group.inputs
+    assert [item["instanceType"] for item in policy["launchTemplate"]["overrides"]] == [
+        "p5.48xlarge",
+        "p4d.24xlarge",
+        "p4de.24xlarge",
+    ]
+    assert strategy.items() <= policy["instancesDistribution"].items()
+    assert ("capacityRebalance" in group.inputs) == (capacity_type == "spot")
+
+
 def test_no_capacity_provider_unless_the_pool_backs_an_ecs_service() -> None:
     built = Built(pool_args())
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -11,6 +11,7 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from botocore.exceptions import ClientError
 from guardrail_fleet import (
+    AMI,
     REGION,
     STACK,
     client_factory,
@@ -97,6 +98,8 @@ def test_starts_the_pool_when_unparked(clients: ClientFactory) -> None:
         "budget": "not checked",
         "required_usd": str((3 * price * 2).quantize(Decimal("0.01"))),
         "reservation_id": None,
+        "instance_types": ["g5.12xlarge"],
+        "priced_as": "g5.12xlarge",
     }
     assert desired(clients) == 3
     assert (
@@ -189,3 +192,52 @@ def test_unknown_pool_is_an_error(clients: ClientFactory) -> None:
 def test_malformed_events_are_refused(event: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"pool|capacity"):
         launcher.parse_event(event)
+
+
+def test_a_pool_with_fallback_types_is_admitted_at_its_dearest_type_and_says_which(aws: str) -> None:
+    """The group's prioritized overrides are the pool's type and its fallbacks: when EC2 lacks capacity
+    for one, the group launches the next, after the admission, so the budget covers the dearest."""
+    made = client_factory(aws)
+    ec2, autoscaling = made("ec2", REGION), made("autoscaling", REGION)
+    template = ec2.create_launch_template(
+        LaunchTemplateName="fallbacks", LaunchTemplateData={"ImageId": AMI, "InstanceType": "g5.12xlarge"}
+    )["LaunchTemplate"]
+    types = ["g5.12xlarge", "g6e.12xlarge", "g5.24xlarge"]
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName=names.autoscaling_group(STACK, "training"),
+        MixedInstancesPolicy={
+            "LaunchTemplate": {
+                "LaunchTemplateSpecification": {
+                    "LaunchTemplateId": template["LaunchTemplateId"],
+                    "Version": "$Latest",
+                },
+                "Overrides": [{"InstanceType": name} for name in types],
+            },
+            "InstancesDistribution": {
+                "OnDemandAllocationStrategy": "prioritized",
+                "OnDemandPercentageAboveBaseCapacity": 100,
+            },
+        },
+        MinSize=0,
+        MaxSize=3,
+        DesiredCapacity=0,
+        AvailabilityZones=[f"{REGION}a"],
+        Tags=[
+            {"Key": k, "Value": v, "PropagateAtLaunch": True}
+            for k, v in managed_tags(max_runtime="2h").items()
+        ],
+    )
+    park(made, "false")
+    prices = load_price_table()
+    dearest = max(types, key=lambda name: prices.instance(name).usd_per_hour)
+    assert dearest != "g5.12xlarge"
+    gate = Gate()
+
+    result = start(made, {"pool": "training", "capacity": 2}, gate)
+
+    assert (result["instance_types"], result["priced_as"]) == (types, dearest)
+    assert gate.asked == [
+        ("research", required_cost(2, prices.instance(dearest).usd_per_hour, timedelta(hours=2)))
+    ]
+    assert result["required_usd"] == str(gate.asked[0][1].quantize(Decimal("0.01")))
+    assert desired(made) == 2

@@ -333,3 +333,24 @@ def test_stopped_retention_and_terminate_stopped() -> None:
     problems = problems_of(config)
     assert "guardrails.stopped_retention" in problems
     assert "guardrails.terminate_stopped" in problems
+
+
+def test_fallback_instance_types_are_checked_each_by_its_index() -> None:
+    config = example()
+    config["parkbrake:pools"]["training"]["fallback_instance_types"] = ["g6e.12xlarge", "g5.48xlarge"]
+    assert parse_stack_config("dev", config, "Pulumi.dev.yaml").pools["training"].instance_types == (
+        config["parkbrake:pools"]["training"]["instance_type"],
+        "g6e.12xlarge",
+        "g5.48xlarge",
+    )
+
+    primary = config["parkbrake:pools"]["training"]["instance_type"]
+    config["parkbrake:pools"]["training"]["fallback_instance_types"] = [primary, "m5.large", "g5.9000xlarge"]
+    problems = problems_of(config)
+    assert "listed twice" in problems["pools.training.fallback_instance_types[0]"]
+    assert (
+        "not an accelerated-computing instance type" in problems["pools.training.fallback_instance_types[1]"]
+    )
+    assert "no price in guardrails/prices.json" in problems["pools.training.fallback_instance_types[2]"]
+    config["parkbrake:pools"]["training"]["fallback_instance_types"] = []
+    assert "is empty" in problems_of(config)["pools.training.fallback_instance_types"]
