@@ -3,7 +3,8 @@ notification (read through SQS) and, with terminate_stopped on, snapshotted and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,8 +22,10 @@ from guardrail_fleet import (
 )
 
 from guardrails import names, tags
+from guardrails.decisions import Decision
 from guardrails.hosts import stopped_since
 from lambdas import reaper
+from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stopped_hosts import SOURCE_INSTANCE_TAG
 
@@ -73,10 +76,31 @@ def stopped(aws: str) -> StoppedHost:
     return StoppedHost(instance_id, stopped_at, volumes, topic, queue_url)
 
 
-def sweep(endpoint: str, host: StoppedHost, *, days: float, terminate: bool) -> dict[str, Any]:
+@dataclass
+class Decisions:
+    """The decision log's writer, as the ledger's store takes them."""
+
+    appended: list[Decision] = field(default_factory=list)
+
+    def append(self, decisions: Sequence[Decision], *, origin: str) -> dict[str, str]:
+        self.appended += decisions
+        return {}
+
+    def about(self, instance_id: str) -> list[tuple[str, Any]]:
+        return [
+            (item.kind, item.details.get("action"))
+            for item in self.appended
+            if item.instance_id == instance_id
+        ]
+
+
+def sweep(
+    endpoint: str, host: StoppedHost, *, days: float, terminate: bool, decisions: Decisions | None = None
+) -> dict[str, Any]:
     settings = guardrail_settings(sns_topic_arn=host.topic, terminate_stopped=terminate)
     now = host.stopped_at + timedelta(days=days)
-    return reaper.handle({}, settings=settings, clients=client_factory(endpoint), now=now)
+    log = DecisionLog(guardrail="reaper", origin="sweep", ledger=lambda: decisions or Decisions())
+    return reaper.handle({}, settings=settings, clients=client_factory(endpoint), now=now, decisions=log)
 
 
 def state(aws: str, instance_id: str) -> str:
@@ -129,8 +153,11 @@ def test_within_the_retention_nothing_is_said_or_done(aws: str, stopped: Stopped
 def test_with_terminate_stopped_each_volume_is_snapshotted_then_the_host_terminated(
     aws: str, stopped: StoppedHost
 ) -> None:
-    result = sweep(aws, stopped, days=8, terminate=True)
+    decisions = Decisions()
 
+    result = sweep(aws, stopped, days=8, terminate=True, decisions=decisions)
+
+    assert ("stop", "retire") in decisions.about(stopped.instance_id)
     taken = snapshots(aws, stopped.instance_id)
     assert sorted(snapshot["VolumeId"] for snapshot in taken) == stopped.volumes
     assert result["retired"] == [stopped.instance_id]
@@ -157,13 +184,15 @@ def test_a_failed_snapshot_keeps_the_host_and_the_next_sweep_finishes_the_job(
         proxy.fail(
             "CreateSnapshot", "SnapshotCreationPerVolumeRateExceeded", "slow down", matches=of_second_volume
         )
-        failed = sweep(proxy.url, stopped, days=8, terminate=True)
+        decisions = Decisions()
+        failed = sweep(proxy.url, stopped, days=8, terminate=True, decisions=decisions)
 
     assert failed["retired"] == []
     (error,) = [error for error in failed["errors"] if error.get("instance_id") == stopped.instance_id]
     assert error["action"] == "retire"
     assert "SnapshotCreationPerVolumeRateExceeded" in error["error"]
     assert state(aws, stopped.instance_id) == "stopped"
+    assert ("stop-failed", None) in decisions.about(stopped.instance_id)
     body = notification(aws, stopped)
     assert "Failed to stop (1):" in body
     assert "failed to retire: " in body
