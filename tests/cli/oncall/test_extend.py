@@ -198,3 +198,28 @@ def test_dry_run_and_no_terminal_change_nothing(clients: ClientFactory) -> None:
     assert "Refusing without --yes" in unasked.output
     assert host_tags(clients, host) == before
     assert deadline_schedules(clients) == {}
+
+
+def test_denied_tagging_is_one_line_and_changes_nothing(
+    aws: str, clients: ClientFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As under the guard policy: CreateTags of parkbrake:* refused to a role it does not name."""
+    from aws_fault_proxy import FaultProxy
+
+    host = gpu_host(clients)
+    before = host_tags(clients, host)
+    with FaultProxy(aws) as proxy:
+        proxy.fail(
+            "CreateTags", "UnauthorizedOperation", "explicit deny in a service control policy", status=403
+        )
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        result = CliRunner().invoke(
+            parkbrake,
+            ["extend", host, "--by", "1h", "--reason", "eval", "--yes"],
+            env={"PARKBRAKE_STACK": STACK, "PARKBRAKE_REGIONS": REGION},
+        )
+    assert result.exit_code == 1
+    assert "explicit deny in a service control policy" in result.output
+    assert "Traceback" not in result.output
+    assert host_tags(clients, host) == before
+    assert deadline_schedules(clients) == {}
