@@ -188,7 +188,8 @@ def plan_sweep(
             log.error("could not list hosts in %s: %s", region, describe_error(error))
             errors.append({"region": region, "action": "list", "error": describe_error(error)})
             continue
-        stopped = _stopped_hosts(clients("ec2", region), region, errors) if instance_ids is None else []
+        ec2 = clients("ec2", region)
+        stopped = _stopped_hosts(ec2, region, errors, page_size) if instance_ids is None else []
         managed = any(host.managed for host in [*hosts, *stopped])
         stacks = _live_stacks(clients, region, errors) if managed else ()
         stacks_by_region[region] = stacks
@@ -217,9 +218,9 @@ def plan_sweep(
     return SweepPlan(verdicts, errors, ids, stacks_by_region, plan_storage)
 
 
-def _stopped_hosts(ec2: Any, region: str, errors: list[dict[str, str]]) -> list[Host]:
+def _stopped_hosts(ec2: Any, region: str, errors: list[dict[str, str]], page_size: int) -> list[Host]:
     try:
-        return list_stopped_hosts(ec2, region)
+        return list_stopped_hosts(ec2, region, page_size=page_size)
     except AWS_ERRORS as error:
         log.error("could not list stopped hosts in %s: %s", region, describe_error(error))
         errors.append({"region": region, "action": "list-stopped", "error": describe_error(error)})
