@@ -19,10 +19,11 @@ from botocore.exceptions import ClientError
 
 from cli.oncall.concurrently import side_by_side
 from cli.oncall.fleet_capacity import GroupStatus, groups_of, service_traffic
-from cli.oncall.nightly import Schedule, list_schedules
+from cli.oncall.nightly import Schedule, closed_days_of, list_schedules
 from cli.oncall.park_records import ParkRecord
 from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value
 from guardrails import names, tags
+from guardrails.closed_days import ClosedDays
 from guardrails.deadlines import Deadline
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
@@ -158,6 +159,8 @@ class StackStatus:
     region: str
     park_value: str | None  # the SSM park parameter's text; None when absent
     schedules: list[Schedule]
+    # The calendars of closed days the nightly starts name, by SSM parameter: their next run skips those.
+    calendars: dict[str, ClosedDays] = field(default_factory=dict)
 
     @property
     def parked(self) -> bool | None:
@@ -166,7 +169,9 @@ class StackStatus:
     def next_start(self, now: datetime) -> tuple[Schedule, datetime] | None:
         """The nightly start that fires first, and when."""
         upcoming = [
-            (schedule, schedule.next_run(now)) for schedule in self.schedules if schedule.kind == "nightly"
+            (schedule, schedule.next_open_run(now, self.calendars.get(schedule.calendar or ""))[0])
+            for schedule in self.schedules
+            if schedule.kind == "nightly"
         ]
         timed = [(schedule, moment) for schedule, moment in upcoming if moment is not None]
         return min(timed, key=lambda pair: pair[1]) if timed else None
@@ -183,7 +188,10 @@ class StackStatus:
                 if start
                 else None
             ),
-            "schedules": [schedule.as_dict(now) for schedule in self.schedules],
+            "schedules": [
+                schedule.as_dict(now, self.calendars.get(schedule.calendar or ""))
+                for schedule in self.schedules
+            ],
         }
 
 
@@ -372,16 +380,27 @@ def _read_stack(part: _RegionPart, name: str, region: str, clients: ClientFactor
     try:
         part.services += services_of(clients("ecs", region), clients("elbv2", region), region, name)
         part.groups += groups_of(clients("autoscaling", region), region, name)
+        schedules = list_schedules(clients("scheduler", region), name)
         part.stacks.append(
             StackStatus(
                 name,
                 region,
                 park_parameter_value(clients("ssm", region), name),
-                list_schedules(clients("scheduler", region), name),
+                schedules,
+                _calendars(part, schedules, clients("ssm", region), f"{region} stack {name}"),
             )
         )
     except ClientError as error:
         part.errors.append(f"{region} stack {name}: {describe_error(error)}")
+
+
+def _calendars(part: _RegionPart, schedules: list[Schedule], ssm: Any, where: str) -> dict[str, ClosedDays]:
+    """A calendar that cannot be read is an error line; the next start is then shown without it."""
+    try:
+        return closed_days_of(schedules, ssm)
+    except (ClientError, ParkbrakeError) as error:
+        part.errors.append(f"{where}: {error}")
+        return {}
 
 
 def running_accelerator_hosts(ec2: Any, region: str, stack: str | None) -> list[Host]:

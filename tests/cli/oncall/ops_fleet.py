@@ -7,18 +7,23 @@ and these tests act on the same fleet.
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import boto3
+
+from guardrails import names
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 STACK = "dev"  # the example stack, Pulumi.dev.yaml (region us-east-1)
 REGION = "us-east-1"
+BERLIN = ZoneInfo("Europe/Berlin")  # the example stack's nightly time zone
 
 
 def _load_demo_fleet() -> ModuleType:
@@ -99,3 +104,30 @@ def schedule(endpoint_url: str, group_name: str, name: str) -> dict[str, Any]:
 
 def parameter(endpoint_url: str, name: str) -> str:
     return str(aws_client(endpoint_url, "ssm").get_parameter(Name=name)["Parameter"]["Value"])
+
+
+def close_days(aws: str, first: date, days: int) -> None:
+    """Give the nightly start a calendar closing ``days`` days from ``first`` (Berlin), as the stack does
+    with ``nightly.calendar``: the SSM parameter, and the schedule's payload naming it."""
+    from holiday_calendar import ics  # tests/ is on the path in test sessions (benchmarks import this module)
+
+    end = first + timedelta(days=days)
+    event = f"UID:freeze@parkbrake\nSUMMARY:Year-end freeze\nDTSTART;VALUE=DATE:{first:%Y%m%d}\nDTEND;VALUE=DATE:{end:%Y%m%d}"
+    aws_client(aws, "ssm").put_parameter(
+        Name=names.calendar_parameter(STACK), Value=ics(event), Type="String"
+    )
+    definition = schedule(aws, names.schedule_group(STACK), names.nightly_schedule(STACK, "training"))
+    payload = json.loads(definition["Target"]["Input"]) | {
+        "calendar": names.calendar_parameter(STACK),
+        "timezone": "Europe/Berlin",
+        "scheduled_time": "<aws.scheduler.scheduled-time>",
+    }
+    aws_client(aws, "scheduler").update_schedule(
+        Name=names.nightly_schedule(STACK, "training"),
+        GroupName=names.schedule_group(STACK),
+        ScheduleExpression=definition["ScheduleExpression"],
+        ScheduleExpressionTimezone=definition["ScheduleExpressionTimezone"],
+        FlexibleTimeWindow=definition["FlexibleTimeWindow"],
+        Target=definition["Target"] | {"Input": json.dumps(payload)},
+        State="ENABLED",
+    )

@@ -12,8 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
-from holiday_calendar import ics
-from ops_fleet import REGION, STACK, aws_client, capacity, project_copy, schedule, seed
+from ops_fleet import BERLIN, REGION, STACK, aws_client, capacity, close_days, project_copy, schedule, seed
 
 from cli.main import parkbrake
 from cli.oncall.nightly import closed_days_of, get_schedule, next_occurrence, run_now
@@ -231,32 +230,6 @@ def test_next_occurrence(expression: str, timezone: str, now: str, expected: str
 
 
 # --- the calendar of closed days ------------------------------------------------------------------------
-
-BERLIN = ZoneInfo("Europe/Berlin")
-
-
-def close_days(aws: str, first: date, days: int) -> None:
-    """Give the nightly start a calendar closing ``days`` days from ``first`` (Berlin), as the stack does."""
-    end = first + timedelta(days=days)
-    event = f"UID:freeze@parkbrake\nSUMMARY:Year-end freeze\nDTSTART;VALUE=DATE:{first:%Y%m%d}\nDTEND;VALUE=DATE:{end:%Y%m%d}"
-    aws_client(aws, "ssm").put_parameter(
-        Name=names.calendar_parameter(STACK), Value=ics(event), Type="String"
-    )
-    definition = schedule(aws, GROUP, NIGHTLY)
-    payload = json.loads(definition["Target"]["Input"]) | {
-        "calendar": names.calendar_parameter(STACK),
-        "timezone": "Europe/Berlin",
-        "scheduled_time": "<aws.scheduler.scheduled-time>",
-    }
-    aws_client(aws, "scheduler").update_schedule(
-        Name=NIGHTLY,
-        GroupName=GROUP,
-        ScheduleExpression=definition["ScheduleExpression"],
-        ScheduleExpressionTimezone=definition["ScheduleExpressionTimezone"],
-        FlexibleTimeWindow=definition["FlexibleTimeWindow"],
-        Target=definition["Target"] | {"Input": json.dumps(payload)},
-        State="ENABLED",
-    )
 
 
 def test_list_shows_the_next_run_on_an_open_day_and_the_closed_days_skipped(aws: str, fleet: Any) -> None:

@@ -16,7 +16,7 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
-from ops_fleet import REGION, STACK, aws_client, project_copy, seed
+from ops_fleet import BERLIN, REGION, STACK, aws_client, close_days, project_copy, seed
 from rich.console import Console
 
 from cli.main import parkbrake
@@ -106,6 +106,23 @@ def test_services_park_state_and_next_start_through_the_cli(aws: str, fleet: Any
     assert (stack["stack"], stack["parked"]) == (STACK, False)
     assert stack["next_start"]["pool"] == "training"
     assert stack["next_start"]["schedule"] == names.nightly_schedule(STACK, "training")
+
+
+def test_the_next_start_skips_the_closed_days_of_the_calendar(aws: str, fleet: Any) -> None:
+    today = datetime.now(BERLIN).date()
+    close_days(aws, today - timedelta(days=1), 4)  # whatever the hour, the next 01:00 start is closed
+
+    result = invoke("--stack", STACK, "--output", "json")
+
+    assert result.exit_code == 0, result.output
+    [stack] = json.loads(result.stdout)["stacks"]
+    start = datetime.fromisoformat(stack["next_start"]["at"]).astimezone(BERLIN)
+    assert (start.date(), start.strftime("%H:%M")) == (today + timedelta(days=3), "01:00")
+    aws_client(aws, "ssm").delete_parameter(Name=names.calendar_parameter(STACK))
+    unreadable = invoke("--stack", STACK, "--output", "json")
+    assert (
+        f"{names.calendar_parameter(STACK)} (the calendar of closed days) does not exist" in unreadable.output
+    )
 
 
 def test_text_output_and_park_state_after_parking(aws: str, fleet: Any) -> None:
