@@ -5,9 +5,11 @@ A stack with a calendar of closed days adds ``"calendar"`` (the SSM parameter ho
 so that a retried start is judged on the day it was due).
 
 It refuses, logs the reason and counts it when the stack is parked (SSM ``/parkbrake/<stack>/parked``),
-when the calendar closes the day the start was due, when the pool's Auto Scaling group already wants that many hosts, or when a budget gate is configured
-and the tenant's runway cannot pay for the hosts to be started running their full cap. Otherwise it
-sets the group's desired capacity. Without a gate the result says ``"budget": "not checked"``.
+when the calendar closes the day the start was due, when the pool's Auto Scaling group already wants
+that many hosts, or when a budget gate is configured and the tenant's runway cannot pay for the hosts
+to be started running their full cap (at the dearest of the group's instance types: with fallback
+types, which one starts is the group's choice, after the admission). Otherwise it sets the group's
+desired capacity. Without a gate the result says ``"budget": "not checked"``.
 """
 
 from __future__ import annotations
