@@ -70,6 +70,7 @@ def test_every_eventbridge_rule_target_retries_and_dead_letters() -> None:
         "meter-from-state-change",
         "budget-from-clock",
         "reconciler-from-clock",
+        "meter-from-decisions",  # the reaper's and the deadlines' decisions, relayed onto the ledger
     }
     for name, target in targets.items():
         guardrail = name.split("-from-")[0]
