@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -78,6 +79,14 @@ def metric(url: str, name: str, labels: str = "") -> float:
         if sample == wanted:
             return float(value)
     return 0.0
+
+
+def settled_metric(url: str, name: str, expected: float, *, limit: float = 10.0) -> float:
+    """A sample that work after the response moves: polled until it reads ``expected`` or ``limit`` passes."""
+    deadline = time.monotonic() + limit
+    while (value := metric(url, name)) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
 
 
 @pytest.fixture(scope="session")
