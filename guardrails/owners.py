@@ -7,7 +7,7 @@ is never used as an address: the notice then goes to the on-call subscribers onl
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from guardrails import tags
 
@@ -30,3 +30,16 @@ def owner_of(resource_tags: Mapping[str, str]) -> str | None:
     """The host's owner when its tag holds a valid one; None when it is missing or malformed."""
     value = resource_tags.get(tags.OWNER, "").strip()
     return value if value and owner_problem(value) is None else None
+
+
+def owners_of(hosts_tags: Iterable[Mapping[str, str]]) -> list[str]:
+    """The valid owners of these hosts (their tags), each once, in order."""
+    found = (owner_of(host_tags) for host_tags in hosts_tags)
+    return list(dict.fromkeys(owner for owner in found if owner))
+
+
+def owners_line(owner_names: Sequence[str]) -> str:
+    """The line that names the owners in a message about hosts."""
+    if not owner_names:
+        return f"Owners: nobody (no valid {tags.OWNER} tag; the on-call subscribers get this)."
+    return f"Owners: {', '.join(owner_names)}."

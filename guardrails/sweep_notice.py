@@ -14,7 +14,7 @@ from decimal import Decimal
 
 from guardrails.durations import format_duration
 from guardrails.hosts import Host
-from guardrails.owners import owner_of
+from guardrails.owners import owner_of, owners_of
 from guardrails.pricing import cost_since_start, load_price_table
 from guardrails.rules.base import instant
 from guardrails.sweep import Verdict
@@ -145,8 +145,7 @@ def running_cost(host: Host, now: datetime) -> tuple[timedelta, Decimal | None]:
 
 def owners(notices: Iterable[Notice]) -> list[str]:
     """The valid owners of the hosts the notices are about, each once, in order."""
-    found = (owner_of(notice.host.tags) for notice in notices if notice.host is not None)
-    return list(dict.fromkeys(owner for owner in found if owner))
+    return owners_of(notice.host.tags for notice in notices if notice.host is not None)
 
 
 def compose(stack: str | None, notices: Sequence[Notice], *, repeats: int, now: datetime) -> tuple[str, str]:

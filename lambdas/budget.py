@@ -5,7 +5,10 @@ Per tenant, as its budget's ``actions`` say (guardrails.runway.budget_decisions)
   period, never again that period, whatever runs or processes check it;
 - deny: once the limit is reached the launcher and ``parkbrake run`` refuse (:class:`LedgerBudgetGate`);
 - stop: once *spent* reaches the limit, the tenant's running managed GPU hosts are stopped through
-  lambdas.aws.stop_path, the sweep's one Auto Scaling-aware stop path.
+  lambdas.aws.stop_path, the sweep's one Auto Scaling-aware stop path, and one SNS message lists them.
+
+Every message names the owners of the hosts it is about (the running ones for a threshold, the
+stopped ones for a stop) and carries them as the ``owner`` attribute, the tenant as ``tenant``.
 
 Every action is written to the ledger's ``guardrail_actions`` with its reason, which makes it a
 decision in the decision log in the same transaction, and is logged as a decision line. The actions go through
@@ -32,6 +35,7 @@ from guardrails.decisions import Decision
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
 from guardrails.launch import Admission, AdmissionRequest
+from guardrails.owners import owner_of, owners_line, owners_of
 from guardrails.runway import (
     BudgetDecision,
     Enforcer,
@@ -42,7 +46,7 @@ from guardrails.runway import (
     crossing_at,
 )
 from guardrails.settings import Settings
-from lambdas.aws import heartbeat
+from lambdas.aws import heartbeat, notices
 from lambdas.aws.deadline_schedules import arm_budget_crossing, disarm_budget_crossing
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts
@@ -54,7 +58,7 @@ from lambdas.aws.environment import (
     utc_now,
 )
 from lambdas.aws.logs import configure_logging
-from lambdas.aws.stop_path import SpotAction, describe_error, stop_hosts
+from lambdas.aws.stop_path import AWS_ERRORS, SpotAction, describe_error, stop_hosts
 from lambdas.ledger.store import LedgerStore, container_store
 
 log = logging.getLogger(__name__)
@@ -151,13 +155,20 @@ class AwsEnforcer:
         )
 
     def notify(self, tenant: str, subject: str, message: str) -> None:
+        """Tell the owners of the tenant's running hosts (whose spend it is), by name and attribute."""
+        self._publish(tenant, subject, message, self.running_hosts(tenant))
+
+    def _publish(self, tenant: str, subject: str, message: str, hosts: Sequence[Host]) -> None:
         if self._topic_arn is None:
             raise ParkbrakeError(f"cannot notify about tenant {tenant!r}: PARKBRAKE_SNS_TOPIC_ARN is not set")
-        self._clients("sns", None).publish(
-            TopicArn=self._topic_arn,
-            Subject=subject,
-            Message=message,
-            MessageAttributes={"tenant": {"DataType": "String", "StringValue": tenant}},
+        owner_names = owners_of(host.tags for host in hosts)
+        notices.publish(
+            self._topic_arn,
+            subject,
+            f"{message}\n{owners_line(owner_names)}",
+            owner_names,
+            clients=self._clients,
+            attributes={"tenant": tenant},
         )
 
     def deny(self, tenant: str, reason: str) -> None:
@@ -202,7 +213,26 @@ class AwsEnforcer:
             )
             report.acted += outcome.acted
             report.errors += outcome.errors
+        if report.acted and not dry_run:
+            stopped = [
+                host for hosts in by_region.values() for host in hosts if host.instance_id in report.acted
+            ]
+            report.errors += self._stopped_notice(tenant, reason, stopped)
         return report
+
+    def _stopped_notice(self, tenant: str, reason: str, stopped: Sequence[Host]) -> list[dict[str, str]]:
+        """Tell the stopped hosts' owners; a failure is returned as a ``notify`` error, never raised."""
+        lines = [
+            f"  {host.instance_id} {host.instance_type} owner={owner_of(host.tags) or '-'}"
+            for host in stopped
+        ]
+        subject = f"parkbrake: stopped {len(stopped)} host(s) of tenant {tenant} at its budget"
+        try:
+            self._publish(tenant, subject[:100], "\n".join([reason, "", *lines, ""]), stopped)
+        except (ParkbrakeError, *AWS_ERRORS) as error:
+            log.error("could not notify the budget stop of tenant %s: %s", tenant, describe_error(error))
+            return [{"action": "notify", "error": describe_error(error)}]
+        return []
 
 
 @dataclass

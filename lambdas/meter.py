@@ -28,11 +28,12 @@ from guardrails.ledger import (
     state_change_from_event,
     to_ms,
 )
+from guardrails.owners import owner_of, owners_line
 from guardrails.price_list import accelerator_info
 from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
 from lambdas import budget
-from lambdas.aws import heartbeat
+from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.ledger import decisions
@@ -71,10 +72,11 @@ class MeterResult:
 
 @dataclass(frozen=True)
 class Described:
-    """What EC2 says of a host now: its attribution (None: no accelerators) and its last launch."""
+    """What EC2 says of a host now: its attribution (None: no accelerators), its last launch and owner."""
 
     attribution: Attribution | None
     launched_ms: int
+    owner: str | None = None  # the parkbrake:owner tag, when valid
 
 
 def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any) -> dict[str, int]:
@@ -133,7 +135,9 @@ def describe_hosts(
                     pool_caps=settings.pool_max_runtimes,
                     default_cap=settings.default_max_runtime,
                 )
-            found[instance["InstanceId"]] = Described(attribution, to_ms(instance["LaunchTime"]))
+            found[instance["InstanceId"]] = Described(
+                attribution, to_ms(instance["LaunchTime"]), owner_of(host_tags)
+            )
     return found
 
 
@@ -206,12 +210,14 @@ def meter(
     ]
     if started:
         in_effect = store.prices_at([t.attribution.instance_type for t in started], received_at)
+        owner_of_host = {instance_id: host.owner for instance_id, host in described.items()}
         result.unpriced = [
             {
                 "event_id": t.event_id,
                 "instance_id": t.instance_id,
                 "instance_type": t.attribution.instance_type,
                 "tenant": t.attribution.tenant,
+                "owner": owner_of_host.get(t.instance_id) or "-",
             }
             for t in started
             if in_effect.get(t.attribution.instance_type) is None
@@ -227,17 +233,19 @@ def alert_unpriced(
         return
     kinds = sorted({note["instance_type"] for note in unpriced})
     heartbeat.count_action(GUARDRAIL, "unpriced", "no-price", len(unpriced))
+    owner_names = [owner for owner in dict.fromkeys(note["owner"] for note in unpriced) if owner != "-"]
+    hosts = ", ".join(f"{note['instance_id']} (owner {note['owner']})" for note in unpriced)
     message = (
-        f"{len(unpriced)} host(s) of {', '.join(kinds)} started with no price in the ledger: "
-        f"{', '.join(note['instance_id'] for note in unpriced)}. They are metered in exact seconds and "
-        "count toward no budget until priced: run `parkbrake pricing refresh`, then `parkbrake ledger "
-        "migrate` (which records new prices; a type's first price covers its past usage)."
+        f"{len(unpriced)} host(s) of {', '.join(kinds)} started with no price in the ledger: {hosts}. "
+        "They are metered in exact seconds and count toward no budget until priced: run `parkbrake "
+        "pricing refresh`, then `parkbrake ledger migrate` (which records new prices; a type's first "
+        f"price covers its past usage).\n{owners_line(owner_names)}"
     )
     if settings.sns_topic_arn is None:  # the counted action above still shows on the dashboard
         log.error("cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", message)
         return
-    clients("sns", None).publish(
-        TopicArn=settings.sns_topic_arn, Subject="parkbrake: unpriced accelerator hosts", Message=message
+    notices.publish(
+        settings.sns_topic_arn, "parkbrake: unpriced accelerator hosts", message, owner_names, clients=clients
     )
 
 

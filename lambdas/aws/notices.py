@@ -1,8 +1,9 @@
 """The sweep's one SNS message, and the DynamoDB record that keeps a repeated finding to once a day.
 
-Every message about hosts carries their owners as the SNS message attribute ``owner`` (a String for
-one owner, a String.Array for several), so a subscription's filter policy can select by owner, and
-goes to the chat channel too when one is configured (:mod:`lambdas.aws.chat`).
+Every message about hosts (the sweep's, the warning, the budget's and the meter's, all through
+:func:`publish`) names their owners and carries them as the SNS message attribute ``owner`` (a String
+for one owner, a String.Array for several), so a subscription's filter policy can select by owner.
+The sweep's and the warning also go to the chat channel when one is configured (:mod:`lambdas.aws.chat`).
 
 Each notice with a key is claimed with a conditional write (new, or last sent more than a day ago), so
 two sweeps running at once cannot both send it. If publishing fails, the claims are released, so the
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -83,18 +84,31 @@ def notify(
     errors (``notify`` for SNS, ``chat`` for the webhook) are returned, never raised."""
     errors: list[dict[str, str]] = []
     if settings.sns_topic_arn:
-        topic_region = settings.sns_topic_arn.split(":")[3] or None
         try:
-            clients("sns", topic_region).publish(
-                TopicArn=settings.sns_topic_arn,
-                Subject=subject,
-                Message=body,
-                MessageAttributes=owner_attribute(owner_names),
-            )
+            publish(settings.sns_topic_arn, subject, body, owner_names, clients=clients)
         except AWS_ERRORS as error:
             log.error("could not publish %r: %s", subject, describe_error(error))
             errors.append({"action": "notify", "error": describe_error(error)})
     return errors + chat.send(settings.chat_webhook_secret_arn, subject, body, clients=clients)
+
+
+def publish(
+    topic_arn: str,
+    subject: str,
+    body: str,
+    owner_names: Sequence[str],
+    *,
+    clients: ClientFactory,
+    attributes: Mapping[str, str] | None = None,
+) -> None:
+    """Publish one message about hosts to the topic (in its own region), the owners as the ``owner``
+    attribute and ``attributes`` as more String ones; AWS's error is raised."""
+    message_attributes = owner_attribute(owner_names) | {
+        name: {"DataType": "String", "StringValue": value} for name, value in (attributes or {}).items()
+    }
+    clients("sns", topic_arn.split(":")[3] or None).publish(
+        TopicArn=topic_arn, Subject=subject, Message=body, MessageAttributes=message_attributes
+    )
 
 
 def owner_attribute(owner_names: Sequence[str]) -> dict[str, dict[str, str]]:

@@ -25,6 +25,7 @@ from guardrail_fleet import (
 )
 from ledger_streams import T0, at, ms, step, who
 
+from guardrails import tags
 from guardrails.launch import AdmissionRequest, PoolState, decide_launch
 from guardrails.ledger import state_change_from_event, to_ms
 from guardrails.runway import Budget, StopReport
@@ -32,6 +33,7 @@ from lambdas import budget, launcher, meter
 from lambdas.aws.environment import ClientFactory, container_settings
 from lambdas.ledger.store import LedgerStore, container_store
 
+ANA, BOB, CARL = "ana@example.com", "@bob", "carl@example.com"
 P4D = Decimal("32.7726")  # prices.json's p4d.24xlarge, USD per hour
 CAP = timedelta(minutes=90)
 
@@ -78,8 +80,17 @@ def topic(clients: ClientFactory) -> tuple[str, str]:
 
 
 def published(clients: ClientFactory, queue_url: str) -> list[str]:
+    return [message["Subject"] for message in published_messages(clients, queue_url)]
+
+
+def published_messages(clients: ClientFactory, queue_url: str) -> list[dict[str, Any]]:
+    """SNS's envelopes as the subscribed queue received them: Subject, Message, MessageAttributes."""
     messages = clients("sqs", None).receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)
-    return [json.loads(message["Body"])["Subject"] for message in messages.get("Messages", [])]
+    return [json.loads(message["Body"]) for message in messages.get("Messages", [])]
+
+
+def owned(tenant: str, owner: str | None) -> dict[str, str]:
+    return managed_tags(tenant=tenant) | ({tags.OWNER: owner} if owner else {})
 
 
 def aws_enforcer(clients: ClientFactory, topic_arn: str | None) -> budget.AwsEnforcer:
@@ -126,6 +137,29 @@ def test_each_threshold_is_notified_once_per_period_and_again_in_the_next(
     notices = [action for action in store.actions(tenant="research") if action["action"] == "notify"]
     assert [str(action["threshold"].normalize()) for action in notices] == ["0.5", "0.8", "0.9", "0.5"]
     assert all("reached" in action["reason"] for action in notices)
+
+
+def test_a_threshold_notice_names_the_owners_of_the_tenants_running_hosts(
+    store: LedgerStore, clients: ClientFactory, topic: tuple[str, str]
+) -> None:
+    ec2 = clients("ec2", None)
+    hosts = [launch(ec2, "p4d.24xlarge", owned(tenant, owner))[0]
+             for tenant, owner in (("research", ANA), ("research", BOB), ("research", None), ("product", CARL))]  # fmt: skip
+    changes = [state_change_from_event(state_change(host, "running", at(0))) for host in hosts]
+    meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    store.set_budget(Budget("research", Decimal(200), "month"))  # 3 hosts' 90-minute caps: $147.47
+
+    assert run_budget(store, aws_enforcer(clients, topic[0]), at(1)).notified == [
+        {"tenant": "research", "threshold": "0.5"}
+    ]
+    (message,) = published_messages(clients, topic[1])
+    attributes = message["MessageAttributes"]
+    assert attributes["owner"]["Type"] == "String.Array"
+    assert sorted(json.loads(attributes["owner"]["Value"])) == sorted([ANA, BOB])  # not product's CARL
+    assert attributes["tenant"] == {"Type": "String", "Value": "research"}
+    assert message["Message"].endswith(f"Owners: {ANA}, {BOB}.") or message["Message"].endswith(
+        f"Owners: {BOB}, {ANA}."
+    )
 
 
 def test_a_failed_notice_is_not_recorded_and_is_sent_on_the_next_run(
@@ -287,6 +321,40 @@ def test_at_the_hard_limit_the_tenants_hosts_are_stopped_through_the_stop_path(
     assert "spent its budget" in stop_action["reason"]
     assert run_budget(store, enforcer, at(51)).stopped == []  # nothing of theirs runs any more
     assert len([action for action in store.actions() if action["action"] == "stop"]) == 1
+    (stopped_notice,) = [m for m in published_messages(clients, topic[1]) if "stopped" in m["Subject"]]
+    assert stopped_notice["Subject"] == "parkbrake: stopped 2 host(s) of tenant research at its budget"
+    assert alone in stopped_notice["Message"]
+    assert in_group in stopped_notice["Message"]
+    assert other_tenant not in stopped_notice["Message"]
+    assert stopped_notice["MessageAttributes"]["tenant"]["Value"] == "research"
+
+
+def test_a_budget_stop_tells_the_stopped_hosts_owners_and_a_failed_notice_is_an_error(
+    store: LedgerStore, clients: ClientFactory, topic: tuple[str, str]
+) -> None:
+    ec2 = clients("ec2", None)
+    (anas,) = launch(ec2, "p4d.24xlarge", owned("research", ANA))
+    (carls,) = launch(ec2, "p4d.24xlarge", owned("product", CARL))
+    changes = [state_change_from_event(state_change(host, "running", at(0))) for host in (anas, carls)]
+    meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    for tenant in ("research", "product"):
+        store.set_budget(Budget(tenant, Decimal(10), "month", actions=frozenset({"stop"})))
+
+    run = run_budget(store, aws_enforcer(clients, topic[0]), at(30), tenants=["research"])
+    assert run.stopped == [anas]
+    assert run.errors == []
+    (message,) = published_messages(clients, topic[1])
+    assert message["MessageAttributes"]["owner"] == {"Type": "String", "Value": ANA}
+    assert f"{anas} p4d.24xlarge owner={ANA}" in message["Message"]
+    assert message["Message"].endswith(f"Owners: {ANA}.")
+
+    without_topic = run_budget(store, aws_enforcer(clients, None), at(30), tenants=["product"])
+    assert without_topic.stopped == [carls]  # the stop never waits for the notice
+    assert [
+        (error["action"], "PARKBRAKE_SNS_TOPIC_ARN" in error["error"]) for error in without_topic.errors
+    ] == [("notify", True)]
+    (recorded,) = [action for action in store.actions(tenant="product") if action["action"] == "stop"]
+    assert recorded["instance_ids"] == [carls]
 
 
 @pytest.mark.usefixtures("aws")

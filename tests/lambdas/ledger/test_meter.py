@@ -25,7 +25,7 @@ from guardrail_fleet import (
 )
 from ledger_streams import T0, at, ms, step, who
 
-from guardrails import names
+from guardrails import names, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
 from guardrails.pricing import load_price_table
@@ -223,6 +223,26 @@ def test_an_unpriced_start_reaches_a_person_by_sns(store: LedgerStore, clients: 
     (message,) = published(clients, queue)
     assert "p5e.48xlarge" in message["Message"]
     assert new in message["Message"]
+    assert message["Message"].endswith(
+        "Owners: nobody (no valid parkbrake:owner tag; the on-call subscribers get this)."
+    )
+    assert "owner" not in message.get("MessageAttributes", {})
+
+
+def test_an_unpriced_notice_names_each_hosts_owner_and_carries_them_as_attributes(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    topic, queue = sns_queue(clients)
+    ec2 = clients("ec2", None)
+    hosts = [launch(ec2, "p5e.48xlarge", managed_tags() | {tags.OWNER: owner})[0]
+             for owner in ("ana@example.com", "@bob", "not an owner")]  # fmt: skip
+    result = metered([state_change(host, "running", at(0)) for host in hosts], store=store, clients=clients)
+    meter.alert_unpriced(result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients)
+    (message,) = published(clients, queue)
+    assert f"{hosts[0]} (owner ana@example.com)" in message["Message"]
+    assert f"{hosts[2]} (owner -)" in message["Message"]  # a malformed owner is never an address
+    assert message["MessageAttributes"]["owner"]["Type"] == "String.Array"
+    assert sorted(json.loads(message["MessageAttributes"]["owner"]["Value"])) == ["@bob", "ana@example.com"]
 
 
 def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type(
