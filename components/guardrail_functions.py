@@ -85,6 +85,7 @@ class GuardrailsArgs:
     max_runtime_ceiling: timedelta = timedelta(hours=24)
     stopped_retention: timedelta = timedelta(days=7)
     terminate_stopped: bool = False
+    decision_retention: timedelta = settings.DEFAULT_DECISION_RETENTION
     warn_before: timedelta = settings.DEFAULT_WARN_BEFORE
     # A Secrets Manager secret holding the chat channel's incoming webhook URL (the sweep may read it).
     chat_webhook_secret_arn: str | None = None
@@ -160,6 +161,7 @@ def lambda_environment(
         settings.REAP_UNTAGGED: "true" if args.reap_untagged else "false",
         settings.STOPPED_RETENTION: format_duration(args.stopped_retention),
         settings.TERMINATE_STOPPED: "true" if args.terminate_stopped else "false",
+        settings.DECISION_RETENTION: format_duration(args.decision_retention),
         settings.POOL_MAX_RUNTIMES: ",".join(
             f"{pool}={format_duration(cap)}" for pool, cap in args.pool_caps.items()
         ),

@@ -21,8 +21,11 @@ class DurationError(ValueError):
     """A duration that cannot be used; the message says what was wrong and how to write it."""
 
 
-def parse_duration(text: object, *, ceiling: timedelta | None = DEFAULT_CEILING) -> timedelta:
-    """Parse ``1h30m``-style text into a positive timedelta no longer than ``ceiling``."""
+def parse_duration(
+    text: object, *, ceiling: timedelta | None = DEFAULT_CEILING, floor: timedelta | None = None
+) -> timedelta:
+    """Parse ``1h30m``-style text into a positive timedelta no longer than ``ceiling`` and no
+    shorter than ``floor``."""
     if not isinstance(text, str):
         raise DurationError(f"{text!r} is not a duration; {DURATION_HINT}")
     value = text.strip().lower()
@@ -42,6 +45,8 @@ def parse_duration(text: object, *, ceiling: timedelta | None = DEFAULT_CEILING)
             f"{text!r} is longer than the ceiling of {format_duration(ceiling)}; "
             "a cap that long is almost certainly a typo"
         )
+    if floor is not None and duration < floor:
+        raise DurationError(f"{text!r} is shorter than the floor of {format_duration(floor)}")
     return duration
 
 

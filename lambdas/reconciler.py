@@ -3,8 +3,9 @@
 Events can be lost (the database down longer than EventBridge retries, a dead-letter queue nobody
 replayed). The reconciler lists every accelerator host of the guarded regions, compares it with the
 ledger's latest interval of each (guardrails.ledger.reconcile) and appends the repairs through the
-meter, marked ``source=reconciler``. It records its heartbeat only after a run without errors, so
-its alarm pages when it stops working.
+meter, marked ``source=reconciler``. Then it prunes the decision log of decisions older than
+``PARKBRAKE_DECISION_RETENTION`` (in bounded batches: lambdas.ledger.decisions). It records its
+heartbeat only after a run without errors, so its alarm pages when it stops working.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from guardrails.settings import Settings
 from lambdas import meter
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
+from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore, container_store
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,14 @@ def run_reconciler(
     for note in result.unattributed + result.skipped:
         log.warning("reconciler could not repair: %s", note)
     heartbeat.count_action(GUARDRAIL, "repair", "missing-event", result.inserted)
-    return {"hosts": len(hosts), "repairs": [change.event_id for change in repairs]} | result.as_dict()
+    # After the repairs are in: a pruning that fails raises (no heartbeat) but holds no repair back.
+    pruned = DecisionLedger.of(store).prune(settings.decision_retention)
+    heartbeat.count_action(GUARDRAIL, "prune", "decision-retention", pruned)
+    return {
+        "hosts": len(hosts),
+        "repairs": [change.event_id for change in repairs],
+        "pruned_decisions": pruned,
+    } | result.as_dict()
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:

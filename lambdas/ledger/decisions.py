@@ -1,5 +1,6 @@
 """The decision log in the ledger database: append (through ``ledger_append_decisions``, the app
-role's only way in) and read back, newest last.
+role's only way in), read back, newest last, and prune past the retention (``ledger_prune_decisions``,
+the only way out).
 
 A decision is keyed by the invocation or event that made it, its kind and its subject
 (:meth:`guardrails.decisions.Decision.key`): a retried invocation appends nothing twice.
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -46,6 +47,13 @@ SELECT * FROM (
 ORDER BY at, id
 """
 
+PRUNE = "SELECT ledger_prune_decisions(%(retention)s, %(batch_size)s)"
+# One batch is one short transaction (5,000 rows: well under a second); a run stops after at most
+# PRUNE_BATCHES of them, so a backlog is caught up over a few runs instead of holding one run long.
+# Steady state at 1,000 hosts is about 3,000 rows per reconciler run (290,000 a day, 96 runs).
+PRUNE_BATCH_SIZE = 5_000
+PRUNE_BATCHES = 20
+
 
 @dataclass(frozen=True)
 class LoggedDecision:
@@ -80,6 +88,28 @@ class DecisionLedger:
         }
         with self._connections.connection() as connection, connection.transaction():
             return dict(connection.execute(APPEND, parameters).fetchall())
+
+    def prune(
+        self, retention: timedelta, *, batch_size: int = PRUNE_BATCH_SIZE, batches: int = PRUNE_BATCHES
+    ) -> int:
+        """Delete decisions older than ``retention`` (at least 13 months: the database refuses less),
+        one batch per transaction, until a batch comes back short or ``batches`` ran; how many went."""
+        removed = 0
+        for _batch in range(batches):
+            with self._connections.connection() as connection, connection.transaction():
+                try:
+                    row = connection.execute(
+                        PRUNE, {"retention": retention, "batch_size": batch_size}
+                    ).fetchone()
+                except psycopg.errors.UndefinedFunction:
+                    raise LedgerError(
+                        "the ledger cannot prune its decision log yet; run `parkbrake ledger migrate` as its owner"
+                    ) from None
+            count = int(row[0]) if row else 0
+            removed += count
+            if count < batch_size:
+                break
+        return removed
 
     def read(
         self,

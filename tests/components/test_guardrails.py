@@ -347,6 +347,7 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "PARKBRAKE_DECISION_BUS": "default",
         "PARKBRAKE_STOPPED_RETENTION": "14d",
         "PARKBRAKE_TERMINATE_STOPPED": "true",
+        "PARKBRAKE_DECISION_RETENTION": "400d",
         "PARKBRAKE_WARN_BEFORE": "15m",
     }
     settings = settings_from_environment(environment)
@@ -362,6 +363,7 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
     assert settings.deadline_target_arn == REAPER_ARN
     assert (settings.stopped_retention, settings.terminate_stopped) == (timedelta(days=14), True)
     assert settings.warn_before == timedelta(minutes=15)
+    assert settings.decision_retention == timedelta(days=400)
 
 
 CHAT_SECRET = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:parkbrake/dev/chat-webhook-AbCdEf"

@@ -69,6 +69,15 @@ def test_every_problem_is_reported_at_once_by_variable() -> None:
     assert raised.value.exit_code == 2
 
 
+def test_the_decision_retention_is_400_days_by_default_and_never_under_13_months() -> None:
+    assert settings_from_environment({"AWS_REGION": "us-east-1"}).decision_retention == timedelta(days=400)
+    longer = settings_from_environment({"AWS_REGION": "us-east-1", "PARKBRAKE_DECISION_RETENTION": "730d"})
+    assert longer.decision_retention == timedelta(days=730)
+    with pytest.raises(SettingsError) as raised:
+        settings_from_environment({"AWS_REGION": "us-east-1", "PARKBRAKE_DECISION_RETENTION": "30d"})
+    assert raised.value.problems == ["PARKBRAKE_DECISION_RETENTION: '30d' is shorter than the floor of 396d"]
+
+
 def test_missing_stack_is_named_when_needed() -> None:
     with pytest.raises(SettingsError, match="PARKBRAKE_STACK: not set"):
         settings_from_environment({"AWS_REGION": "us-east-1"}).require_stack()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import psycopg
@@ -175,3 +176,73 @@ def test_a_ledger_that_is_down_is_reported_and_the_log_line_still_goes_out(
     assert line.decision["kind"] == "stop"  # type: ignore[attr-defined]
     assert line.decision["key"] == "req-1:verdict:i-1"  # type: ignore[attr-defined]
     assert any(record.levelno == logging.ERROR for record in caplog.records)
+
+
+def decided_long_ago(
+    ledger_url: str, keys: list[str], *, days: int, recorded_days: int | None = None
+) -> None:
+    """Decisions made (and, unless told otherwise, recorded) ``days`` ago, written as the owner."""
+    now = datetime.now(UTC)
+    recorded = now - timedelta(days=days if recorded_days is None else recorded_days)
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        for key in keys:
+            owner.execute(
+                "INSERT INTO decisions (decision_key, at, kind, actor, instance_id, reason, recorded_at) "
+                "VALUES (%s, %s, 'stop', 'reaper', 'i-1', 'past its cap', %s)",
+                (key, now - timedelta(days=days), recorded),
+            )
+
+
+def remaining_keys(ledger_url: str) -> list[str]:
+    with psycopg.connect(ledger_url) as owner:
+        return [key for (key,) in owner.execute("SELECT decision_key FROM decisions ORDER BY decision_key")]
+
+
+def test_decisions_past_the_retention_are_pruned_in_batches_and_recent_ones_kept(
+    ledger_url: str, app_url: str
+) -> None:
+    decided_long_ago(ledger_url, [f"old-{n}" for n in range(7)], days=500)
+    decided_long_ago(ledger_url, ["edge-kept"], days=399)
+    decided_long_ago(ledger_url, ["recent"], days=10)
+    decided_long_ago(ledger_url, ["backfilled"], days=500, recorded_days=1)  # an old event ingested now
+    app = LedgerStore.connect(app_url)  # the reconciler's role
+    try:
+        ledger = DecisionLedger.of(app)
+        assert ledger.prune(timedelta(days=400), batch_size=3, batches=1) == 3  # one bounded batch per call
+        assert ledger.prune(timedelta(days=400), batch_size=3) == 4  # 3, then a short batch of 1: done
+        assert ledger.prune(timedelta(days=400), batch_size=3) == 0
+    finally:
+        app.close()
+    assert remaining_keys(ledger_url) == ["backfilled", "edge-kept", "recent"]
+
+
+def test_a_retention_under_thirteen_months_is_refused_by_the_database(ledger_url: str, app_url: str) -> None:
+    decided_long_ago(ledger_url, ["old"], days=200)
+    app = LedgerStore.connect(app_url)
+    try:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="13-month floor"):
+            DecisionLedger.of(app).prune(timedelta(days=30))
+    finally:
+        app.close()
+    assert remaining_keys(ledger_url) == ["old"]
+
+
+def test_outside_the_pruning_nobody_deletes_an_expired_decision(ledger_url: str, app_url: str) -> None:
+    decided_long_ago(ledger_url, ["old"], days=900)
+    app_role = psycopg.conninfo.conninfo_to_dict(app_url)["user"]
+    for granted in (False, True):  # no DELETE privilege; and were one granted, the trigger still refuses
+        if granted:
+            with psycopg.connect(ledger_url, autocommit=True) as owner:
+                owner.execute(f"GRANT DELETE ON decisions TO {app_role}")
+        with psycopg.connect(app_url) as app:
+            app.execute("SELECT set_config('parkbrake.prune_decisions_before', now()::text, true)")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+                app.execute("DELETE FROM decisions")
+        assert ("append-only" in str(refused.value)) is granted
+    # The owner itself, outside ledger_prune_decisions:
+    with (
+        psycopg.connect(ledger_url) as owner,
+        pytest.raises(psycopg.errors.InsufficientPrivilege, match="append-only"),
+    ):
+        owner.execute("DELETE FROM decisions")
+    assert remaining_keys(ledger_url) == ["old"]

@@ -21,6 +21,7 @@ from guardrails.ledger import Ec2Host, Interval, reconcile, state_change_from_ev
 from lambdas import meter, reconciler
 from lambdas.aws.environment import ClientFactory
 from lambdas.ledger.connections import LedgerUnavailable
+from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
 
 
@@ -106,3 +107,29 @@ def test_after_an_hour_without_the_database_the_ledger_equals_the_exact_answer(
     assert {i.instance_id: (i.started_ms, i.ended_ms) for i in store.intervals()} == truth
     again = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
     assert (again["inserted"], again["repairs"]) == (0, [])  # nothing left to repair
+
+
+def test_each_run_prunes_the_decision_log_past_the_retention(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    old = datetime.now(UTC) - timedelta(days=420)
+    with store.connections.connection() as owner, owner.transaction():
+        owner.execute(
+            "INSERT INTO decisions (decision_key, at, kind, actor, reason, recorded_at) "
+            "VALUES ('old', %s, 'stop', 'reaper', 'past its cap', %s), "
+            "('recent', now(), 'stop', 'reaper', 'past its cap', now())",
+            (old, old),
+        )
+    settings = guardrail_settings(decision_retention=timedelta(days=400))
+    outcome = reconciler.run_reconciler(
+        store=store, clients=clients, settings=settings, now=datetime.now(UTC)
+    )
+    assert outcome["pruned_decisions"] == 1
+    assert [logged.key for logged in DecisionLedger.of(store).read()] == ["recent"]
+    longer = guardrail_settings(decision_retention=timedelta(days=3000))
+    assert (
+        reconciler.run_reconciler(store=store, clients=clients, settings=longer, now=datetime.now(UTC))[
+            "pruned_decisions"
+        ]
+        == 0
+    )
