@@ -22,6 +22,14 @@ ROLE_ARN_PREFIX = "arn:"
     help="A role that may also edit parkbrake:* tags (the one that runs `pulumi up`); repeatable.",
 )
 @click.option(
+    "--extender-role",
+    "extender_roles",
+    multiple=True,
+    metavar="ARN",
+    help="A role people run `parkbrake extend` as: it may set the extension's tags (parkbrake:exempt-until "
+    "and parkbrake:extended-*) and no other parkbrake:* tag; * wildcards allowed; repeatable.",
+)
+@click.option(
     "--document",
     type=click.Choice(["both", "scp", "boundary"]),
     default="both",
@@ -38,13 +46,20 @@ ROLE_ARN_PREFIX = "arn:"
 )
 @output_option
 def guard_policy(
-    stack: str, deployer_roles: tuple[str, ...], document: str, project_dir: Path, output: str
+    *,
+    stack: str,
+    deployer_roles: tuple[str, ...],
+    extender_roles: tuple[str, ...],
+    document: str,
+    project_dir: Path,
+    output: str,
 ) -> None:
     """Print the preventive policy that keeps accelerator hosts inside the guardrails.
 
     A service control policy, and the same statements as a permissions boundary, that deny launching
     accelerator hosts without parkbrake:managed=true and a parkbrake:max-runtime tag, and deny editing
-    parkbrake:* tags except by the stack's own roles. docs/guardrails.md says how to attach them.
+    parkbrake:* tags except by the stack's own roles (and the extenders, for the extension's tags
+    only). docs/guardrails.md says how to attach them; docs/owners.md, who may extend.
 
     \b
     Example:
@@ -55,14 +70,13 @@ def guard_policy(
     from stacks.config import load_stack_config
 
     load_stack_config(stack, project_dir)  # the stack must exist and be valid
-    bad = [arn for arn in deployer_roles if not arn.startswith(ROLE_ARN_PREFIX) or ":role/" not in arn]
-    if bad:
-        raise InputError(
-            f"--deployer-role: {', '.join(bad)} is not a role ARN (arn:aws:iam::ACCOUNT:role/NAME)"
-        )
+    for option, roles in (("--deployer-role", deployer_roles), ("--extender-role", extender_roles)):
+        bad = [arn for arn in roles if not arn.startswith(ROLE_ARN_PREFIX) or ":role/" not in arn]
+        if bad:
+            raise InputError(f"{option}: {', '.join(bad)} is not a role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
     documents = {
-        "scp": service_control_policy(stack, deployer_roles),
-        "boundary": permissions_boundary(stack, deployer_roles),
+        "scp": service_control_policy(stack, deployer_roles, extender_roles),
+        "boundary": permissions_boundary(stack, deployer_roles, extender_roles),
     }
     if document != "both":
         click.echo(json.dumps(documents[document], indent=2))

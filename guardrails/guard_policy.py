@@ -6,7 +6,13 @@ The sweep finds and reports what escaped; these documents stop the escape at the
 - creating, changing or deleting any ``parkbrake:*`` tag on an existing instance, volume, launch
   template or Auto Scaling group, except by the stack's own roles (its guardrail functions and
   scheduler, ``parkbrake-<stack>-*``) and the deployer roles named, so nobody can take a host out of
-  the guardrails by editing its tags.
+  the guardrails by editing its tags;
+- the extenders named (the roles people run ``parkbrake extend`` as) excepted from that on EC2 for
+  the extension's own tags only (:data:`EXTENSION_TAGS`): any other ``parkbrake:*`` tag in their
+  request (``parkbrake:managed``, ``parkbrake:max-runtime``, ...) is still denied, and so is every
+  ``parkbrake:*`` tag on an Auto Scaling group. How far an extension may reach is not the policy's
+  to say: ``parkbrake extend`` refuses one past the exemption limit, and the sweep and the deadlines
+  honour an exemption only up to it, however it was tagged.
 
 The same statements serve as a service control policy (attached to an AWS Organizations account or
 unit: SCPs only deny) and as a permissions boundary (attached to a role or user: a boundary must also
@@ -24,6 +30,8 @@ from guardrails.instance_types import accelerator_filter_values
 VERSION = "2012-10-17"
 TAG_PATTERN = "parkbrake:*"
 SCP_SIZE_LIMIT = 5120  # characters, whitespace included, as AWS Organizations counts them
+# What `parkbrake extend` writes (guardrails.extension.Extension.tags): all an extender may tag.
+EXTENSION_TAGS = (tags.EXEMPT_UNTIL, tags.EXTENDED_BY, tags.EXTENDED_AT, tags.EXTENSION_REASON)
 
 
 def stack_role_pattern(stack: str) -> str:
@@ -31,7 +39,9 @@ def stack_role_pattern(stack: str) -> str:
     return f"arn:*:iam::*:role/{names.prefix(stack)}-*"
 
 
-def guard_statements(stack: str, deployer_roles: Sequence[str] = ()) -> list[dict[str, Any]]:
+def guard_statements(
+    stack: str, deployer_roles: Sequence[str] = (), extender_roles: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """The deny statements shared by the SCP and the permissions boundary."""
     accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
     allowed_principals = [stack_role_pattern(stack), *deployer_roles]
@@ -62,9 +72,10 @@ def guard_statements(stack: str, deployer_roles: Sequence[str] = ()) -> list[dic
             "Condition": {
                 "ForAnyValue:StringLike": {"aws:TagKeys": [TAG_PATTERN]},
                 "Null": {"ec2:CreateAction": "true"},
-                "ArnNotLike": {"aws:PrincipalArn": allowed_principals},
+                "ArnNotLike": {"aws:PrincipalArn": [*allowed_principals, *extender_roles]},
             },
         },
+        *_extender_statements(extender_roles),
         {
             "Sid": "DenyParkbrakeTagEditsOnAutoScaling",
             "Effect": "Deny",
@@ -78,11 +89,37 @@ def guard_statements(stack: str, deployer_roles: Sequence[str] = ()) -> list[dic
     ]
 
 
-def service_control_policy(stack: str, deployer_roles: Sequence[str] = ()) -> dict[str, Any]:
-    return {"Version": VERSION, "Statement": guard_statements(stack, deployer_roles)}
+def _extender_statements(extender_roles: Sequence[str]) -> list[dict[str, Any]]:
+    """An extender's EC2 tag edit that holds any ``parkbrake:*`` key beyond the extension's is denied
+    (a request of only the extension's tags passes: none of its keys falls outside them)."""
+    if not extender_roles:
+        return []
+    return [
+        {
+            "Sid": "DenyExtendersBeyondTheExtensionTags",
+            "Effect": "Deny",
+            "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
+            "Resource": "*",
+            "Condition": {
+                "ForAnyValue:StringLike": {"aws:TagKeys": [TAG_PATTERN]},
+                "ForAnyValue:StringNotEquals": {"aws:TagKeys": list(EXTENSION_TAGS)},
+                "Null": {"ec2:CreateAction": "true"},
+                "ArnLike": {"aws:PrincipalArn": list(extender_roles)},
+            },
+        }
+    ]
 
 
-def permissions_boundary(stack: str, deployer_roles: Sequence[str] = ()) -> dict[str, Any]:
+def service_control_policy(
+    stack: str, deployer_roles: Sequence[str] = (), extender_roles: Sequence[str] = ()
+) -> dict[str, Any]:
+    return {"Version": VERSION, "Statement": guard_statements(stack, deployer_roles, extender_roles)}
+
+
+def permissions_boundary(
+    stack: str, deployer_roles: Sequence[str] = (), extender_roles: Sequence[str] = ()
+) -> dict[str, Any]:
     """A boundary grants nothing by itself: the role's own policies still decide what is allowed."""
     allow_within = {"Sid": "AllowWithinTheBoundary", "Effect": "Allow", "Action": "*", "Resource": "*"}
-    return {"Version": VERSION, "Statement": [allow_within, *guard_statements(stack, deployer_roles)]}
+    statements = guard_statements(stack, deployer_roles, extender_roles)
+    return {"Version": VERSION, "Statement": [allow_within, *statements]}

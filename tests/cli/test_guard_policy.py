@@ -4,6 +4,8 @@ actions and condition keys), small enough for an SCP, and refusing bad input cle
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
+from fnmatch import fnmatchcase
 from typing import Any
 
 import parliament
@@ -11,10 +13,23 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from guardrails.guard_policy import SCP_SIZE_LIMIT, permissions_boundary, service_control_policy
+from guardrails import tags
+from guardrails.extension import Extension
+from guardrails.guard_policy import (
+    EXTENSION_TAGS,
+    SCP_SIZE_LIMIT,
+    permissions_boundary,
+    service_control_policy,
+)
 from tests.conftest import REPO_ROOT
 
 DEPLOYER = "arn:aws:iam::123456789012:role/platform-deployer"
+EXTENDERS = "arn:aws:iam::*:role/ml-engineer*"
+ENGINEER = "arn:aws:iam::123456789012:role/ml-engineer-ana"  # an extender (the pattern above)
+STACK_ROLE = "arn:aws:iam::123456789012:role/parkbrake-dev-reaper"
+SOMEONE = "arn:aws:iam::123456789012:role/data-analyst"
+INSTANCE = "arn:aws:ec2:us-east-1:123456789012:instance/i-0a1b2c3d4e5f67890"
+GROUP = "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:1:autoScalingGroupName/parkbrake-dev-training"
 
 
 def guard_policy(*arguments: str) -> Any:
@@ -32,6 +47,88 @@ def by_sid(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("build", [service_control_policy, permissions_boundary])
 def test_parliament_finds_nothing_wrong(build: Any) -> None:
     assert findings(build("dev", [DEPLOYER])) == []
+    assert findings(build("dev", [DEPLOYER], [EXTENDERS])) == []
+
+
+def _matches(operator: str, values: list[str], patterns: list[str]) -> bool:
+    """One IAM condition operator on the request's values (empty: the key is absent)."""
+    base = operator.rsplit(":", maxsplit=1)[-1]  # StringLike, ArnNotLike, StringNotEquals, ...
+    like, negated = "Like" in base, "Not" in base
+
+    def hit(value: str) -> bool:
+        return any(fnmatchcase(value, p) if like else value == p for p in patterns)
+
+    if operator.startswith("ForAnyValue:"):  # some request value satisfies the operator
+        return any((not hit(value)) if negated else hit(value) for value in values)
+    if not values:  # a missing key satisfies only negated operators
+        return negated
+    return (not hit(values[0])) if negated else hit(values[0])
+
+
+def denied_by(
+    policy: dict[str, Any], action: str, resource: str, principal: str, tag_keys: list[str]
+) -> list[str]:
+    """The Sids of the deny statements that match a tag edit on an existing resource, read by IAM's
+    documented rules: every operator of a statement must hold; ``Null`` asks whether a key is absent."""
+    request = {"aws:PrincipalArn": [principal], "aws:TagKeys": tag_keys, "ec2:CreateAction": []}
+    found = []
+    for statement in policy["Statement"]:
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        if statement["Effect"] != "Deny" or not any(fnmatchcase(action, a) for a in actions):
+            continue
+        if not fnmatchcase(resource, statement["Resource"]):
+            continue
+        holds = [
+            (not request[key]) == (value == "true")
+            if operator == "Null"
+            else _matches(operator, request[key], value if isinstance(value, list) else [value])
+            for operator, keys in statement.get("Condition", {}).items()
+            for key, value in keys.items()
+        ]
+        if all(holds):
+            found.append(statement["Sid"])
+    return found
+
+
+def test_extend_writes_exactly_the_tags_an_extender_may_set() -> None:
+    now = datetime(2036, 3, 2, 11, 48, tzinfo=UTC)
+    extension = Extension("i-1", now, now + timedelta(hours=1), timedelta(hours=1), "eval", ENGINEER, now)
+    assert sorted(extension.tags()) == sorted(EXTENSION_TAGS)
+
+
+@pytest.mark.parametrize(
+    ("principal", "action", "resource", "tag_keys", "denied"),
+    [
+        # What `parkbrake extend` sends, as an extender: allowed.
+        (ENGINEER, "ec2:CreateTags", INSTANCE, list(EXTENSION_TAGS), []),
+        (ENGINEER, "ec2:CreateTags", INSTANCE, [tags.EXEMPT_UNTIL], []),
+        (ENGINEER, "ec2:CreateTags", INSTANCE, ["Name"], []),  # not a parkbrake tag at all
+        # Anything more: denied.
+        (ENGINEER, "ec2:CreateTags", INSTANCE, [tags.MANAGED], ["DenyExtendersBeyondTheExtensionTags"]),
+        (ENGINEER, "ec2:CreateTags", INSTANCE, [tags.MAX_RUNTIME], ["DenyExtendersBeyondTheExtensionTags"]),
+        (ENGINEER, "ec2:CreateTags", INSTANCE, [tags.EXEMPT_UNTIL, tags.MAX_RUNTIME],
+         ["DenyExtendersBeyondTheExtensionTags"]),
+        (ENGINEER, "ec2:DeleteTags", INSTANCE, [tags.MANAGED], ["DenyExtendersBeyondTheExtensionTags"]),
+        (ENGINEER, "autoscaling:CreateOrUpdateTags", GROUP, [tags.MAX_RUNTIME], ["DenyParkbrakeTagEditsOnAutoScaling"]),
+        # Whoever is not an extender may not extend; the stack's own roles may tag as before.
+        (SOMEONE, "ec2:CreateTags", INSTANCE, [tags.EXEMPT_UNTIL], ["DenyParkbrakeTagEditsOnEC2"]),
+        (STACK_ROLE, "ec2:CreateTags", INSTANCE, [tags.MANAGED, tags.MAX_RUNTIME], []),
+    ],
+)  # fmt: skip
+def test_an_extender_sets_the_extension_tags_and_no_other_parkbrake_tag(
+    principal: str, action: str, resource: str, tag_keys: list[str], denied: list[str]
+) -> None:
+    for policy in (service_control_policy("dev", [DEPLOYER], [EXTENDERS]),
+                   permissions_boundary("dev", [DEPLOYER], [EXTENDERS])):  # fmt: skip
+        assert denied_by(policy, action, resource, principal, tag_keys) == denied
+
+
+def test_without_extenders_the_policy_is_as_before_and_an_engineer_cannot_extend() -> None:
+    policy = service_control_policy("dev", [DEPLOYER])
+    assert "DenyExtendersBeyondTheExtensionTags" not in by_sid(policy)
+    assert denied_by(policy, "ec2:CreateTags", INSTANCE, ENGINEER, list(EXTENSION_TAGS)) == [
+        "DenyParkbrakeTagEditsOnEC2"
+    ]
 
 
 def test_parliament_would_notice_a_wrong_condition_key() -> None:
@@ -87,10 +184,12 @@ def test_the_boundary_is_the_same_denies_behind_an_allow() -> None:
 
 
 def test_the_scp_fits_aws_organizations_limit() -> None:
-    printed = guard_policy("--stack", "prod", "--document", "scp", "--deployer-role", DEPLOYER)
+    printed = guard_policy(
+        "--stack", "prod", "--document", "scp", "--deployer-role", DEPLOYER, "--extender-role", EXTENDERS
+    )
     assert printed.exit_code == 0, printed.output
     assert len(printed.output) <= SCP_SIZE_LIMIT
-    assert json.loads(printed.output) == service_control_policy("prod", [DEPLOYER])
+    assert json.loads(printed.output) == service_control_policy("prod", [DEPLOYER], [EXTENDERS])
 
 
 def test_json_output_holds_both_documents() -> None:
@@ -109,6 +208,7 @@ def test_json_output_holds_both_documents() -> None:
     [
         (["--stack", "nosuch"], "no config for stack 'nosuch'"),
         (["--stack", "dev", "--deployer-role", "deployer"], "--deployer-role: deployer is not a role ARN"),
+        (["--stack", "dev", "--extender-role", "ml-*"], "--extender-role: ml-* is not a role ARN"),
     ],
 )
 def test_bad_input_is_one_clear_line(arguments: list[str], message: str) -> None:
