@@ -59,10 +59,11 @@ def synthetic_transitions(count: int, prefix: str, hosts: int = 500) -> list[Tra
         host, step = n % hosts, n // hosts
         instance_type = TYPES[host % len(TYPES)]
         who = Attribution(f"tenant-{host % 50}", "training", instance_type,
-                          prices.instance(instance_type).accelerators, int(CAP.total_seconds() * 1000))  # fmt: skip
+                          prices.instance(instance_type).accelerators, int(CAP.total_seconds() * 1000),
+                          "us-east-1")  # fmt: skip
         state = "running" if step % 2 == 0 else "stopped"
         transitions.append(
-            Transition(f"{prefix}-{n}", f"{prefix}-i-{host}", state, start + step * 60_000, who, "us-east-1")
+            Transition(f"{prefix}-{n}", f"{prefix}-i-{host}", state, start + step * 60_000, who)
         )
     return transitions
 
@@ -77,12 +78,13 @@ def ingest_rate(store: LedgerStore, transitions: list[Transition], batch_size: i
 CEILING_TABLE = """
 CREATE TABLE IF NOT EXISTS ceiling_events (
     event_id text, instance_id text, state text, event_time timestamptz, tenant text, pool text,
-    instance_type text, accelerators integer, cap_ms bigint, region text, source text, received_at timestamptz
+    instance_type text, accelerators integer, cap_ms bigint, region text, source text, received_at timestamptz,
+    pricing_model text, zone text
 )
 """
 CEILING_COLUMNS = (
     "event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators, cap_ms, region, "
-    "source, received_at"
+    "source, received_at, pricing_model, zone"
 )
 
 
@@ -90,7 +92,7 @@ def ceiling_rows(transitions: list[Transition]) -> list[tuple[Any, ...]]:
     return [
         (t.event_id, t.instance_id, t.state, datetime.fromtimestamp(t.at_ms / 1000, UTC), t.attribution.tenant,
          t.attribution.pool, t.attribution.instance_type, t.attribution.accelerators, t.attribution.cap_ms,
-         t.region, "meter", NOW)
+         t.attribution.region, "meter", NOW, t.attribution.pricing_model, t.attribution.zone)
         for t in transitions
     ]  # fmt: skip
 
@@ -104,7 +106,7 @@ def ceiling_rows_per_second(url: str, transitions: list[Transition], batch_size:
         connection.execute("TRUNCATE ceiling_events")
         started = time.perf_counter()
         if batch_size == 1:
-            insert = f"INSERT INTO ceiling_events ({CEILING_COLUMNS}) VALUES ({', '.join(['%s'] * 12)})"
+            insert = f"INSERT INTO ceiling_events ({CEILING_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
             for row in rows:
                 connection.execute(insert, row)
         else:

@@ -18,7 +18,6 @@ from typing import Any
 from guardrails.ledger import MS_PER_HOUR, seconds, usd
 
 CURRENCY = "USD"
-ON_DEMAND = "on-demand"
 CSV_COLUMNS = (
     "tenant", "period_start", "period_end", "pool", "instance_type", "region", "pricing_model",
     "instance_hours", "accelerator_seconds", "unit_price_usd_per_hour", "price_source", "price_valid_from",
@@ -32,6 +31,7 @@ class InvoiceLine:
     pool: str
     instance_type: str
     region: str
+    pricing_model: str  # on-demand or spot (guardrails.ledger.ON_DEMAND, SPOT)
     usd_per_hour: Decimal | None  # None: unpriced (metered, not yet billable)
     price_source: str | None
     price_valid_from: datetime | None  # None: the type's first price, in effect since always
@@ -52,7 +52,7 @@ class InvoiceLine:
             "pool": self.pool,
             "instance_type": self.instance_type,
             "region": self.region,
-            "pricing_model": ON_DEMAND,
+            "pricing_model": self.pricing_model,
             "instance_hours": str(self.instance_hours.quantize(Decimal("0.000001"))),
             "accelerator_seconds": str(seconds(self.accelerator_ms)),
             "unit_price_usd_per_hour": None if self.usd_per_hour is None else str(self.usd_per_hour),
@@ -131,7 +131,7 @@ def invoices_markdown(invoices: Sequence[Invoice]) -> str:
             price = fields["unit_price_usd_per_hour"] or "unpriced"
             source = f"{fields['price_source'] or '-'} ({fields['price_valid_from'] or 'first price'})"
             parts.append(
-                f"| {line.pool} | {line.instance_type} | {line.region} | {ON_DEMAND} | {fields['instance_hours']} "
+                f"| {line.pool} | {line.instance_type} | {line.region} | {line.pricing_model} | {fields['instance_hours']} "
                 f"| {fields['accelerator_seconds']} | {price} | {source} | {fields['subtotal_usd']} |"
             )
         parts.append(f"\n**Total: {invoice.total_usd} {CURRENCY}**")

@@ -1,8 +1,9 @@
 """The ledger's rules: from EC2 state transitions to intervals, accelerator-milliseconds and cost.
 
 - An interval opens at ``running`` and closes at the first later ``stopping``, ``stopped``,
-  ``shutting-down`` or ``terminated``, as AWS bills. A ``running`` with no later stop is open and
-  runs to ``now``.
+  ``shutting-down`` or ``terminated``, as AWS bills, or at a later ``running`` whose attribution
+  (tenant, pool, type, cap, region, pricing model, zone) differs, which opens the next one. A
+  ``running`` with no later stop is open and runs to ``now``.
 - Events arrive at least once and in any order: a duplicate event id is ignored (the first copy
   wins) and every event is placed by its own time. Events at the same millisecond are ordered by
   state (``running`` before the stops), then by event id.
@@ -40,6 +41,9 @@ MS_PER_HOUR = 3_600_000
 USD_PLACES = 6  # money is reported to the micro-dollar
 # Attribution for an accelerator host without the tag: it is still metered, never dropped.
 UNATTRIBUTED = "unattributed"
+# How a host is bought: EC2's InstanceLifecycle "spot", else on-demand.
+ON_DEMAND = "on-demand"
+SPOT = "spot"
 
 _STATE_RANK = {state: rank for rank, state in enumerate(STATES)}
 
@@ -68,6 +72,9 @@ class Attribution:
     instance_type: str
     accelerators: int
     cap_ms: int | None  # the host's cap as the deadlines resolve it; None: the ledger's default applies
+    region: str
+    pricing_model: str = ON_DEMAND  # ON_DEMAND or SPOT
+    zone: str | None = None  # a spot host's availability zone (its spot price is the zone's)
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,6 @@ class Transition:
     state: str
     at_ms: int
     attribution: Attribution
-    region: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,13 +175,17 @@ def attribution_for(
     host_tags: Mapping[str, str],
     accelerators: int,
     *,
+    region: str,
+    lifecycle: str | None,
+    zone: str | None,
     pool_caps: Mapping[str, timedelta],
     default_cap: timedelta,
 ) -> Attribution | None:
     """Attribution of a host, or None when it carries no accelerator (the ledger does not meter it).
 
-    The cap is the one the deadlines enforce (tag, else pool default, else stack default). The
-    price is not part of it: the ledger prices usage from its own price table, and meters a type it
+    The cap is the one the deadlines enforce (tag, else pool default, else stack default).
+    ``lifecycle`` is EC2's InstanceLifecycle ("spot", else on-demand); ``zone`` the host's
+    availability zone, kept for spot hosts only (their price is the zone's). The price is not part of it: the ledger prices usage from its own price table, and meters a type it
     has no price for in exact seconds until one is recorded.
     """
     if not is_accelerator(instance_type):
@@ -188,6 +198,9 @@ def attribution_for(
         instance_type=instance_type,
         accelerators=accelerators,
         cap_ms=cap // timedelta(milliseconds=1),
+        region=region,
+        pricing_model=SPOT if lifecycle == SPOT else ON_DEMAND,
+        zone=zone if lifecycle == SPOT else None,
     )
 
 
@@ -208,9 +221,13 @@ def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
     for instance_id, history in by_instance.items():
         opened: Transition | None = None
         for transition in sorted(history, key=_order):
-            if transition.state == "running":
+            is_running = transition.state == "running"
+            if is_running and (opened is None or transition.attribution == opened.attribution):
                 opened = opened or transition
-            elif opened is not None:
+                continue
+            if opened is not None:
+                # A stop ends the open interval; so does a running of another attribution (a retag,
+                # a resize, a change of pricing model), which opens the next one.
                 intervals.append(
                     Interval(
                         opened.event_id,
@@ -221,7 +238,7 @@ def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
                         transition.event_id,
                     )
                 )
-                opened = None
+            opened = transition if is_running else None
         if opened is not None:
             intervals.append(Interval(opened.event_id, instance_id, opened.attribution, opened.at_ms, None))
     return intervals

@@ -1,8 +1,8 @@
 """The meter: every ``EC2 Instance State-change Notification`` of an accelerator host, onto the ledger.
 
 EventBridge delivers the native event (at least once, in any order). The meter looks the host up
-with ``DescribeInstances`` (tags and type; what the ledger last knew when EC2 no longer describes
-it), takes its accelerator count from the price table, and appends. A database or AWS error
+with ``DescribeInstances`` (tags, type, region, pricing model and a spot host's zone; what the
+ledger last knew when EC2 no longer describes it), takes its accelerator count from the price table, and appends. A database or AWS error
 raises, so EventBridge delivers again; a duplicate is then ignored. After a new event the tenant's
 budget is checked at once (lambdas.budget), so a crossed limit does not wait for the next minute.
 
@@ -132,6 +132,9 @@ def describe_hosts(
                     kind,
                     host_tags,
                     counts[kind],
+                    region=region,
+                    lifecycle=instance.get("InstanceLifecycle"),
+                    zone=instance.get("Placement", {}).get("AvailabilityZone"),
                     pool_caps=settings.pool_max_runtimes,
                     default_cap=settings.default_max_runtime,
                 )
@@ -192,9 +195,7 @@ def meter(
                 )
             continue
         transitions.append(
-            Transition(
-                change.event_id, change.instance_id, change.state, change.at_ms, attribution, change.region
-            )
+            Transition(change.event_id, change.instance_id, change.state, change.at_ms, attribution)
         )
     appended = store.append(transitions, source=source, received_at=received_at)
     result.inserted, result.duplicates = appended.inserted, appended.duplicates

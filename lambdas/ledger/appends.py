@@ -63,5 +63,7 @@ def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
         "instance_types": [t.attribution.instance_type for t in transitions],
         "accelerators": [t.attribution.accelerators for t in transitions],
         "caps": [t.attribution.cap_ms for t in transitions],
-        "regions": [t.region for t in transitions],
+        "regions": [t.attribution.region for t in transitions],
+        "pricing_models": [t.attribution.pricing_model for t in transitions],
+        "zones": [t.attribution.zone for t in transitions],
     }

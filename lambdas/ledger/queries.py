@@ -25,7 +25,8 @@ SELECT event_id, outcome
 FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(states)b::text[],
                           %(times)b::timestamptz[], %(tenants)b::text[], %(pools)b::text[],
                           %(instance_types)b::text[], %(accelerators)b::integer[], %(caps)b::bigint[],
-                          %(regions)b::text[], %(source)b::text, %(received_at)b::timestamptz)
+                          %(regions)b::text[], %(pricing_models)b::text[], %(zones)b::text[],
+                          %(source)b::text, %(received_at)b::timestamptz)
 """
 
 # The price of each type in effect at a moment (None: unpriced), and whether it has any price.
@@ -40,10 +41,11 @@ ORDER BY t.instance_type
 # What the ledger knew of each host at each moment: its latest event at or before it, else its
 # earliest after it (a stop only needs to close what is open, whatever the attribution).
 ATTRIBUTIONS_AT = """
-SELECT q.instance_id, q.at_ms, a.tenant, a.pool, a.instance_type, a.accelerators, a.cap_ms
+SELECT q.instance_id, q.at_ms, a.tenant, a.pool, a.instance_type, a.accelerators, a.cap_ms, a.region,
+       a.pricing_model, a.zone
 FROM unnest(%s::text[], %s::bigint[]) AS q (instance_id, at_ms)
 CROSS JOIN LATERAL (
-    SELECT e.tenant, e.pool, e.instance_type, e.accelerators, e.cap_ms
+    SELECT e.tenant, e.pool, e.instance_type, e.accelerators, e.cap_ms, e.region, e.pricing_model, e.zone
     FROM events e
     WHERE e.instance_id = q.instance_id
     ORDER BY e.at_ms > q.at_ms, CASE WHEN e.at_ms <= q.at_ms THEN -e.at_ms ELSE e.at_ms END
@@ -54,7 +56,7 @@ CROSS JOIN LATERAL (
 # Each host's latest interval: of the hosts named, and of every host with an open interval.
 LATEST_INTERVALS = """
 SELECT DISTINCT ON (instance_id) opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       started_ms, ended_ms, closed_by
+       started_ms, ended_ms, closed_by, region, pricing_model, zone
 FROM (
     SELECT * FROM intervals WHERE instance_id = ANY(%(instance_ids)s::text[])
     UNION ALL
@@ -65,7 +67,7 @@ ORDER BY instance_id, started_ms DESC
 
 INTERVALS = """
 SELECT opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       started_ms, ended_ms, closed_by
+       started_ms, ended_ms, closed_by, region, pricing_model, zone
 FROM intervals
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY instance_id, started_ms
@@ -116,17 +118,16 @@ LEFT JOIN cost c USING (tenant, pool, instance_type)
 ORDER BY u.tenant, u.pool, u.instance_type
 """
 
-# Invoice lines in a window: per tenant, pool, instance type, region (of the start) and price in
+# Invoice lines in a window: per tenant, pool, instance type, region, pricing model and price in
 # effect, the billed instance-ms, the accelerator-ms used and Σ price × ms. A type with no price
 # gives one line without a price.
 INVOICE_LINES = """
 WITH spans AS (
-    SELECT i.tenant, i.pool, i.instance_type, i.accelerators, e.region, i.started_ms,
+    SELECT i.tenant, i.pool, i.instance_type, i.accelerators, i.region, i.pricing_model, i.started_ms,
            coalesce(i.ended_ms, greatest(i.started_ms, %(now_ms)s)) AS used_until_ms,
            coalesce(i.billed_until_ms,
                     i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0))) AS billed_until_ms
     FROM intervals i
-    JOIN events e ON e.event_id = i.opened_by
     WHERE (%(tenants)s::text[] IS NULL OR i.tenant = ANY(%(tenants)s::text[]))
       AND i.started_ms < %(until_ms)s
       AND (i.billed_until_ms IS NULL OR i.billed_until_ms > %(since_ms)s)
@@ -136,7 +137,8 @@ WITH spans AS (
     FROM spans s
     WHERE s.billed_until_ms > %(since_ms)s
 ), parts AS (
-    SELECT c.tenant, c.pool, c.instance_type, c.region, c.accelerators, p.usd_per_hour, p.valid_from,
+    SELECT c.tenant, c.pool, c.instance_type, c.region, c.pricing_model, c.accelerators, p.usd_per_hour,
+           p.valid_from,
            greatest(c.from_ms, coalesce(p.from_ms, c.from_ms)) AS part_from,
            least(c.to_ms, coalesce(p.until_ms, c.to_ms)) AS part_to,
            least(c.used_to_ms, coalesce(p.until_ms, c.used_to_ms)) AS used_to
@@ -144,14 +146,14 @@ WITH spans AS (
     LEFT JOIN price_ranges p ON p.instance_type = c.instance_type
                             AND p.from_ms < c.to_ms AND p.until_ms > c.from_ms
 )
-SELECT x.tenant, x.pool, x.instance_type, x.region, x.usd_per_hour, q.source,
+SELECT x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, q.source,
        CASE WHEN isfinite(x.valid_from) THEN x.valid_from END,
        sum(x.part_to - x.part_from), sum(x.accelerators::bigint * greatest(0, x.used_to - x.part_from)),
        coalesce(sum(x.usd_per_hour * (x.part_to - x.part_from)), 0)
 FROM parts x
 LEFT JOIN prices q ON q.instance_type = x.instance_type AND q.valid_from = x.valid_from
-GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.usd_per_hour, q.source, x.valid_from
-ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.valid_from NULLS FIRST
+GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, q.source, x.valid_from
+ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.valid_from NULLS FIRST
 """
 
 # All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart

@@ -206,9 +206,19 @@ class LedgerStore:
             rows = connection.execute(sql.INVOICE_LINES, parameters).fetchall()
         return [
             InvoiceLine(
-                tenant, pool, kind, region, price, source, valid_from, int(billed), int(used), Decimal(cost)
+                tenant,
+                pool,
+                kind,
+                region,
+                model,
+                price,
+                source,
+                valid_from,
+                int(billed),
+                int(used),
+                Decimal(cost),
             )
-            for tenant, pool, kind, region, price, source, valid_from, billed, used, cost in rows
+            for tenant, pool, kind, region, model, price, source, valid_from, billed, used, cost in rows
         ]
 
     def usage_totals(self, *, now: datetime) -> list[UsageRow]:
@@ -328,7 +338,7 @@ class LedgerStore:
 
 
 def _interval(row: Sequence[Any]) -> Interval:
-    return Interval(row[0], row[1], Attribution(*row[2:7]), row[7], row[8], row[9])
+    return Interval(row[0], row[1], Attribution(*row[2:7], *row[10:13]), row[7], row[8], row[9])
 
 
 def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: bool = False) -> LedgerStore:

@@ -4,10 +4,10 @@ with their ground truth (what each tenant really used), rendered as shuffled, du
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from guardrails.ledger import Attribution, Transition, to_ms
+from guardrails.ledger import ON_DEMAND, SPOT, Attribution, Transition, to_ms
 
 # A Monday, so day, week and month periods all start on or before it.
 T0 = datetime(2036, 5, 5, 10, 0, tzinfo=UTC)
@@ -25,15 +25,31 @@ def ms(minutes: float = 0, *, seconds: float = 0) -> int:
 
 
 def who(
-    tenant: str = "research", pool: str = "training", instance_type: str = "g5.xlarge", cap_minutes: int = 90
+    tenant: str = "research",
+    pool: str = "training",
+    instance_type: str = "g5.xlarge",
+    cap_minutes: int = 90,
+    *,
+    region: str = "us-east-1",
+    pricing_model: str = ON_DEMAND,
+    zone: str | None = None,
 ) -> Attribution:
-    return Attribution(tenant, pool, instance_type, GPU_TYPES[instance_type], cap_minutes * 60_000)
+    return Attribution(
+        tenant,
+        pool,
+        instance_type,
+        GPU_TYPES[instance_type],
+        cap_minutes * 60_000,
+        region,
+        pricing_model,
+        zone,
+    )
 
 
 def step(
     event_id: str, instance_id: str, state: str, at_ms: int, attribution: Attribution | None = None
 ) -> Transition:
-    return Transition(event_id, instance_id, state, at_ms, attribution or who(), "us-east-1")
+    return Transition(event_id, instance_id, state, at_ms, attribution or who())
 
 
 @dataclass(frozen=True)
@@ -41,6 +57,7 @@ class Session:
     start_ms: int
     end_ms: int | None  # None: still running at the end of the stream
     stops: tuple[tuple[str, int], ...]  # the stop states AWS reported, and when
+    retagged_ms: int | None = None  # a running seen mid-session with another attribution (a new interval)
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,9 @@ class HostHistory:
         for number, session in enumerate(self.sessions):
             events.append(step(f"{prefix}{self.instance_id}-r{number}", self.instance_id, "running",
                                session.start_ms, self.attribution))  # fmt: skip
+            if session.retagged_ms is not None:
+                events.append(step(f"{prefix}{self.instance_id}-t{number}", self.instance_id, "running",
+                                   session.retagged_ms, retagged(self.attribution)))  # fmt: skip
             for index, (state, when) in enumerate(session.stops):
                 events.append(step(f"{prefix}{self.instance_id}-s{number}.{index}", self.instance_id, state,
                                    when, self.attribution))  # fmt: skip
@@ -70,6 +90,11 @@ class HostHistory:
             * ((session.end_ms if session.end_ms is not None else now_ms) - session.start_ms)
             for session in self.sessions
         )
+
+
+def retagged(attribution: Attribution) -> Attribution:
+    """The same host seen with another pool, as spot in a zone (its accelerators unchanged)."""
+    return replace(attribution, pool=f"{attribution.pool}-retagged", pricing_model=SPOT, zone="us-east-1b")
 
 
 STOP_SEQUENCES = (("stopping", "stopped"), ("stopped",), ("shutting-down", "terminated"), ("terminated",))
@@ -95,12 +120,13 @@ def random_host(rng: random.Random, instance_id: str, tenant_prefix: str = "") -
             sessions.append(Session(start, None, ()))
             break
         end = start + rng.choice((0, rng.randint(1, 59_999), rng.randint(60_000, 7_200_000)))
+        retag = start + rng.randint(1, end - start - 1) if end - start > 1 and rng.random() < 0.3 else None
         sequence = rng.choice(STOP_SEQUENCES)
         stops, when = [], end
         for state in sequence:
             stops.append((state, when))
             when += rng.randint(0, 60_000)
-        sessions.append(Session(start, end, tuple(stops)))
+        sessions.append(Session(start, end, tuple(stops), retag))
         if sequence[-1] == "terminated":
             break
         clock = when + rng.randint(1, 600_000)  # a restart comes after the last stop

@@ -16,23 +16,25 @@ from lambdas.ledger.store import LedgerStore
 APPEND = (
     "SELECT * FROM ledger_append_events(%s::text[], ARRAY['i-1'], %s::text[], %s::timestamptz[], "
     "ARRAY['research'], ARRAY['training'], ARRAY['g5.xlarge'], ARRAY[1], ARRAY[NULL::bigint], "
-    "ARRAY['us-east-1'], 'meter', now())"
+    "ARRAY['us-east-1'], %s::text[], ARRAY[NULL::text], 'meter', now())"
 )
 
 
 @pytest.mark.parametrize(
-    ("state", "moment", "message"),
+    ("state", "moment", "model", "message"),
     [
-        ("parked", T0, "event e-1: state 'parked' is not an EC2 state"),
-        ("running", T0.replace(microsecond=1500), "event e-1: time .* is finer than a millisecond"),
+        ("parked", T0, "on-demand", "event e-1: state 'parked' is not an EC2 state"),
+        ("running", T0.replace(microsecond=1500), "spot", "event e-1: time .* is finer than a millisecond"),
+        ("running", T0, "reserved", "event e-1: pricing model 'reserved' is not on-demand or spot"),
+        ("running", T0, None, "event e-1: pricing model NULL is not on-demand or spot"),
     ],
 )
 def test_the_append_function_refuses_what_the_table_does_not_check(
-    ledger_url: str, state: str, moment: datetime, message: str
+    ledger_url: str, state: str, moment: datetime, model: str | None, message: str
 ) -> None:
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         with pytest.raises(psycopg.errors.CheckViolation, match=message):
-            owner.execute(APPEND, (["e-1"], [state], [moment]))
+            owner.execute(APPEND, (["e-1"], [state], [moment], [model]))
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
 
 

@@ -187,14 +187,14 @@ def test_a_malformed_event_reports_every_problem_at_once() -> None:
 
 def test_attribution_follows_tags_and_the_deadlines_cap_rules() -> None:
     def attribute(instance_type: str, host_tags: dict[str, str], accelerators: int) -> Attribution | None:
-        return attribution_for(instance_type, host_tags, accelerators,
-                               pool_caps={"inference": timedelta(hours=12)},
+        return attribution_for(instance_type, host_tags, accelerators, region="eu-west-1", lifecycle=None,
+                               zone="eu-west-1a", pool_caps={"inference": timedelta(hours=12)},
                                default_cap=timedelta(minutes=90))  # fmt: skip
 
     assert attribute("m5.large", {tags.TENANT: "research"}, 0) is None
     tagged = attribute(
         "p4d.24xlarge", {tags.TENANT: "vision", tags.POOL: "training", tags.MAX_RUNTIME: "2h"}, 8
     )
-    assert tagged == Attribution("vision", "training", "p4d.24xlarge", 8, 7_200_000)
+    assert tagged == Attribution("vision", "training", "p4d.24xlarge", 8, 7_200_000, "eu-west-1")
     typo = attribute("g5.xlarge", {tags.POOL: "inference", tags.MAX_RUNTIME: "2 hours"}, 1)
-    assert typo == Attribution(UNATTRIBUTED, "inference", "g5.xlarge", 1, 12 * 3_600_000)
+    assert typo == Attribution(UNATTRIBUTED, "inference", "g5.xlarge", 1, 12 * 3_600_000, "eu-west-1")
