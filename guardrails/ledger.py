@@ -364,6 +364,7 @@ class Ec2Host:
     state: str
     launched_ms: int  # LaunchTime: when it last started
     transition_ms: int | None  # when it left running, from StateTransitionReason (None: not said)
+    attribution: Attribution | None = None  # as its tags and type say now (None: not known)
 
 
 _TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
@@ -377,6 +378,11 @@ def transition_ms(reason: str) -> int | None:
     return to_ms(datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC))
 
 
+def is_retagged(host: Ec2Host, known: Interval) -> bool:
+    """Whether a host still running in its open interval is now attributed otherwise."""
+    return known.is_open and host.attribution is not None and host.attribution != known.attribution
+
+
 def reconcile(
     hosts: Iterable[Ec2Host], latest: Mapping[str, Interval], *, now_ms: int, home_region: str
 ) -> list[StateChange]:
@@ -386,8 +392,10 @@ def reconcile(
     it). A running host with no open interval starts at its launch time; an open interval whose host
     stopped ends at the transition time EC2 reports, or now when EC2 no longer describes the host; a
     start and stop the ledger never saw (the host's last launch, after its latest interval) is added
-    whole. Event ids are derived from what they repair, so running it again adds nothing. (Only a
-    host's last start is visible in EC2: earlier cycles lost entirely cannot be repaired.)
+    whole. A running host whose attribution (``Ec2Host.attribution``) differs from its open
+    interval's was retagged: a ``running`` now opens a new interval. Event ids are derived from
+    what they repair, so running it again adds nothing. (Only a host's last start is visible in
+    EC2: earlier cycles lost entirely cannot be repaired.)
     """
     changes: list[StateChange] = []
     described = {host.instance_id for host in hosts}
@@ -402,6 +410,9 @@ def reconcile(
         stopped_ms = host.transition_ms if host.state in STOP_STATES else None
         if host.state == "running" and not is_open:
             changes.append(event(host.instance_id, host.region, "running", host.launched_ms))
+        elif host.state == "running" and known is not None and is_retagged(host, known):
+            # Retagged while running (no state change, so no event): a new interval from now on.
+            changes.append(event(host.instance_id, host.region, "running", max(now_ms, known.started_ms)))
         elif stopped_ms is not None and is_open:
             changes.append(event(host.instance_id, host.region, "stopped", stopped_ms))
         elif stopped_ms is not None and unseen_launch and stopped_ms >= host.launched_ms:

@@ -100,6 +100,32 @@ def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any
     return counts
 
 
+def attribute_instances(
+    instances: Sequence[Mapping[str, Any]], *, region: str, prices: PriceTable, settings: Settings, ec2: Any
+) -> dict[str, Attribution]:
+    """The attribution of each accelerator host among ``DescribeInstances`` entries of ``region``, by id."""
+    accelerated = {item["InstanceType"] for item in instances if is_accelerator(item["InstanceType"])}
+    counts = accelerator_counts(accelerated, prices=prices, ec2=ec2) if accelerated else {}
+    found = {}
+    for instance in instances:
+        kind = instance["InstanceType"]
+        if kind not in counts:
+            continue
+        attribution = attribution_for(
+            kind,
+            {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])},
+            counts[kind],
+            region=region,
+            lifecycle=instance.get("InstanceLifecycle"),
+            zone=instance.get("Placement", {}).get("AvailabilityZone"),
+            pool_caps=settings.pool_max_runtimes,
+            default_cap=settings.default_max_runtime,
+        )
+        if attribution is not None:
+            found[instance["InstanceId"]] = attribution
+    return found
+
+
 def describe_hosts(
     changes: Sequence[StateChange], *, clients: ClientFactory, prices: PriceTable, settings: Settings
 ) -> dict[str, Described]:
@@ -121,25 +147,14 @@ def describe_hosts(
             instances += [
                 item for page in pages for group in page["Reservations"] for item in group["Instances"]
             ]
-        accelerated = {item["InstanceType"] for item in instances if is_accelerator(item["InstanceType"])}
-        counts = accelerator_counts(accelerated, prices=prices, ec2=ec2) if accelerated else {}
+        attributions = attribute_instances(
+            instances, region=region, prices=prices, settings=settings, ec2=ec2
+        )
         for instance in instances:
-            host_tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}
-            kind = instance["InstanceType"]
-            attribution = None
-            if kind in counts:
-                attribution = attribution_for(
-                    kind,
-                    host_tags,
-                    counts[kind],
-                    region=region,
-                    lifecycle=instance.get("InstanceLifecycle"),
-                    zone=instance.get("Placement", {}).get("AvailabilityZone"),
-                    pool_caps=settings.pool_max_runtimes,
-                    default_cap=settings.default_max_runtime,
-                )
             found[instance["InstanceId"]] = Described(
-                attribution, to_ms(instance["LaunchTime"]), owner_of(host_tags)
+                attributions.get(instance["InstanceId"]),
+                to_ms(instance["LaunchTime"]),
+                owner_of({tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}),
             )
     return found
 

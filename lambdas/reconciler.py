@@ -16,6 +16,7 @@ from typing import Any
 
 from guardrails.instance_types import is_accelerator
 from guardrails.ledger import Ec2Host, reconcile, to_ms, transition_ms
+from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
 from lambdas import meter
 from lambdas.aws import heartbeat
@@ -28,40 +29,48 @@ GUARDRAIL = "reconciler"
 WATCHED_STATES = ["running", "stopping", "stopped", "shutting-down", "terminated"]
 
 
-def accelerator_hosts(clients: ClientFactory, regions: tuple[str, ...]) -> list[Ec2Host]:
-    """Every accelerator host EC2 describes in ``regions`` (terminated ones stay about an hour)."""
+def accelerator_hosts(clients: ClientFactory, *, settings: Settings, prices: PriceTable) -> list[Ec2Host]:
+    """Every accelerator host EC2 describes in the guarded regions (terminated ones stay about an
+    hour), attributed as the meter attributes it."""
     hosts = []
-    for region in regions:
-        pages = (
-            clients("ec2", region)
-            .get_paginator("describe_instances")
-            .paginate(Filters=[{"Name": "instance-state-name", "Values": WATCHED_STATES}])
+    for region in settings.regions:
+        ec2 = clients("ec2", region)
+        pages = ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "instance-state-name", "Values": WATCHED_STATES}]
         )
-        for page in pages:
-            for reservation in page["Reservations"]:
-                for instance in reservation["Instances"]:
-                    if not is_accelerator(instance["InstanceType"]):
-                        continue
-                    hosts.append(
-                        Ec2Host(
-                            instance["InstanceId"],
-                            region,
-                            instance["State"]["Name"],
-                            to_ms(instance["LaunchTime"]),
-                            transition_ms(instance.get("StateTransitionReason", "")),
-                        )
-                    )
+        instances = [
+            instance
+            for page in pages
+            for reservation in page["Reservations"]
+            for instance in reservation["Instances"]
+            if is_accelerator(instance["InstanceType"])
+        ]
+        attributions = meter.attribute_instances(
+            instances, region=region, prices=prices, settings=settings, ec2=ec2
+        )
+        hosts += [
+            Ec2Host(
+                instance["InstanceId"],
+                region,
+                instance["State"]["Name"],
+                to_ms(instance["LaunchTime"]),
+                transition_ms(instance.get("StateTransitionReason", "")),
+                attributions.get(instance["InstanceId"]),
+            )
+            for instance in instances
+        ]
     return hosts
 
 
 def run_reconciler(
     *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
 ) -> dict[str, Any]:
-    hosts = accelerator_hosts(clients, settings.regions)
+    prices = load_price_table()
+    hosts = accelerator_hosts(clients, settings=settings, prices=prices)
     latest = store.latest_intervals([host.instance_id for host in hosts])
     repairs = reconcile(hosts, latest, now_ms=to_ms(now), home_region=settings.regions[0])
     result = meter.meter(repairs, store=store, clients=clients, settings=settings, received_at=now,
-                         source=GUARDRAIL)  # fmt: skip
+                         source=GUARDRAIL, prices=prices)  # fmt: skip
     for note in result.unattributed + result.skipped:
         log.warning("reconciler could not repair: %s", note)
     heartbeat.count_action(GUARDRAIL, "repair", "missing-event", result.inserted)

@@ -62,7 +62,7 @@ def test_a_retag_seen_while_running_opens_a_new_interval(store: LedgerStore, aws
 
     metered("running", 0)
     ec2.create_tags(Resources=[host], Tags=[{"Key": tags.POOL, "Value": "inference"}])
-    metered("running", 10)  # as the reconciler reports a host it finds running under new tags
+    metered("running", 10)  # a running metered after the retag (redelivered, say) carries the new tags
     metered("stopped", 30)
     spans = [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()]
     assert spans == [("training", ms(0), ms(10)), ("inference", ms(10), ms(30))]

@@ -17,6 +17,7 @@ from guardrail_fleet import (
 )
 from ledger_streams import ms, who
 
+from guardrails import tags
 from guardrails.ledger import Ec2Host, Interval, reconcile, state_change_from_event, to_ms, transition_ms
 from lambdas import meter, reconciler
 from lambdas.aws.environment import ClientFactory
@@ -32,6 +33,8 @@ def test_the_rules_on_a_virtual_clock() -> None:
         "i-open-running": Interval("r2", "i-open-running", known, ms(0), None),
         "i-closed-restarted": Interval("r3", "i-closed-restarted", known, ms(0), ms(10), "s3"),
         "i-gone": Interval("r4", "i-gone", known, ms(0), None),
+        "i-retagged": Interval("r5", "i-retagged", known, ms(0), None),
+        "i-same-tags": Interval("r6", "i-same-tags", known, ms(0), None),
     }
     hosts = [
         Ec2Host("i-open-stopped", "us-east-1", "stopped", ms(0), ms(30)),
@@ -39,6 +42,8 @@ def test_the_rules_on_a_virtual_clock() -> None:
         Ec2Host("i-closed-restarted", "us-east-1", "running", ms(20), None),
         Ec2Host("i-unseen-whole", "us-east-1", "terminated", ms(40), ms(50)),
         Ec2Host("i-unseen-running", "us-east-1", "running", ms(45), None),
+        Ec2Host("i-retagged", "us-east-1", "running", ms(0), None, who(pool="inference")),
+        Ec2Host("i-same-tags", "us-east-1", "running", ms(0), None, known),
     ]
     repairs = reconcile(hosts, latest, now_ms=ms(60), home_region="us-east-1")
     assert [(change.instance_id, change.state, change.at_ms) for change in repairs] == [
@@ -47,6 +52,7 @@ def test_the_rules_on_a_virtual_clock() -> None:
         ("i-unseen-whole", "running", ms(40)),
         ("i-unseen-whole", "stopped", ms(50)),
         ("i-unseen-running", "running", ms(45)),
+        ("i-retagged", "running", ms(60)),
         ("i-gone", "terminated", ms(60)),
     ]
     assert all(change.event_id.startswith("reconciler:") for change in repairs)
@@ -107,6 +113,27 @@ def test_after_an_hour_without_the_database_the_ledger_equals_the_exact_answer(
     assert {i.instance_id: (i.started_ms, i.ended_ms) for i in store.intervals()} == truth
     again = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
     assert (again["inserted"], again["repairs"]) == (0, [])  # nothing left to repair
+
+
+def test_a_host_retagged_while_running_gets_a_new_interval_from_the_reconcilers_run(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (host,) = launch(ec2, "g5.xlarge", managed_tags(pool="training"))
+    started = launch_time(ec2, host)
+    meter_events([state_change(host, "running", started)], store, clients)
+    ec2.create_tags(Resources=[host], Tags=[{"Key": tags.POOL, "Value": "inference"}])
+    later = datetime.now(UTC) + timedelta(minutes=15)
+    outcome = reconciler.run_reconciler(
+        store=store, clients=clients, settings=guardrail_settings(), now=later
+    )
+    assert outcome["repairs"] == [f"reconciler:{host}:running:{to_ms(later)}"]
+    spans = [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()]
+    assert spans == [("training", to_ms(started), to_ms(later)), ("inference", to_ms(later), None)]
+    again = reconciler.run_reconciler(
+        store=store, clients=clients, settings=guardrail_settings(), now=later + timedelta(minutes=15)
+    )
+    assert again["repairs"] == []
 
 
 def test_each_run_prunes_the_decision_log_past_the_retention(
