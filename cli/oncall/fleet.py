@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from cli.oncall.concurrently import side_by_side
 from cli.oncall.fleet_capacity import GroupStatus, groups_of, service_traffic
+from cli.oncall.fleet_stopped import StoppedHost, stopped_too_long_in
 from cli.oncall.nightly import Schedule, closed_days_of, list_schedules
 from cli.oncall.park_records import ParkRecord
 from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value
@@ -203,6 +204,7 @@ class FleetStatus:
     services: list[ServiceStatus] = field(default_factory=list)
     stacks: list[StackStatus] = field(default_factory=list)
     groups: list[GroupStatus] = field(default_factory=list)
+    stopped: list[StoppedHost] = field(default_factory=list)  # stopped past guardrails.stopped_retention
     ledger: list[TenantRunway] | None = None  # None: no ledger configured
     errors: list[str] = field(default_factory=list)
     unlisted_regions: list[str] = field(default_factory=list)  # where the GPU hosts could not be listed
@@ -225,6 +227,8 @@ class FleetStatus:
             "exempt": states["exempt"],
             "parked_stacks": sorted(stack.stack for stack in self.stacks if stack.parked),
             "stacks": len(self.stacks),
+            "stopped_too_long": len(self.stopped),
+            "stopped_monthly_usd": _number(sum((h.storage.monthly_usd for h in self.stopped), Decimal(0))),
         }
 
     @property
@@ -274,6 +278,7 @@ class FleetStatus:
             "services": [service.as_dict() for service in self.services],
             "stacks": [stack.as_dict(self.now) for stack in self.stacks],
             "groups": [group.as_dict() for group in self.groups],
+            "stopped_too_long": [stopped.as_dict() for stopped in self.stopped],
             "summary": self.summary(),
             "totals": {
                 "hosts": len(self.hosts),
@@ -310,12 +315,18 @@ def fleet_status(
         status.services += part.services
         status.stacks += part.stacks
         status.groups += part.groups
+        status.stopped += part.stopped
         status.errors += part.errors
         status.unlisted_regions += part.unlisted_regions
     status.hosts.sort(
         key=lambda host: (host.host.region, host.host.tags.get(tags.STACK) or "", host.host.instance_id)
     )
-    found = status.hosts or status.services or any(s.park_value or s.schedules for s in status.stacks)
+    found = (
+        status.hosts
+        or status.services
+        or status.stopped
+        or any(s.park_value or s.schedules for s in status.stacks)
+    )
     if stack is not None and not found and not status.errors:
         raise ParkbrakeError(
             f"stack {stack!r} has nothing in {', '.join(regions)}: no park parameter, GPU hosts, "
@@ -333,6 +344,7 @@ class _RegionPart:
     services: list[ServiceStatus] = field(default_factory=list)
     stacks: list[StackStatus] = field(default_factory=list)
     groups: list[GroupStatus] = field(default_factory=list)
+    stopped: list[StoppedHost] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     unlisted_regions: list[str] = field(default_factory=list)
 
@@ -350,10 +362,25 @@ def _region(
             _read_stack(part, name, region, clients)
 
     listing: tuple[list[HostStatus], list[str]]
-    listing, _ = side_by_side(
-        [partial(_hosts_of, region, stack, clients, settings, now), read_stacks], f"status-{region}"
+    stopped: tuple[list[StoppedHost], list[str]]
+    listing, _, stopped = side_by_side(
+        [
+            partial(_hosts_of, region, stack, clients, settings, now),
+            read_stacks,
+            partial(
+                stopped_too_long_in,
+                clients("ec2", region),
+                region,
+                stack,
+                retention=settings.stopped_retention,
+                now=now,
+            ),
+        ],
+        f"status-{region}",
     )
-    part.hosts, part.errors = listing[0], listing[1] + part.errors
+    # A region whose instances cannot be listed says so once, not again for its stopped hosts.
+    part.hosts, part.errors = listing[0], listing[1] + part.errors + (stopped[1] if not listing[1] else [])
+    part.stopped = stopped[0]
     if listing[1]:
         part.unlisted_regions.append(region)
     named = {

@@ -18,6 +18,7 @@ from cli.oncall.fleet import FleetStatus, HostStatus
 from guardrails import tags
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
+from guardrails.owners import owner_of
 
 HOST_STATES = ("overdue", "unmanaged", "bad-tags", "running", "exempt")  # in the order they need action
 FILTERS: dict[str, Callable[[HostStatus], str | None]] = {
@@ -74,7 +75,17 @@ def select(report: FleetStatus, filters: dict[str, set[str]], sort: str | None) 
             for value in [getattr(group, key)]
         )
     ]
-    return replace(report, hosts=sorted(hosts, key=SORTS[sort]) if sort else hosts, groups=groups)
+    # A stopped host has no running state: a state filter shows none of them.
+    stopped = [
+        stopped
+        for stopped in report.stopped
+        if "state" not in filters
+        and all(FILTERS[key](HostStatus(stopped.host, None, None, None, report.now)) in values
+                for key, values in filters.items())
+    ]  # fmt: skip
+    return replace(
+        report, hosts=sorted(hosts, key=SORTS[sort]) if sort else hosts, groups=groups, stopped=stopped
+    )
 
 
 def _seconds_left(host: HostStatus) -> float:
@@ -100,6 +111,7 @@ def print_status(console: Console, report: FleetStatus, *, filters: Sequence[str
     for error in report.errors:
         console.print(f"[bold red]error:[/] {error}")
     _print_hosts(console, report, width)
+    _print_stopped(console, report, width)
     _print_groups(console, report, width)
     _print_services(console, report, width)
     _print_stacks(console, report, width)
@@ -186,6 +198,39 @@ def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
         _money(host.cost_so_far),
     ]
     return [*row, facts.region] if several_regions else row
+
+
+def _print_stopped(console: Console, report: FleetStatus, width: int) -> None:
+    """Managed GPU hosts stopped past the retention: their volumes still bill every month."""
+    if not report.stopped:
+        return
+    several_regions = len(report.regions) > 1
+    columns = [
+        Column("instance", 0, whole=True),
+        Column("stopped", 0, whole=True, justify="right"),
+        Column("$/month", 0, whole=True, justify="right"),
+        Column("tenant", 1),
+        Column("GB", 2, justify="right"),
+        Column("stack/pool", 3),
+        Column("owner", 4),
+        *([Column("region", 5, whole=True)] if several_regions else []),
+    ]
+    rows = []
+    for stopped in report.stopped:
+        host, storage = stopped.host, stopped.storage
+        row = [
+            host.instance_id,
+            _span(stopped.stopped_for),
+            _money(storage.monthly_usd) + ("+?" if storage.unpriced else ""),
+            host.tenant or "untagged",
+            f"{storage.size_gb:,}",
+            f"{host.tags.get(tags.STACK, '-')}/{host.pool or '-'}",
+            owner_of(host.tags) or "-",
+        ]
+        rows.append([*row, host.region] if several_regions else row)
+    total = sum(stopped.storage.monthly_usd for stopped in report.stopped)
+    title = f"Stopped past the retention ({len(rows):,}): their volumes cost ${_money(total)} a month"
+    _print_fitted(console, fitted_table(title, columns, rows, width))
 
 
 def _print_groups(console: Console, report: FleetStatus, width: int) -> None:
