@@ -220,5 +220,7 @@ def run_now_command(
         click.echo(
             f"{verb} {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
         )
-    if result.refused:
+    for error in result.errors:
+        click.echo(f"Could not record the decision ({error['action']}): {error['error']}", err=True)
+    if result.refused or result.errors:
         sys.exit(1)

@@ -235,12 +235,21 @@ def launch_decision(decision: LaunchDecision, *, actor: str, now: datetime) -> D
     }
     if decision.refusal is not None:
         details["refusal"] = decision.refusal.kind
-        return Decision("launch-refuse", actor, decision.refusal.reason, now, details=details)
+        return Decision(
+            "launch-refuse", actor, decision.refusal.reason, now, tenant=decision.tenant, details=details
+        )
     budget = "budget checked" if decision.budget_checked else "budget not checked"
     reason = (
         f"raised pool {decision.pool}'s desired capacity to {decision.target} (+{decision.start}, {budget})"
     )
-    return Decision("launch-start", actor, reason, now, details=details | {"started": decision.start})
+    return Decision(
+        "launch-start",
+        actor,
+        reason,
+        now,
+        tenant=decision.tenant,
+        details=details | {"started": decision.start},
+    )
 
 
 def notification_decision(

@@ -97,6 +97,7 @@ class LaunchDecision:
     reservation_id: int | None = None  # the ledger's reservation for the hosts started
     instance_types: tuple[str, ...] = ()  # what the group may launch, in order of preference
     priced_as: str | None = None  # the type the hosts were priced (and admitted) at
+    tenant: str | None = None  # who pays for the hosts: the group's parkbrake:tenant tag
 
 
 def required_cost(hosts: int, usd_per_hour: Decimal, cap: timedelta) -> Decimal:
@@ -131,6 +132,7 @@ def decide_launch(
             reservation_id,
             pool.instance_types or (pool.instance_type,),
             pool.instance_type,
+            pool.tenant,
         )
 
     if parked:

@@ -289,6 +289,7 @@ class RunNow:
     payload: Mapping[str, Any]
     decision: LaunchDecision  # in a dry run, what the launcher would decide (it changed nothing)
     dry_run: bool
+    errors: tuple[dict[str, str], ...] = ()  # the decision could not be recorded (the start stands)
 
     @property
     def refused(self) -> bool:
@@ -302,7 +303,7 @@ class RunNow:
             "payload": dict(self.payload),
             "dry_run": self.dry_run,
             **result_of(self.decision),
-        }
+        } | ({"errors": list(self.errors)} if self.errors else {})
 
 
 def run_now(
@@ -341,4 +342,35 @@ def run_now(
             dry_run=dry_run,
             honour_calendar=not force,
         )
-    return RunNow(name, payload, decision, dry_run)
+    if dry_run:
+        return RunNow(name, payload, decision, dry_run)
+    errors = record_run_now(decision, name=name, environ=environ, clients=clients, now=now)
+    return RunNow(name, payload, decision, dry_run, tuple(errors))
+
+
+def record_run_now(
+    decision: LaunchDecision, *, name: str, environ: Mapping[str, str], clients: ClientFactory, now: datetime
+) -> list[dict[str, str]]:
+    """A start (or refusal) run by a person: the same ``launch-*`` decision the launcher records, with
+    the person's ARN as its actor, appended to the decision log when a ledger database is configured.
+    Returns the errors (the start stands)."""
+    import uuid
+
+    from guardrails.decisions import launch_decision
+    from guardrails.settings import ledger_configured
+    from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
+    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.ledger.decisions import EnvironmentLedger
+
+    errors = []
+    try:
+        actor = str(clients("sts", None).get_caller_identity()["Arn"])
+    except AWS_ERRORS as error:
+        actor = f"an unknown caller of parkbrake schedule run-now {name}"
+        errors.append({"action": RECORD_ERROR, "error": f"who ran it: {describe_error(error)}"})
+    decisions = DecisionLog(
+        guardrail="run-now",
+        origin=f"run-now-{uuid.uuid4()}",
+        ledger=(lambda: EnvironmentLedger(environ)) if ledger_configured(environ) else None,
+    )
+    return errors + decisions.record([launch_decision(decision, actor=actor, now=now)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -24,10 +25,12 @@ from guardrail_fleet import (
 )
 
 from guardrails import names
+from guardrails.decisions import Decision
 from guardrails.errors import ParkbrakeError
 from guardrails.launch import Admission, AdmissionRequest, required_cost
 from guardrails.pricing import load_price_table
 from lambdas import launcher
+from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
 
 NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
@@ -241,3 +244,42 @@ def test_a_pool_with_fallback_types_is_admitted_at_its_dearest_type_and_says_whi
     ]
     assert result["required_usd"] == str(gate.asked[0][1].quantize(Decimal("0.01")))
     assert desired(made) == 2
+
+
+@dataclass
+class Decisions:
+    """The decision log's writer, as the ledger's store takes them."""
+
+    appended: list[Decision] = field(default_factory=list)
+
+    def append(self, decisions: Sequence[Decision], *, origin: str) -> dict[str, str]:
+        self.appended += decisions
+        return {}
+
+
+def test_start_and_refusal_decisions_carry_the_groups_tenant(clients: ClientFactory) -> None:
+    park(clients, "false")
+    written = Decisions()
+    log = DecisionLog(guardrail="launcher", origin="test", ledger=lambda: written)
+
+    launcher.handle(
+        {"pool": "training"},
+        settings=guardrail_settings(),
+        clients=clients,
+        gate=None,
+        now=NOW,
+        decisions=log,
+    )
+    launcher.handle(
+        {"pool": "training"},
+        settings=guardrail_settings(),
+        clients=clients,
+        gate=None,
+        now=NOW,
+        decisions=log,
+    )
+
+    assert [(item.kind, item.tenant) for item in written.appended] == [
+        ("launch-start", "research"),
+        ("launch-refuse", "research"),
+    ]

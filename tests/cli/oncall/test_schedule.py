@@ -298,3 +298,19 @@ def test_force_never_starts_a_parked_stack(aws: str, fleet: Any) -> None:
     assert result.exit_code == 1
     assert json.loads(result.stdout)["refused"]["kind"] == "parked"
     assert capacity(aws, TRAINING) == (0, 0, 2)
+
+
+def test_run_now_records_its_start_in_the_decision_log_as_the_launcher_does(
+    aws: str, fleet: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+    caplog.set_level("INFO", logger="lambdas.decisions")
+
+    started = invoke("run-now", NIGHTLY, "--stack", STACK, "--yes")
+
+    assert started.exit_code == 0, started.output
+    recorded = [record.decision for record in caplog.records if hasattr(record, "decision")]
+    assert [(item["kind"], item["tenant"], item["details"]["started"]) for item in recorded] == [
+        ("launch-start", "research", 1)
+    ]
+    assert recorded[0]["actor"].startswith("arn:aws:")  # the person who ran it, as STS names them
