@@ -220,6 +220,8 @@ def run_now_command(
         click.echo(
             f"{verb} {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
         )
+        if decision.got is not None:
+            click.echo(f"Got {decision.got.describe()}.")
     for error in result.errors:
         click.echo(f"Could not record the decision ({error['action']}): {error['error']}", err=True)
     if result.refused or result.errors:

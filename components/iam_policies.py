@@ -262,7 +262,7 @@ def deadline_policy(grants: Grants) -> PolicyDocument:
 def launcher_policy(grants: Grants) -> PolicyDocument:
     """The nightly start: reads the park state and the pool, consults the ledger, sets the pool's capacity."""
     statements = [
-        *_basics("launcher", grants, notifies=False),
+        *_basics("launcher", grants, notifies=True),  # a pool left short for want of capacity
         statement(
             "ReadParkStateAndClosedDays",
             ["ssm:GetParameter"],
@@ -273,7 +273,11 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
         ),
         statement(
             "DescribePool",
-            ["autoscaling:DescribeAutoScalingGroups", "ec2:DescribeLaunchTemplateVersions"],
+            [
+                "autoscaling:DescribeAutoScalingGroups",
+                "autoscaling:DescribeScalingActivities",  # what a start got: the launches EC2 refused
+                "ec2:DescribeLaunchTemplateVersions",
+            ],
             "*",
         ),
     ]

@@ -233,6 +233,8 @@ def launch_decision(decision: LaunchDecision, *, actor: str, now: datetime) -> D
         "instance_types": list(decision.instance_types),  # the group's, fallbacks after its own
         "priced_as": decision.priced_as,
     }
+    if decision.got is not None:
+        details["got"] = decision.got.as_dict()
     if decision.refusal is not None:
         details["refusal"] = decision.refusal.kind
         return Decision(
@@ -242,6 +244,8 @@ def launch_decision(decision: LaunchDecision, *, actor: str, now: datetime) -> D
     reason = (
         f"raised pool {decision.pool}'s desired capacity to {decision.target} (+{decision.start}, {budget})"
     )
+    if decision.got is not None:
+        reason += f"; got {decision.got.describe()}"
     return Decision(
         "launch-start",
         actor,

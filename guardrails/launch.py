@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any, Literal, Protocol
 
 from guardrails.durations import format_duration
+from guardrails.launch_report import LaunchReport
 from guardrails.ledger import billable_ms, usd
 from guardrails.runway import TenantRunway, refusal
 
@@ -98,6 +99,7 @@ class LaunchDecision:
     instance_types: tuple[str, ...] = ()  # what the group may launch, in order of preference
     priced_as: str | None = None  # the type the hosts were priced (and admitted) at
     tenant: str | None = None  # who pays for the hosts: the group's parkbrake:tenant tag
+    got: LaunchReport | None = None  # what the group launched once the launcher stopped waiting
 
 
 def required_cost(hosts: int, usd_per_hour: Decimal, cap: timedelta) -> Decimal:

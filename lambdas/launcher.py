@@ -1,5 +1,10 @@
 """The nightly launcher: ``{"pool": "training"}`` (optionally ``"capacity": N``) starts a GPU pool.
 
+``"report_wait_s"`` (default 30, at most 40: the function times out at 60) bounds how long, after a
+start, it reads what the group launched (per instance type and zone), which types and zones EC2 had
+no capacity for, and what is still pending; a group left short because EC2 had no capacity for any
+of its types is a finding: logged, counted and published to the alarm topic.
+
 A stack with a calendar of closed days adds ``"calendar"`` (the SSM parameter holding it),
 ``"timezone"`` (the schedule's) and ``"scheduled_time"`` (Scheduler's ``<aws.scheduler.scheduled-time>``,
 so that a retried start is judged on the day it was due).
@@ -17,8 +22,8 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -32,7 +37,7 @@ from guardrails.hosts import as_utc
 from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_launch
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
-from lambdas.aws import heartbeat
+from lambdas.aws import heartbeat, notices
 from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
 from lambdas.aws.environment import (
     ClientFactory,
@@ -42,9 +47,14 @@ from lambdas.aws.environment import (
     utc_now,
 )
 from lambdas.aws.logs import configure_logging
+from lambdas.aws.pool_capacity import await_report
+from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 CENTS = Decimal("0.01")
+DEFAULT_REPORT_WAIT_S = 30
+MAX_REPORT_WAIT_S = 40  # well inside the function's 60 s timeout
+SHORT = "insufficient-capacity"
 
 
 def is_parked(ssm: Any, stack: str) -> bool:
@@ -71,6 +81,7 @@ class LaunchEvent:
     calendar: str | None = None  # the SSM parameter holding the stack's closed days (iCalendar)
     timezone: str = "UTC"  # the schedule's: a closed day is a day there
     scheduled_time: datetime | None = None  # when Scheduler meant it to run; None: now
+    report_wait_s: float = DEFAULT_REPORT_WAIT_S  # how long to read what the group launched
 
     def due_day(self, now: datetime) -> datetime:
         """The moment the start was due, in the schedule's time zone."""
@@ -189,6 +200,7 @@ def launch(
         return decision
     if dry_run:
         return decision
+    since = datetime.now(UTC)  # AWS stamps the group's activities with the real time
     try:
         autoscaling.set_desired_capacity(
             AutoScalingGroupName=state.group_name, DesiredCapacity=target, HonorCooldown=False
@@ -207,7 +219,12 @@ def launch(
         "budget checked" if decision.budget_checked else "budget not checked",
     )
     heartbeat.count_action(heartbeat.LAUNCHER, "start", "nightly", decision.start)
-    return decision
+    got = await_report(autoscaling, state.group_name, wanted=target, since=since, wait_s=event.report_wait_s)
+    log.info("pool %s got %s", pool, got.describe())
+    if got.finding:
+        log.error("pool %s is short of %d host(s): %s", pool, got.short, got.describe())
+        heartbeat.count_action(heartbeat.LAUNCHER, "short", SHORT, got.short)
+    return replace(decision, got=got)
 
 
 def result_of(decision: LaunchDecision) -> dict[str, Any]:
@@ -223,6 +240,7 @@ def result_of(decision: LaunchDecision) -> dict[str, Any]:
         "reservation_id": decision.reservation_id,
         "instance_types": list(decision.instance_types),
         "priced_as": decision.priced_as,
+        "got": decision.got.as_dict() if decision.got else None,
     }
 
 
@@ -243,7 +261,12 @@ def parse_event(event: Mapping[str, Any]) -> LaunchEvent:
         raise ValueError(
             f"timezone must be an IANA time zone such as Europe/Berlin, not {timezone!r}"
         ) from None
-    return LaunchEvent(pool, capacity, calendar, timezone, _scheduled_time(event.get("scheduled_time")))
+    wait = event.get("report_wait_s", DEFAULT_REPORT_WAIT_S)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_REPORT_WAIT_S:
+        raise ValueError(f"report_wait_s must be seconds from 0 to {MAX_REPORT_WAIT_S}, not {wait!r}")
+    return LaunchEvent(
+        pool, capacity, calendar, timezone, _scheduled_time(event.get("scheduled_time")), float(wait)
+    )
 
 
 def _scheduled_time(value: Any) -> datetime | None:
@@ -271,12 +294,37 @@ def handle(
     """Start the pool; ``decisions`` (by default log lines only) records the start or the refusal."""
     decision = launch(parse_event(event), settings=settings, clients=clients, gate=gate, now=now)
     decisions = decisions or DecisionLog(guardrail=heartbeat.LAUNCHER, origin=f"launcher-{now.isoformat()}")
-    errors = decisions.record([launch_decision(decision, actor=heartbeat.LAUNCHER, now=now)])
+    errors = short_notice(decision, settings=settings, clients=clients)
+    errors += decisions.record([launch_decision(decision, actor=heartbeat.LAUNCHER, now=now)])
     if not errors:
         heartbeat.record_success(
             heartbeat.LAUNCHER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
         )
     return result_of(decision) | ({"errors": errors} if errors else {})
+
+
+def short_notice(
+    decision: LaunchDecision, *, settings: Settings, clients: ClientFactory
+) -> list[dict[str, str]]:
+    """A pool left short for want of capacity, published to the alarm topic; the errors."""
+    got = decision.got
+    if got is None or not got.finding:
+        return []
+    subject = f"parkbrake: pool {decision.pool} short of {got.short} host(s): insufficient capacity"
+    body = (
+        f"The nightly start of pool {decision.pool} (tenant {decision.tenant or 'none'}) asked for "
+        f"{got.wanted} host(s) of {', '.join(decision.instance_types)}; it got {got.describe()}. "
+        "EC2 had no capacity for the types and zones above; the group keeps trying. Add fallback types "
+        "or subnets in other zones to the pool, or start it later with `parkbrake schedule run-now`."
+    )
+    if settings.sns_topic_arn is None:  # the error log line and the counted action still show it
+        return []
+    try:
+        notices.publish(settings.sns_topic_arn, subject, body, [], clients=clients)
+    except AWS_ERRORS as error:
+        log.error("could not publish %r: %s", subject, describe_error(error))
+        return [{"action": "notify", "error": describe_error(error)}]
+    return []
 
 
 def budget_gate(invoked_function_arn: str | None = None) -> BudgetGate | None:

@@ -8,6 +8,9 @@ would against AWS. Nothing in boto3 is patched.
     with FaultProxy(moto_server) as proxy:
         proxy.fail("StopInstances", "UnauthorizedOperation", "not authorized", status=403)
         ec2 = boto3.client("ec2", endpoint_url=proxy.url)
+
+:meth:`FaultProxy.rewrite` instead changes moto's answer to an action (to inject what moto never
+reports, such as a scaling activity EC2 failed for want of capacity).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class FaultRule:
     status: int
     times: int | None  # None: every matching call
     matches: Callable[[ProxiedRequest], bool] | None
+    rewrite: Callable[[bytes], bytes] | None = None  # moto's answer, changed; None: fail with ``code``
 
 
 def action_of(method: str, path: str, headers: dict[str, str], body: bytes) -> str:
@@ -122,6 +126,11 @@ class FaultProxy:
         with self._lock:
             self._rules.append(FaultRule(action, code, message, status, times, matches))
 
+    def rewrite(self, action: str, change: Callable[[bytes], bytes]) -> None:
+        """Answer every call of ``action`` with moto's answer passed through ``change``."""
+        with self._lock:
+            self._rules.append(FaultRule(action, "", "", 200, None, None, change))
+
     def clear(self) -> None:
         with self._lock:
             self._rules.clear()
@@ -138,7 +147,7 @@ class FaultProxy:
                     if rule.times == 0:
                         continue
                     rule.times -= 1
-                self.failed[request.action] += 1
+                self.failed[request.action] += rule.rewrite is None
                 return rule
         return None
 
@@ -159,7 +168,7 @@ class FaultProxy:
                     self.command, self.path, headers, body, action_of(self.command, self.path, headers, body)
                 )
                 rule = proxy._rule_for(request)
-                if rule is not None:
+                if rule is not None and rule.rewrite is None:
                     content_type, payload, extra = error_response(request, rule.code, rule.message)
                     self._reply(rule.status, {"Content-Type": content_type, **extra}, payload)
                     return
@@ -169,6 +178,8 @@ class FaultProxy:
                     upstream.request(self.command, self.path, body=body, headers=forwarded)
                     response = upstream.getresponse()
                     payload = response.read()
+                    if rule is not None and rule.rewrite is not None:
+                        payload = rule.rewrite(payload)
                     kept = {k: v for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP}
                     self._reply(response.status, kept, payload)
                 finally:

@@ -497,8 +497,13 @@ def test_launcher_reads_only_the_park_and_closed_days_parameters_and_starts_only
     assert actions(grants["ReadParkStateAndClosedDays"]) == {"ssm:GetParameter"}
     assert actions(grants["DescribePool"]) == {
         "autoscaling:DescribeAutoScalingGroups",
+        "autoscaling:DescribeScalingActivities",
         "ec2:DescribeLaunchTemplateVersions",
     }
+    assert (actions(grants["Notify"]), grants["Notify"]["Resource"]) == (
+        {"sns:Publish"},
+        "arn:aws:sns:us-east-1:123456789012:alarms",
+    )
     start = grants["StartNightlyPool"]
     assert (actions(start), start["Resource"], start["Condition"]) == (
         {"autoscaling:SetDesiredCapacity"},

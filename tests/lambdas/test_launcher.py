@@ -103,6 +103,13 @@ def test_starts_the_pool_when_unparked(clients: ClientFactory) -> None:
         "reservation_id": None,
         "instance_types": ["g5.12xlarge"],
         "priced_as": "g5.12xlarge",
+        "got": {
+            "wanted": 3,
+            "started": [{"instance_type": "g5.12xlarge", "zone": f"{REGION}a", "hosts": 3}],
+            "pending": 0,
+            "short": 0,
+            "insufficient_capacity": [],
+        },
     }
     assert desired(clients) == 3
     assert (

@@ -225,7 +225,10 @@ def test_the_launcher_logs_its_start_and_its_refusal(clients: ClientFactory, sto
     assert refused.details["refusal"] == "parked"
     assert "parked" in refused.reason
     assert started.kind == "launch-start"
-    assert started.reason == "raised pool training's desired capacity to 2 (+2, budget not checked)"
+    assert started.reason == (
+        "raised pool training's desired capacity to 2 (+2, budget not checked); "
+        "got 2 x g5.12xlarge in us-east-1a in service, 0 pending"
+    )
 
 
 @pytest.fixture
