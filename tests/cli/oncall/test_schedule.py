@@ -10,6 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
 from ops_fleet import BERLIN, REGION, STACK, aws_client, capacity, close_days, project_copy, schedule, seed
@@ -314,3 +315,28 @@ def test_run_now_records_its_start_in_the_decision_log_as_the_launcher_does(
         ("launch-start", "research", 1)
     ]
     assert recorded[0]["actor"].startswith("arn:aws:")  # the person who ran it, as STS names them
+
+
+def test_run_now_reports_a_decision_it_could_not_attribute_and_the_start_stands(aws: str, fleet: Any) -> None:
+    aws_client(aws, "autoscaling").update_auto_scaling_group(AutoScalingGroupName=TRAINING, DesiredCapacity=0)
+    with FaultProxy(aws) as proxy:
+        proxy.fail("GetCallerIdentity", "AccessDenied", "not allowed", status=403)
+
+        result = run_now(
+            aws_client(aws, "scheduler"),
+            STACK,
+            NIGHTLY,
+            region=REGION,
+            clients=client_factory(proxy.url, max_attempts=1),
+            environ={},
+            gate=None,
+            now=datetime.now(UTC),
+            dry_run=False,
+        )
+
+    assert result.decision.start == 1
+    assert result.errors == (
+        {"action": "record-decisions", "error": "who ran it: AccessDenied: not allowed"},
+    )
+    assert result.as_dict()["errors"] == list(result.errors)
+    assert capacity(aws, TRAINING) == (0, 1, 2)
