@@ -25,6 +25,7 @@ from guardrails.instance_types import is_accelerator, is_instance_type
 from guardrails.owners import owner_problem
 from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
+from stacks.guardrails_config import GuardrailsConfig, guardrails_config
 from stacks.service_config import (
     ControlPlaneConfig,
     HostsConfig,
@@ -41,20 +42,6 @@ PoolRole = Literal["training", "inference"]
 CapacityType = Literal["on-demand", "spot"]
 
 REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d")
-EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
-# Reserved for documentation and testing (RFC 2606, RFC 6761): mail there reaches nobody.
-PLACEHOLDER_DOMAINS = frozenset({"example.com", "example.net", "example.org"})
-PLACEHOLDER_SUFFIXES = (
-    ".example",
-    ".invalid",
-    ".test",
-    ".localhost",
-    ".example.com",
-    ".example.net",
-    ".example.org",
-)
-LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
-SECRET_ARN = re.compile(r"arn:aws[\w-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+")
 AURORA_ACU_STEP = 0.5
 # The calendar travels in an SSM parameter: Advanced parameters hold up to 8 KB.
 CALENDAR_MAX_BYTES = 8192
@@ -106,28 +93,6 @@ class DatabaseConfig:
 class CacheConfig:
     node_type: str
     nodes: int = 1
-
-
-@dataclass(frozen=True)
-class GuardrailsConfig:
-    sweep_every: timedelta = timedelta(minutes=5)
-    default_max_runtime: timedelta = timedelta(minutes=90)
-    max_exemption: timedelta = timedelta(hours=24)
-    # No cap may exceed it: a longer parkbrake:max-runtime tag is clamped to it and reported.
-    max_runtime_ceiling: timedelta = timedelta(hours=24)
-    reap_untagged: bool = False
-    # How long before a host's deadline its owner is warned.
-    warn_before: timedelta = timedelta(minutes=15)
-    # A Secrets Manager secret holding a Slack-compatible incoming webhook URL: notices go there too.
-    chat_webhook_secret: str | None = None
-    alarm_email: str | None = None
-    alarm_topic_arn: str | None = None
-    # Lambda layers providing psycopg to the functions that use the ledger (meter, budget, launcher).
-    database_layer_arns: tuple[str, ...] = ()
-    # Hosts stopped longer are reported with their volumes' monthly cost; snapshotted and terminated
-    # when terminate_stopped is on.
-    stopped_retention: timedelta = timedelta(days=7)
-    terminate_stopped: bool = False
 
 
 @dataclass(frozen=True)
@@ -198,11 +163,6 @@ POOL_KEYS = {
     "owner",
     "fallback_instance_types",
 }
-GUARDRAILS_KEYS = {
-    "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
-    "database_layer_arns", "max_runtime_ceiling", "stopped_retention", "terminate_stopped",
-    "warn_before", "chat_webhook_secret",
-}  # fmt: skip
 
 
 def parse_stack_config(
@@ -233,7 +193,7 @@ def parse_stack_config(
         name: Tenant(name, section.number("monthly_budget_usd", minimum=0.01))
         for name, section in root.named_sections("tenants", {"monthly_budget_usd"}, required=True)
     }
-    guardrails = _guardrails(root.section("guardrails", GUARDRAILS_KEYS))
+    guardrails = guardrails_config(root)
     pools = {
         name: _pool(name, section, tenants, prices.instances)
         for name, section in root.named_sections("pools", POOL_KEYS)
@@ -450,57 +410,6 @@ def _cache(root: Section, node_types: list[str]) -> CacheConfig | None:
     return CacheConfig(node_type=node_type, nodes=section.integer("nodes", 1, minimum=1, maximum=6))
 
 
-def _guardrails(section: Section) -> GuardrailsConfig:
-    defaults = GuardrailsConfig()
-    sweep_every = section.duration("sweep_every", defaults.sweep_every, ceiling=timedelta(hours=1))
-    if not section.problems.has(section.at("sweep_every")) and (
-        sweep_every < timedelta(minutes=1) or sweep_every.total_seconds() % 60
-    ):
-        section.problems.add(
-            section.at("sweep_every"),
-            f"{format_duration(sweep_every)} is not whole minutes ≥ 1m; EventBridge Scheduler rates are in minutes",
-        )
-    alarm_topic_arn = section.string(
-        "alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"), hint="an SNS topic ARN"
-    )
-    return GuardrailsConfig(
-        sweep_every=sweep_every,
-        default_max_runtime=section.duration("default_max_runtime", defaults.default_max_runtime),
-        max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
-        max_runtime_ceiling=section.duration("max_runtime_ceiling", defaults.max_runtime_ceiling),
-        reap_untagged=section.boolean("reap_untagged", False),
-        stopped_retention=section.duration("stopped_retention", defaults.stopped_retention),
-        terminate_stopped=section.boolean("terminate_stopped", False),
-        warn_before=section.duration("warn_before", defaults.warn_before),
-        chat_webhook_secret=section.string(
-            "chat_webhook_secret", None, pattern=SECRET_ARN, hint="a Secrets Manager secret ARN"
-        )
-        or None,
-        database_layer_arns=tuple(_layer_arns(section)),
-        alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
-        alarm_topic_arn=alarm_topic_arn or None,
-    )
-
-
-def _alarm_email(section: Section, *, adopts_topic: bool) -> str | None:
-    """Required unless an existing topic is adopted: an alarm nobody receives is no alarm."""
-    if not adopts_topic and not section.has("alarm_email"):
-        section.problems.add(
-            section.at("alarm_email"),
-            "is required: the on-call address the guardrails' alarms page (or set alarm_topic_arn "
-            "to adopt an existing SNS topic)",
-        )
-        return None
-    address = section.string("alarm_email", None, pattern=EMAIL, hint="an e-mail address")
-    domain = address.rpartition("@")[2].lower() if address else ""
-    if domain in PLACEHOLDER_DOMAINS or domain.endswith(PLACEHOLDER_SUFFIXES):
-        section.problems.add(
-            section.at("alarm_email"),
-            f'"{address}" is a placeholder ({domain} receives no mail); set the on-call address',
-        )
-    return address or None
-
-
 def _check_caps_against_ceiling(
     guardrails: GuardrailsConfig, pools: dict[str, GpuPoolConfig], problems: Problems
 ) -> None:
@@ -521,16 +430,6 @@ def _check_caps_against_ceiling(
                 f"{format_duration(cap)} is above guardrails.max_runtime_ceiling ({ceiling}); "
                 "lower the cap or raise the ceiling",
             )
-
-
-def _layer_arns(section: Section) -> list[str]:
-    layers = section.string_list("database_layer_arns", [], hint="a list of Lambda layer version ARNs")
-    for index, arn in enumerate(layers):
-        if LAYER_ARN.fullmatch(arn) is None:
-            section.problems.add(
-                f"{section.at('database_layer_arns')}[{index}]", f'"{arn}" is not a Lambda layer version ARN'
-            )
-    return layers
 
 
 def _network(root: Section) -> NetworkConfig:
