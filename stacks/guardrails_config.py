@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from datetime import timedelta
 
+from guardrails import settings as environment
 from guardrails.durations import format_duration
 from stacks.validation import Section
 
@@ -45,12 +46,13 @@ class GuardrailsConfig:
     # when terminate_stopped is on.
     stopped_retention: timedelta = timedelta(days=7)
     terminate_stopped: bool = False
+    decision_retention: timedelta = environment.DEFAULT_DECISION_RETENTION  # older decisions are pruned
 
 
 GUARDRAILS_KEYS = {
     "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
     "database_layer_arns", "max_runtime_ceiling", "stopped_retention", "terminate_stopped",
-    "warn_before", "chat_webhook_secret",
+    "warn_before", "chat_webhook_secret", "decision_retention",
 }  # fmt: skip
 
 
@@ -77,12 +79,20 @@ def guardrails_config(root: Section) -> GuardrailsConfig:
         reap_untagged=section.boolean("reap_untagged", False),
         stopped_retention=section.duration("stopped_retention", defaults.stopped_retention),
         terminate_stopped=section.boolean("terminate_stopped", False),
+        decision_retention=section.duration(
+            "decision_retention",
+            defaults.decision_retention,
+            ceiling=environment.DECISION_RETENTION_CEILING,
+            floor=environment.DECISION_RETENTION_FLOOR,
+        ),
         warn_before=section.duration("warn_before", defaults.warn_before),
         chat_webhook_secret=section.string(
             "chat_webhook_secret", None, pattern=SECRET_ARN, hint="a Secrets Manager secret ARN"
         )
         or None,
-        database_layer_arns=tuple(_layer_arns(section)),
+        database_layer_arns=tuple(
+            section.matching_list("database_layer_arns", LAYER_ARN, what="a Lambda layer version ARN")
+        ),
         alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
         alarm_topic_arn=alarm_topic_arn or None,
     )
@@ -105,13 +115,3 @@ def _alarm_email(section: Section, *, adopts_topic: bool) -> str | None:
             f'"{address}" is a placeholder ({domain} receives no mail); set the on-call address',
         )
     return address or None
-
-
-def _layer_arns(section: Section) -> list[str]:
-    layers = section.string_list("database_layer_arns", [], hint="a list of Lambda layer version ARNs")
-    for index, arn in enumerate(layers):
-        if LAYER_ARN.fullmatch(arn) is None:
-            section.problems.add(
-                f"{section.at('database_layer_arns')}[{index}]", f'"{arn}" is not a Lambda layer version ARN'
-            )
-    return layers

@@ -287,6 +287,7 @@ def _guardrails(
             max_runtime_ceiling=config.guardrails.max_runtime_ceiling,
             reap_untagged=config.guardrails.reap_untagged,
             stopped_retention=config.guardrails.stopped_retention,
+            decision_retention=config.guardrails.decision_retention,
             terminate_stopped=config.guardrails.terminate_stopped,
             warn_before=config.guardrails.warn_before,
             chat_webhook_secret_arn=config.guardrails.chat_webhook_secret,

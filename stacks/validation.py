@@ -163,11 +163,16 @@ class Section:
         return self._checked(key, default, allowed, choices[0], convert)
 
     def duration(
-        self, key: str, default: Any = _MISSING, *, ceiling: timedelta = DEFAULT_CEILING
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        ceiling: timedelta = DEFAULT_CEILING,
+        floor: timedelta | None = None,
     ) -> timedelta:
         def convert(value: Any) -> timedelta:
             try:
-                return parse_duration(value, ceiling=ceiling)
+                return parse_duration(value, ceiling=ceiling, floor=floor)
             except DurationError as error:
                 # parse_duration quotes the value itself; _checked quotes it once already.
                 raise ValueError(str(error).removeprefix(f"{value!r} ")) from None
@@ -181,6 +186,14 @@ class Section:
             return list(value)
 
         return self._checked(key, default, hint, [], convert)
+
+    def matching_list(self, key: str, pattern: re.Pattern[str], *, what: str) -> list[str]:
+        """A list of strings (default empty), each of which ``pattern`` matches in full: ``what``."""
+        values = self.string_list(key, [], hint=f"a list, each {what}")
+        for index, value in enumerate(values):
+            if pattern.fullmatch(value) is None:
+                self.problems.add(f"{self.at(key)}[{index}]", f'"{value}" is not {what}')
+        return values
 
     def section(self, key: str, allowed: set[str], *, required: bool = False) -> Section:
         if required and not self.has(key):

@@ -335,6 +335,19 @@ def test_stopped_retention_and_terminate_stopped() -> None:
     assert "guardrails.terminate_stopped" in problems
 
 
+def test_decision_retention_defaults_to_400_days_and_keeps_at_least_13_months() -> None:
+    config = example()
+    assert load_stack_config("dev", REPO_ROOT).guardrails.decision_retention == timedelta(days=400)
+    config["parkbrake:guardrails"].update(decision_retention="730d")
+    assert parse_stack_config("dev", config, "Pulumi.dev.yaml").guardrails.decision_retention == timedelta(
+        days=730
+    )
+    for value, message in (("90d", "shorter than the floor of 396d"), ("20000d", "longer than the ceiling of 3653d"),
+                           ("forever", "is not a duration")):  # fmt: skip
+        config["parkbrake:guardrails"].update(decision_retention=value)
+        assert message in problems_of(config)["guardrails.decision_retention"]
+
+
 def test_fallback_instance_types_are_checked_each_by_its_index() -> None:
     config = example()
     config["parkbrake:pools"]["training"]["fallback_instance_types"] = ["g6e.12xlarge", "g5.48xlarge"]
