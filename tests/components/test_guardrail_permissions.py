@@ -25,6 +25,7 @@ LAMBDA_TESTS = [
     "tests/lambdas/test_reaper.py",
     "tests/lambdas/test_deadline.py",
     "tests/lambdas/test_launcher.py",
+    "tests/lambdas/test_launcher_capacity.py",
     "tests/lambdas/test_serving_rotation.py",
     "tests/lambdas/test_sweep_notices.py",
     "tests/lambdas/test_stopped_hosts.py",
