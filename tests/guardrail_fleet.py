@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -103,16 +103,35 @@ def create_pool(
     max_size: int = 4,
     min_size: int = 0,
     group_tags: Mapping[str, str] | None = None,
+    overrides: Sequence[str] = (),
 ) -> str:
-    """A GPU pool as the IaC makes it: a launch template and an Auto Scaling group propagating tags."""
+    """A GPU pool as the IaC makes it: a launch template and an Auto Scaling group propagating tags.
+
+    With ``overrides`` (the pool's type and its fallbacks), the group has a mixed-instances policy
+    trying them in order, as components/gpu_pool.py declares it; moto launches the template's type."""
     name = names.autoscaling_group(STACK, pool)
     template = f"{name}-{uuid.uuid4().hex[:6]}"
     ec2.create_launch_template(
         LaunchTemplateName=template, LaunchTemplateData={"ImageId": AMI, "InstanceType": instance_type}
     )
+    specification = {"LaunchTemplateName": template, "Version": "$Latest"}
+    launch: dict[str, Any] = {"LaunchTemplate": specification}
+    if overrides:
+        launch = {
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {
+                    "LaunchTemplateSpecification": specification,
+                    "Overrides": [{"InstanceType": override} for override in overrides],
+                },
+                "InstancesDistribution": {
+                    "OnDemandAllocationStrategy": "prioritized",
+                    "OnDemandPercentageAboveBaseCapacity": 100,
+                },
+            }
+        }
     autoscaling.create_auto_scaling_group(
         AutoScalingGroupName=name,
-        LaunchTemplate={"LaunchTemplateName": template, "Version": "$Latest"},
+        **launch,
         MinSize=min_size,
         MaxSize=max_size,
         DesiredCapacity=desired,

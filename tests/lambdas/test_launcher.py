@@ -12,7 +12,6 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from botocore.exceptions import ClientError
 from guardrail_fleet import (
-    AMI,
     REGION,
     STACK,
     client_factory,
@@ -209,33 +208,15 @@ def test_a_pool_with_fallback_types_is_admitted_at_its_dearest_type_and_says_whi
     for one, the group launches the next, after the admission, so the budget covers the dearest."""
     made = client_factory(aws)
     ec2, autoscaling = made("ec2", REGION), made("autoscaling", REGION)
-    template = ec2.create_launch_template(
-        LaunchTemplateName="fallbacks", LaunchTemplateData={"ImageId": AMI, "InstanceType": "g5.12xlarge"}
-    )["LaunchTemplate"]
     types = ["g5.12xlarge", "g6e.12xlarge", "g5.24xlarge"]
-    autoscaling.create_auto_scaling_group(
-        AutoScalingGroupName=names.autoscaling_group(STACK, "training"),
-        MixedInstancesPolicy={
-            "LaunchTemplate": {
-                "LaunchTemplateSpecification": {
-                    "LaunchTemplateId": template["LaunchTemplateId"],
-                    "Version": "$Latest",
-                },
-                "Overrides": [{"InstanceType": name} for name in types],
-            },
-            "InstancesDistribution": {
-                "OnDemandAllocationStrategy": "prioritized",
-                "OnDemandPercentageAboveBaseCapacity": 100,
-            },
-        },
-        MinSize=0,
-        MaxSize=3,
-        DesiredCapacity=0,
-        AvailabilityZones=[f"{REGION}a"],
-        Tags=[
-            {"Key": k, "Value": v, "PropagateAtLaunch": True}
-            for k, v in managed_tags(max_runtime="2h").items()
-        ],
+    create_pool(
+        autoscaling,
+        ec2,
+        pool="training",
+        instance_type="g5.12xlarge",
+        overrides=types,
+        max_size=3,
+        group_tags=managed_tags(max_runtime="2h"),
     )
     park(made, "false")
     prices = load_price_table()
@@ -269,22 +250,15 @@ def test_start_and_refusal_decisions_carry_the_groups_tenant(clients: ClientFact
     written = Decisions()
     log = DecisionLog(guardrail="launcher", origin="test", ledger=lambda: written)
 
-    launcher.handle(
-        {"pool": "training"},
-        settings=guardrail_settings(),
-        clients=clients,
-        gate=None,
-        now=NOW,
-        decisions=log,
-    )
-    launcher.handle(
-        {"pool": "training"},
-        settings=guardrail_settings(),
-        clients=clients,
-        gate=None,
-        now=NOW,
-        decisions=log,
-    )
+    for _ in range(2):  # a start, then a refusal: the group already wants its hosts
+        launcher.handle(
+            {"pool": "training"},
+            settings=guardrail_settings(),
+            clients=clients,
+            gate=None,
+            now=NOW,
+            decisions=log,
+        )
 
     assert [(item.kind, item.tenant) for item in written.appended] == [
         ("launch-start", "research"),

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from aws_fault_proxy import FaultProxy
 from guardrail_fleet import (
-    AMI,
     REGION,
     STACK,
     client_factory,
+    create_pool,
     guardrail_settings,
     heartbeats,
     managed_tags,
@@ -49,32 +49,14 @@ NO_G6E = NO_G5.replace("g5.12xlarge", "g6e.12xlarge")
 def fallback_pool(clients: ClientFactory, *, template_type: str) -> None:
     """The pool as components/gpu_pool.py makes it with fallbacks: prioritized overrides (the pool's
     type, then its fallback). moto launches ``template_type``: here, the type the group fell back to."""
-    template = clients("ec2", REGION).create_launch_template(
-        LaunchTemplateName="fallbacks", LaunchTemplateData={"ImageId": AMI, "InstanceType": template_type}
-    )["LaunchTemplate"]
-    clients("autoscaling", REGION).create_auto_scaling_group(
-        AutoScalingGroupName=GROUP,
-        MixedInstancesPolicy={
-            "LaunchTemplate": {
-                "LaunchTemplateSpecification": {
-                    "LaunchTemplateId": template["LaunchTemplateId"],
-                    "Version": "$Latest",
-                },
-                "Overrides": [{"InstanceType": "g5.12xlarge"}, {"InstanceType": "g6e.12xlarge"}],
-            },
-            "InstancesDistribution": {
-                "OnDemandAllocationStrategy": "prioritized",
-                "OnDemandPercentageAboveBaseCapacity": 100,
-            },
-        },
-        MinSize=0,
-        MaxSize=3,
-        DesiredCapacity=0,
-        AvailabilityZones=[f"{REGION}a"],
-        Tags=[
-            {"Key": k, "Value": v, "PropagateAtLaunch": True}
-            for k, v in managed_tags(max_runtime="2h", tenant="research").items()
-        ],
+    create_pool(
+        clients("autoscaling", REGION),
+        clients("ec2", REGION),
+        pool="training",
+        instance_type=template_type,
+        overrides=["g5.12xlarge", "g6e.12xlarge"],
+        max_size=3,
+        group_tags=managed_tags(max_runtime="2h", tenant="research"),
     )
     clients("ssm", REGION).put_parameter(
         Name=names.park_parameter(STACK), Value="false", Type="String", Overwrite=True
