@@ -30,6 +30,7 @@ from components.lambda_archive import (
     lambda_functions,
     package_dir,
 )
+from components.rds_ca import LAYER_PATH as RDS_CA_LAYER_PATH
 from guardrails import names, settings, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
 from guardrails.durations import format_duration
@@ -38,9 +39,9 @@ from guardrails.schedules import rate_expression
 LOG_RETENTION_DAYS = 30
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
 # libpq's own variables for the functions that use the ledger: the cluster refuses plain connections and
-# the client verifies it against AWS's RDS CA bundle, which a layer of ``database_layer_arns`` carries
-# (layers unpack under /opt).
-DATABASE_TLS = {"PGSSLMODE": "verify-full", "PGSSLROOTCERT": "/opt/rds-ca/global-bundle.pem"}
+# the client verifies it against AWS's RDS CA bundle, which the dependency layer carries (layers unpack
+# under /opt).
+DATABASE_TLS = {"PGSSLMODE": "verify-full", "PGSSLROOTCERT": f"/opt/{RDS_CA_LAYER_PATH}"}
 # The states the deadline and the ledger act on (``pending`` changes nothing). The event carries only the
 # instance id and state, not its type, so EventBridge cannot filter on accelerator types: the handlers
 # drop other hosts after one DescribeInstances.

@@ -8,7 +8,8 @@
   hash of every wheel it may take. The wheels are chosen for the runtime's Python version and
   architecture (``pip download --only-binary=:all: --platform … --python-version … --require-hashes``),
   whatever happens to be installed where the stack is deployed from, and kept in a local wheel cache
-  so a second build does not ask the index again.
+  so a second build does not ask the index again. It also carries AWS's RDS CA bundle at
+  ``rds-ca/global-bundle.pem`` (:mod:`components.rds_ca`), which libpq verifies the database against.
 
 Both archives are deterministic: entries sorted, fixed timestamps and permissions, so the same
 inputs give the same bytes (and Pulumi sees no change to upload).
@@ -28,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from components.rds_ca import LAYER_PATH as RDS_CA_LAYER_PATH
+from components.rds_ca import rds_ca_bundle
 from guardrails.errors import InputError, ParkbrakeError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -127,11 +130,10 @@ def build_artifacts(
     """The code archive and the dependency layer, as every guardrail Lambda of every stack uses them."""
     out.mkdir(parents=True, exist_ok=True)
     write_zip(out / CODE_ARCHIVE, code_files())
-    wheels = download_wheels(
-        python_version=python_version, architecture=architecture, cache=wheel_cache or default_wheel_cache()
-    )
+    cache = wheel_cache or default_wheel_cache()
+    wheels = download_wheels(python_version=python_version, architecture=architecture, cache=cache)
     (out / DEPENDENCY_LAYER).parent.mkdir(parents=True, exist_ok=True)
-    write_zip(out / DEPENDENCY_LAYER, layer_files(wheels))
+    write_zip(out / DEPENDENCY_LAYER, {**layer_files(wheels), RDS_CA_LAYER_PATH: rds_ca_bundle(cache)})
 
 
 def declared_functions(resources: Iterable[Any], *, architecture: str | None = None) -> list[FunctionSpec]:

@@ -1,14 +1,18 @@
-"""Fixtures for the real local parts every test folder shares: moto's server and PostgreSQL."""
+"""Fixtures for the real local parts every test folder shares: moto's server and PostgreSQL, and the
+RDS CA bundle every Lambda build packs (AWS's own is not reachable from CI)."""
 
 from __future__ import annotations
 
+import os
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from components.rds_ca import BUNDLE_VARIABLE
 from tests.postgres import postgres_url
+from tests.tls_authority import ca_bundle_pem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_REGION = "us-east-1"
@@ -47,3 +51,18 @@ def database_url() -> Iterator[str]:
     """A real PostgreSQL server: ``PARKBRAKE_DATABASE_URL`` when set, else a throwaway pgserver."""
     with postgres_url() as url:
         yield url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def rds_ca_bundle_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every build in the tests (``pulumi up``'s program, ``parkbrake package``) packs this bundle,
+    given the way an offline build gives one: through ``PARKBRAKE_RDS_CA_BUNDLE``."""
+    bundle = tmp_path_factory.mktemp("rds-ca") / "global-bundle.pem"
+    bundle.write_bytes(ca_bundle_pem())
+    previous = os.environ.get(BUNDLE_VARIABLE)
+    os.environ[BUNDLE_VARIABLE] = str(bundle)
+    yield bundle
+    if previous is None:
+        del os.environ[BUNDLE_VARIABLE]
+    else:
+        os.environ[BUNDLE_VARIABLE] = previous

@@ -28,6 +28,7 @@ from guardrail_fleet import STACK, client_factory, create_pool, launch, managed_
 from psycopg.conninfo import make_conninfo
 
 from cli.main import parkbrake
+from components.guardrail_functions import DATABASE_TLS
 from components.lambda_archive import CODE_ARCHIVE, DEPENDENCY_LAYER, RUNTIME, default_wheel_cache
 from guardrails import names
 from guardrails.pricing import load_price_table
@@ -83,6 +84,15 @@ def test_the_same_stack_packages_to_the_same_bytes(
     package(tmp_path)
     for name in (CODE_ARCHIVE, DEPENDENCY_LAYER, "manifest.json"):
         assert (tmp_path / name).read_bytes() == (first / name).read_bytes(), name
+
+
+def test_the_layer_carries_the_rds_ca_bundle_where_libpq_looks_for_it(
+    runtime_package: tuple[Path, dict[str, Any]], rds_ca_bundle_file: Path
+) -> None:
+    out, _ = runtime_package
+    in_layer = DATABASE_TLS["PGSSLROOTCERT"].removeprefix("/opt/")  # layers unpack under /opt
+    with zipfile.ZipFile(out / DEPENDENCY_LAYER) as layer:
+        assert layer.read(in_layer) == rds_ca_bundle_file.read_bytes()
 
 
 def binary_modules(layer: Path) -> dict[str, bytes]:
