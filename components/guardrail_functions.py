@@ -403,7 +403,7 @@ class Guardrails(pulumi.ComponentResource):
         else:
             topic = aws.sns.Topic(
                 "alarms",
-                name=f"{names.prefix(args.stack)}-alarms",
+                name=names.alarm_topic(args.stack),
                 tags=dict(args.tags),
                 opts=named_child_of(self),
             )

@@ -16,6 +16,11 @@ def prefix(stack: str) -> str:
     return f"parkbrake-{stack}"
 
 
+def alarm_topic(stack: str) -> str:
+    """SNS topic every guardrail alarm and notice goes to (unless the stack adopts its own)."""
+    return f"{prefix(stack)}-alarms"
+
+
 def park_parameter(stack: str) -> str:
     """SSM parameter holding ``true``/``false``: the runtime park state the launcher reads."""
     return f"/parkbrake/{stack}/parked"

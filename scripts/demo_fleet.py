@@ -11,8 +11,9 @@ What it creates, named and tagged as the Pulumi program names and tags them: the
 two GPU pools (launch template + Auto Scaling group, whose instances moto starts); a stand-alone GPU
 host with an exemption; a CPU instance (which `status` must not list); the ECS cluster with the
 control-plane service (with an Application Auto Scaling target) and the inference service's blue and
-green colours; the schedule group with the nightly start and the reaper's sweep. It refuses to run
-against anything but a server on this machine: it is a demo, never a way to touch a real account.
+green colours; the schedule group with the nightly start and the reaper's sweep; the alarm topic with
+an e-mail subscription. It refuses to run against anything but a server on this machine: it is a
+demo, never a way to touch a real account.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ INFERENCE_PORT = 8080  # the port `parkbrake-inference` listens on in its image
 # services/inference/Dockerfile built at the demo's revision (docs/deploy.md shows the build).
 INFERENCE_IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/parkbrake-inference:0123abcd"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+ALARM_EMAIL = "gpu-oncall@parkbrake.dev"  # the example stack files' guardrails.alarm_email
 Clients = Callable[[str], Any]
 
 
@@ -67,6 +69,7 @@ class Fleet:
     cpu_host: str  # a non-accelerator instance
     services: dict[str, int]  # ECS service -> desired count
     schedules: dict[str, str]  # "nightly"/"reaper" -> schedule name
+    alarm_topic: str  # the alarm topic's ARN, with ALARM_EMAIL subscribed
 
 
 def host_tags(stack: str, pool: str, tenant: str, max_runtime: str, **extra: str) -> dict[str, str]:
@@ -107,7 +110,9 @@ def seed_fleet(clients: Clients, *, stack: str, region: str, now: datetime) -> F
     target_groups, _ = inference_load_balancer(clients("elbv2"), stack, vpc, subnets)
     services = _create_services(clients("ecs"), clients("application-autoscaling"), stack, target_groups)
     schedules = _create_schedules(clients("scheduler"), stack, region)
-    return Fleet(stack, region, groups, standalone, cpu_host, services, schedules)
+    alarm_topic = clients("sns").create_topic(Name=names.alarm_topic(stack))["TopicArn"]
+    clients("sns").subscribe(TopicArn=alarm_topic, Protocol="email", Endpoint=ALARM_EMAIL)
+    return Fleet(stack, region, groups, standalone, cpu_host, services, schedules, alarm_topic)
 
 
 def _create_pool(ec2: Any, autoscaling: Any, stack: str, region: str, pool: Pool) -> str:

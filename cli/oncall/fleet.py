@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from cli.oncall.concurrently import side_by_side
+from cli.oncall.fleet_alarms import AlarmTopic, RegionAlarmTopics
 from cli.oncall.fleet_capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.fleet_stopped import StoppedHost, stopped_too_long_in
 from cli.oncall.nightly import Schedule, closed_days_of, list_schedules
@@ -162,6 +164,7 @@ class StackStatus:
     schedules: list[Schedule]
     # The calendars of closed days the nightly starts name, by SSM parameter: their next run skips those.
     calendars: dict[str, ClosedDays] = field(default_factory=dict)
+    alarms: AlarmTopic | None = None  # the alarm topic and who it reaches
 
     @property
     def parked(self) -> bool | None:
@@ -193,6 +196,7 @@ class StackStatus:
                 schedule.as_dict(now, self.calendars.get(schedule.calendar or ""))
                 for schedule in self.schedules
             ],
+            "alarms": self.alarms.as_dict() if self.alarms else None,
         }
 
 
@@ -212,6 +216,7 @@ class FleetStatus:
     def summary(self) -> dict[str, Any]:
         """The counts an on-call engineer reads first."""
         states = Counter(host.state for host in self.hosts)
+        emails = [email for stack in self.stacks if stack.alarms for email in stack.alarms.emails]
         return {
             "hosts": len(self.hosts),
             "accelerators": self.accelerators,
@@ -229,6 +234,9 @@ class FleetStatus:
             "stacks": len(self.stacks),
             "stopped_too_long": len(self.stopped),
             "stopped_monthly_usd": _number(sum((h.storage.monthly_usd for h in self.stopped), Decimal(0))),
+            # An alarm e-mail still pending confirmation receives nothing: nobody is paged there yet.
+            "alarm_emails_confirmed": sum(email.confirmed for email in emails),
+            "alarm_emails_unconfirmed": sum(not email.confirmed for email in emails),
         }
 
     @property
@@ -354,12 +362,13 @@ def _region(
 ) -> _RegionPart:
     """One region: the host listing (the longest read) runs while the stacks are read."""
     part = _RegionPart()
+    alarm_topics = RegionAlarmTopics(partial(clients, "sns"), region, Path("."))
     deployed: list[str] = []
 
     def read_stacks() -> None:
         deployed.extend([stack] if stack else _deployed_stacks(clients("ssm", region), region, part.errors))
         for name in deployed:
-            _read_stack(part, name, region, clients)
+            _read_stack(part, name, region, clients, alarm_topics)
 
     listing: tuple[list[HostStatus], list[str]]
     stopped: tuple[list[StoppedHost], list[str]]
@@ -389,7 +398,7 @@ def _region(
         if host.host.managed and tags.STACK in host.host.tags
     }
     for name in sorted(named - set(deployed)) if not stack else []:
-        _read_stack(part, name, region, clients)
+        _read_stack(part, name, region, clients, alarm_topics)
     return part
 
 
@@ -403,7 +412,9 @@ def _hosts_of(
     return [_host_status(host, settings, now) for host in listed], []
 
 
-def _read_stack(part: _RegionPart, name: str, region: str, clients: ClientFactory) -> None:
+def _read_stack(
+    part: _RegionPart, name: str, region: str, clients: ClientFactory, alarm_topics: RegionAlarmTopics
+) -> None:
     try:
         part.services += services_of(clients("ecs", region), clients("elbv2", region), region, name)
         part.groups += groups_of(clients("autoscaling", region), region, name)
@@ -415,10 +426,23 @@ def _read_stack(part: _RegionPart, name: str, region: str, clients: ClientFactor
                 park_parameter_value(clients("ssm", region), name),
                 schedules,
                 _calendars(part, schedules, clients("ssm", region), f"{region} stack {name}"),
+                _alarm_topic(part, name, region, alarm_topics),
             )
         )
     except ClientError as error:
         part.errors.append(f"{region} stack {name}: {describe_error(error)}")
+
+
+def _alarm_topic(part: _RegionPart, name: str, region: str, topics: RegionAlarmTopics) -> AlarmTopic:
+    """Subscriptions that cannot be read are an error line; the stack is still shown, its alarms unknown."""
+    arn = None
+    try:
+        arn = topics.topic_arn(name)
+        return AlarmTopic(name, arn, topics.subscriptions(arn) if arn else ())
+    except ClientError as error:
+        problem = describe_error(error)
+        part.errors.append(f"{region} stack {name}: alarm subscriptions unknown: {problem}")
+        return AlarmTopic(name, arn, error=problem)
 
 
 def _calendars(part: _RegionPart, schedules: list[Schedule], ssm: Any, where: str) -> dict[str, ClosedDays]:

@@ -49,12 +49,18 @@ def read_config_value(path: Path, dotted_key: str) -> Any:
 
 def config_region(stack: str, project_dir: Path) -> str | None:
     """The stack's ``aws:region``, read without validating the rest (an emergency must not wait on a typo)."""
+    return config_text(stack, "aws:region", project_dir)
+
+
+def config_text(stack: str, dotted_key: str, project_dir: Path) -> str | None:
+    """A text value of ``Pulumi.<stack>.yaml`` in ``project_dir``; None when the file or key is absent or
+    the file cannot be read (what reads it must not wait on a typo elsewhere in the file)."""
     # Imported here: choosing a region (every status and reap) must not load the stack model.
     from stacks.config import stack_file
 
     path = stack_file(stack, project_dir)
     try:
-        value = read_config_value(path, "aws:region") if path.is_file() else None
+        value = read_config_value(path, dotted_key) if path.is_file() else None
     except InputError:
         return None
     return value if isinstance(value, str) else None

@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 
 from cli.oncall.fitted_table import Column, fitted_table
-from cli.oncall.fleet import FleetStatus, HostStatus
-from guardrails import tags
+from cli.oncall.fleet import FleetStatus, HostStatus, StackStatus
+from guardrails import names, tags
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.owners import owner_of
@@ -144,6 +144,28 @@ def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]
             f"  [yellow]unmanaged hosts burn ${_money(summary['unmanaged_usd_per_hour'])}/h: "
             "no guardrail may stop them[/]"
         )
+    for stack in report.stacks:
+        console.print(f"  {_alarms_line(stack, several_regions=len(report.regions) > 1)}")
+
+
+def _alarms_line(stack: StackStatus, *, several_regions: bool) -> str:
+    """Who the stack's alarms reach: an address still pending confirmation receives nothing yet."""
+    where = f"alarms {stack.stack}" + (f" ({stack.region})" if several_regions else "")
+    alarms = stack.alarms
+    if alarms is None or alarms.error:
+        return f"[yellow]{where}: subscriptions unknown (see the error below)[/]"
+    if alarms.arn is None:
+        return (
+            f"[yellow]{where}: no topic {names.alarm_topic(stack.stack)} (nor guardrails.alarm_topic_arn in "
+            f"Pulumi.{stack.stack}.yaml here): alarms may reach nobody[/]"
+        )
+    emails = alarms.emails
+    if not emails:
+        return f"[yellow]{where}: no e-mail subscribed to {alarms.arn.rsplit(':', 1)[-1]}[/]"
+    listed = ", ".join(f"{email.endpoint} {email.state}" for email in emails)
+    if all(email.confirmed for email in emails):
+        return f"{where} → {listed}"
+    return f"[red]{where} → {listed}: no alarm reaches it yet[/]"
 
 
 def _print_fitted(console: Console, fitted: Any) -> None:
