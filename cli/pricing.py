@@ -6,11 +6,14 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from cli.options import dry_run_option, output_option
+
+if TYPE_CHECKING:
+    from guardrails.price_list import PriceListQuery
 
 # The Price List API is served from a few regions only; us-east-1 answers for every region's prices.
 PRICE_LIST_ENDPOINT_REGION = "us-east-1"
@@ -38,10 +41,12 @@ def pricing() -> None:
 @dry_run_option
 @output_option
 def refresh(regions: tuple[str, ...], price_file: Path | None, dry_run: bool, output: str) -> None:
-    """Rebuild accelerator counts, on-demand prices and the spot snapshot from AWS.
+    """Rebuild accelerator counts, on-demand and service prices and the spot snapshot from AWS.
 
-    Needs ec2:DescribeInstanceTypes, ec2:DescribeSpotPriceHistory and pricing:GetProducts. Keeps
-    each region's service prices (Aurora, ElastiCache, Fargate, ALB, NAT, IPv4, EBS) as they are.
+    Needs ec2:DescribeInstanceTypes, ec2:DescribeSpotPriceHistory and pricing:GetProducts. Every
+    service price of each region refreshed (ALB, NAT, IPv4, Aurora, ElastiCache, Fargate, EBS, WAF,
+    secrets, alarms) comes from the Price List too; one it does not answer is an error, naming the
+    service, region and item, and the file is left as it was.
 
     \b
     Example:
@@ -57,8 +62,9 @@ def refresh(regions: tuple[str, ...], price_file: Path | None, dry_run: bool, ou
     verb = "would write" if dry_run else "wrote"
     refreshed = sorted(regions) if regions else sorted(document["regions"])
     priced = sum(len(document["regions"][region]["on_demand"]) for region in refreshed)
+    services = sum(len(document["regions"][region].get("service_sources", {})) for region in refreshed)
     click.echo(
-        f"{verb} {priced} on-demand prices in {len(refreshed)} region(s), "
+        f"{verb} {priced} on-demand prices and {services} service prices in {len(refreshed)} region(s), "
         f"{len(document['accelerators']['types'])} accelerator counts and the spot snapshot to {path}"
     )
 
@@ -83,6 +89,28 @@ def price_list_products(regions: tuple[str, ...] | None) -> Iterator[str]:
             filters = [*common, *scope, {"Type": "TERM_MATCH", "Field": "instanceFamily", "Value": family}]
             for page in paginator.paginate(ServiceCode="AmazonEC2", Filters=filters, FormatVersion="aws_v1"):
                 yield from page["PriceList"]
+
+
+def service_answers(region: str) -> dict[PriceListQuery, list[str]]:
+    """The Price List's answer to each of the service queries (``SERVICE_QUERIES``) in ``region``."""
+    from guardrails.price_list import SERVICE_QUERIES
+    from lambdas.aws.clients import client
+
+    paginator = client("pricing", PRICE_LIST_ENDPOINT_REGION).get_paginator("get_products")
+    answers: dict[PriceListQuery, list[str]] = {}
+    for query in SERVICE_QUERIES:
+        filters = [
+            {"Type": "TERM_MATCH", "Field": field, "Value": value}
+            for field, value in (("regionCode", region), *query.filters)
+        ]
+        answers[query] = [
+            document
+            for page in paginator.paginate(
+                ServiceCode=query.service_code, Filters=filters, FormatVersion="aws_v1"
+            )
+            for document in page["PriceList"]
+        ]
+    return answers
 
 
 def accelerated_instance_types(regions: list[str]) -> dict[str, dict[str, Any]]:
@@ -132,6 +160,7 @@ def refresh_prices(path: Path, *, regions: tuple[str, ...] | None, write: bool) 
         current,
         accelerators=counts,
         products=products,
+        service_answers={region: service_answers(region) for region in refreshed},
         spot_history=spot,
         regions=regions,
         taken=now.date(),
