@@ -253,6 +253,14 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
 @click.option(
     "--lease", default="30m", show_default=True, help="How long the money is held for hosts to start."
 )
+@click.option(
+    "--pricing-model",
+    type=click.Choice(["on-demand", "spot"]),
+    default="on-demand",
+    show_default=True,
+    help="How the hosts are bought: their price is the ledger's for the type, --region and model.",
+)
+@click.option("--zone", help="A spot request's availability zone, if known (else its region's on-demand price).")
 @with_crossing_options
 @output_option
 def admit(tenant: str, output: str, **flags: Any) -> None:
@@ -266,6 +274,7 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
     from cli.usage.budgets import crossing_line, rearm_or_report
     from guardrails.durations import DurationError, parse_duration
     from guardrails.launch import AdmissionRequest
+    from guardrails.pricing import priced_region
     from lambdas.ledger.store import store_from_environment
 
     instance_type, count = str(flags["instance_type"]), int(flags["count"])
@@ -281,7 +290,15 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
     crossing: dict[str, Any] = {}
     try:
         admission = store.admit(
-            AdmissionRequest(tenant, instance_type, count, durations["--max-runtime"]),
+            AdmissionRequest(
+                tenant,
+                instance_type,
+                count,
+                durations["--max-runtime"],
+                region=priced_region(os.environ, flags["region"]),
+                pricing_model=flags["pricing_model"],
+                zone=flags["zone"],
+            ),
             now=datetime.now(UTC),
             default_cap=metering_settings(os.environ).default_max_runtime,
             lease=durations["--lease"],

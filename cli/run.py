@@ -239,6 +239,7 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
         )
     from guardrails.durations import parse_duration
     from guardrails.launch import AdmissionRequest
+    from guardrails.pricing import priced_region
     from lambdas.aws.environment import utc_now
     from lambdas.budget import LedgerBudgetGate
     from lambdas.ledger.store import store_from_environment
@@ -247,7 +248,15 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
     store = store_from_environment()
     try:
         admission = LedgerBudgetGate(store, default_cap=default_cap).admit(
-            AdmissionRequest(tenant, instance_type, 1, cap or default_cap, this_instance_id()), utc_now()
+            AdmissionRequest(
+                tenant,
+                instance_type,
+                1,
+                cap or default_cap,
+                this_instance_id(),
+                region=priced_region(os.environ),
+            ),
+            utc_now(),
         )
     finally:
         store.close()

@@ -18,10 +18,11 @@ from typing import Any
 from guardrails.ledger import MS_PER_HOUR, seconds, usd
 
 CURRENCY = "USD"
+FALLBACK = "on-demand fallback"  # the price basis of spot time priced on demand
 CSV_COLUMNS = (
     "tenant", "period_start", "period_end", "pool", "instance_type", "region", "pricing_model",
     "instance_hours", "accelerator_seconds", "unit_price_usd_per_hour", "price_source", "price_valid_from",
-    "currency", "subtotal_usd",
+    "price_basis", "currency", "subtotal_usd",
 )  # fmt: skip
 
 
@@ -34,10 +35,13 @@ class InvoiceLine:
     pricing_model: str  # on-demand or spot (guardrails.ledger.ON_DEMAND, SPOT)
     usd_per_hour: Decimal | None  # None: unpriced (metered, not yet billable)
     price_source: str | None
-    price_valid_from: datetime | None  # None: the type's first price, in effect since always
+    price_valid_from: datetime | None  # None: the key's first price, in effect since always
     billed_ms: int  # instance time billed: per second, 60 s minimum per start
     accelerator_ms: int
     usd_hour_ms: Decimal
+    # Which price: on-demand, spot (the zone's), or "on-demand fallback" (spot time the zone had no
+    # spot price for, priced on demand); None: unpriced.
+    price_basis: str | None = None
 
     @property
     def instance_hours(self) -> Decimal:
@@ -58,6 +62,7 @@ class InvoiceLine:
             "unit_price_usd_per_hour": None if self.usd_per_hour is None else str(self.usd_per_hour),
             "price_source": self.price_source,
             "price_valid_from": self.price_valid_from.isoformat() if self.price_valid_from else None,
+            "price_basis": self.price_basis,
             "currency": CURRENCY,
             "subtotal_usd": str(self.subtotal_usd),
         }
@@ -130,6 +135,8 @@ def invoices_markdown(invoices: Sequence[Invoice]) -> str:
             fields = line.as_dict()
             price = fields["unit_price_usd_per_hour"] or "unpriced"
             source = f"{fields['price_source'] or '-'} ({fields['price_valid_from'] or 'first price'})"
+            if line.price_basis == FALLBACK:
+                source += f", {FALLBACK}"
             parts.append(
                 f"| {line.pool} | {line.instance_type} | {line.region} | {line.pricing_model} | {fields['instance_hours']} "
                 f"| {fields['accelerator_seconds']} | {price} | {source} | {fields['subtotal_usd']} |"

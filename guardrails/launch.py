@@ -15,7 +15,8 @@ from typing import Any, Literal, Protocol
 
 from guardrails.durations import format_duration
 from guardrails.launch_report import LaunchReport
-from guardrails.ledger import billable_ms, usd
+from guardrails.ledger import ON_DEMAND, PriceKey, billable_ms, usd
+from guardrails.pricing import HOME_REGION
 from guardrails.runway import TenantRunway, refusal
 
 RefusalKind = Literal["parked", "closed", "at-capacity", "budget"]
@@ -33,6 +34,15 @@ class AdmissionRequest:
     # The host asking for itself (``parkbrake run``): once the ledger has it running, its cost to
     # its cap is already committed and it is not counted again.
     instance_id: str | None = None
+    # Where and how the hosts are bought: their price is the ledger's for this key. A spot request
+    # rarely knows its zone in advance; without one it is reserved at the region's on-demand price.
+    region: str = HOME_REGION
+    pricing_model: str = ON_DEMAND
+    zone: str | None = None
+
+    @property
+    def price_key(self) -> PriceKey:
+        return PriceKey(self.instance_type, self.region, self.pricing_model, self.zone)
 
 
 @dataclass(frozen=True)
@@ -181,7 +191,7 @@ def decide_admission(
     if usd_per_hour is None:
         enforced = status is not None and remaining is not None and "deny" in status.budget.actions
         unpriced = (
-            f"the ledger has no price for {request.instance_type}, so its cost cannot be reserved against "
+            f"the ledger has no price for {request.instance_type} in {request.region}, so its cost cannot be reserved against "
             f"tenant {request.tenant}'s budget; record one (`parkbrake ledger migrate` after "
             "`parkbrake pricing refresh`)"
         )

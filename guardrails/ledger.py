@@ -244,29 +244,59 @@ def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
     return intervals
 
 
-@dataclass(frozen=True)
-class PriceBook:
-    """Prices in effect over time: for each instance type, ``(from_ms, usd_per_hour)`` ascending.
+@dataclass(frozen=True, order=True)
+class PriceKey:
+    """What a price is the price of: on-demand per type and region, spot per type, region and zone."""
 
-    A price is in effect from its ``from_ms`` (None: since always) until the next one's.
-    """
-
-    ranges: Mapping[str, tuple[tuple[int | None, Decimal], ...]]
+    instance_type: str
+    region: str
+    pricing_model: str = ON_DEMAND
+    zone: str | None = None  # spot only
 
     @classmethod
-    def of(cls, rows: Iterable[tuple[str, int | None, Decimal]]) -> PriceBook:
-        by_type: dict[str, list[tuple[int | None, Decimal]]] = defaultdict(list)
-        for instance_type, from_ms, usd_per_hour in rows:
-            by_type[instance_type].append((from_ms, usd_per_hour))
-        return cls({name: tuple(sorted(rows, key=_from_key)) for name, rows in by_type.items()})
+    def of(cls, who: Attribution) -> PriceKey:
+        zone = who.zone if who.pricing_model == SPOT else None
+        return cls(who.instance_type, who.region, who.pricing_model, zone)
 
-    def parts(self, instance_type: str, start_ms: int, end_ms: int) -> Iterator[tuple[int, Decimal]]:
+    @property
+    def on_demand(self) -> PriceKey:
+        return PriceKey(self.instance_type, self.region)
+
+
+@dataclass(frozen=True)
+class PriceBook:
+    """Prices in effect over time: for each :class:`PriceKey`, ``(from_ms, usd_per_hour)`` ascending.
+
+    A price is in effect from its ``from_ms`` (None: since always) until the next one's of its key.
+    A spot host is priced by its zone's spot prices, and before the first of them by its region's
+    on-demand prices (the fallback), as the ledger's ``ledger_prices_for`` does.
+    """
+
+    ranges: Mapping[PriceKey, tuple[tuple[int | None, Decimal], ...]]
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[PriceKey, int | None, Decimal]]) -> PriceBook:
+        by_key: dict[PriceKey, list[tuple[int | None, Decimal]]] = defaultdict(list)
+        for key, from_ms, usd_per_hour in rows:
+            by_key[key].append((from_ms, usd_per_hour))
+        return cls({key: tuple(sorted(rows, key=_from_key)) for key, rows in by_key.items()})
+
+    def _ranges(self, key: PriceKey) -> tuple[tuple[int | None, Decimal], ...]:
+        on_demand = self.ranges.get(key.on_demand, ())
+        if key.pricing_model != SPOT:
+            return on_demand
+        spot = self.ranges.get(key, ())
+        first_spot = _from_key(spot[0]) if spot else 2**62
+        return tuple(entry for entry in on_demand if _from_key(entry) < first_spot) + spot
+
+    def parts(self, who: Attribution, start_ms: int, end_ms: int) -> Iterator[tuple[int, Decimal]]:
         """``(milliseconds, usd_per_hour)`` for each price's share of ``[start_ms, end_ms)``."""
         if end_ms <= start_ms:
             return
-        ranges = self.ranges.get(instance_type, ())
+        key = PriceKey.of(who)
+        ranges = self._ranges(key)
         if not ranges or start_ms < _from_key(ranges[0]):
-            raise PriceNotFound(f"no price in effect for {instance_type} at {from_ms(start_ms).isoformat()}")
+            raise PriceNotFound(f"no price in effect for {key} at {from_ms(start_ms).isoformat()}")
         first = bisect.bisect_right([_from_key(entry) for entry in ranges], start_ms) - 1
         for index in range(first, len(ranges)):
             part_start = max(start_ms, _from_key(ranges[index]))
@@ -275,17 +305,17 @@ class PriceBook:
             part_end = end_ms if index + 1 == len(ranges) else min(end_ms, _from_key(ranges[index + 1]))
             yield part_end - part_start, ranges[index][1]
 
-    def usd_hour_ms(self, instance_type: str, start_ms: int, end_ms: int) -> Decimal:
+    def usd_hour_ms(self, who: Attribution, start_ms: int, end_ms: int) -> Decimal:
         """Σ price × milliseconds over ``[start_ms, end_ms)``: exact, divide by an hour to get USD."""
         return sum(
-            (usd_per_hour * ms for ms, usd_per_hour in self.parts(instance_type, start_ms, end_ms)),
+            (usd_per_hour * ms for ms, usd_per_hour in self.parts(who, start_ms, end_ms)),
             Decimal(0),
         )
 
-    def usd_per_hour_at(self, instance_type: str, at_ms: int) -> Decimal:
-        for _, usd_per_hour in self.parts(instance_type, at_ms, at_ms + 1):
+    def usd_per_hour_at(self, who: Attribution, at_ms: int) -> Decimal:
+        for _, usd_per_hour in self.parts(who, at_ms, at_ms + 1):
             return usd_per_hour
-        raise PriceNotFound(f"no price in effect for {instance_type}")
+        raise PriceNotFound(f"no price in effect for {PriceKey.of(who)}")
 
 
 def _from_key(entry: tuple[int | None, Decimal]) -> int:
@@ -348,9 +378,7 @@ def usage_by_key(
             continue
         who = interval.attribution
         used_ms = max(0, min(interval.used_until_ms(now_ms), high) - max(interval.started_ms, low))
-        cost = prices.usd_hour_ms(
-            who.instance_type, max(interval.started_ms, low), min(billed_until_ms, high)
-        )
+        cost = prices.usd_hour_ms(who, max(interval.started_ms, low), min(billed_until_ms, high))
         totals[(who.tenant, who.pool, who.instance_type)] += Usage(who.accelerators * used_ms, cost)
     return dict(totals)
 

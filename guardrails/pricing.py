@@ -20,6 +20,7 @@ cent. Two ways to ask:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -40,6 +41,11 @@ ON_DEMAND: PricingModel = "on-demand"
 SPOT: PricingModel = "spot"
 MINIMUM_BILLED = timedelta(seconds=60)  # AWS bills per second, with a minute's minimum per start
 SECONDS_PER_HOUR = Decimal(3600)
+
+
+def priced_region(environ: Mapping[str, str], region: str | None = None) -> str:
+    """The region hosts are priced in: ``region`` if given, else the AWS configuration's, else home."""
+    return region or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or HOME_REGION
 
 
 class PriceNotFound(InputError):

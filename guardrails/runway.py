@@ -111,14 +111,14 @@ def runway_totals(
     spent = committed = burn = Decimal(0)
     hosts = accelerators = 0
     for interval in intervals:
-        kind = interval.attribution.instance_type
+        who = interval.attribution
         billed_until_ms = interval.billed_until_ms(now_ms)
-        spent += prices.usd_hour_ms(kind, max(interval.started_ms, period_start_ms), billed_until_ms)
+        spent += prices.usd_hour_ms(who, max(interval.started_ms, period_start_ms), billed_until_ms)
         if interval.is_open:
             committed += prices.usd_hour_ms(
-                kind, billed_until_ms, interval.projected_until_ms(now_ms, default_cap_ms)
+                who, billed_until_ms, interval.projected_until_ms(now_ms, default_cap_ms)
             )
-            burn += prices.usd_per_hour_at(kind, now_ms)
+            burn += prices.usd_per_hour_at(who, now_ms)
             hosts += 1
             accelerators += interval.attribution.accelerators
     return RunwayTotals(spent, committed, burn, hosts, accelerators)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -384,13 +384,17 @@ class LedgerBudgetGate:
         default_cap: timedelta,
         lease: timedelta = DEFAULT_LEASE,
         enforcer: Enforcer | None = None,
+        region: str | None = None,
     ) -> None:
         self._store = store
+        self._region = region  # where the hosts it admits run (their price's region); None: the request's
         self._default_cap = default_cap
         self._lease = lease
         self._enforcer = enforcer
 
     def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
+        if self._region is not None:
+            request = replace(request, region=self._region)
         admission = self._store.admit(request, now=now, default_cap=self._default_cap, lease=self._lease)
         if admission.granted and self._enforcer is not None:
             try:
@@ -418,7 +422,12 @@ def gate_from_environment(
         enforcer = AwsEnforcer.from_settings(
             settings, default_clients, invoked_function_arn=invoked_function_arn
         )
-    return LedgerBudgetGate(container_store(), default_cap=settings.default_max_runtime, enforcer=enforcer)
+    return LedgerBudgetGate(
+        container_store(),
+        default_cap=settings.default_max_runtime,
+        enforcer=enforcer,
+        region=settings.regions[0],
+    )
 
 
 def is_clock_event(event: dict[str, Any]) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 from guardrails.instance_types import is_accelerator
 from guardrails.ledger import (
     Attribution,
+    PriceKey,
     StateChange,
     Transition,
     attribution_for,
@@ -225,18 +226,19 @@ def meter(
         t for t in transitions if t.state == "running" and appended.outcomes.get(t.event_id) == APPENDED
     ]
     if started:
-        in_effect = store.prices_at([t.attribution.instance_type for t in started], received_at)
+        in_effect = store.prices_at([PriceKey.of(t.attribution) for t in started], received_at)
         owner_of_host = {instance_id: host.owner for instance_id, host in described.items()}
         result.unpriced = [
             {
                 "event_id": t.event_id,
                 "instance_id": t.instance_id,
                 "instance_type": t.attribution.instance_type,
+                "region": t.attribution.region,
                 "tenant": t.attribution.tenant,
                 "owner": owner_of_host.get(t.instance_id) or "-",
             }
             for t in started
-            if in_effect.get(t.attribution.instance_type) is None
+            if in_effect.get(PriceKey.of(t.attribution)) is None
         ]
     return result
 
@@ -247,7 +249,7 @@ def alert_unpriced(
     """Unpriced hosts reach a person: a counted action (metric) and an SNS message naming the fix."""
     if not unpriced:
         return
-    kinds = sorted({note["instance_type"] for note in unpriced})
+    kinds = sorted({f"{note['instance_type']} in {note['region']}" for note in unpriced})
     heartbeat.count_action(GUARDRAIL, "unpriced", "no-price", len(unpriced))
     owner_names = [owner for owner in dict.fromkeys(note["owner"] for note in unpriced) if owner != "-"]
     hosts = ", ".join(f"{note['instance_id']} (owner {note['owner']})" for note in unpriced)
@@ -255,7 +257,7 @@ def alert_unpriced(
         f"{len(unpriced)} host(s) of {', '.join(kinds)} started with no price in the ledger: {hosts}. "
         "They are metered in exact seconds and count toward no budget until priced: run `parkbrake "
         "pricing refresh`, then `parkbrake ledger migrate` (which records new prices; a type's first "
-        f"price covers its past usage).\n{owners_line(owner_names)}"
+        f"price in a region covers its past usage there).\n{owners_line(owner_names)}"
     )
     if settings.sns_topic_arn is None:  # the counted action above still shows on the dashboard
         log.error("cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", message)

@@ -32,8 +32,16 @@ def admit(
         (running,) = connection.execute(sql.IS_RUNNING, (request.instance_id,)).fetchone() or (False,)
         if running:  # already committed in the runway: never counted twice
             request = replace(request, hosts=0)
-    ((_, price, _),) = connection.execute(
-        sql.PRICES_AT, {"types": [request.instance_type], "at_ms": to_ms(now)}
+    key = request.price_key
+    ((price, _, _),) = connection.execute(
+        sql.PRICES_AT,
+        {
+            "types": [key.instance_type],
+            "regions": [key.region],
+            "models": [key.pricing_model],
+            "zones": [key.zone],
+            "at_ms": to_ms(now),
+        },
     ).fetchall()
     statuses = runways(connection, now=now, default_cap=default_cap, tenants=[request.tenant])
     admission = decide_admission(request, statuses[0] if statuses else None, price)
@@ -43,7 +51,10 @@ def admit(
         sql.RESERVE,
         (
             request.tenant,
-            request.instance_type,
+            key.instance_type,
+            key.region,
+            key.pricing_model,
+            key.zone,
             request.hosts,
             request.cap // timedelta(milliseconds=1),
             to_ms(now),

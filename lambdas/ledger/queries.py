@@ -29,13 +29,29 @@ FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(sta
                           %(source)b::text, %(received_at)b::timestamptz)
 """
 
-# The price of each type in effect at a moment (None: unpriced), and whether it has any price.
+# For each price key (type, region, pricing model, zone), in the order given: the price in effect
+# at a moment (None: unpriced), where it comes from (on-demand, spot, on-demand fallback), and
+# whether the key itself has any price recorded.
 PRICES_AT = """
-SELECT t.instance_type, p.usd_per_hour, EXISTS (SELECT 1 FROM prices q WHERE q.instance_type = t.instance_type)
-FROM unnest(%(types)s::text[]) AS t (instance_type)
-LEFT JOIN price_ranges p ON p.instance_type = t.instance_type
-                        AND p.from_ms <= %(at_ms)s AND p.until_ms > %(at_ms)s
-ORDER BY t.instance_type
+SELECT p.usd_per_hour, p.basis,
+       EXISTS (SELECT 1 FROM prices q
+               WHERE q.instance_type = k.instance_type AND q.region = k.region
+                 AND q.pricing_model = k.pricing_model AND q.zone = coalesce(k.zone, ''))
+FROM unnest(%(types)s::text[], %(regions)s::text[], %(models)s::text[], %(zones)s::text[])
+     WITH ORDINALITY AS k (instance_type, region, pricing_model, zone, n)
+LEFT JOIN LATERAL ledger_prices_for(k.instance_type, k.region, k.pricing_model, k.zone) AS p
+       ON p.from_ms <= %(at_ms)s AND p.until_ms > %(at_ms)s
+ORDER BY k.n
+"""
+
+# New on-demand prices (the owner's: ledger_add_prices is not granted to the app role).
+ADD_PRICES = "SELECT ledger_add_prices(%s::text[], %s::text[], %s::timestamptz[], %s::numeric[], %s)"
+
+# Every price recorded, with its key (the pure rules' PriceBook).
+PRICE_ROWS = """
+SELECT instance_type, region, pricing_model, zone, CASE WHEN isfinite(valid_from) THEN ledger_ms(valid_from) END,
+       usd_per_hour
+FROM prices
 """
 
 # What the ledger knew of each host at each moment: its latest event at or before it, else its
@@ -77,7 +93,7 @@ ORDER BY instance_id, started_ms
 # billed_ms − priced_ms is the billed time no price covers yet (unpriced).
 USAGE = """
 WITH spans AS (
-    SELECT i.tenant, i.pool, i.instance_type, i.accelerators, i.started_ms,
+    SELECT i.tenant, i.pool, i.instance_type, i.region, i.pricing_model, i.zone, i.accelerators, i.started_ms,
            i.ended_ms IS NULL AS running,
            coalesce(i.ended_ms, greatest(i.started_ms, %(now_ms)s)) AS used_until_ms,
            coalesce(i.billed_until_ms,
@@ -107,8 +123,8 @@ WITH spans AS (
                AS usd_hour_ms,
            sum(least(c.to_ms, p.until_ms) - greatest(c.from_ms, p.from_ms)) AS priced_ms
     FROM clipped c
-    JOIN price_ranges p ON p.instance_type = c.instance_type
-                       AND p.from_ms < c.to_ms AND p.until_ms > c.from_ms
+    CROSS JOIN LATERAL ledger_prices_for(c.instance_type, c.region, c.pricing_model, c.zone) AS p
+    WHERE p.from_ms < c.to_ms AND p.until_ms > c.from_ms
     GROUP BY c.tenant, c.pool, c.instance_type
 )
 SELECT u.tenant, u.pool, u.instance_type, u.accelerator_ms, u.billed_ms,
@@ -119,11 +135,12 @@ ORDER BY u.tenant, u.pool, u.instance_type
 """
 
 # Invoice lines in a window: per tenant, pool, instance type, region, pricing model and price in
-# effect, the billed instance-ms, the accelerator-ms used and Σ price × ms. A type with no price
-# gives one line without a price.
+# effect (with its source, the instant it took effect and its basis: on-demand, spot, or on-demand
+# fallback for spot time before its zone's first spot price), the billed instance-ms, the
+# accelerator-ms used and Σ price × ms. Billed time with no price gives one line without a price.
 INVOICE_LINES = """
 WITH spans AS (
-    SELECT i.tenant, i.pool, i.instance_type, i.accelerators, i.region, i.pricing_model, i.started_ms,
+    SELECT i.tenant, i.pool, i.instance_type, i.accelerators, i.region, i.pricing_model, i.zone, i.started_ms,
            coalesce(i.ended_ms, greatest(i.started_ms, %(now_ms)s)) AS used_until_ms,
            coalesce(i.billed_until_ms,
                     i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0))) AS billed_until_ms
@@ -138,29 +155,29 @@ WITH spans AS (
     WHERE s.billed_until_ms > %(since_ms)s
 ), parts AS (
     SELECT c.tenant, c.pool, c.instance_type, c.region, c.pricing_model, c.accelerators, p.usd_per_hour,
-           p.valid_from,
+           p.valid_from, p.source, p.basis,
            greatest(c.from_ms, coalesce(p.from_ms, c.from_ms)) AS part_from,
            least(c.to_ms, coalesce(p.until_ms, c.to_ms)) AS part_to,
            least(c.used_to_ms, coalesce(p.until_ms, c.used_to_ms)) AS used_to
     FROM clipped c
-    LEFT JOIN price_ranges p ON p.instance_type = c.instance_type
-                            AND p.from_ms < c.to_ms AND p.until_ms > c.from_ms
+    LEFT JOIN LATERAL ledger_prices_for(c.instance_type, c.region, c.pricing_model, c.zone) AS p
+           ON p.from_ms < c.to_ms AND p.until_ms > c.from_ms
 )
-SELECT x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, q.source,
-       CASE WHEN isfinite(x.valid_from) THEN x.valid_from END,
+SELECT x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, x.source,
+       CASE WHEN isfinite(x.valid_from) THEN x.valid_from END, x.basis,
        sum(x.part_to - x.part_from), sum(x.accelerators::bigint * greatest(0, x.used_to - x.part_from)),
        coalesce(sum(x.usd_per_hour * (x.part_to - x.part_from)), 0)
 FROM parts x
-LEFT JOIN prices q ON q.instance_type = x.instance_type AND q.valid_from = x.valid_from
-GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, q.source, x.valid_from
-ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.valid_from NULLS FIRST
+GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, x.source, x.valid_from,
+         x.basis
+ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.valid_from NULLS FIRST, x.basis
 """
 
 # All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart
 # (priced by ledger_cost_of, as the rollup is).
 USAGE_TOTALS = """
 WITH running AS (
-    SELECT tenant, pool, instance_type, accelerators, started_ms,
+    SELECT tenant, pool, instance_type, region, pricing_model, zone, accelerators, started_ms,
            greatest(started_ms, %(now_ms)s) AS used_until_ms,
            started_ms + ledger_billable_ms(greatest(%(now_ms)s - started_ms, 0)) AS billed_until_ms
     FROM intervals
@@ -173,7 +190,9 @@ WITH running AS (
     GROUP BY tenant, pool, instance_type
 ), running_cost AS (
     SELECT * FROM ledger_cost_of(ARRAY(
-        SELECT ROW(tenant, pool, instance_type, started_ms, billed_until_ms)::ledger_billed FROM running
+        SELECT ROW(tenant, pool, instance_type, started_ms, billed_until_ms, region, pricing_model,
+                   zone)::ledger_billed
+        FROM running
     ))
 )
 SELECT tenant, pool, instance_type,
@@ -216,7 +235,8 @@ WITH budgeted AS (
               AS k (period, timezone, start_ms)
            ON k.period = x.period AND k.timezone = x.timezone
 ), running AS (
-    SELECT s.tenant, s.period_start_ms, i.instance_type, i.accelerators, i.started_ms,
+    SELECT s.tenant, s.period_start_ms, i.instance_type, i.region, i.pricing_model, i.zone, i.accelerators,
+           i.started_ms,
            i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0)) AS billed_until_ms,
            i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms,
                                                       coalesce(i.cap_ms, %(default_cap_ms)s)))
@@ -237,27 +257,26 @@ WITH budgeted AS (
     FROM scope s
     JOIN intervals i ON i.tenant = s.tenant AND i.billed_until_ms > s.period_start_ms
                     AND i.started_ms < s.first_day_ms
-    JOIN price_ranges p ON p.instance_type = i.instance_type
-                       AND p.from_ms < least(i.billed_until_ms, s.first_day_ms)
-                       AND p.until_ms > greatest(i.started_ms, s.period_start_ms)
+    CROSS JOIN LATERAL ledger_prices_for(i.instance_type, i.region, i.pricing_model, i.zone) AS p
     WHERE s.period_start_ms < s.first_day_ms
+      AND p.from_ms < least(i.billed_until_ms, s.first_day_ms)
+      AND p.until_ms > greatest(i.started_ms, s.period_start_ms)
     GROUP BY s.tenant
 ), running_spent AS (
     SELECT r.tenant,
            sum(p.usd_per_hour * (least(r.billed_until_ms, p.until_ms)
                                  - greatest(r.started_ms, r.period_start_ms, p.from_ms))) AS usd_hour_ms
     FROM running r
-    JOIN price_ranges p ON p.instance_type = r.instance_type
-                       AND p.from_ms < r.billed_until_ms
-                       AND p.until_ms > greatest(r.started_ms, r.period_start_ms)
+    CROSS JOIN LATERAL ledger_prices_for(r.instance_type, r.region, r.pricing_model, r.zone) AS p
+    WHERE p.from_ms < r.billed_until_ms AND p.until_ms > greatest(r.started_ms, r.period_start_ms)
     GROUP BY r.tenant
 ), committed AS (
     SELECT r.tenant,
            sum(p.usd_per_hour * (least(r.projected_until_ms, p.until_ms)
                                  - greatest(r.billed_until_ms, p.from_ms))) AS usd_hour_ms
     FROM running r
-    JOIN price_ranges p ON p.instance_type = r.instance_type
-                       AND p.from_ms < r.projected_until_ms AND p.until_ms > r.billed_until_ms
+    CROSS JOIN LATERAL ledger_prices_for(r.instance_type, r.region, r.pricing_model, r.zone) AS p
+    WHERE p.from_ms < r.projected_until_ms AND p.until_ms > r.billed_until_ms
     GROUP BY r.tenant
 ), reserved AS (
     SELECT v.tenant, sum((v.hosts - v.claimed) * v.usd_per_hour * ledger_billable_ms(v.cap_ms)) AS usd_hour_ms
@@ -269,8 +288,8 @@ WITH budgeted AS (
     SELECT r.tenant, sum(p.usd_per_hour) AS usd_per_hour, count(*) AS hosts,
            sum(r.accelerators) AS accelerators, count(*) FILTER (WHERE p.usd_per_hour IS NULL) AS unpriced
     FROM running r
-    LEFT JOIN price_ranges p ON p.instance_type = r.instance_type
-                            AND p.from_ms <= %(now_ms)s AND p.until_ms > %(now_ms)s
+    LEFT JOIN LATERAL ledger_prices_for(r.instance_type, r.region, r.pricing_model, r.zone) AS p
+           ON p.from_ms <= %(now_ms)s AND p.until_ms > %(now_ms)s
     GROUP BY r.tenant
 )
 SELECT s.tenant, s.actions, s.limit_usd, s.period, s.soft_thresholds,
@@ -299,7 +318,7 @@ LOCK_TENANT = "SELECT ledger_lock_tenant(%s)"
 
 IS_RUNNING = "SELECT EXISTS (SELECT 1 FROM intervals WHERE instance_id = %s AND ended_ms IS NULL)"
 
-RESERVE = "SELECT ledger_reserve(%s, %s, %s, %s, %s, %s)"
+RESERVE = "SELECT ledger_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
 
 RELEASE = "SELECT ledger_release(%s, %s)"
 

@@ -21,8 +21,19 @@ import psycopg
 from guardrails.errors import InputError
 from guardrails.invoice import InvoiceLine
 from guardrails.launch import Admission, AdmissionRequest
-from guardrails.ledger import Attribution, Interval, PriceBook, Transition, Usage, UsageKey, from_ms, to_ms
-from guardrails.pricing import PriceTable
+from guardrails.ledger import (
+    ON_DEMAND,
+    Attribution,
+    Interval,
+    PriceBook,
+    PriceKey,
+    Transition,
+    Usage,
+    UsageKey,
+    from_ms,
+    to_ms,
+)
+from guardrails.pricing import HOME_REGION, PriceTable
 from guardrails.runway import Budget, BudgetDecision, TenantRunway
 from guardrails.settings import DATABASE_URL
 from lambdas.ledger import budgets
@@ -101,61 +112,83 @@ class LedgerStore:
         return {(row[0], row[1]): Attribution(*row[2:]) for row in rows}
 
     def add_price(
-        self, instance_type: str, usd_per_hour: Decimal, valid_from: datetime | None, source: str
+        self,
+        instance_type: str,
+        usd_per_hour: Decimal,
+        valid_from: datetime | None,
+        source: str,
+        *,
+        region: str = HOME_REGION,
     ) -> None:
-        """A new price from ``valid_from`` on (None: a type's first price, covering all time before).
+        """A new on-demand price of ``instance_type`` in ``region`` from ``valid_from`` on (None: the
+        key's first price, covering all time before). Only the ledger's owner may; a change cannot
+        start in the past."""
+        self.add_prices([(PriceKey(instance_type, region), usd_per_hour, valid_from)], source)
 
-        Only the ledger's owner may; a change cannot start in the past.
-        """
-        effective = "-infinity" if valid_from is None else from_ms(to_ms(valid_from))
+    def add_prices(self, prices: Sequence[tuple[PriceKey, Decimal, datetime | None]], source: str) -> None:
+        """New on-demand prices at once (:meth:`add_price`): their types' rollups are counted again once."""
+        spot = [key for key, _, _ in prices if key.pricing_model != ON_DEMAND]
+        if spot:
+            raise InputError(f"{spot[0]}: only on-demand prices are added here; spot prices come from EC2")
+        effective = ["-infinity" if valid_from is None else from_ms(to_ms(valid_from)) for _, _, valid_from in prices]
         try:
             with self._transaction() as connection:
                 connection.execute(
-                    "SELECT ledger_add_price(%s, %s, %s, %s)",
-                    (instance_type, effective, usd_per_hour, source),
+                    sql.ADD_PRICES,
+                    (
+                        [key.instance_type for key, _, _ in prices],
+                        [key.region for key, _, _ in prices],
+                        effective,
+                        [usd_per_hour for _, usd_per_hour, _ in prices],
+                        source,
+                    ),
                 )
         except psycopg.errors.CheckViolation as error:
             raise InputError(str(error).splitlines()[0] + "; record the change from now or later") from None
         except psycopg.errors.UniqueViolation:
             raise InputError(
-                f"a price for {instance_type} from {effective} is already recorded; "
-                "prices are never rewritten, record a change from a later time"
+                f"a price of one of {sorted({key.instance_type for key, _, _ in prices})} from "
+                f"{sorted(set(map(str, effective)))[0]} is already recorded; prices are never rewritten, "
+                "record a change from a later time"
             ) from None
 
     def sync_prices(self, table: PriceTable, *, source: str) -> list[str]:
-        """Record ``table``'s on-demand prices (the owner's step, with ``migrate``): a type's first
-        price covers all time before it; a changed price applies from now on. Returns what changed."""
-        instances = table.instances
+        """Record ``table``'s on-demand prices of every region (the owner's step, with ``migrate``): a
+        key's first price covers all time before it; a changed price applies from now on. Returns
+        what changed, as ``type in region``."""
+        wanted = {
+            PriceKey(instance_type, region): usd_per_hour
+            for region, prices in table.regions.items()
+            for instance_type, usd_per_hour in prices.on_demand.items()
+        }
+        keys = sorted(wanted)
         with self._connections.connection() as connection:
             now = connection.execute("SELECT statement_timestamp()").fetchone()[0]
-            rows = connection.execute(
-                sql.PRICES_AT, {"types": sorted(instances), "at_ms": to_ms(now)}
-            ).fetchall()
-        changed = []
-        for instance_type, in_effect, has_price in rows:
-            wanted = instances[instance_type].usd_per_hour
-            if has_price and in_effect == wanted:
-                continue
-            valid_from = from_ms(to_ms(now) + 1) if has_price else None
-            self.add_price(instance_type, wanted, valid_from, source)
-            changed.append(instance_type)
-        return changed
+            rows = connection.execute(sql.PRICES_AT, _key_parameters(keys, to_ms(now))).fetchall()
+        changes = [
+            (key, wanted[key], from_ms(to_ms(now) + 1) if has_price else None)
+            for key, (in_effect, _, has_price) in zip(keys, rows, strict=True)
+            if not (has_price and in_effect == wanted[key])
+        ]
+        if changes:
+            self.add_prices(changes, source)
+        return [f"{key.instance_type} in {key.region}" for key, _, _ in changes]
 
-    def prices_at(self, instance_types: Sequence[str], at: datetime) -> dict[str, Decimal | None]:
-        """The ledger's hourly price of each type at ``at``; None where it has none (unpriced)."""
+    def prices_at(self, keys: Sequence[PriceKey], at: datetime) -> dict[PriceKey, Decimal | None]:
+        """The ledger's hourly price of each key at ``at`` (a spot key's fallback included); None
+        where it has none (unpriced)."""
+        unique = sorted(set(keys))
         with self._connections.connection() as connection:
-            rows = connection.execute(
-                sql.PRICES_AT, {"types": sorted(set(instance_types)), "at_ms": to_ms(at)}
-            ).fetchall()
-        return {instance_type: price for instance_type, price, _ in rows}
+            rows = connection.execute(sql.PRICES_AT, _key_parameters(unique, to_ms(at))).fetchall()
+        return {key: price for key, (price, _, _) in zip(unique, rows, strict=True)}
 
     def price_book(self) -> PriceBook:
         with self._connections.connection() as connection:
-            rows = connection.execute(
-                "SELECT instance_type, CASE WHEN isfinite(valid_from) THEN ledger_ms(valid_from) END, "
-                "usd_per_hour FROM prices"
-            ).fetchall()
-        return PriceBook.of(rows)
+            rows = connection.execute(sql.PRICE_ROWS).fetchall()
+        return PriceBook.of(
+            (PriceKey(kind, region, model, zone or None), valid_from_ms, usd_per_hour)
+            for kind, region, model, zone, valid_from_ms, usd_per_hour in rows
+        )
 
     def intervals(self, *, tenant: str | None = None) -> list[Interval]:
         with self._connections.connection() as connection:
@@ -217,8 +250,9 @@ class LedgerStore:
                 int(billed),
                 int(used),
                 Decimal(cost),
+                basis,
             )
-            for tenant, pool, kind, region, model, price, source, valid_from, billed, used, cost in rows
+            for tenant, pool, kind, region, model, price, source, valid_from, basis, billed, used, cost in rows
         ]
 
     def usage_totals(self, *, now: datetime) -> list[UsageRow]:
@@ -335,6 +369,16 @@ class LedgerStore:
             cursor = connection.execute(sql.ACTIONS, {"tenant": tenant})
             names = [column.name for column in cursor.description or ()]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def _key_parameters(keys: Sequence[PriceKey], at_ms: int) -> dict[str, Any]:
+    return {
+        "types": [key.instance_type for key in keys],
+        "regions": [key.region for key in keys],
+        "models": [key.pricing_model for key in keys],
+        "zones": [key.zone for key in keys],
+        "at_ms": at_ms,
+    }
 
 
 def _interval(row: Sequence[Any]) -> Interval:

@@ -7,7 +7,9 @@ import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from guardrails.ledger import ON_DEMAND, SPOT, Attribution, Transition, to_ms
+from decimal import Decimal
+
+from guardrails.ledger import ON_DEMAND, SPOT, Attribution, PriceBook, PriceKey, Transition, to_ms
 
 # A Monday, so day, week and month periods all start on or before it.
 T0 = datetime(2036, 5, 5, 10, 0, tzinfo=UTC)
@@ -44,6 +46,11 @@ def who(
         pricing_model,
         zone,
     )
+
+
+def us_east_book(rows: list[tuple[str, int | None, Decimal]]) -> PriceBook:
+    """A price book of on-demand prices in us-east-1 (where ``who`` runs by default), per type."""
+    return PriceBook.of((PriceKey(kind, "us-east-1"), from_ms, price) for kind, from_ms, price in rows)
 
 
 def step(

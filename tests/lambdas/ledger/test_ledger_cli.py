@@ -126,7 +126,8 @@ def test_report_csv_is_an_invoice_for_one_tenant(seeded: dict[str, str]) -> None
         "tenant": "product", "period_start": "2036-05-05T00:00:00+00:00", "period_end": "2036-05-06T00:00:00+00:00",
         "pool": "inference", "instance_type": "g5.xlarge", "region": "us-east-1", "pricing_model": "on-demand",
         "instance_hours": "0.016667", "accelerator_seconds": "30.000", "unit_price_usd_per_hour": "1.006000",
-        "price_source": "prices.json", "price_valid_from": "", "currency": "USD", "subtotal_usd": "0.016767",
+        "price_source": "prices.json", "price_valid_from": "", "price_basis": "on-demand", "currency": "USD",
+        "subtotal_usd": "0.016767",
     }]  # fmt: skip
 
 

@@ -11,13 +11,13 @@ from decimal import Decimal
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ledger_streams import GPU_TYPES, T0_MS, end_of, events_of, random_fleet, redelivered, step
+from ledger_streams import GPU_TYPES, T0_MS, end_of, events_of, random_fleet, redelivered, step, us_east_book
 
-from guardrails.ledger import PriceBook, Usage, UsageKey, billable_ms, from_ms, intervals_from, usage_by_key
+from guardrails.ledger import Usage, UsageKey, billable_ms, from_ms, intervals_from, usage_by_key
 from guardrails.runway import PERIODS, Budget, runway_totals
 from lambdas.ledger.store import LedgerStore
 
-FLAT = PriceBook.of([(name, None, Decimal("1.5")) for name in GPU_TYPES])
+FLAT = us_east_book([(name, None, Decimal("1.5")) for name in GPU_TYPES])
 seeds = st.randoms(use_true_random=True)
 
 
@@ -57,7 +57,7 @@ def test_cost_is_the_price_in_effect_over_every_billed_second(
     start_s: int, run_s: int, changes: dict[int, Decimal]
 ) -> None:
     base = Decimal("1.00")
-    book = PriceBook.of(
+    book = us_east_book(
         [("g5.xlarge", None, base)] + [("g5.xlarge", T0_MS + s * 1000, p) for s, p in changes.items()]
     )
     start = T0_MS + start_s * 1000

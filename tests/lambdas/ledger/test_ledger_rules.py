@@ -6,14 +6,13 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from ledger_streams import T0_MS, ms, step, who
+from ledger_streams import T0_MS, ms, step, us_east_book, who
 
 from guardrails import tags
 from guardrails.ledger import (
     UNATTRIBUTED,
     Attribution,
     MalformedEvent,
-    PriceBook,
     Transition,
     Usage,
     attribution_for,
@@ -26,7 +25,7 @@ from guardrails.ledger import (
 from guardrails.pricing import PriceNotFound
 
 G5 = Decimal("1.006")
-BOOK = PriceBook.of([("g5.xlarge", None, G5), ("g5.12xlarge", None, Decimal("5.672")),
+BOOK = us_east_book([("g5.xlarge", None, G5), ("g5.12xlarge", None, Decimal("5.672")),
                      ("p4d.24xlarge", None, Decimal("32.7726")), ("g4dn.xlarge", None, Decimal("0.526"))])  # fmt: skip
 KEY = ("research", "training", "g5.xlarge")
 
@@ -123,7 +122,7 @@ def test_the_accelerators_and_owner_come_from_the_running_event() -> None:
 
 
 def test_a_price_change_mid_interval_splits_the_cost_and_rewrites_no_history() -> None:
-    book = PriceBook.of([("g5.xlarge", None, Decimal("1.006")), ("g5.xlarge", ms(30), Decimal("2.000"))])
+    book = us_east_book([("g5.xlarge", None, Decimal("1.006")), ("g5.xlarge", ms(30), Decimal("2.000"))])
     events = [step("r", "i-1", "running", ms(0)), step("s", "i-1", "stopped", ms(60))]
     usage = usage_by_key(intervals_from(events), book, now_ms=ms(90))[KEY]
     assert usage.usd_hour_ms == Decimal("1.006") * 30 * 60_000 + Decimal("2.000") * 30 * 60_000
@@ -133,7 +132,7 @@ def test_a_price_change_mid_interval_splits_the_cost_and_rewrites_no_history() -
 
 
 def test_the_60_second_minimum_is_priced_at_the_price_in_effect_over_it() -> None:
-    book = PriceBook.of([("g5.xlarge", None, Decimal("1")), ("g5.xlarge", ms(seconds=30), Decimal("3"))])
+    book = us_east_book([("g5.xlarge", None, Decimal("1")), ("g5.xlarge", ms(seconds=30), Decimal("3"))])
     events = [step("r", "i-1", "running", ms(0)), step("s", "i-1", "stopped", ms(seconds=10))]
     assert (
         usage_by_key(intervals_from(events), book, now_ms=ms(5))[KEY].usd_hour_ms == 30_000 * 1 + 30_000 * 3
@@ -141,7 +140,7 @@ def test_the_60_second_minimum_is_priced_at_the_price_in_effect_over_it() -> Non
 
 
 def test_usage_without_a_price_is_an_error_never_free() -> None:
-    book = PriceBook.of([("g5.xlarge", ms(30), G5)])
+    book = us_east_book([("g5.xlarge", ms(30), G5)])
     events = [step("r", "i-1", "running", ms(0)), step("s", "i-1", "stopped", ms(60))]
     with pytest.raises(PriceNotFound):
         usage_by_key(intervals_from(events), book, now_ms=ms(90))

@@ -26,7 +26,8 @@ APP_REFUSED = (
     "'us-east-1', 'meter')",
     "UPDATE events SET state = 'stopped'",
     "DELETE FROM events",
-    "INSERT INTO prices (instance_type, valid_from, usd_per_hour, source) VALUES ('p4d.24xlarge', now(), 0, 'x')",
+    "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
+    "VALUES ('p4d.24xlarge', 'us-west-2', 'on-demand', '', now(), 0, 'x')",
     "UPDATE prices SET usd_per_hour = 0",
     "DELETE FROM prices",
     "DELETE FROM price_changes",
@@ -34,7 +35,7 @@ APP_REFUSED = (
     "DELETE FROM reservations",
     "UPDATE budgets SET limit_usd = 1000000",
     "UPDATE tenants SET actions = '{}'",
-    "SELECT ledger_add_price('p4d.24xlarge', '-infinity', 0, 'forged')",
+    "SELECT ledger_add_prices('{p4d.24xlarge}', '{us-west-2}', '{-infinity}', '{0}', 'forged')",
     "SELECT ledger_rebuild()",
     "SELECT ledger_recount_rollups(NULL)",
     "SELECT ledger_refresh_intervals(ARRAY['i-1'], ARRAY[0::bigint])",
@@ -105,8 +106,9 @@ def test_every_price_change_is_audited_with_who_recorded_it(store: LedgerStore, 
     store.add_price("p4d.24xlarge", Decimal("40"), at(60), "test: a later change")
     with psycopg.connect(ledger_url) as owner:
         rows = owner.execute(
-            "SELECT instance_type, usd_per_hour, source, recorded_by = session_user FROM price_changes "
-            "WHERE instance_type = 'p4d.24xlarge' ORDER BY id"
+            "SELECT region, pricing_model, zone, usd_per_hour, source, recorded_by = session_user "
+            "FROM price_changes WHERE instance_type = 'p4d.24xlarge' ORDER BY id"
         ).fetchall()
-    assert rows[-1] == ("p4d.24xlarge", Decimal("40.000000"), "test: a later change", True)
-    assert len(rows) == 2  # the first price (from prices.json) and the change
+    assert rows[-1] == ("us-east-1", "on-demand", "", Decimal("40.000000"), "test: a later change", True)
+    # The first price of each region prices.json holds (from prices.json), and the change.
+    assert sorted(row[0] for row in rows) == ["us-east-1", "us-east-1", "us-east-2", "us-west-2"]

@@ -6,10 +6,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from ledger_streams import ms, step, who
+from ledger_streams import ms, step, us_east_book, who
 
 from guardrails.errors import InputError
-from guardrails.ledger import MS_PER_HOUR, PriceBook, intervals_from
+from guardrails.ledger import MS_PER_HOUR, intervals_from
 from guardrails.runway import (
     Budget,
     RunwayTotals,
@@ -92,7 +92,7 @@ def test_runway_is_what_remains_at_the_current_burn() -> None:
 
 
 def test_runway_totals_of_a_running_host() -> None:
-    book = PriceBook.of([("g5.xlarge", None, Decimal(2))])
+    book = us_east_book([("g5.xlarge", None, Decimal(2))])
     intervals = intervals_from([step("r", "i-1", "running", ms(0), who(cap_minutes=60))])
     totals = runway_totals(intervals, book, period_start_ms=ms(-600), now_ms=ms(15), default_cap_ms=1)
     assert totals == RunwayTotals(Decimal(2 * 15 * 60_000), Decimal(2 * 45 * 60_000), Decimal(2), 1, 1)
