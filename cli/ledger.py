@@ -260,7 +260,9 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
     show_default=True,
     help="How the hosts are bought: their price is the ledger's for the type, --region and model.",
 )
-@click.option("--zone", help="A spot request's availability zone, if known (else its region's on-demand price).")
+@click.option(
+    "--zone", help="A spot request's availability zone, if known (else its region's on-demand price)."
+)
 @with_crossing_options
 @output_option
 def admit(tenant: str, output: str, **flags: Any) -> None:

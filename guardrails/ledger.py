@@ -262,6 +262,11 @@ class PriceKey:
     def on_demand(self) -> PriceKey:
         return PriceKey(self.instance_type, self.region)
 
+    def __str__(self) -> str:
+        if self.pricing_model == SPOT:
+            return f"{self.instance_type} spot in {self.zone or self.region}"
+        return f"{self.instance_type} in {self.region}"
+
 
 @dataclass(frozen=True)
 class PriceBook:

@@ -130,7 +130,9 @@ class LedgerStore:
         spot = [key for key, _, _ in prices if key.pricing_model != ON_DEMAND]
         if spot:
             raise InputError(f"{spot[0]}: only on-demand prices are added here; spot prices come from EC2")
-        effective = ["-infinity" if valid_from is None else from_ms(to_ms(valid_from)) for _, _, valid_from in prices]
+        effective = [
+            "-infinity" if valid_from is None else from_ms(to_ms(valid_from)) for _, _, valid_from in prices
+        ]
         try:
             with self._transaction() as connection:
                 connection.execute(
@@ -147,9 +149,8 @@ class LedgerStore:
             raise InputError(str(error).splitlines()[0] + "; record the change from now or later") from None
         except psycopg.errors.UniqueViolation:
             raise InputError(
-                f"a price of one of {sorted({key.instance_type for key, _, _ in prices})} from "
-                f"{sorted(set(map(str, effective)))[0]} is already recorded; prices are never rewritten, "
-                "record a change from a later time"
+                f"a price of {', '.join(sorted({str(key) for key, _, _ in prices}))} from that instant is "
+                "already recorded; prices are never rewritten, record a change from a later time"
             ) from None
 
     def sync_prices(self, table: PriceTable, *, source: str) -> list[str]:

@@ -38,7 +38,8 @@ WINDOW by_key AS (PARTITION BY instance_type, region, pricing_model, zone ORDER 
 -- On-demand: a key's first price covers all time before it (usage metered while it was unpriced is
 -- priced by it); every later change starts now or later, so billed time is never repriced.
 -- Spot: EC2's history is necessarily a little in the past, so a spot price may start up to
--- 24 hours back, but never at or before its key's latest row: history only grows at its end.
+-- 24 hours back (and not later than 5 minutes ahead, for clock skew), but never at or before its
+-- key's latest row: history only grows at its end.
 CREATE OR REPLACE FUNCTION ledger_guard_price() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -55,8 +56,9 @@ BEGIN
             USING ERRCODE = 'check_violation',
                   HINT = 'record the change from now or later; billed time keeps the price it had';
     END IF;
-    IF NEW.pricing_model = 'spot' AND NEW.valid_from < now_ms - interval '24 hours' THEN
-        RAISE EXCEPTION 'a spot price for % in % cannot start more than 24 hours back (%)',
+    IF NEW.pricing_model = 'spot' AND (NEW.valid_from < now_ms - interval '24 hours'
+                                       OR NEW.valid_from > now_ms + interval '5 minutes') THEN
+        RAISE EXCEPTION 'a spot price for % in % must start within the last 24 hours (%)',
                         NEW.instance_type, NEW.zone, NEW.valid_from
             USING ERRCODE = 'check_violation',
                   HINT = 'spot prices are recorded from the last 24 hours of EC2''s history';

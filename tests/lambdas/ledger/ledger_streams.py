@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-
 from decimal import Decimal
 
 from guardrails.ledger import ON_DEMAND, SPOT, Attribution, PriceBook, PriceKey, Transition, to_ms
