@@ -170,20 +170,21 @@ def in_process_run(endpoint: str) -> tuple[float, float]:
     """(CPU seconds, wall seconds) of one status: fresh clients, every read, the text at 80 columns."""
     from rich.console import Console
 
+    from cli.oncall.collector import collector_paused
     from cli.oncall.fleet import fleet_status
     from cli.oncall.status_view import print_status, select
     from guardrails.settings import settings_from_environment
     from lambdas.aws import clients
 
     os.environ["AWS_ENDPOINT_URL"] = endpoint
-    clients._client.cache_clear()  # fresh clients and models, as a new process makes them
-    clients._models.cache_clear()
+    clients._models.cache_clear()  # fresh models, as a new process loads them (and fresh clients below)
     cpu, started = time.process_time(), time.perf_counter()
-    report = fleet_status(
-        stack=None, regions=[REGION], clients=clients.client,
-        settings=settings_from_environment({"PARKBRAKE_REGIONS": REGION}), now=datetime.now(UTC),
-    )  # fmt: skip
-    print_status(Console(file=io.StringIO(), width=80), select(report, {}, "action"))
+    with collector_paused():  # as the command runs
+        report = fleet_status(
+            stack=None, regions=[REGION], clients=clients.one_session_clients(),
+            settings=settings_from_environment({"PARKBRAKE_REGIONS": REGION}), now=datetime.now(UTC),
+        )  # fmt: skip
+        print_status(Console(file=io.StringIO(), width=80), select(report, {}, "action"))
     timing = (time.process_time() - cpu, time.perf_counter() - started)
     if not report.hosts or report.errors:
         raise SystemExit(f"status read {len(report.hosts)} hosts, errors: {report.errors}")

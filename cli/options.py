@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from cli.host.job_wrapper import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
+from cli.host.shutdown_command import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
 from guardrails.durations import DurationError, parse_duration
 from guardrails.spot import OnRebalance
 

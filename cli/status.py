@@ -60,11 +60,21 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
     Example:
       parkbrake status --stack dev --filter state=overdue --filter tenant=research
     """
+    from cli.oncall.collector import collector_paused
+
+    with collector_paused():  # from the imports to the last line printed
+        show_status(stack, regions, filters, sort, output)
+
+
+def show_status(
+    stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str
+) -> None:
+    """Read the fleet (every client from one session) and print it as text or JSON."""
     from cli.oncall.fleet import fleet_status
     from cli.oncall.regions import choose_regions
     from cli.oncall.status_view import parse_filters, select
     from guardrails.settings import REGIONS, ledger_configured, settings_from_environment
-    from lambdas.aws.clients import client
+    from lambdas.aws.clients import one_session_clients
 
     wanted = parse_filters(filters)
     chosen = choose_regions(regions, "--regions", stack=stack)
@@ -72,7 +82,7 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
     report = fleet_status(
         stack=stack,
         regions=chosen,
-        clients=client,
+        clients=one_session_clients(),
         settings=settings,
         now=datetime.now(UTC),
         ledger=_ledger_runways if ledger_configured(os.environ) else None,

@@ -13,11 +13,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-
-import icalendar
-import recurring_ical_events
+from typing import TYPE_CHECKING
 
 from guardrails.errors import InputError
+
+if TYPE_CHECKING:
+    import icalendar
+
+# icalendar and recurring_ical_events are imported where a calendar is read (about 25 ms): `status`
+# and `schedule list` import this module for its types and read a calendar only when one is named.
 
 # The most days a next-run search looks ahead: a calendar closing more than a year is a mistake.
 LOOKAHEAD = timedelta(days=400)
@@ -31,6 +35,8 @@ class ClosedDays:
 
     def closure(self, day: date) -> str | None:
         """Why ``day`` is closed (the event's summary), or None when it is open."""
+        import recurring_ical_events
+
         events = recurring_ical_events.of(self.calendar).at((day.year, day.month, day.day))
         summaries = sorted(str(event.get("SUMMARY") or "closed") for event in events)
         return ", ".join(summaries) or None
@@ -41,11 +47,16 @@ def parse_closed_days(text: str, source: str) -> ClosedDays:
     problems = calendar_problems(text)
     if problems:
         raise InputError(f"{source}: " + "; ".join(problems))
+    import icalendar
+
     return ClosedDays(icalendar.Calendar.from_ical(text))
 
 
 def calendar_problems(text: str) -> list[str]:
     """What is wrong with an iCalendar document, each with its fix; empty when it is usable."""
+    import icalendar
+    import recurring_ical_events
+
     try:
         calendar = icalendar.Calendar.from_ical(text)
     except ValueError as error:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from cli.host.api_stop import ApiFallback, ApiStopResult
 from cli.host.group_release import ReleaseResult, release_from_group
+from cli.host.shutdown_command import DEFAULT_SHUTDOWN_COMMAND
 from cli.host.spot import SpotWatcher
 from guardrails.clock import Clock, SystemClock
 from guardrails.durations import format_duration
@@ -36,8 +37,6 @@ from guardrails.job_policy import (
     wrapper_exit_status,
 )
 
-DEFAULT_SHUTDOWN_COMMAND = "shutdown -h now"
-SHUTDOWN_COMMAND_VARIABLE = "PARKBRAKE_SHUTDOWN_COMMAND"
 # `shutdown -h now` returns at once; a command that hangs this long is reported as failed.
 SHUTDOWN_TIMEOUT_SECONDS = 60
 # Signals that would otherwise stop the wrapper and leave the job running without its cap.

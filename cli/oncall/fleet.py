@@ -8,7 +8,7 @@ number of calls grows with pages, not hosts. GPU hosts are listed exactly as the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -30,7 +30,8 @@ from guardrails.closed_days import ClosedDays
 from guardrails.deadlines import Deadline
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
-from guardrails.pricing import load_price_table
+from guardrails.pricing import InstancePrice, load_price_table
+from guardrails.rules.base import SweepPolicy
 from guardrails.settings import Settings
 from guardrails.sweep import host_deadline, policy_from_settings
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
@@ -409,7 +410,9 @@ def _hosts_of(
         listed = running_accelerator_hosts(clients("ec2", region), region, stack)
     except ClientError as error:
         return [], [f"{region}: cannot list instances: {describe_error(error)}"]
-    return [_host_status(host, settings, now) for host in listed], []
+    # Built once, not per host: the price table's view is a new dictionary at each call.
+    prices, policy = load_price_table().instances, policy_from_settings(settings)
+    return [_host_status(host, prices, policy, now) for host in listed], []
 
 
 def _read_stack(
@@ -460,11 +463,13 @@ def running_accelerator_hosts(ec2: Any, region: str, stack: str | None) -> list[
     return hosts if stack is None else [host for host in hosts if host.tags.get(tags.STACK) == stack]
 
 
-def _host_status(host: Host, settings: Settings, now: datetime) -> HostStatus:
-    price = load_price_table().instances.get(host.instance_type)
+def _host_status(
+    host: Host, prices: Mapping[str, InstancePrice], policy: SweepPolicy, now: datetime
+) -> HostStatus:
+    price = prices.get(host.instance_type)
     return HostStatus(
         host=host,
-        deadline=host_deadline(host, policy_from_settings(settings), now),
+        deadline=host_deadline(host, policy, now),
         usd_per_hour=price.usd_per_hour if price else None,
         accelerators=price.accelerators if price else None,
         now=now,

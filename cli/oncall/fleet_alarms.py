@@ -5,9 +5,10 @@ An e-mail subscription stays ``PendingConfirmation`` until its address follows t
 it, and until then receives nothing: a stack whose only address is pending pages nobody. So status
 names every e-mail subscription and its state in its summary.
 
-The topic is the one the stack file adopts (``guardrails.alarm_topic_arn`` in ``Pulumi.<stack>.yaml``
-in the current folder), else the one the stack creates, ``parkbrake-<stack>-alarms``, found by name
-among the region's topics (listed once per region, when the first stack needs them).
+The topic is the one the stack creates, ``parkbrake-<stack>-alarms``, found by name among the
+region's topics (listed once per region, when the first stack needs them), else the one the stack
+file adopts (``alarm_topic_arn`` under ``parkbrake:guardrails`` in ``Pulumi.<stack>.yaml`` in the
+current folder).
 """
 
 from __future__ import annotations
@@ -71,15 +72,15 @@ class RegionAlarmTopics:
         self._listed: list[str] | None = None
 
     def topic_arn(self, stack: str) -> str | None:
-        """The adopted topic, else ``parkbrake-<stack>-alarms`` in the region; None when neither exists."""
-        adopted = config_text(stack, ADOPTED_TOPIC_KEY, self._project_dir)
-        if adopted:
-            return adopted
+        """``parkbrake-<stack>-alarms`` in the region, else the topic the stack file adopts; None when
+        neither exists. A stack that adopts a topic creates none of its own, so the stack file (slow
+        to parse) is read only when the region has no topic of the stack's name."""
         if self._listed is None:
             pages = self._sns(self._region).get_paginator("list_topics").paginate()
             self._listed = [topic["TopicArn"] for page in pages for topic in page.get("Topics", [])]
         wanted = names.alarm_topic(stack)
-        return next((arn for arn in self._listed if arn.rsplit(":", 1)[-1] == wanted), None)
+        created = next((arn for arn in self._listed if arn.rsplit(":", 1)[-1] == wanted), None)
+        return created or config_text(stack, ADOPTED_TOPIC_KEY, self._project_dir)
 
     def subscriptions(self, topic_arn: str) -> tuple[AlarmSubscription, ...]:
         parts = topic_arn.split(":")  # arn:aws:sns:<region>:<account>:<name>

@@ -110,9 +110,11 @@ class Schedule:
 
 def closed_days_of(schedules: list[Schedule], ssm: Any) -> dict[str, ClosedDays]:
     """Each calendar the nightly starts name, read once, by SSM parameter name."""
+    parameters = {schedule.calendar for schedule in schedules if schedule.calendar is not None}
+    if not parameters:  # most stacks: the launcher's module (and its imports) is not needed
+        return {}
     from lambdas.launcher import read_closed_days
 
-    parameters = {schedule.calendar for schedule in schedules if schedule.calendar is not None}
     return {parameter: read_closed_days(ssm, parameter) for parameter in sorted(parameters)}
 
 

@@ -135,8 +135,11 @@ def test_a_stack_without_its_alarm_topic_says_its_alarms_may_reach_nobody(aws: s
     assert document["stacks"][0]["alarms"] == {"topic_arn": None, "subscriptions": [], "error": None}
 
 
-def test_an_adopted_topic_from_the_stack_file_is_read_instead(aws: str, fleet: Any) -> None:
+def test_the_topic_a_stack_file_adopts_is_read_when_the_stack_has_none_of_its_own(
+    aws: str, fleet: Any
+) -> None:
     sns = aws_client(aws, "sns")
+    sns.delete_topic(TopicArn=fleet.alarm_topic)  # a stack that adopts a topic creates none
     adopted = sns.create_topic(Name="team-pager")["TopicArn"]
     sns.subscribe(TopicArn=adopted, Protocol="email", Endpoint="pager@corp.dev")
     sns.subscribe(TopicArn=adopted, Protocol="sqs", Endpoint=f"arn:aws:sqs:{REGION}:123456789012:audit")

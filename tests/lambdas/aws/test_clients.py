@@ -60,3 +60,22 @@ def test_models_are_loaded_once_and_credentials_read_per_client(
     assert first._request_signer._credentials.access_key == "testing"
     assert second._request_signer._credentials.access_key == "second-key"
     assert second.describe_regions()["Regions"]  # a client made from the shared models works
+
+
+def test_one_sessions_clients_are_made_once_each_and_share_its_credentials(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = clients.one_session_clients()
+    first = made("ec2", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "second-key")
+    second = made("ssm", "eu-west-1")
+    assert made("ec2", "us-east-1") is first
+    assert made("ec2", None) is first  # AWS_REGION
+    assert made("ec2", "eu-west-1") is not first
+    # One session: its credentials were resolved once, for the first client.
+    assert second._request_signer._credentials.access_key == "testing"
+    assert clients.one_session_clients()("ec2", "us-east-1")._request_signer._credentials.access_key == (
+        "second-key"
+    )
+    assert second.meta.region_name == "eu-west-1"
+    assert first.describe_regions()["Regions"]

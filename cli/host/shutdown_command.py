@@ -1,0 +1,5 @@
+"""The command that shuts a GPU host down, by default and by variable: here, not in the job wrapper,
+so the options every command shares (``cli/options.py``) do not import the wrapper and all it uses."""
+
+DEFAULT_SHUTDOWN_COMMAND = "shutdown -h now"
+SHUTDOWN_COMMAND_VARIABLE = "PARKBRAKE_SHUTDOWN_COMMAND"
