@@ -8,9 +8,10 @@ from datetime import datetime
 
 import psycopg
 import pytest
-from ledger_streams import T0, T0_MS
+from ledger_streams import T0, T0_MS, ms, step
 from psycopg import sql
 
+from lambdas.ledger.appends import append_transitions
 from lambdas.ledger.store import LedgerStore
 
 APPEND = (
@@ -36,6 +37,30 @@ def test_the_append_function_refuses_what_the_table_does_not_check(
         with pytest.raises(psycopg.errors.CheckViolation, match=message):
             owner.execute(APPEND, (["e-1"], [state], [moment], [model]))
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+# Tables an append reads by key, and how many times the transaction scanned each whole.
+SCANS = (
+    "SELECT relname, seq_scan FROM pg_stat_xact_user_tables "
+    "WHERE relname IN ('events', 'intervals') ORDER BY relname"
+)
+
+
+def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(ledger_url: str) -> None:
+    # The append's plans are made once per session, at its first call: here on empty tables, where
+    # a join of the batch to events or intervals is cheapest as a scan of the table. The duplicate
+    # look-up, the hosts' open intervals and the closing update must still be found by key.
+    with psycopg.connect(ledger_url, autocommit=True) as meter:
+        starts = [step(f"start-{n}", f"i-{n}", "running", ms(n)) for n in range(200)]
+        append_transitions(meter, starts, source="meter", received_at=T0)
+        stops = [step(f"stop-{n}", f"i-{n}", "stopped", ms(300 + n)) for n in range(200)]
+        with meter.transaction():
+            result = append_transitions(meter, stops + starts[:50], source="meter", received_at=T0)
+            scans = meter.execute(SCANS).fetchall()
+        assert (result.inserted, result.duplicates) == (200, 50)
+        assert scans == [("events", 0), ("intervals", 0)]
+        closed = meter.execute("SELECT count(*) FROM intervals WHERE ended_ms IS NOT NULL").fetchone()
+        assert closed == (200,)
 
 
 HOSTS = 400
