@@ -132,12 +132,14 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
         connection.execute("SET work_mem = '256MB'")
         connection.execute("SET maintenance_work_mem = '512MB'")
         connection.execute(
-            "INSERT INTO prices (instance_type, valid_from, usd_per_hour, source) "
-            "SELECT t, '-infinity', p, 'bench' FROM unnest(%s::text[], %s::numeric[]) AS seed (t, p)",
+            "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
+            "SELECT t, 'us-east-1', 'on-demand', '', '-infinity', p, 'bench' "
+            "FROM unnest(%s::text[], %s::numeric[]) AS seed (t, p)",
             (list(TYPES), [prices.instance(name).usd_per_hour for name in TYPES]),
         )
         connection.execute(  # a price change three months back: queries split intervals on it
-            "INSERT INTO prices (instance_type, valid_from, usd_per_hour, source) VALUES (%s, %s, %s, 'bench')",
+            "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
+            "VALUES (%s, 'us-east-1', 'on-demand', '', %s, %s, 'bench')",
             (
                 "p4d.24xlarge",
                 NOW - timedelta(days=90),
