@@ -441,11 +441,11 @@ def _alarm_topic(part: _RegionPart, name: str, region: str, topics: RegionAlarmT
     arn = None
     try:
         arn = topics.topic_arn(name)
-        return AlarmTopic(name, arn, topics.subscriptions(arn) if arn else ())
+        return AlarmTopic(arn, topics.subscriptions(arn) if arn else ())
     except ClientError as error:
         problem = describe_error(error)
         part.errors.append(f"{region} stack {name}: alarm subscriptions unknown: {problem}")
-        return AlarmTopic(name, arn, error=problem)
+        return AlarmTopic(arn, error=problem)
 
 
 def _calendars(part: _RegionPart, schedules: list[Schedule], ssm: Any, where: str) -> dict[str, ClosedDays]:

@@ -45,7 +45,6 @@ class AlarmSubscription:
 class AlarmTopic:
     """A stack's alarm topic in one region and its subscriptions, or why they are not known."""
 
-    stack: str
     arn: str | None  # None: no such topic (or the topics could not be listed: see ``error``)
     subscriptions: tuple[AlarmSubscription, ...] = ()
     error: str | None = None  # set: the subscriptions are unknown

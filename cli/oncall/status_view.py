@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from cli.oncall.fitted_table import Column, fitted_table
 from cli.oncall.fleet import FleetStatus, HostStatus, StackStatus
@@ -161,11 +162,14 @@ def _alarms_line(stack: StackStatus, *, several_regions: bool) -> str:
         )
     emails = alarms.emails
     if not emails:
-        return f"[yellow]{where}: no e-mail subscribed to {alarms.arn.rsplit(':', 1)[-1]}[/]"
-    listed = ", ".join(f"{email.endpoint} {email.state}" for email in emails)
+        return f"[yellow]{where}: no e-mail subscribed to {escape(alarms.arn.rsplit(':', 1)[-1])}[/]"
+    # Addresses come from whoever subscribed them: escaped, so a bracket is text, not rich markup.
+    listed = ", ".join(f"{escape(email.endpoint)} {email.state}" for email in emails)
     if all(email.confirmed for email in emails):
         return f"{where} → {listed}"
-    return f"[red]{where} → {listed}: no alarm reaches it yet[/]"
+    if any(email.confirmed for email in emails):
+        return f"[red]{where} → {listed}: an unconfirmed address gets no alarm[/]"
+    return f"[red]{where} → {listed}: nobody is paged until an address confirms[/]"
 
 
 def _print_fitted(console: Console, fitted: Any) -> None:

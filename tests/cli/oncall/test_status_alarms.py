@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,27 @@ def status(*arguments: str) -> Result:
     return CliRunner().invoke(parkbrake, ["status", "--stack", STACK, "--regions", REGION, *arguments])
 
 
-def pending(answer: bytes) -> bytes:
-    """moto's ListSubscriptionsByTopic answer as SNS gives it before the address confirms."""
-    return re.sub(
-        rb"<SubscriptionArn>[^<]*</SubscriptionArn>",
-        b"<SubscriptionArn>PendingConfirmation</SubscriptionArn>",
-        answer,
-    )
+def pending(*addresses: str) -> Callable[[bytes], bytes]:
+    """moto's ListSubscriptionsByTopic answer as SNS gives it before ``addresses`` confirm."""
+
+    def change(answer: bytes) -> bytes:
+        def unconfirmed(member: re.Match[bytes]) -> bytes:
+            if not any(f"<Endpoint>{address}</Endpoint>".encode() in member[0] for address in addresses):
+                return member[0]
+            return re.sub(
+                rb"<SubscriptionArn>[^<]*</SubscriptionArn>",
+                b"<SubscriptionArn>PendingConfirmation</SubscriptionArn>",
+                member[0],
+            )
+
+        return re.sub(rb"<member>.*?</member>", unconfirmed, answer, flags=re.DOTALL)
+
+    return change
+
+
+def summary_of(output: str) -> str:
+    """The summary above the hosts' table, as one line however it wrapped."""
+    return " ".join(output.partition("GPU hosts (")[0].split())
 
 
 def email_counts(document: dict[str, Any]) -> tuple[int, int]:
@@ -55,8 +70,7 @@ def test_a_confirmed_alarm_address_is_named_in_the_summary_and_in_json(aws: str,
     text, document = status(), json.loads(status("-o", "json").stdout)
 
     assert text.exit_code == 0, text.output
-    summary_lines = text.output.split("GPU hosts (")[0].splitlines()
-    assert f"  {CONFIRMED_LINE}" in summary_lines
+    assert f"  {CONFIRMED_LINE}\n" in text.output.partition("GPU hosts (")[0]
     [stack] = document["stacks"]
     assert stack["alarms"] == {
         "topic_arn": fleet.alarm_topic,
@@ -70,13 +84,15 @@ def test_a_subscription_pending_confirmation_is_shown_as_reaching_nobody(
     aws: str, fleet: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with FaultProxy(aws) as proxy:
-        proxy.rewrite("ListSubscriptionsByTopic", pending)
+        proxy.rewrite("ListSubscriptionsByTopic", pending(ADDRESS))
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
         text, as_json = status(), status("-o", "json")
 
     assert text.exit_code == 0, text.output  # pending is a state to see, not a failed read
-    summary = " ".join(text.output.split("GPU hosts (")[0].split())  # as one line, however it wrapped
-    assert f"alarms {STACK} → {ADDRESS} pending confirmation: no alarm reaches it yet" in summary
+    assert (
+        f"alarms {STACK} → {ADDRESS} pending confirmation: nobody is paged until an address confirms"
+        in summary_of(text.output)
+    )
     assert CONFIRMED_LINE not in text.output
     document = json.loads(as_json.stdout)
     [stack] = document["stacks"]
@@ -84,6 +100,24 @@ def test_a_subscription_pending_confirmation_is_shown_as_reaching_nobody(
         {"protocol": "email", "endpoint": ADDRESS, "state": "pending confirmation"}
     ]
     assert email_counts(document) == (0, 1)
+
+
+def test_beside_a_confirmed_address_an_unconfirmed_one_is_still_named(
+    aws: str, fleet: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    aws_client(aws, "sns").subscribe(
+        TopicArn=fleet.alarm_topic, Protocol="email", Endpoint="lead@parkbrake.dev"
+    )
+    with FaultProxy(aws) as proxy:
+        proxy.rewrite("ListSubscriptionsByTopic", pending("lead@parkbrake.dev"))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        text, as_json = status(), status("-o", "json")
+
+    assert (
+        f"alarms {STACK} → {ADDRESS} confirmed, lead@parkbrake.dev pending confirmation: an unconfirmed "
+        "address gets no alarm" in summary_of(text.output)
+    )
+    assert email_counts(json.loads(as_json.stdout)) == (1, 1)
 
 
 def test_subscriptions_that_cannot_be_read_are_one_error_line_and_the_rest_is_shown(
