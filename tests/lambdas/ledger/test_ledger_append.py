@@ -49,18 +49,33 @@ SCANS = (
 def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(ledger_url: str) -> None:
     # The append's plans are made once per session, at its first call: here on empty tables, where
     # a join of the batch to events or intervals is cheapest as a scan of the table. The duplicate
-    # look-up, the hosts' open intervals and the closing update must still be found by key.
-    with psycopg.connect(ledger_url, autocommit=True) as meter:
+    # look-up, the hosts' open intervals, the closing update and the reservations' claims must
+    # still find their rows by key.
+    with (
+        psycopg.connect(ledger_url, autocommit=True) as owner,
+        psycopg.connect(ledger_url, autocommit=True) as meter,
+    ):
+        reserve = (
+            "INSERT INTO reservations (tenant, instance_type, region, pricing_model, zone, hosts, cap_ms, "
+            "usd_per_hour, created_ms, expires_ms) "
+            "VALUES ('research', 'g5.xlarge', 'us-east-1', 'on-demand', '', 10, 5400000, 1.006, %s, %s)"
+        )
+        owner.execute(reserve, (ms(0), ms(1000)))
         starts = [step(f"start-{n}", f"i-{n}", "running", ms(n)) for n in range(200)]
         append_transitions(meter, starts, source="meter", received_at=T0)
+        owner.execute(reserve, (ms(0), ms(1000)))
         stops = [step(f"stop-{n}", f"i-{n}", "stopped", ms(300 + n)) for n in range(200)]
+        restarts = [step(f"restart-{n}", f"i-{n}", "running", ms(600 + n)) for n in range(20)]
         with meter.transaction():
-            result = append_transitions(meter, stops + starts[:50], source="meter", received_at=T0)
+            result = append_transitions(meter, stops + restarts + starts[:50], source="meter", received_at=T0)
             scans = meter.execute(SCANS).fetchall()
-        assert (result.inserted, result.duplicates) == (200, 50)
+        assert (result.inserted, result.duplicates) == (220, 50)
         assert scans == [("events", 0), ("intervals", 0)]
         closed = meter.execute("SELECT count(*) FROM intervals WHERE ended_ms IS NOT NULL").fetchone()
         assert closed == (200,)
+        # The first ten hosts claimed the first reservation; the next ten the second, at their restart.
+        claims = meter.execute("SELECT count(*), count(DISTINCT reservation_id) FROM reservation_claims")
+        assert claims.fetchone() == (20, 2)
 
 
 HOSTS = 400
