@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test lint typecheck check bench clean
+.PHONY: plan test lint typecheck check bench image-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks
+
+# Builds the inference image and checks it serves (needs a Docker daemon; not part of `check`).
+image-check: $(STAMP)
+	$(BIN)/python scripts/check_inference_image.py
 
 clean:
 	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache
