@@ -22,6 +22,7 @@ Every check prints PASS or FAIL; the exit status is 1 if any failed (2 if the im
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
@@ -274,8 +275,8 @@ def wait_until_ready(base_url: str, checks: Checks) -> None:
     while time.monotonic() < deadline:
         try:
             status = call(base_url + "/healthz", timeout=5).status
-        except (OSError, urllib.error.URLError):
-            time.sleep(0.05)  # not listening yet (docker-proxy accepts, then resets)
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.05)  # not listening yet: docker-proxy accepts, then resets or echoes
             continue
         if not statuses or statuses[-1] != status:
             statuses.append(status)
@@ -370,7 +371,7 @@ def check_drain(container: str, base_url: str, key: str, checks: Checks) -> None
         try:
             reply = call(base_url + "/healthz", timeout=2)
             draining_status = reply.status if reply.status != 200 else None
-        except (OSError, urllib.error.URLError):
+        except (OSError, http.client.HTTPException):
             break
         time.sleep(0.05)
     stop.wait()
