@@ -37,7 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import numpy as np
 import psycopg
@@ -53,6 +53,7 @@ DEBIAN_MIRROR = "http://deb.debian.org/debian"
 STAND_IN_VENV = "/opt/python"
 REFERENCE = REPO_ROOT / "tests/services/inference/reference/vectors.json"
 SERVICE_ROLE = "inference_login"
+CONTAINER_SOCKET_DIR = "/run/postgresql"
 NOBODY = 65534
 STOP_TIMEOUT_S = 40  # the service's drain (30 s) and a margin: a clean drain exits well inside it
 LONG_TEXT = " ".join(["the quick brown fox jumps over the lazy dog"] * 40)  # past the 256-token cut
@@ -65,6 +66,14 @@ def run(*command: str, env: dict[str, str] | None = None, check: bool = True) ->
             f"{' '.join(command[:4])} … exited {result.returncode}:\n{result.stderr.decode(errors='replace')}"
         )
     return result.stdout.decode(errors="replace").strip()
+
+
+def container_log(container: str) -> str:
+    """The service's log: it writes to stderr, which ``docker logs`` hands back on its own stderr."""
+    result = subprocess.run(
+        ["docker", "logs", container], check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    return result.stdout.decode(errors="replace")
 
 
 def log(message: str) -> None:
@@ -253,13 +262,19 @@ def service_database() -> Iterator[tuple[str, str, list[str]]]:
                 connection.execute(f"CREATE ROLE {SERVICE_ROLE} LOGIN PASSWORD 'image-check'")
             connection.execute(f"GRANT parkbrake_inference TO {SERVICE_ROLE}")
         parts = urlsplit(owner_url)
-        socket_dir = parse_qs(parts.query).get("host", [""])[0]
+        query = parse_qs(parts.query)
+        address = f"{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+        mounts: list[str] = []
+        socket_dir = query.get("host", [""])[0]
+        if socket_dir.startswith("/"):
+            # pgserver listens on a socket only, inside its data folder (mode 0700): the container gets
+            # the socket alone, in a folder its user may enter.
+            socket = f".s.PGSQL.{query.get('port', [parts.port or 5432])[0]}"
+            mounts = ["-v", f"{socket_dir}/{socket}:{CONTAINER_SOCKET_DIR}/{socket}"]
+            query["host"] = [CONTAINER_SOCKET_DIR]
         service_url = parts._replace(
-            netloc=f"{SERVICE_ROLE}:image-check@{parts.hostname or ''}"
-            + (f":{parts.port}" if parts.port else "")
+            netloc=f"{SERVICE_ROLE}:image-check@{address}", query=urlencode(query, doseq=True)
         ).geturl()
-        # pgserver listens on a socket only: the container gets its folder at the same path.
-        mounts = ["-v", f"{socket_dir}:{socket_dir}"] if socket_dir.startswith("/") else []
         yield owner_url, service_url, mounts
 
 
@@ -271,7 +286,7 @@ def parkbrake(*arguments: str, database_url: str) -> str:
 
 def wait_until_ready(base_url: str, checks: Checks) -> None:
     statuses: list[int] = []
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
             status = call(base_url + "/healthz", timeout=5).status
@@ -378,7 +393,7 @@ def check_drain(container: str, base_url: str, key: str, checks: Checks) -> None
     stop_seconds = time.monotonic() - started
     long_request.join()
     exit_code = run("docker", "inspect", "-f", "{{.State.ExitCode}}", container)
-    logs = run("docker", "logs", container).splitlines()
+    logs = container_log(container).splitlines()
     run_status = replies[0].status if replies else None
     checks.record("healthz is 503 while draining", draining_status == 503, f"status {draining_status}")
     checks.record(
@@ -415,7 +430,7 @@ def check_image(image: str, revision: str, checks: Checks) -> None:
             wait_until_ready(base_url, checks)
             check_serving(base_url, key, revision, checks)
             check_container(container, image, revision, checks)
-            logs = run("docker", "logs", container)
+            logs = container_log(container)
             device_lines = [line for line in logs.splitlines() if "ready" in line or "Provider" in line]
             on_gpu = run("nvidia-smi", "-L", check=False) if shutil.which("nvidia-smi") else ""
             expected = "gpu" if on_gpu else "cpu"
@@ -425,8 +440,8 @@ def check_image(image: str, revision: str, checks: Checks) -> None:
                 f"log: {device_lines}",
             )
             check_drain(container, base_url, key, checks)
-            log("container log:\n" + run("docker", "logs", container))
         finally:
+            log("container log:\n" + container_log(container))
             subprocess.run(["docker", "rm", "-f", container], check=False, capture_output=True)
 
 
