@@ -311,9 +311,11 @@ def budget_policy(grants: Grants) -> PolicyDocument:
 
 def reconciler_policy(grants: Grants) -> PolicyDocument:
     """The reconciler: lists the accelerator hosts and appends the ledger's repairs (and tells people
-    about hosts it cannot price)."""
+    about hosts it cannot price), and records the spot prices of its spot hosts' zones."""
     describe = statement(
-        "DescribeHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"
+        "DescribeHosts",
+        ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes", "ec2:DescribeSpotPriceHistory"],
+        "*",
     )  # no resource-level permissions
     return document([*_basics("reconciler", grants, notifies=True), describe, *_ledger(grants)])
 

@@ -47,6 +47,27 @@ ORDER BY k.n
 # New on-demand prices (the owner's: ledger_add_prices is not granted to the app role).
 ADD_PRICES = "SELECT ledger_add_prices(%s::text[], %s::text[], %s::timestamptz[], %s::numeric[], %s)"
 
+# The database's clock, and each spot key's latest recorded price (NULLs: none yet), in the order given.
+LATEST_SPOT_PRICES = """
+SELECT ledger_ms(statement_timestamp()), latest.from_ms, latest.usd_per_hour
+FROM unnest(%(types)s::text[], %(regions)s::text[], %(zones)s::text[])
+     WITH ORDINALITY AS k (instance_type, region, zone, n)
+LEFT JOIN LATERAL (
+    SELECT ledger_ms(p.valid_from) AS from_ms, p.usd_per_hour
+    FROM prices p
+    WHERE p.instance_type = k.instance_type AND p.region = k.region AND p.pricing_model = 'spot'
+      AND p.zone = k.zone
+    ORDER BY p.valid_from DESC
+    LIMIT 1
+) AS latest ON true
+ORDER BY k.n
+"""
+
+# Spot prices from EC2 (a SECURITY DEFINER function the app role may call): how many were new.
+RECORD_SPOT_PRICES = """
+SELECT ledger_record_spot_prices(%s::text[], %s::text[], %s::text[], %s::timestamptz[], %s::numeric[])
+"""
+
 # Every price recorded, with its key (the pure rules' PriceBook).
 PRICE_ROWS = """
 SELECT instance_type, region, pricing_model, zone, CASE WHEN isfinite(valid_from) THEN ledger_ms(valid_from) END,

@@ -36,6 +36,7 @@ from guardrails.ledger import (
 from guardrails.pricing import HOME_REGION, PriceTable
 from guardrails.runway import Budget, BudgetDecision, TenantRunway
 from guardrails.settings import DATABASE_URL
+from guardrails.spot_prices import SpotPrice
 from lambdas.ledger import budgets
 from lambdas.ledger import queries as sql
 from lambdas.ledger.appends import AppendResult, append_transitions
@@ -182,6 +183,45 @@ class LedgerStore:
         with self._connections.connection() as connection:
             rows = connection.execute(sql.PRICES_AT, _key_parameters(unique, to_ms(at))).fetchall()
         return {key: price for key, (price, _, _) in zip(unique, rows, strict=True)}
+
+    def latest_spot_prices(self, keys: Sequence[PriceKey]) -> tuple[int, dict[PriceKey, SpotPrice]]:
+        """The database's time (ms) and each spot key's latest recorded price (absent: none yet)."""
+        unique = sorted(set(keys))
+        parameters = {
+            "types": [key.instance_type for key in unique],
+            "regions": [key.region for key in unique],
+            "zones": [key.zone for key in unique],
+        }
+        with self._connections.connection() as connection:
+            now_ms = connection.execute("SELECT ledger_ms(statement_timestamp())").fetchone()[0]
+            rows = connection.execute(sql.LATEST_SPOT_PRICES, parameters).fetchall()
+        latest = {
+            key: SpotPrice(key, from_ms, usd_per_hour)
+            for key, (_, from_ms, usd_per_hour) in zip(unique, rows, strict=True)
+            if from_ms is not None
+        }
+        return now_ms, latest
+
+    def record_spot_prices(self, prices: Sequence[SpotPrice]) -> int:
+        """Append spot prices from EC2 (``ledger_record_spot_prices``, which the app role may call): each
+        within the last 24 hours and after its key's latest. Returns how many were new."""
+        if not prices:
+            return 0
+        try:
+            with self._transaction() as connection:
+                row = connection.execute(
+                    sql.RECORD_SPOT_PRICES,
+                    (
+                        [price.key.instance_type for price in prices],
+                        [price.key.region for price in prices],
+                        [price.key.zone for price in prices],
+                        [from_ms(price.from_ms) for price in prices],
+                        [price.usd_per_hour for price in prices],
+                    ),
+                ).fetchone()
+        except psycopg.errors.CheckViolation as error:
+            raise InputError(str(error).splitlines()[0]) from None
+        return int(row[0]) if row else 0
 
     def price_book(self) -> PriceBook:
         with self._connections.connection() as connection:

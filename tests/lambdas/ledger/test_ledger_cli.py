@@ -222,6 +222,29 @@ def test_a_budget_change_re_arms_the_tenants_crossing_check_on_the_stack(
     assert "budget crossing check not armed: no --stack" in unarmed.stdout
 
 
+def test_admit_prices_the_hosts_in_their_region_and_pricing_model(ledger_env: str) -> None:
+    assert invoke("ledger", "budget", "research", "--limit-usd", "100").exit_code == 0
+    args = [
+        "ledger",
+        "admit",
+        "--tenant",
+        "research",
+        "--instance-type",
+        "p4d.24xlarge",
+        "--max-runtime",
+        "90m",
+    ]
+    unpriced = invoke(*args, "--region", "eu-west-1", "--output", "json")
+    assert unpriced.exit_code == 1
+    assert "no price for p4d.24xlarge in eu-west-1" in json.loads(unpriced.stdout)["reason"]
+    # A spot request with no spot price for its zone is reserved at the region's on-demand price.
+    spot = invoke(
+        *args, "--region", "us-west-2", "--pricing-model", "spot", "--zone", "us-west-2a", "-o", "json"
+    )
+    assert spot.exit_code == 0, spot.output
+    assert json.loads(spot.stdout)["needed_usd"] == "49.158900"
+
+
 def test_an_unknown_budget_time_zone_names_the_flag_and_an_example(ledger_env: str) -> None:
     result = invoke("ledger", "budget", "research", "--limit-usd", "5", "--timezone", "Europe/Berlim")
     assert result.exit_code == 2

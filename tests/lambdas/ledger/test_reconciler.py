@@ -4,6 +4,7 @@ PostgreSQL; and its rules on a virtual clock."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -18,7 +19,16 @@ from guardrail_fleet import (
 from ledger_streams import ms, who
 
 from guardrails import tags
-from guardrails.ledger import Ec2Host, Interval, reconcile, state_change_from_event, to_ms, transition_ms
+from guardrails.ledger import (
+    SPOT,
+    Ec2Host,
+    Interval,
+    PriceKey,
+    reconcile,
+    state_change_from_event,
+    to_ms,
+    transition_ms,
+)
 from lambdas import meter, reconciler
 from lambdas.aws.environment import ClientFactory
 from lambdas.ledger.connections import LedgerUnavailable
@@ -160,3 +170,35 @@ def test_each_run_prunes_the_decision_log_past_the_retention(
         ]
         == 0
     )
+
+
+def test_the_reconciler_records_the_spot_price_of_each_spot_hosts_zone_once(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (spot_host,) = launch(ec2, "g5.xlarge", managed_tags(tenant="vision"), spot=True)
+    launch(ec2, "g5.xlarge", managed_tags(tenant="vision"))  # on demand: no spot price asked for
+    started = launch_time(ec2, spot_host)
+    meter_events([state_change(spot_host, "running", started)], store, clients)
+    (interval,) = store.intervals(tenant="vision")
+    key = PriceKey.of(interval.attribution)
+    assert key.pricing_model == SPOT
+    now = datetime.now(UTC)
+    outcome = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=now)
+    assert outcome["spot_prices"] == 1
+    _, latest = store.latest_spot_prices([key])
+    # moto answers one record per type and zone, dated 2006: the price in effect since the window's start.
+    assert latest[key].usd_per_hour == Decimal("0.00001")
+    window_start = to_ms(now - timedelta(hours=23))
+    assert window_start - 60_000 <= latest[key].from_ms <= window_start + 60_000
+    assert store.prices_at([key], now) == {key: Decimal("0.00001")}
+    again = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=now)
+    assert again["spot_prices"] == 0  # no change since: nothing recorded
+    (line,) = [
+        line
+        for line in store.invoice_lines(
+            now=now, since=started - timedelta(hours=1), until=now + timedelta(hours=1)
+        )
+        if line.pricing_model == SPOT
+    ]
+    assert (line.price_basis, line.price_source) == ("spot", "EC2 DescribeSpotPriceHistory")
