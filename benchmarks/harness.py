@@ -69,7 +69,7 @@ for line in sys.stdin:
 class Moto:
     """moto in this process: its server for the code under test, its backends for the world."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, serial_upstream: bool = False) -> None:
         from moto.server import ThreadedMotoServer
 
         # moto scans its ~1,300 default AMIs for every instance it launches; this account needs none.
@@ -78,7 +78,7 @@ class Moto:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.url = f"http://{host}:{port}"
-        self.proxy = FaultProxy(self.url).__enter__()
+        self.proxy = FaultProxy(self.url, serial_upstream=serial_upstream).__enter__()
 
     def reset(self) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")).close()

@@ -1,8 +1,10 @@
 """Which AWS calls each guardrail Lambda makes, recorded with a botocore ``before-call`` hook.
 
 A call is attributed to the guardrail whose handler module (``lambdas/<guardrail>.py``) is on the
-Python stack when botocore is about to send it; calls a test makes itself (setting up hosts, reading
-results) have no handler on the stack and are not counted. Loaded as a pytest plugin
+Python stack when botocore is about to send it, or, for a call made on a worker thread (the stop
+path's removals from groups), on the main thread's stack, where the handler waits for its workers;
+calls a test makes itself (setting up hosts, reading results) have no handler on the stack and are
+not counted. Loaded as a pytest plugin
 (``-p tests.aws_call_recorder``) with ``PARKBRAKE_AWS_CALLS`` naming the JSON file to write at the end
 of the session.
 """
@@ -11,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 import traceback
 from collections import defaultdict
 from pathlib import Path
@@ -31,7 +35,11 @@ def iam_action(model: Any) -> str:
 
 
 def record_call(model: Any, **_: Any) -> None:
-    for frame in traceback.extract_stack():
+    stack = traceback.extract_stack()
+    if threading.current_thread() is not threading.main_thread():
+        main = sys._current_frames().get(threading.main_thread().ident or 0)
+        stack += traceback.extract_stack(main) if main is not None else []
+    for frame in stack:
         guardrail = HANDLER_MODULES.get(frame.filename)
         if guardrail is not None:
             RECORDED[guardrail].add(iam_action(model))

@@ -11,10 +11,15 @@ would against AWS. Nothing in boto3 is patched.
 
 :meth:`FaultProxy.rewrite` instead changes moto's answer to an action (to inject what moto never
 reports, such as a scaling activity EC2 failed for want of capacity).
+
+moto's backends are not thread-safe (two removals from one Auto Scaling group at once can lose a
+decrement); ``serial_upstream=True`` hands moto one request at a time, as AWS needs no one to, while
+the clients' calls still overlap at the proxy (a rewrite runs outside that lock).
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import threading
@@ -85,8 +90,11 @@ def error_response(request: ProxiedRequest, code: str, message: str) -> tuple[st
 
 
 class FaultProxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, *, serial_upstream: bool = False) -> None:
         split = urllib.parse.urlsplit(upstream)
+        self._upstream_lock: contextlib.AbstractContextManager[object] = (
+            threading.Lock() if serial_upstream else contextlib.nullcontext()
+        )
         self.upstream_host = split.hostname or "127.0.0.1"
         self.upstream_port = split.port or 80
         self.calls: Counter[str] = Counter()
@@ -156,6 +164,9 @@ class FaultProxy:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # The headers and the body go out in two writes: with Nagle's algorithm the body would wait
+            # for the client's delayed ACK, 40 ms a call that no AWS endpoint adds.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: object) -> None:  # quiet: tests read the counters
                 return
@@ -175,15 +186,16 @@ class FaultProxy:
                 upstream = http.client.HTTPConnection(proxy.upstream_host, proxy.upstream_port, timeout=120)
                 try:
                     forwarded = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-                    upstream.request(self.command, self.path, body=body, headers=forwarded)
-                    response = upstream.getresponse()
-                    payload = response.read()
-                    if rule is not None and rule.rewrite is not None:
-                        payload = rule.rewrite(payload)
-                    kept = {k: v for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP}
-                    self._reply(response.status, kept, payload)
+                    with proxy._upstream_lock:
+                        upstream.request(self.command, self.path, body=body, headers=forwarded)
+                        response = upstream.getresponse()
+                        payload = response.read()
                 finally:
                     upstream.close()
+                if rule is not None and rule.rewrite is not None:
+                    payload = rule.rewrite(payload)
+                kept = {k: v for k, v in response.getheaders() if k.lower() not in HOP_BY_HOP}
+                self._reply(response.status, kept, payload)
 
             def _reply(self, status: int, headers: dict[str, str], payload: bytes) -> None:
                 self.send_response(status)

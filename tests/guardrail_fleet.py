@@ -14,6 +14,7 @@ from botocore.config import Config
 
 from guardrails import names, tags
 from guardrails.settings import Settings
+from lambdas.aws.clients import CONCURRENT_CALLS
 from lambdas.aws.environment import ClientFactory
 from tests.aws_call_recorder import observe
 
@@ -27,7 +28,9 @@ ROLE_ARN = f"arn:aws:iam::{ACCOUNT}:role/parkbrake-test-scheduler"
 
 def client_factory(endpoint_url: str, *, max_attempts: int = 3) -> ClientFactory:
     """Clients like the Lambdas' (adaptive retries), bound to ``endpoint_url`` (moto, or a fault proxy)."""
-    config = Config(retries={"mode": "adaptive", "max_attempts": max_attempts})
+    config = Config(
+        retries={"mode": "adaptive", "max_attempts": max_attempts}, max_pool_connections=CONCURRENT_CALLS
+    )
     made: dict[tuple[str, str | None], Any] = {}
 
     def make(service: str, region: str | None) -> Any:

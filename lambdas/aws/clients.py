@@ -25,10 +25,14 @@ from botocore.utils import parse_timestamp as botocore_timestamp
 
 from guardrails.settings import aws_region
 
+# The most calls one client makes side by side (the stop path's removals from groups); its connection
+# pool holds as many, so no thread waits for a connection or opens one that is thrown away after.
+CONCURRENT_CALLS = 16
 RETRIES = Config(
     retries={"mode": "adaptive", "max_attempts": 8},
     connect_timeout=5,
     read_timeout=30,
+    max_pool_connections=CONCURRENT_CALLS,
     user_agent_extra="parkbrake",
 )
 _CREATING = threading.Lock()  # a botocore session is not thread-safe while it creates a client

@@ -4,7 +4,10 @@
 - a stand-alone spot host is terminated, or stopped when the policy says so (a one-time spot
   request cannot be stopped);
 - a host in an Auto Scaling group is removed with ``TerminateInstanceInAutoScalingGroup`` and the
-  group's desired capacity decremented: stopping it alone would make the group replace it.
+  group's desired capacity decremented: stopping it alone would make the group replace it. That call
+  takes one host, so the removals run side by side on a bounded pool of threads
+  (:data:`GROUP_REMOVAL_WORKERS`; boto3 clients are thread-safe, and the adaptive retries' rate
+  limiter is shared by the client's threads, so throttling slows them all down together).
 
 One host's error (throttling that outlasted botocore's retries, a missing permission, an instance
 that vanished) is recorded against that host and never stops the others: a failed batch is retried
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
 from guardrails.hosts import Host
+from lambdas.aws.clients import CONCURRENT_CALLS
 
 log = logging.getLogger(__name__)
 # What one AWS call can raise: AWS's errors, botocore's own, and a response botocore cannot parse.
@@ -30,6 +35,10 @@ AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
 SpotAction = Literal["terminate", "stop"]
 # EC2 documents no limit for StopInstances; 100 ids keeps the request small and a failure local.
 BATCH_SIZE = 100
+# Removals from groups in flight at once: at 16, 10,000 hosts leave their groups in a fraction of the
+# reaper's timeout (docs/guardrails.md, "Removing 10,000 hosts from their groups"); more would only
+# meet Auto Scaling's throttling sooner. The clients' connection pools hold as many connections.
+GROUP_REMOVAL_WORKERS = CONCURRENT_CALLS
 
 
 @dataclass
@@ -86,22 +95,51 @@ def stop_hosts(
 
     _in_batches(to_stop, stop, outcome.stopped, outcome, action="stop", reason=reason)
     _in_batches(to_terminate, terminate, outcome.terminated, outcome, action="terminate", reason=reason)
-    for host in in_group:
+    remove_from_groups(in_group, autoscaling, outcome, reason=reason)
+    return outcome
+
+
+def remove_from_groups(
+    hosts: list[Host],
+    autoscaling: Any,
+    outcome: StopOutcome,
+    *,
+    reason: str,
+    workers: int = GROUP_REMOVAL_WORKERS,
+) -> None:
+    """Remove each host from its group, ``workers`` at a time, into ``outcome`` in ``hosts``' order.
+
+    Each removal is logged as it happens, so a run cut short by its timeout still leaves a line for
+    every host it removed."""
+
+    def remove(host: Host) -> str | None:
         try:
             autoscaling.terminate_instance_in_auto_scaling_group(
                 InstanceId=host.instance_id, ShouldDecrementDesiredCapacity=True
             )
         except AWS_ERRORS as error:
-            _record_error(outcome, host.instance_id, error, action="remove-from-group")
-        else:
-            log.info(
-                "removed %s from group %s (desired capacity decremented): %s",
-                host.instance_id,
-                host.autoscaling_group,
-                reason,
-            )
+            return _logged_error(host.instance_id, error, action="remove-from-group")
+        log.info(
+            "removed %s from group %s (desired capacity decremented): %s",
+            host.instance_id,
+            host.autoscaling_group,
+            reason,
+        )
+        return None
+
+    if not hosts:
+        return
+    with ThreadPoolExecutor(
+        max_workers=min(workers, len(hosts)), thread_name_prefix="remove-from-group"
+    ) as pool:
+        errors = list(pool.map(remove, hosts))
+    for host, error in zip(hosts, errors, strict=True):
+        if error is None:
             outcome.removed_from_group.append(host.instance_id)
-    return outcome
+        else:
+            outcome.errors.append(
+                {"instance_id": host.instance_id, "action": "remove-from-group", "error": error}
+            )
 
 
 def _in_batches(
@@ -148,7 +186,12 @@ def describe_error(error: Exception) -> str:
     return str(error)
 
 
-def _record_error(outcome: StopOutcome, instance_id: str, error: Exception, *, action: str) -> None:
+def _logged_error(instance_id: str, error: Exception, *, action: str) -> str:
     message = describe_error(error)
     log.error("could not %s %s: %s", action, instance_id, message)
+    return message
+
+
+def _record_error(outcome: StopOutcome, instance_id: str, error: Exception, *, action: str) -> None:
+    message = _logged_error(instance_id, error, action=action)
     outcome.errors.append({"instance_id": instance_id, "action": action, "error": message})

@@ -402,6 +402,16 @@ def test_only_the_database_functions_get_the_secret_and_run_in_the_private_subne
         assert "vpcConfig" not in run.named(FUNCTION, guardrail).inputs
 
 
+def test_a_sweep_gets_lambdas_longest_run_and_one_that_runs_out_of_it_pages() -> None:
+    """900 s, sized from the measured 10,000-host sweep; a timeout is a Lambda error, withholds the
+    heartbeat, and after the retries lands in the dead-letter queue: three alarms, each paging."""
+    run = configured()
+
+    assert run.named(FUNCTION, "reaper").inputs["timeout"] == 900
+    alarms = {alarm.inputs["name"] for alarm in run.of_type(ALARM)}
+    assert {f"parkbrake-dev-reaper-{kind}" for kind in ("errors", "heartbeat", "dead-letters")} <= alarms
+
+
 def test_database_layers_reach_only_the_database_functions() -> None:
     layer = f"arn:aws:lambda:us-east-1:{ACCOUNT}:layer:parkbrake-psycopg:3"
     run = build(database_layer_arns=[layer])

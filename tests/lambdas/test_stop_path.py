@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aws_fault_proxy import FaultProxy
+from aws_fault_proxy import FaultProxy, ProxiedRequest
 from guardrail_fleet import (
     REGION,
     client_factory,
@@ -19,7 +21,7 @@ from guardrail_fleet import (
 )
 
 from guardrails.hosts import Host
-from lambdas.aws.stop_path import BATCH_SIZE, stop_hosts
+from lambdas.aws.stop_path import BATCH_SIZE, GROUP_REMOVAL_WORKERS, stop_hosts
 
 
 @pytest.fixture
@@ -78,3 +80,79 @@ def test_dry_run_calls_nothing(proxy: FaultProxy) -> None:
 def test_a_bad_spot_action_is_refused_before_any_call(aws: str) -> None:
     with pytest.raises(ValueError, match="spot_action"):
         stop_hosts([], reason="test", ec2=None, autoscaling=None, spot_action="hibernate")  # type: ignore[arg-type]
+
+
+class InFlight:
+    """Holds each removal's answer a moment and counts how many were in flight at once."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s, self.now, self.most = hold_s, 0, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, answer: bytes) -> bytes:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.hold_s)
+        with self._lock:
+            self.now -= 1
+        return answer
+
+
+def naming(*instance_ids: str) -> Any:
+    def matches(request: ProxiedRequest) -> bool:
+        return any(instance_id in request.text for instance_id in instance_ids)
+
+    return matches
+
+
+@pytest.fixture
+def serial_proxy(aws: str) -> Iterator[FaultProxy]:
+    with FaultProxy(aws, serial_upstream=True) as running:
+        yield running
+
+
+def test_removals_from_groups_run_side_by_side_and_each_error_stays_on_its_host(
+    serial_proxy: FaultProxy,
+) -> None:
+    """20 hosts in two groups: one denied, one throttled past every retry; the other 18 leave their
+    groups, at most GROUP_REMOVAL_WORKERS calls at a time, and the outcome keeps the hosts' order."""
+    proxy = serial_proxy
+    clients = client_factory(proxy.url)
+    ec2, autoscaling = clients("ec2", REGION), clients("autoscaling", REGION)
+    groups = [
+        create_pool(autoscaling, ec2, pool=pool, desired=10, max_size=10) for pool in ("training", "batch")
+    ]
+    members = [group_instances(autoscaling, group) for group in groups]
+    hosts = hosts_of(ec2, [*members[0], *members[1]])
+    denied, throttled = members[0][3], members[1][4]
+    proxy.clear()
+    proxy.fail(
+        "TerminateInstanceInAutoScalingGroup",
+        "AccessDenied",
+        "not authorized to perform: autoscaling:TerminateInstanceInAutoScalingGroup",
+        status=403,
+        matches=naming(denied),
+    )
+    proxy.fail(
+        "TerminateInstanceInAutoScalingGroup", "Throttling", "Rate exceeded", matches=naming(throttled)
+    )
+    in_flight = InFlight(hold_s=0.2)
+    proxy.rewrite("TerminateInstanceInAutoScalingGroup", in_flight)
+
+    outcome = stop_hosts(hosts, reason="test", ec2=ec2, autoscaling=autoscaling)
+
+    assert outcome.removed_from_group == [
+        h.instance_id for h in hosts if h.instance_id not in (denied, throttled)
+    ]
+    assert [(e["instance_id"], e["action"], e["error"].split(":")[0]) for e in outcome.errors] == [
+        (denied, "remove-from-group", "AccessDenied"),
+        (throttled, "remove-from-group", "Throttling"),
+    ]
+    assert (
+        proxy.failed["TerminateInstanceInAutoScalingGroup"] > 2
+    )  # the denied call, the throttled one retried
+    assert 1 < in_flight.most <= GROUP_REMOVAL_WORKERS
+    remaining = {group: group_instances(autoscaling, group) for group in groups}
+    assert remaining == {groups[0]: [denied], groups[1]: [throttled]}
+    assert [group_of(autoscaling, group)["DesiredCapacity"] for group in groups] == [1, 1]
