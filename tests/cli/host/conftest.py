@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import socket
 import sys
@@ -19,14 +20,17 @@ from aws_fault_proxy import FaultProxy
 from guardrail_fleet import REGION
 
 RECORDINGS = Path(__file__).parent / "recordings"
+# Set by the fixtures below, so a command made before them still leaves them out.
+TESTS_OWN_SETTINGS = ("PARKBRAKE_SHUTDOWN_COMMAND", "PARKBRAKE_IMDS_ENDPOINT", "PARKBRAKE_API_STOP_AFTER")
 
 _RECORDER = """
 import json, os, sys
-calls, status = sys.argv[1], int(sys.argv[2])
+calls, status, inherited = sys.argv[1], int(sys.argv[2]), set(sys.argv[3].split(","))
 with open(calls, "a") as file:
-    settings = ("PARKBRAKE_SHUTDOWN_COMMAND", "PARKBRAKE_IMDS_ENDPOINT", "PARKBRAKE_API_STOP_AFTER")  # the tests' own, not what was passed on
-    variables = {k: v for k, v in os.environ.items() if k.startswith("PARKBRAKE_") and k not in settings}
-    file.write(json.dumps({"argv": sys.argv[3:], "env": variables}) + "\\n")
+    # What the agent passed on: the test process's own settings (the shutdown command, the session's
+    # CA bundle, a developer's database URL) were inherited, not passed.
+    variables = {k: v for k, v in os.environ.items() if k.startswith("PARKBRAKE_") and k not in inherited}
+    file.write(json.dumps({"argv": sys.argv[4:], "env": variables}) + "\\n")
 sys.exit(status)
 """
 
@@ -39,8 +43,11 @@ class ShutdownRecorder:
     calls_file: Path
 
     def command(self, *, exit_status: int = 0) -> str:
+        inherited = ",".join(
+            sorted({*(k for k in os.environ if k.startswith("PARKBRAKE_")), *TESTS_OWN_SETTINGS})
+        )
         return shlex.join(
-            [sys.executable, str(self.script), str(self.calls_file), str(exit_status), "-h", "now"]
+            [sys.executable, str(self.script), str(self.calls_file), str(exit_status), inherited, "-h", "now"]
         )
 
     def calls(self) -> list[dict[str, Any]]:
