@@ -10,7 +10,7 @@ from typing import Any
 from components.guardrail_alerting import RETRY_ATTEMPTS
 from guardrails import names
 from guardrails.settings import settings_from_environment
-from tests.components.test_guardrails import (
+from tests.components.guardrails_build import (
     ALARM,
     EVENT_TARGET,
     FUNCTION,

@@ -1,8 +1,7 @@
-"""Guardrails under the mock engine: the park switch, triggers, least-privilege IAM, alarms, the environment."""
+"""Guardrails under the mock engine: the park switch, triggers, alarms, the environment."""
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from datetime import timedelta
@@ -12,113 +11,39 @@ import pulumi
 import pytest
 from holiday_calendar import CHRISTMAS, ics
 
-from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
+from components.guardrail_functions import Guardrails, NightlyStart
 from guardrails import names
 from guardrails.errors import InputError
 from guardrails.schedules import eventbridge_cron, rate_expression
 from guardrails.settings import settings_from_environment
-from stacks.offline import OfflineRun, run_offline
+from stacks.offline import run_offline
+from tests.components.guardrails_build import (
+    ACCOUNT,
+    ALARM,
+    BUDGET_ARN,
+    EVENT_TARGET,
+    FUNCTION,
+    PARAMETER,
+    PERMISSION,
+    REAPER_ARN,
+    ROLE_POLICY,
+    RULE,
+    SCHEDULE,
+    SCHEDULE_GROUP,
+    SECRET_ARN,
+    SUBSCRIPTION,
+    TOPIC,
+    TRAINING_GROUP,
+    actions,
+    all_statements,
+    arguments,
+    build,
+    by_sid,
+    configured,
+    environment_of,
+    statements_of,
+)
 from tests.components.offline_outputs import changed_inputs
-
-SCHEDULE = "aws:scheduler/schedule:Schedule"
-SCHEDULE_GROUP = "aws:scheduler/scheduleGroup:ScheduleGroup"
-FUNCTION = "aws:lambda/function:Function"
-ROLE = "aws:iam/role:Role"
-ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
-ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
-RULE = "aws:cloudwatch/eventRule:EventRule"
-EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
-PERMISSION = "aws:lambda/permission:Permission"
-PARAMETER = "aws:ssm/parameter:Parameter"
-TOPIC = "aws:sns/topic:Topic"
-SUBSCRIPTION = "aws:sns/topicSubscription:TopicSubscription"
-
-ACCOUNT = "123456789012"
-TRAINING_GROUP = f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:1a2b:autoScalingGroupName/parkbrake-dev-training"
-SERVING_GROUP = f"arn:aws:autoscaling:us-east-1:{ACCOUNT}:autoScalingGroup:3c4d:autoScalingGroupName/parkbrake-dev-inference"
-SECRET_ARN = f"arn:aws:secretsmanager:us-east-1:{ACCOUNT}:secret:parkbrake-dev-db-AbCdEf"
-REAPER_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-reaper"
-LAUNCHER_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-launcher"
-BUDGET_ARN = f"arn:aws:lambda:us-east-1:{ACCOUNT}:function:parkbrake-dev-budget"
-STOP_ACTIONS = {
-    "ec2:StopInstances",
-    "ec2:TerminateInstances",
-    "autoscaling:TerminateInstanceInAutoScalingGroup",
-    "autoscaling:SetDesiredCapacity",
-}
-MANAGED_CONDITION = {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}}
-
-
-def arguments(**overrides: Any) -> GuardrailsArgs:
-    fields: dict[str, Any] = {
-        "stack": "dev",
-        "region": "us-east-1",
-        "parked": False,
-        "sweep_every": timedelta(minutes=5),
-        "default_max_runtime": timedelta(minutes=90),
-        "max_exemption": timedelta(hours=24),
-        "reap_untagged": False,
-        "alarm_email": "oncall@example.com",
-        "alarm_topic_arn": None,
-        "pool_caps": {"training": timedelta(hours=4), "inference": timedelta(hours=24)},
-        "nightly": NightlyStart(
-            pool="training",
-            cron="0 2 * * 1-5",
-            timezone="Europe/Berlin",
-            capacity=3,
-            autoscaling_group_arn=TRAINING_GROUP,
-        ),
-        "autoscaling_group_arns": [TRAINING_GROUP, SERVING_GROUP],
-        "database_secret_arn": SECRET_ARN,
-        "vpc_id": "vpc-0abc",
-        "subnet_ids": ["subnet-private-a", "subnet-private-b"],
-        "tags": {"parkbrake:managed": "true", "parkbrake:stack": "dev", "parkbrake:revision": "3f9c2ab"},
-        **overrides,
-    }
-    return GuardrailsArgs(**fields)
-
-
-def build(**overrides: Any) -> OfflineRun:
-    args = arguments(**overrides)
-
-    def program() -> None:
-        Guardrails("guardrails", args)
-
-    return run_offline(program, stack="dev", region="us-east-1")
-
-
-@functools.cache
-def configured(parked: bool = False) -> OfflineRun:
-    """The default arguments' run, built once per module: tests read it and never change it."""
-    return build(parked=parked)
-
-
-def statements_of(run: OfflineRun, role: str) -> list[dict[str, Any]]:
-    policy = json.loads(run.named(ROLE_POLICY, role).inputs["policy"])
-    assert policy["Version"] == "2012-10-17"
-    return policy["Statement"]
-
-
-def all_statements(run: OfflineRun) -> list[dict[str, Any]]:
-    return [
-        statement
-        for policy in run.of_type(ROLE_POLICY)
-        for statement in json.loads(policy.inputs["policy"])["Statement"]
-    ]
-
-
-def by_sid(statements: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {statement["Sid"]: statement for statement in statements}
-
-
-def actions(statement: dict[str, Any]) -> set[str]:
-    action = statement["Action"]
-    return {action} if isinstance(action, str) else set(action)
-
-
-def environment_of(run: OfflineRun, guardrail: str) -> dict[str, str]:
-    return run.named(FUNCTION, guardrail).inputs["environment"]["variables"]
-
 
 # --- the park switch -------------------------------------------------------------------------------------
 
@@ -428,117 +353,6 @@ def test_database_layers_reach_only_the_database_functions() -> None:
     assert {function.inputs["layers"][0] for function in run.of_type(FUNCTION)} == {
         f"arn:aws:lambda:us-east-1:{ACCOUNT}:dependencies"
     }
-
-
-# --- IAM --------------------------------------------------------------------------------------------------
-
-
-def test_every_stop_or_terminate_grant_requires_the_managed_tag() -> None:
-    statements = [
-        statement for statement in all_statements(configured()) if actions(statement) & STOP_ACTIONS
-    ]
-
-    assert statements  # the reaper, the budget and the launcher can act
-    for statement in statements:
-        assert statement["Condition"] == MANAGED_CONDITION
-        assert statement["Resource"] != "*"
-    for statement in all_statements(configured()):
-        assert not any(action.endswith(":*") or action == "*" for action in actions(statement))
-
-
-def test_reaper_may_stop_instances_and_shrink_only_the_stack_pools() -> None:
-    grants = by_sid(statements_of(configured(), "reaper"))
-
-    assert grants["StopManagedInstancesOnly"]["Resource"] == f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/*"
-    assert grants["ShrinkManagedGroupsOnly"]["Resource"] == [TRAINING_GROUP, SERVING_GROUP]
-    assert actions(grants["Describe"]) == {"ec2:DescribeInstances"}
-    assert actions(grants["ShrinkManagedGroupsOnly"]) == {"autoscaling:TerminateInstanceInAutoScalingGroup"}
-    assert grants["Notify"]["Resource"] == "arn:aws:sns:us-east-1:123456789012:alarms"
-    assert grants["Heartbeat"]["Condition"] == {
-        "StringEquals": {"cloudwatch:namespace": "Parkbrake/Guardrails"}
-    }
-    assert grants["OwnLogs"]["Resource"] == (
-        f"arn:aws:logs:us-east-1:{ACCOUNT}:log-group:/aws/lambda/parkbrake-dev-reaper:*"
-    )
-    assert "ReadDatabaseSecret" not in grants
-
-
-@pytest.mark.parametrize(
-    ("guardrail", "disarms"), [("deadline", {"scheduler:DeleteSchedule"}), ("reaper", set())]
-)
-def test_deadline_schedules_only_in_their_group_passing_only_the_scheduler_role(
-    guardrail: str, disarms: set[str]
-) -> None:
-    grants = by_sid(statements_of(configured(), guardrail))
-
-    schedules = grants["DeadlineSchedulesOnly"]
-    # only the deadline disarms (deletes) a schedule; the reaper arms and moves them
-    assert actions(schedules) == {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", *disarms}
-    deadline_group = f"arn:aws:scheduler:us-east-1:{ACCOUNT}:schedule/parkbrake-dev-deadlines/*"
-    assert schedules["Resource"] == deadline_group
-    assert grants["PassSchedulerRole"]["Resource"] == "arn:aws:iam:us-east-1:123456789012:scheduler"
-    assert grants["PassSchedulerRole"]["Condition"] == {
-        "StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}
-    }
-
-
-def test_only_the_functions_that_act_through_the_stop_path_may_stop_hosts() -> None:
-    run = configured()
-    stop_path = STOP_ACTIONS - {"autoscaling:SetDesiredCapacity"}
-
-    may_stop = {
-        function.name
-        for function in run.of_type(FUNCTION)
-        if any(actions(statement) & stop_path for statement in statements_of(run, function.name))
-    }
-    # The deadline stops a host already past its cap when its event arrives; the budget enforces budgets,
-    # and so does the meter for the tenants whose usage an event changed (lambdas.budget, at once).
-    assert may_stop == {"reaper", "deadline", "budget", "meter"}
-    assert "ShrinkManagedGroupsOnly" not in by_sid(statements_of(run, "launcher"))
-
-
-def test_launcher_reads_only_the_park_and_closed_days_parameters_and_starts_only_the_nightly_pool() -> None:
-    grants = by_sid(statements_of(configured(), "launcher"))
-
-    assert grants["ReadParkStateAndClosedDays"]["Resource"] == [
-        f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/parkbrake/dev/parked",
-        f"arn:aws:ssm:us-east-1:{ACCOUNT}:parameter/parkbrake/dev/closed-days",
-    ]
-    assert actions(grants["ReadParkStateAndClosedDays"]) == {"ssm:GetParameter"}
-    assert actions(grants["DescribePool"]) == {
-        "autoscaling:DescribeAutoScalingGroups",
-        "autoscaling:DescribeScalingActivities",
-        "ec2:DescribeLaunchTemplateVersions",
-    }
-    assert (actions(grants["Notify"]), grants["Notify"]["Resource"]) == (
-        {"sns:Publish"},
-        "arn:aws:sns:us-east-1:123456789012:alarms",
-    )
-    start = grants["StartNightlyPool"]
-    assert (actions(start), start["Resource"], start["Condition"]) == (
-        {"autoscaling:SetDesiredCapacity"},
-        TRAINING_GROUP,
-        MANAGED_CONDITION,
-    )
-    assert grants["ReadDatabaseSecret"]["Resource"] == SECRET_ARN
-
-
-def test_scheduler_role_may_invoke_only_the_reaper_the_launcher_and_the_budget() -> None:
-    run = configured()
-
-    invoke, dead_letters = statements_of(run, "scheduler")
-    assert actions(invoke) == {"lambda:InvokeFunction"}
-    assert actions(dead_letters) == {"sqs:SendMessage"}  # their queues: test_guardrail_alerting
-    assert invoke["Resource"] == [REAPER_ARN, LAUNCHER_ARN, BUDGET_ARN]
-    trust = json.loads(run.named(ROLE, "scheduler").inputs["assumeRolePolicy"])["Statement"]
-    assert trust == [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "scheduler.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-            "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}},
-        }
-    ]
 
 
 # --- alarms and the topic -----------------------------------------------------------------------------------
