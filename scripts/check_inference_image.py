@@ -132,6 +132,7 @@ def build_stand_in() -> None:
         )
     started = time.monotonic()
     rootfs = Path(tempfile.mkdtemp(prefix="parkbrake-python-rootfs-", dir="/var/tmp"))
+    rootfs.chmod(0o755)  # mkdtemp's 0700 becomes the image's /: the service's user could reach nothing
     proc = rootfs / "proc"
     try:
         log(f"debootstrap bookworm into {rootfs}")
