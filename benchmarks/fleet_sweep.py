@@ -10,8 +10,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from benchmarks.harness import AMI, CUSTODIAN_POLICY, REGION, STACK, Custodian, Moto
-from guardrails import tags
+from benchmarks.harness import AMI, CUSTODIAN_POLICY, GPU_HOST_TAGS, REGION, STACK, Custodian, Moto
 from guardrails.settings import Settings
 from lambdas.aws import host_sweep
 
@@ -39,14 +38,6 @@ def seed_fleet(moto: Moto, size: int) -> list[str]:
     ec2 = moto.backend("ec2")
     now = datetime.now(UTC).replace(tzinfo=None)
     overdue: list[str] = []
-    gpu_tags = {
-        tags.MANAGED: "true",
-        tags.STACK: STACK,
-        tags.POOL: "training",
-        tags.TENANT: "research",
-        tags.MAX_RUNTIME: "90m",
-        tags.REVISION: "bench",
-    }
     for batch in range(math.ceil(size / HOSTS_PER_RESERVATION)):
         gpu = batch % 4 == 0
         reservation = ec2.run_instances(
@@ -56,7 +47,7 @@ def seed_fleet(moto: Moto, size: int) -> list[str]:
             [],
             instance_type="g5.xlarge" if gpu else "m5.large",
             is_instance_type_default=False,
-            tags={"instance": gpu_tags if gpu else {"Name": "web"}},
+            tags={"instance": GPU_HOST_TAGS if gpu else {"Name": "web"}},
         )
         age = timedelta(minutes=100 if batch % 8 == 0 else 30)
         for instance in reservation.instances:

@@ -24,8 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from benchmarks.harness import AMI, REGION, STACK, Moto
-from guardrails import tags
+from benchmarks.harness import AMI, GPU_HOST_TAGS, REGION, STACK, Moto
 from guardrails.hosts import Host
 from guardrails.settings import Settings
 from lambdas.aws import host_sweep
@@ -34,14 +33,6 @@ from lambdas.aws.stop_path import GROUP_REMOVAL_WORKERS, StopOutcome, remove_fro
 GROUP_SIZE = 500
 # moto counts MaxResults in reservations (a group's launch is one): two groups a page are AWS's 1,000.
 GROUPS_A_PAGE = 2
-MANAGED = {
-    tags.MANAGED: "true",
-    tags.STACK: STACK,
-    tags.POOL: "training",
-    tags.TENANT: "research",
-    tags.MAX_RUNTIME: "90m",
-    tags.REVISION: "bench",
-}
 
 
 @dataclass
@@ -91,14 +82,16 @@ def seed_groups(moto: Moto, size: int) -> list[Host]:
             AvailabilityZones=[f"{REGION}a"],
             Tags=[
                 {"Key": key, "Value": value, "PropagateAtLaunch": True, "ResourceId": name}
-                for key, value in MANAGED.items()
+                for key, value in GPU_HOST_TAGS.items()
             ],
         )
         group = moto.backend("autoscaling").autoscaling_groups[name]
         for state in group.instance_states:
             state.instance.launch_time = (now - timedelta(minutes=100)).replace(tzinfo=None)
         hosts += [
-            Host(state.instance.id, "g5.xlarge", "running", now, MANAGED, REGION, autoscaling_group=name)
+            Host(
+                state.instance.id, "g5.xlarge", "running", now, GPU_HOST_TAGS, REGION, autoscaling_group=name
+            )
             for state in group.instance_states
         ]
     return hosts

@@ -18,10 +18,20 @@ from typing import Any
 import boto3
 from botocore.config import Config as BotoConfig
 
+from guardrails import tags
 from lambdas.aws.environment import ClientFactory
 from tests.aws_fault_proxy import FaultProxy
 
 ACCOUNT, REGION, AMI, STACK = "123456789012", "us-east-1", "ami-12345678", "bench"
+# A managed training host's tags, as the stack's launch templates give them.
+GPU_HOST_TAGS = {
+    tags.MANAGED: "true",
+    tags.STACK: STACK,
+    tags.POOL: "training",
+    tags.TENANT: "research",
+    tags.MAX_RUNTIME: "90m",
+    tags.REVISION: "bench",
+}
 BASELINE_CAP = timedelta(minutes=90)
 CUSTODIAN_PYTHON = Path(os.environ.get("PARKBRAKE_C7N_PYTHON", "/tmp/c7n-venv/bin/python"))
 CUSTODIAN_LOG = Path("/tmp/parkbrake-bench-custodian.log")

@@ -16,6 +16,10 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
   ``--gap-ms``: the store's work after a response never lands on the next measured request;
 - the one-sentence series again with the idempotency rows in a real Valkey/Redis server (when one is
   installed: the key lookup stays in PostgreSQL, so a keyed request makes two round trips);
+- the one-sentence series again with the model and the database on separate cores (a *model* of the
+  production layout, where the database is another machine: the service on CPU 0 with one ONNX
+  Runtime thread, PostgreSQL and the client on CPU 1), so the database's background work (the WAL
+  writer a commit wakes) does not share the model pass's cores;
 - the layer's database statements timed on their own, in this process (key lookup; lookup and claim;
   completion with compression);
 - throughput in embeddings per second through the service (batches of ``--batch`` sentences, two
@@ -25,6 +29,7 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -75,7 +80,8 @@ def database() -> Iterator[str]:
 
 
 @contextmanager
-def service(database_url: str, onnx_file: Path, **settings: str) -> Iterator[str]:
+def service(database_url: str, onnx_file: Path, *, cpu: int | None = None, **settings: str) -> Iterator[str]:
+    """The service in its own process; on ``cpu`` alone when given (``taskset``, before it starts any thread)."""
     environment = (
         os.environ
         | settings
@@ -88,8 +94,9 @@ def service(database_url: str, onnx_file: Path, **settings: str) -> Iterator[str
         }
     )
     script = Path(sys.executable).with_name("parkbrake-inference")
+    pinned = ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []
     process = subprocess.Popen(
-        [str(script), "--port", "0"], env=environment, stdout=subprocess.PIPE, text=True
+        [*pinned, str(script), "--port", "0"], env=environment, stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
@@ -284,6 +291,9 @@ def main() -> None:
         figures["latency_redis_store"] = redis_overhead(
             database_url, onnx_file, api_key, arguments.samples, gap
         )
+        figures["latency_separate_cores"] = separate_cores_overhead(
+            database_url, onnx_file, api_key, arguments.samples, gap
+        )
         figures["load_average_at_end"] = os.getloadavg()[0]
     print(json.dumps(figures, indent=2))
 
@@ -298,6 +308,40 @@ def redis_overhead(
         redis_server() as redis_url,
         service(database_url, onnx_file, PARKBRAKE_INFERENCE_REDIS_URL=redis_url) as url,
     ):
+        return overhead(url, api_key, samples, 1, gap)
+
+
+def postgres_server_processes(database_url: str) -> list[int]:
+    """The server's postmaster and every process it started (read from /proc: Linux)."""
+    import psycopg
+
+    with psycopg.connect(database_url) as connection:
+        (backend,) = connection.execute("SELECT pg_backend_pid()").fetchone() or (0,)
+    postmaster = parent_of(backend)
+    children = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    return [postmaster, *(pid for pid in children if parent_of(pid) == postmaster)]
+
+
+def parent_of(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # exited while the list was read
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state; the name may hold spaces
+
+
+def separate_cores_overhead(
+    database_url: str, onnx_file: Path, api_key: str, samples: int, gap: float
+) -> dict[str, float] | str:
+    """The one-sentence series with the model and the database on separate cores, a model of the
+    database on its own machine (as Aurora is in production): the service on CPU 0 with one ONNX
+    Runtime thread, every PostgreSQL process (and this client) on CPU 1. Run last: they stay pinned."""
+    if not hasattr(os, "sched_setaffinity") or (os.cpu_count() or 1) < 2 or not shutil.which("taskset"):
+        return "skipped: needs Linux, taskset and two CPUs"
+    for pid in [os.getpid(), *postgres_server_processes(database_url)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(pid, {1})
+    with service(database_url, onnx_file, cpu=0, PARKBRAKE_INFERENCE_THREADS="1") as url:
         return overhead(url, api_key, samples, 1, gap)
 
 
