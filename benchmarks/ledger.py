@@ -121,6 +121,28 @@ def ceiling_rows_per_second(url: str, transitions: list[Transition], batch_size:
         return len(rows) / (time.perf_counter() - started)
 
 
+def seed_prices(url: str) -> None:
+    """The benchmark types' on-demand prices, in effect since always, and a p4d.24xlarge price change
+    three months back: appends and queries price what they bill, as in production."""
+    prices = load_price_table()
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
+            "SELECT t, 'us-east-1', 'on-demand', '', '-infinity', p, 'bench' "
+            "FROM unnest(%s::text[], %s::numeric[]) AS seed (t, p)",
+            (list(TYPES), [prices.instance(name).usd_per_hour for name in TYPES]),
+        )
+        connection.execute(  # a price change: queries split intervals on it
+            "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
+            "VALUES (%s, 'us-east-1', 'on-demand', '', %s, %s, 'bench')",
+            (
+                "p4d.24xlarge",
+                NOW - timedelta(days=90),
+                prices.instance("p4d.24xlarge").usd_per_hour * Decimal("0.9"),
+            ),
+        )
+
+
 def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, float]:
     """``events`` transitions across ``tenants`` tenants' hosts, written by SQL, then the rollup."""
     hosts = tenants * HOSTS_PER_TENANT
@@ -131,21 +153,6 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("SET work_mem = '256MB'")
         connection.execute("SET maintenance_work_mem = '512MB'")
-        connection.execute(
-            "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
-            "SELECT t, 'us-east-1', 'on-demand', '', '-infinity', p, 'bench' "
-            "FROM unnest(%s::text[], %s::numeric[]) AS seed (t, p)",
-            (list(TYPES), [prices.instance(name).usd_per_hour for name in TYPES]),
-        )
-        connection.execute(  # a price change three months back: queries split intervals on it
-            "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
-            "VALUES (%s, 'us-east-1', 'on-demand', '', %s, %s, 'bench')",
-            (
-                "p4d.24xlarge",
-                NOW - timedelta(days=90),
-                prices.instance("p4d.24xlarge").usd_per_hour * Decimal("0.9"),
-            ),
-        )
         connection.execute(
             "INSERT INTO tenants (tenant, actions) SELECT 'tenant-' || n, '{notify,deny,stop}' "
             "FROM generate_series(0, %s - 1) AS n",
@@ -244,6 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         url = fresh_database(base_url)
         store = LedgerStore.connect(url)
         store.migrate()
+        seed_prices(url)
         single = synthetic_transitions(args.single, "single")
         batched = synthetic_transitions(args.batched, "batched")
         results["ingest_single_events_per_s"] = ingest_rate(store, single, 1)
@@ -253,6 +261,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["ceiling_batched_rows_per_s"] = ceiling_rows_per_second(url, batched, args.batch_size)
         large_url = fresh_database(base_url)
         LedgerStore.connect(large_url).migrate()
+        seed_prices(large_url)
         results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
         results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
     results["single_vs_ceiling"] = (
