@@ -222,18 +222,21 @@ def test_a_budget_change_re_arms_the_tenants_crossing_check_on_the_stack(
     assert "budget crossing check not armed: no --stack" in unarmed.stdout
 
 
+ADMIT_P4D = (
+    "ledger",
+    "admit",
+    "--tenant",
+    "research",
+    "--instance-type",
+    "p4d.24xlarge",
+    "--max-runtime",
+    "90m",
+)
+
+
 def test_admit_prices_the_hosts_in_their_region_and_pricing_model(ledger_env: str) -> None:
     assert invoke("ledger", "budget", "research", "--limit-usd", "100").exit_code == 0
-    args = [
-        "ledger",
-        "admit",
-        "--tenant",
-        "research",
-        "--instance-type",
-        "p4d.24xlarge",
-        "--max-runtime",
-        "90m",
-    ]
+    args = ADMIT_P4D
     unpriced = invoke(*args, "--region", "eu-west-1", "--output", "json")
     assert unpriced.exit_code == 1
     assert "no price for p4d.24xlarge in eu-west-1" in json.loads(unpriced.stdout)["reason"]
@@ -338,16 +341,7 @@ def test_no_database_configured_says_what_to_set(monkeypatch: pytest.MonkeyPatch
 
 def test_admit_grants_with_an_id_refuses_with_the_numbers_and_release_gives_back(ledger_env: str) -> None:
     assert invoke("ledger", "budget", "research", "--limit-usd", "100").exit_code == 0
-    args = [
-        "ledger",
-        "admit",
-        "--tenant",
-        "research",
-        "--instance-type",
-        "p4d.24xlarge",
-        "--max-runtime",
-        "90m",
-    ]
+    args = ADMIT_P4D
     granted = invoke(*args, "--output", "json")
     assert granted.exit_code == 0, granted.output
     answer = json.loads(granted.stdout)
