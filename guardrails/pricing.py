@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrails.errors import InputError
+from guardrails.settings import aws_region
 
 PRICES_FILE = Path(__file__).with_name("prices.json")
 HOURS_PER_MONTH = Decimal(730)  # AWS's own convention for monthly estimates
@@ -44,8 +45,8 @@ SECONDS_PER_HOUR = Decimal(3600)
 
 
 def priced_region(environ: Mapping[str, str], region: str | None = None) -> str:
-    """The region hosts are priced in: ``region`` if given, else the AWS configuration's, else home."""
-    return region or environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or HOME_REGION
+    """The region hosts are priced in: ``region`` if given, else the process's own, else home."""
+    return region or aws_region(environ) or HOME_REGION
 
 
 class PriceNotFound(InputError):
