@@ -34,14 +34,7 @@ def admit(
             request = replace(request, hosts=0)
     key = request.price_key
     ((price, _, _),) = connection.execute(
-        sql.PRICES_AT,
-        {
-            "types": [key.instance_type],
-            "regions": [key.region],
-            "models": [key.pricing_model],
-            "zones": [key.zone],
-            "at_ms": to_ms(now),
-        },
+        sql.PRICES_AT, sql.price_key_parameters([key], to_ms(now))
     ).fetchall()
     statuses = runways(connection, now=now, default_cap=default_cap, tenants=[request.tenant])
     admission = decide_admission(request, statuses[0] if statuses else None, price)

@@ -10,6 +10,12 @@ them on random data): times are integer milliseconds, ±2^62 stands for an unbou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from guardrails.ledger import PriceKey
+
 MIGRATIONS_TABLE = """
 CREATE TABLE IF NOT EXISTS ledger_migrations (
     version    integer     PRIMARY KEY,
@@ -44,12 +50,24 @@ LEFT JOIN LATERAL ledger_prices_for(k.instance_type, k.region, k.pricing_model, 
 ORDER BY k.n
 """
 
+
+def price_key_parameters(keys: Sequence[PriceKey], at_ms: int) -> dict[str, Any]:
+    """:data:`PRICES_AT`'s parameters for ``keys`` at ``at_ms``."""
+    return {
+        "types": [key.instance_type for key in keys],
+        "regions": [key.region for key in keys],
+        "models": [key.pricing_model for key in keys],
+        "zones": [key.zone for key in keys],
+        "at_ms": at_ms,
+    }
+
+
 # New on-demand prices (the owner's: ledger_add_prices is not granted to the app role).
 ADD_PRICES = "SELECT ledger_add_prices(%s::text[], %s::text[], %s::timestamptz[], %s::numeric[], %s)"
 
-# The database's clock, and each spot key's latest recorded price (NULLs: none yet), in the order given.
+# Each spot key's latest recorded price (NULLs: none yet), in the order given.
 LATEST_SPOT_PRICES = """
-SELECT ledger_ms(statement_timestamp()), latest.from_ms, latest.usd_per_hour
+SELECT latest.from_ms, latest.usd_per_hour
 FROM unnest(%(types)s::text[], %(regions)s::text[], %(zones)s::text[])
      WITH ORDINALITY AS k (instance_type, region, zone, n)
 LEFT JOIN LATERAL (

@@ -166,7 +166,7 @@ class LedgerStore:
         keys = sorted(wanted)
         with self._connections.connection() as connection:
             now = connection.execute("SELECT statement_timestamp()").fetchone()[0]
-            rows = connection.execute(sql.PRICES_AT, _key_parameters(keys, to_ms(now))).fetchall()
+            rows = connection.execute(sql.PRICES_AT, sql.price_key_parameters(keys, to_ms(now))).fetchall()
         changes = [
             (key, wanted[key], from_ms(to_ms(now) + 1) if has_price else None)
             for key, (in_effect, _, has_price) in zip(keys, rows, strict=True)
@@ -181,7 +181,7 @@ class LedgerStore:
         where it has none (unpriced)."""
         unique = sorted(set(keys))
         with self._connections.connection() as connection:
-            rows = connection.execute(sql.PRICES_AT, _key_parameters(unique, to_ms(at))).fetchall()
+            rows = connection.execute(sql.PRICES_AT, sql.price_key_parameters(unique, to_ms(at))).fetchall()
         return {key: price for key, (price, _, _) in zip(unique, rows, strict=True)}
 
     def latest_spot_prices(self, keys: Sequence[PriceKey]) -> tuple[int, dict[PriceKey, SpotPrice]]:
@@ -197,7 +197,7 @@ class LedgerStore:
             rows = connection.execute(sql.LATEST_SPOT_PRICES, parameters).fetchall()
         latest = {
             key: SpotPrice(key, from_ms, usd_per_hour)
-            for key, (_, from_ms, usd_per_hour) in zip(unique, rows, strict=True)
+            for key, (from_ms, usd_per_hour) in zip(unique, rows, strict=True)
             if from_ms is not None
         }
         return now_ms, latest
@@ -410,16 +410,6 @@ class LedgerStore:
             cursor = connection.execute(sql.ACTIONS, {"tenant": tenant})
             names = [column.name for column in cursor.description or ()]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-
-
-def _key_parameters(keys: Sequence[PriceKey], at_ms: int) -> dict[str, Any]:
-    return {
-        "types": [key.instance_type for key in keys],
-        "regions": [key.region for key in keys],
-        "models": [key.pricing_model for key in keys],
-        "zones": [key.zone for key in keys],
-        "at_ms": at_ms,
-    }
 
 
 def _interval(row: Sequence[Any]) -> Interval:
