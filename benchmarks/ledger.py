@@ -5,7 +5,10 @@
 
 Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver):
 - ingest through ``LedgerStore.append``: one event per transaction (as the meter Lambda appends),
-  and in batches (as ``parkbrake ledger ingest`` does), in events per second;
+  and in batches (as ``parkbrake ledger ingest`` does), in events per second; an append stores
+  its events and marks them pending, and the next read derives them (``LedgerStore.settle``), so
+  each is measured twice: appends alone, and each append followed by a settle (the meter's whole
+  path, as its budget check reads the runway after every append);
 - the fair ceilings, in the same run on the same server from the same client: the same rows into a
   plain table with the same columns (no keys, indexes or checks), one single-row INSERT per
   transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second;
@@ -68,11 +71,20 @@ def synthetic_transitions(count: int, prefix: str, hosts: int = 500) -> list[Tra
     return transitions
 
 
-def ingest_rate(store: LedgerStore, transitions: list[Transition], batch_size: int) -> float:
+def ingest_rate(
+    store: LedgerStore, transitions: list[Transition], batch_size: int, *, settle: bool
+) -> tuple[float, float]:
+    """Events per second appended (with ``settle``: and derived after every append), and events
+    per second derived by the one settle after the last append (what was left pending)."""
     started = time.perf_counter()
     for start in range(0, len(transitions), batch_size):
         store.append(transitions[start : start + batch_size], source="meter", received_at=NOW)
-    return len(transitions) / (time.perf_counter() - started)
+        if settle:
+            store.settle()
+    elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    pending = store.settle()
+    return len(transitions) / elapsed, pending / (time.perf_counter() - started)
 
 
 CEILING_TABLE = """
@@ -254,8 +266,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seed_prices(url)
         single = synthetic_transitions(args.single, "single")
         batched = synthetic_transitions(args.batched, "batched")
-        results["ingest_single_events_per_s"] = ingest_rate(store, single, 1)
-        results["ingest_batched_events_per_s"] = ingest_rate(store, batched, args.batch_size)
+        results["ingest_single_events_per_s"], _ = ingest_rate(store, single, 1, settle=False)
+        results["ingest_batched_events_per_s"], results["one_settle_events_per_s"] = ingest_rate(
+            store, batched, args.batch_size, settle=False
+        )
+        derived = synthetic_transitions(args.single, "single-settled")
+        results["settled_single_events_per_s"], _ = ingest_rate(store, derived, 1, settle=True)
+        derived = synthetic_transitions(args.batched, "batched-settled")
+        results["settled_batched_events_per_s"], _ = ingest_rate(store, derived, args.batch_size, settle=True)
         store.close()
         results["ceiling_single_rows_per_s"] = ceiling_rows_per_second(url, single, 1)
         results["ceiling_batched_rows_per_s"] = ceiling_rows_per_second(url, batched, args.batch_size)
@@ -270,6 +288,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["batched_vs_ceiling"] = (
         results["ingest_batched_events_per_s"] / results["ceiling_batched_rows_per_s"]
     )
+    results["settled_single_vs_ceiling"] = (
+        results["settled_single_events_per_s"] / results["ceiling_single_rows_per_s"]
+    )
+    results["settled_batched_vs_ceiling"] = (
+        results["settled_batched_events_per_s"] / results["ceiling_batched_rows_per_s"]
+    )
     return results
 
 
@@ -283,6 +307,12 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
     )
     print(f"  ceiling: COPY of {batch_size} rows, same columns: {results['ceiling_batched_rows_per_s']:>10,.0f} rows/s"
           f"   ratio {results['batched_vs_ceiling']:.2f}")  # fmt: skip
+    print(f"append and settle, one event each:  {results['settled_single_events_per_s']:>10,.0f} events/s"
+          f"   vs single-row INSERT {results['settled_single_vs_ceiling']:.2f}")  # fmt: skip
+    print(f"append and settle, batches of {batch_size}: {results['settled_batched_events_per_s']:>10,.0f} events/s"
+          f"   vs COPY {results['settled_batched_vs_ceiling']:.2f}")  # fmt: skip
+    print("one settle of the batched ingest's pending events: "
+          f"{results['one_settle_events_per_s']:>10,.0f} events/s")  # fmt: skip
     print(f"large ledger: {large['events']:,} events, {large['intervals']:,} intervals, {results['tenants']:,} "
           f"tenants, {large['database_mb']:,.0f} MiB (generated in {large['generate_events_s']:.0f} s, "
           f"rollup built in {large['build_intervals_s']:.0f} s)")  # fmt: skip

@@ -1,4 +1,5 @@
-"""Appending transitions: the one way events enter the ledger (``ledger_append_events``)."""
+"""Appending transitions: the one way events enter the ledger (``ledger_append_events``), and
+settling them: deriving the intervals and rollups of what was appended (``ledger_settle``)."""
 
 from __future__ import annotations
 
@@ -34,36 +35,55 @@ def append_transitions(
     source: str,
     received_at: datetime,
 ) -> AppendResult:
-    """Append transitions and refresh their hosts' intervals: one statement, atomic by itself.
+    """Append transitions, pending until the next :func:`settle`: one statement, atomic by itself.
 
     A duplicate event id is ignored; a backfill (``source="ingest"``) never reaches into a
-    host's closed history. Appends touching the same host are serialised by an advisory lock
-    per host, taken in one order, so concurrent meters never derive from a partial history.
+    host's closed history (it settles first, holding off other appends until it commits).
     """
     unique = list({transition.event_id: transition for transition in reversed(transitions)}.values())
     if not unique:
         return AppendResult(0, 0, frozenset())
-    parameters = _columns(unique) | {"source": source, "received_at": received_at}
-    outcomes = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+    if len(unique) == 1:  # the meter's case: scalar arguments cost a fraction of one-element arrays
+        (only,) = unique
+        row = connection.execute(sql.APPEND_EVENT, (*_row(only), source, received_at)).fetchone()
+        outcomes = {only.event_id: row[0] if row else APPENDED}
+    else:
+        parameters = _columns(unique) | {"source": source, "received_at": received_at}
+        # Only the events not appended come back.
+        refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+        outcomes = {t.event_id: refused.get(t.event_id, APPENDED) for t in unique}
     appended = {event_id for event_id, outcome in outcomes.items() if outcome == APPENDED}
     changed = {t.instance_id for t in unique if t.event_id in appended}
     tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in changed)
     return AppendResult(len(appended), len(transitions) - len(appended), tenants, outcomes)
 
 
+# The append functions' per-event arguments, in their order.
+COLUMNS = ("event_ids", "instance_ids", "states", "times", "tenants", "pools", "instance_types", "accelerators",
+           "caps", "regions", "pricing_models", "zones")  # fmt: skip
+
+
+def _row(transition: Transition) -> tuple[Any, ...]:
+    """One event's arguments (``ledger_append_event``), in the order of COLUMNS."""
+    who = transition.attribution
+    return (transition.event_id, transition.instance_id, transition.state, from_ms(transition.at_ms),
+            who.tenant, who.pool, who.instance_type, who.accelerators, who.cap_ms, who.region,
+            who.pricing_model, who.zone)  # fmt: skip
+
+
 def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
     """Column arrays for one ``unnest`` insert: a batch is one statement, not one per event."""
     return {
-        "event_ids": [t.event_id for t in transitions],
-        "instance_ids": [t.instance_id for t in transitions],
-        "states": [t.state for t in transitions],
-        "times": [from_ms(t.at_ms) for t in transitions],
-        "tenants": [t.attribution.tenant for t in transitions],
-        "pools": [t.attribution.pool for t in transitions],
-        "instance_types": [t.attribution.instance_type for t in transitions],
-        "accelerators": [t.attribution.accelerators for t in transitions],
-        "caps": [t.attribution.cap_ms for t in transitions],
-        "regions": [t.attribution.region for t in transitions],
-        "pricing_models": [t.attribution.pricing_model for t in transitions],
-        "zones": [t.attribution.zone for t in transitions],
+        name: list(column)
+        for name, column in zip(COLUMNS, zip(*map(_row, transitions), strict=True), strict=True)
     }
+
+
+def settle(connection: psycopg.Connection[Any]) -> int:
+    """Derive the intervals and rollups of every pending event; how many there were.
+
+    Every read of derived tables (intervals, rollups, runways) settles first, so derivation costs
+    the reader one round trip when nothing is pending, and appends cost no derivation at all.
+    """
+    row = connection.execute(sql.SETTLE).fetchone()
+    return int(row[0]) if row else 0

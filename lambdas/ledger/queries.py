@@ -35,6 +35,13 @@ FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(sta
                           %(source)b::text, %(received_at)b::timestamptz)
 """
 
+APPEND_EVENT = """
+SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::timestamptz, %b::text, %b::text, %b::text,
+                           %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::timestamptz)
+"""
+
+SETTLE = "SELECT ledger_settle()"
+
 # For each price key (type, region, pricing model, zone), in the order given: the price in effect
 # at a moment (None: unpriced), where it comes from (on-demand, spot, on-demand fallback), and
 # whether the key itself has any price recorded.

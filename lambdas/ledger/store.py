@@ -39,7 +39,7 @@ from guardrails.settings import DATABASE_URL
 from guardrails.spot_prices import SpotPrice
 from lambdas.ledger import budgets
 from lambdas.ledger import queries as sql
-from lambdas.ledger.appends import AppendResult, append_transitions
+from lambdas.ledger.appends import AppendResult, append_transitions, settle
 from lambdas.ledger.connections import Connections, PooledConnections, SingleConnection, database_url
 from lambdas.ledger.schema import Migration, apply_migrations, migrations
 
@@ -89,6 +89,19 @@ class LedgerStore:
         with self._connections.connection() as connection, connection.transaction():
             yield connection
 
+    @contextmanager
+    def _settled(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection to read derived tables from, once every pending event is derived (its own
+        transaction, so that the settle lock is not held while the caller reads)."""
+        with self._connections.connection() as connection:
+            settle(connection)
+            yield connection
+
+    def settle(self) -> int:
+        """Derive every pending event now (:func:`settle`); how many there were."""
+        with self._connections.connection() as connection:
+            return settle(connection)
+
     def migrate(self, available: Sequence[Migration] | None = None) -> list[str]:
         """Apply pending migrations in order, in one transaction; safe to run from many processes."""
         with self._transaction() as connection:
@@ -97,7 +110,7 @@ class LedgerStore:
     def append(
         self, transitions: Sequence[Transition], *, source: str, received_at: datetime
     ) -> AppendResult:
-        """Append transitions and refresh their hosts' intervals (:func:`append_transitions`).
+        """Append transitions (:func:`append_transitions`); readers derive them (:meth:`settle`).
 
         One statement, so one round trip: the function call is atomic by itself (autocommit).
         """
@@ -232,13 +245,13 @@ class LedgerStore:
         )
 
     def intervals(self, *, tenant: str | None = None) -> list[Interval]:
-        with self._connections.connection() as connection:
+        with self._settled() as connection:
             rows = connection.execute(sql.INTERVALS, {"tenant": tenant}).fetchall()
         return [_interval(row) for row in rows]
 
     def latest_intervals(self, instance_ids: Sequence[str]) -> dict[str, Interval]:
         """The latest interval of each host named, and of every host with an open interval."""
-        with self._connections.connection() as connection:
+        with self._settled() as connection:
             rows = connection.execute(sql.LATEST_INTERVALS, {"instance_ids": list(instance_ids)}).fetchall()
         return {row[1]: _interval(row) for row in rows}
 
@@ -257,7 +270,7 @@ class LedgerStore:
             "until_ms": to_ms(until) if until else UNBOUNDED_MS,
             "tenants": list(tenants) if tenants is not None else None,
         }
-        with self._connections.connection() as connection:
+        with self._settled() as connection:
             rows = connection.execute(sql.USAGE, parameters).fetchall()
         result = []
         for tenant, pool, instance_type, accelerator_ms, billed_ms, usd_hour_ms, priced_ms, running in rows:
@@ -276,7 +289,7 @@ class LedgerStore:
             "until_ms": to_ms(until),
             "tenants": list(tenants) if tenants is not None else None,
         }
-        with self._connections.connection() as connection:
+        with self._settled() as connection:
             rows = connection.execute(sql.INVOICE_LINES, parameters).fetchall()
         return [
             InvoiceLine(
@@ -304,7 +317,7 @@ class LedgerStore:
         ``usage_rows(now=now)`` (the tests check), at the cost of one row per key plus the hosts
         running now.
         """
-        with self._connections.connection() as connection:
+        with self._settled() as connection:
             rows = connection.execute(sql.USAGE_TOTALS, {"now_ms": to_ms(now)}).fetchall()
         return [
             UsageRow(
@@ -325,7 +338,7 @@ class LedgerStore:
         self, *, now: datetime, default_cap: timedelta, tenants: Sequence[str] | None = None
     ) -> list[TenantRunway]:
         """Every known tenant's (or just ``tenants``') budget and runway at ``now``."""
-        with self._connections.connection() as connection:
+        with self._settled() as connection:
             return budgets.runways(connection, now=now, default_cap=default_cap, tenants=tenants)
 
     def admit(
@@ -338,6 +351,7 @@ class LedgerStore:
         a budget that covers k grant exactly k. A reservation lapses after ``lease`` unless hosts'
         `running` events claim it first.
         """
+        self.settle()
         with self._transaction() as connection:
             return budgets.admit(connection, request, now=now, default_cap=default_cap, lease=lease)
 

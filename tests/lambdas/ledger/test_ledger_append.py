@@ -1,9 +1,12 @@
-"""How events enter the ledger: the append function checks what the table no longer does, and a
-derivation reads its hosts' events from the index (in-order and late appends against a derivation
+"""How events enter the ledger: the append functions check what the table no longer does, appends
+are derived by the next settle (which waits for appends in flight), and a derivation reads its
+hosts' events from the index (in-order and late appends against a derivation
 from scratch: test_ledger_store.py)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime
 
 import psycopg
@@ -11,7 +14,8 @@ import pytest
 from ledger_streams import T0, T0_MS, ms, step
 from psycopg import sql
 
-from lambdas.ledger.appends import append_transitions
+from guardrails.ledger import Transition
+from lambdas.ledger.appends import append_transitions, settle
 from lambdas.ledger.store import LedgerStore
 
 APPEND = (
@@ -19,24 +23,82 @@ APPEND = (
     "ARRAY['research'], ARRAY['training'], ARRAY['g5.xlarge'], ARRAY[1], ARRAY[NULL::bigint], "
     "ARRAY['us-east-1'], %s::text[], ARRAY[NULL::text], 'meter', now())"
 )
+APPEND_ONE = (  # the meter's one-event function, with the same arguments
+    "SELECT ledger_append_event((%s::text[])[1], 'i-1', (%s::text[])[1], (%s::timestamptz[])[1], 'research', "
+    "'training', 'g5.xlarge', 1, NULL, 'us-east-1', (%s::text[])[1], NULL, 'meter', now())"
+)
 
 
 @pytest.mark.parametrize(
-    ("state", "moment", "model", "message"),
+    ("event", "message"),
     [
-        ("parked", T0, "on-demand", "event e-1: state 'parked' is not an EC2 state"),
-        ("running", T0.replace(microsecond=1500), "spot", "event e-1: time .* is finer than a millisecond"),
-        ("running", T0, "reserved", "event e-1: pricing model 'reserved' is not on-demand or spot"),
-        ("running", T0, None, "event e-1: pricing model NULL is not on-demand or spot"),
+        (("parked", T0, "on-demand"), "event e-1: state 'parked' is not an EC2 state"),
+        (("running", T0.replace(microsecond=1500), "spot"), "event e-1: time .* is finer than a millisecond"),
+        (("running", T0, "reserved"), "event e-1: pricing model 'reserved' is not on-demand or spot"),
+        (("running", T0, None), "event e-1: pricing model NULL is not on-demand or spot"),
     ],
 )
-def test_the_append_function_refuses_what_the_table_does_not_check(
-    ledger_url: str, state: str, moment: datetime, model: str | None, message: str
+@pytest.mark.parametrize("append", [APPEND, APPEND_ONE], ids=["batch", "one event"])
+def test_the_append_functions_refuse_what_the_table_does_not_check(
+    ledger_url: str, event: tuple[str, datetime, str | None], message: str, append: str
 ) -> None:
+    state, moment, model = event
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         with pytest.raises(psycopg.errors.CheckViolation, match=message):
-            owner.execute(APPEND, (["e-1"], [state], [moment], [model]))
+            owner.execute(append, (["e-1"], [state], [moment], [model]))
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+def test_one_event_has_the_outcomes_a_batch_has(store: LedgerStore) -> None:
+    def outcome(transition: Transition, source: str = "meter") -> str:
+        return store.append([transition], source=source, received_at=T0).outcomes[transition.event_id]
+
+    assert outcome(step("start", "i-1", "running", ms(0))) == "appended"
+    assert outcome(step("start", "i-1", "running", ms(0))) == "duplicate"
+    assert outcome(step("stop", "i-1", "stopped", ms(10))) == "appended"
+    # A backfill settles first, so the host's closed history is known even though nobody read it.
+    assert outcome(step("old", "i-1", "stopped", ms(5)), "ingest") == "closed-history"
+    assert outcome(step("later", "i-1", "running", ms(20)), "ingest") == "appended"
+    assert [(i.opened_by, i.closed_by) for i in store.intervals()] == [("start", "stop"), ("later", None)]
+
+
+def test_an_append_derives_nothing_and_the_next_read_derives_it(store: LedgerStore, ledger_url: str) -> None:
+    store.append([step("start", "i-1", "running", ms(0))], source="meter", received_at=T0)
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        assert owner.execute(DERIVED).fetchone() == (0, 1)
+        assert [i.opened_by for i in store.intervals()] == ["start"]
+        assert owner.execute(DERIVED).fetchone() == (1, 0)
+
+
+DERIVED = "SELECT (SELECT count(*) FROM intervals), (SELECT count(*) FROM ledger_pending)"
+WAITING_FOR_THE_SETTLE_LOCK = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+
+
+@pytest.mark.parametrize("hosts", [1, 2], ids=["one event", "batch"])
+def test_a_settle_waits_for_an_append_in_flight_and_then_derives_it(
+    store: LedgerStore, ledger_url: str, hosts: int
+) -> None:
+    # Without the wait, a settle could take an event as derived that committed while it ran.
+    settled: list[int] = []
+    reader = LedgerStore.connect(ledger_url)
+    store.append([step("start", "i-1", "running", ms(0))], source="meter", received_at=T0)
+    with psycopg.connect(ledger_url) as meter, psycopg.connect(ledger_url, autocommit=True) as watcher:
+        in_flight = [step("stop", "i-1", "stopped", ms(10)), step("other", "i-2", "running", ms(10))][:hosts]
+        append_transitions(meter, in_flight, source="meter", received_at=T0)
+        thread = threading.Thread(target=lambda: settled.append(reader.settle()))
+        thread.start()
+        for _ in range(200):
+            if watcher.execute(WAITING_FOR_THE_SETTLE_LOCK).fetchone() == (1,):
+                break
+            time.sleep(0.05)
+        assert watcher.execute(WAITING_FOR_THE_SETTLE_LOCK).fetchone() == (1,)
+        assert settled == []
+        meter.commit()
+        thread.join(timeout=10)
+    reader.close()
+    assert settled == [1 + hosts]
+    derived = sorted((i.opened_by, i.closed_by) for i in store.intervals())
+    assert derived == sorted([("start", "stop"), ("other", None)][:hosts])
 
 
 # Tables an append reads by key, and how many times the transaction scanned each whole.
@@ -47,10 +109,10 @@ SCANS = (
 
 
 def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(ledger_url: str) -> None:
-    # The append's plans are made once per session, at its first call: here on empty tables, where
-    # a join of the batch to events or intervals is cheapest as a scan of the table. The duplicate
-    # look-up, the hosts' open intervals, the closing update and the reservations' claims must
-    # still find their rows by key.
+    # The append's and the settle's plans are made once per session, at their first call: here on
+    # empty tables, where a join of the batch to events or intervals is cheapest as a scan of the
+    # table. The pending events, the hosts' last events and open intervals, the closing update and
+    # the reservations' claims must still be found by key.
     with (
         psycopg.connect(ledger_url, autocommit=True) as owner,
         psycopg.connect(ledger_url, autocommit=True) as meter,
@@ -66,8 +128,10 @@ def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(led
         owner.execute(reserve, (ms(0), ms(1000)))
         stops = [step(f"stop-{n}", f"i-{n}", "stopped", ms(300 + n)) for n in range(200)]
         restarts = [step(f"restart-{n}", f"i-{n}", "running", ms(600 + n)) for n in range(20)]
+        settle(meter)
         with meter.transaction():
             result = append_transitions(meter, stops + restarts + starts[:50], source="meter", received_at=T0)
+            assert settle(meter) == 220
             scans = meter.execute(SCANS).fetchall()
         assert (result.inserted, result.duplicates) == (220, 50)
         assert scans == [("events", 0), ("intervals", 0)]

@@ -201,13 +201,17 @@ def test_a_day_budget_across_a_dst_change_counts_from_the_local_midnight(store: 
     check(datetime(2036, 3, 30, 22, 30, tzinfo=UTC), datetime(2036, 3, 30, 22, tzinfo=UTC), hour / 2)
 
 
-def test_two_meters_writing_the_same_events_at_once_store_each_once_and_agree_with_the_rules(
+def test_four_meters_writing_the_same_events_while_readers_settle_store_each_once_and_agree_with_the_rules(
     ledger_url: str,
 ) -> None:
+    # Settles run between and during the appends: each derives from a history no append is still
+    # writing to (the settle lock), so the end is what the rules derive from all events at once.
     rng = random.Random(4)
     events = events_of(random_fleet(rng, max_hosts=6) + random_fleet(rng, "b-", max_hosts=6))
-    barrier = threading.Barrier(4)
+    barrier = threading.Barrier(6)
+    metering = threading.Event()
     errors: list[BaseException] = []
+    settled: list[int] = []
 
     def meter(seed: int) -> None:
         store = LedgerStore.connect(ledger_url)
@@ -221,12 +225,29 @@ def test_two_meters_writing_the_same_events_at_once_store_each_once_and_agree_wi
         finally:
             store.close()
 
-    threads = [threading.Thread(target=meter, args=(seed,)) for seed in range(4)]
-    for thread in threads:
+    def reader() -> None:
+        store = LedgerStore.connect(ledger_url)
+        try:
+            barrier.wait()
+            while metering.is_set():
+                settled.append(store.settle())
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            store.close()
+
+    metering.set()
+    meters = [threading.Thread(target=meter, args=(seed,)) for seed in range(4)]
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for thread in meters + readers:
         thread.start()
-    for thread in threads:
+    for thread in meters:
+        thread.join()
+    metering.clear()
+    for thread in readers:
         thread.join()
     assert errors == []
+    assert sum(settled) > 0  # the readers derived some of it while the meters appended
     store = LedgerStore.connect(ledger_url)
     with psycopg.connect(ledger_url) as connection:
         assert connection.execute("SELECT count(*) FROM events").fetchone() == (len(events),)
@@ -261,9 +282,12 @@ def test_incremental_refreshes_leave_what_a_full_rebuild_derives(
     size = rng.choice([1, 3])  # one event per append, as the meter; or a few
     for start in range(0, len(stream), size):
         appended(store, stream[start : start + size])
+        if rng.random() < 0.7:  # derived after most appends, as the meter reads its runway; or later
+            store.settle()
     store.add_price("g5.xlarge", Decimal("2.5"), at(90), "test")
 
     def snapshot() -> list[list[tuple[Any, ...]]]:
+        store.settle()
         # Rollup rows at zero (a key whose hosts moved on) are left by refreshes, not by a rebuild.
         with psycopg.connect(ledger_url) as connection:
             return [

@@ -26,6 +26,8 @@ APP_REFUSED = (
     "'us-east-1', 'meter')",
     "UPDATE events SET state = 'stopped'",
     "DELETE FROM events",
+    "DELETE FROM ledger_pending",  # an appended event never derived
+    "INSERT INTO ledger_pending VALUES ('s1')",  # derived twice
     "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
     "VALUES ('p4d.24xlarge', 'us-west-2', 'on-demand', '', now(), 0, 'x')",
     "UPDATE prices SET usd_per_hour = 0",
@@ -62,6 +64,9 @@ def test_the_app_role_appends_and_reads_through_the_ledgers_functions(app_url: s
     result = app.append([step("r1", "i-1", "running", ms(0)), step("s1", "i-1", "stopped", ms(30))],
                         source="meter", received_at=T0)  # fmt: skip
     assert result.inserted == 2
+    one = app.append([step("r2", "i-2", "running", ms(60))], source="meter", received_at=T0)
+    assert one.inserted == 1  # the one-event function
+    assert app.settle() == 3
     assert app.usage(now=at(60))[("research", "training", "g5.xlarge")].accelerator_ms == 30 * 60_000
     app.close()
 
