@@ -5,8 +5,8 @@
 -- every read of derived tables settles first, so a reader never sees a stale interval.
 --
 -- Appends hold the settle lock shared and a settle holds it exclusively, to its commit: a settle
--- derives from a history no append is still writing to, and a host's last derived event is its
--- last event that was not pending.
+-- derives from a history no append is still writing to, takes every pending row, and a host's last
+-- derived event is its last event that was not pending.
 CREATE TABLE ledger_pending (event_id text NOT NULL);  -- appended, not yet derived; no index: read whole
 
 CREATE FUNCTION ledger_settle() RETURNS integer
@@ -27,13 +27,21 @@ BEGIN
         RETURN 0;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
-    WITH taken AS (DELETE FROM ledger_pending RETURNING ledger_pending.event_id)
+    -- With the lock held no append is in flight: every pending row is committed and is taken here.
     SELECT array_agg(ROW(e.*)::events)
     INTO fresh
-    FROM taken t
+    FROM ledger_pending t
     CROSS JOIN LATERAL (SELECT x.* FROM events x WHERE x.event_id = t.event_id LIMIT 1) AS e;
     IF fresh IS NULL THEN  -- another settle took them while this one waited for the lock
         RETURN 0;
+    END IF;
+    -- After a bulk append the table holds pages of rows deleted by the settles since, which every
+    -- settle would read until a vacuum: past 1 MiB it is truncated instead (the lock keeps appends
+    -- out; a reader's look for pending rows waits for the commit).
+    IF pg_relation_size('ledger_pending') > 1048576 THEN
+        TRUNCATE ledger_pending;
+    ELSE
+        DELETE FROM ledger_pending;
     END IF;
     INSERT INTO tenants (tenant)
     SELECT DISTINCT f.tenant FROM unnest(fresh) AS f ORDER BY f.tenant

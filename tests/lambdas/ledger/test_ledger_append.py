@@ -71,6 +71,26 @@ def test_an_append_derives_nothing_and_the_next_read_derives_it(store: LedgerSto
 
 
 DERIVED = "SELECT (SELECT count(*) FROM intervals), (SELECT count(*) FROM ledger_pending)"
+
+
+def test_a_settle_after_a_bulk_append_leaves_no_pages_for_later_settles_to_read(
+    store: LedgerStore, ledger_url: str
+) -> None:
+    # 30,000 pending rows fill more than a MiB; deleted, they would stay for every settle to read
+    # until a vacuum.
+    starts = [step(f"start-{n}", f"i-{n}", "running", ms(0)) for n in range(30_000)]
+    for first in range(0, len(starts), 2_000):
+        store.append(starts[first : first + 2_000], source="meter", received_at=T0)
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        assert owner.execute(PENDING_PAGES).fetchone()[0] > 128
+        assert store.settle() == 30_000
+        assert owner.execute(PENDING_PAGES).fetchone() == (0,)
+        store.append([step("stop-0", "i-0", "stopped", ms(1))], source="meter", received_at=T0)
+        assert store.settle() == 1
+        assert owner.execute(DERIVED).fetchone() == (30_000, 0)
+
+
+PENDING_PAGES = "SELECT pg_relation_size('ledger_pending') / 8192"
 WAITING_FOR_THE_SETTLE_LOCK = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
 
 
