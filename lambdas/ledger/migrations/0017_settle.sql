@@ -7,13 +7,27 @@
 -- Appends hold the settle lock shared and a settle holds it exclusively, to its commit: a settle
 -- derives from a history no append is still writing to, takes every pending row, and a host's last
 -- derived event is its last event that was not pending.
+-- 0001's ledger_ms, with the epoch read from the UTC wall time: extract() of a timestamptz is
+-- STABLE, and an IMMUTABLE SQL function calling it is never inlined, so every price range and
+-- spot look-up called it row by row (2,500 calls, 7.5 ms, per 1,000 events settled). Both
+-- functions of the new body are IMMUTABLE, so it is inlined. Same result for every instant.
+CREATE OR REPLACE FUNCTION ledger_ms(moment timestamptz) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE
+        WHEN moment = '-infinity' THEN -4611686018427387904
+        WHEN moment = 'infinity' THEN 4611686018427387904
+        ELSE floor(extract(epoch FROM moment AT TIME ZONE 'UTC') * 1000)::bigint
+    END
+$$;
+
 CREATE TABLE ledger_pending (event_id text NOT NULL);  -- appended, not yet derived; no index: read whole
 
-CREATE FUNCTION ledger_settle() RETURNS integer
-LANGUAGE plpgsql SECURITY DEFINER AS $$
+-- Derive the intervals, rollups and claims of newly stored events ("fresh"), everything stored
+-- before them being derived already. The caller holds the settle lock exclusively.
+CREATE FUNCTION ledger_derive(fresh events[]) RETURNS void
+LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    fresh events[];
     heads ledger_head[];
     late text[];
     late_ms bigint[];
@@ -23,26 +37,6 @@ DECLARE
     ended ledger_interval[];
     opened ledger_interval[];
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM ledger_pending) THEN
-        RETURN 0;
-    END IF;
-    PERFORM pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
-    -- With the lock held no append is in flight: every pending row is committed and is taken here.
-    SELECT array_agg(ROW(e.*)::events)
-    INTO fresh
-    FROM ledger_pending t
-    CROSS JOIN LATERAL (SELECT x.* FROM events x WHERE x.event_id = t.event_id LIMIT 1) AS e;
-    IF fresh IS NULL THEN  -- another settle took them while this one waited for the lock
-        RETURN 0;
-    END IF;
-    -- After a bulk append the table holds pages of rows deleted by the settles since, which every
-    -- settle would read until a vacuum: past 1 MiB it is truncated instead (the lock keeps appends
-    -- out; a reader's look for pending rows waits for the commit).
-    IF pg_relation_size('ledger_pending') > 1048576 THEN
-        TRUNCATE ledger_pending;
-    ELSE
-        DELETE FROM ledger_pending;
-    END IF;
     INSERT INTO tenants (tenant)
     SELECT DISTINCT f.tenant FROM unnest(fresh) AS f ORDER BY f.tenant
     ON CONFLICT (tenant) DO NOTHING;
@@ -118,12 +112,42 @@ BEGIN
         PERFORM ledger_claim_reservations(ARRAY(SELECT f.event_id FROM unnest(fresh) AS f
                                                 WHERE f.state = 'running'));
     END IF;
+END
+$$;
+
+CREATE FUNCTION ledger_settle() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    fresh events[];
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM ledger_pending) THEN
+        RETURN 0;
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
+    -- With the lock held no append is in flight: every pending row is committed and is taken here.
+    SELECT array_agg(ROW(e.*)::events)
+    INTO fresh
+    FROM ledger_pending t
+    CROSS JOIN LATERAL (SELECT x.* FROM events x WHERE x.event_id = t.event_id LIMIT 1) AS e;
+    IF fresh IS NULL THEN  -- another settle took them while this one waited for the lock
+        RETURN 0;
+    END IF;
+    -- After a bulk append the table holds pages of rows deleted by the settles since, which every
+    -- settle would read until a vacuum: past 1 MiB it is truncated instead (the lock keeps appends
+    -- out; a reader's look for pending rows waits for the commit).
+    IF pg_relation_size('ledger_pending') > 1048576 THEN
+        TRUNCATE ledger_pending;
+    ELSE
+        DELETE FROM ledger_pending;
+    END IF;
+    PERFORM ledger_derive(fresh);
     RETURN cardinality(fresh);
 END
 $$;
 
 -- The append: check, store, mark pending. A backfill (source 'ingest') is checked against its
--- hosts' closed history, so it settles first and holds the settle lock exclusively to its commit.
+-- hosts' closed history, so it settles first, holds the settle lock exclusively to its commit and
+-- derives its own events at once.
 CREATE OR REPLACE FUNCTION ledger_append_events(
     event_ids text[], instance_ids text[], states text[], times timestamptz[], tenant_names text[],
     pools text[], instance_types text[], accelerator_counts integer[], caps bigint[], regions text[],
@@ -133,6 +157,7 @@ LANGUAGE plpgsql SECURITY DEFINER AS $$
 #variable_conflict use_column
 DECLARE
     refused text;
+    fresh events[];
     appended text[];
 BEGIN
     IF origin NOT IN ('meter', 'ingest', 'reconciler', 'replay') THEN
@@ -176,11 +201,16 @@ BEGIN
             WHERE i.instance_id = b.instance_id
               AND i.ended_ms >= floor(extract(epoch FROM b.event_time) * 1000)::bigint)
         ON CONFLICT (event_id) DO NOTHING
-        RETURNING events.event_id
-    ), marked AS (
-        INSERT INTO ledger_pending (event_id) SELECT n.event_id FROM inserted n RETURNING ledger_pending.event_id
+        RETURNING events.*
     )
-    SELECT array_agg(m.event_id) INTO appended FROM marked m;
+    SELECT array_agg(ROW(n.*)::events), array_agg(n.event_id) INTO fresh, appended FROM inserted n;
+    IF origin = 'ingest' THEN  -- derived at once: the lock is held exclusively and nothing is pending
+        IF fresh IS NOT NULL THEN
+            PERFORM ledger_derive(fresh);
+        END IF;
+    ELSE
+        INSERT INTO ledger_pending (event_id) SELECT a FROM unnest(appended) AS a;
+    END IF;
     -- Only the events not appended come back: a batch appended whole answers with no rows.
     IF cardinality(appended) = cardinality(event_ids) THEN
         RETURN;
@@ -263,3 +293,4 @@ BEGIN
     END LOOP;
 END
 $$;
+REVOKE EXECUTE ON FUNCTION ledger_derive(events[]) FROM PUBLIC;

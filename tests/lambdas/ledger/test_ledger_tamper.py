@@ -41,6 +41,7 @@ APP_REFUSED = (
     "SELECT ledger_rebuild()",
     "SELECT ledger_recount_rollups(NULL)",
     "SELECT ledger_refresh_intervals(ARRAY['i-1'], ARRAY[0::bigint])",
+    "SELECT ledger_derive(ARRAY[]::events[])",
     "UPDATE guardrail_actions SET reason = 'nothing happened'",
     "DELETE FROM guardrail_actions",
 )
