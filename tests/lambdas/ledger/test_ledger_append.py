@@ -8,13 +8,15 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
-from ledger_streams import T0, T0_MS, ms, step
+from ledger_streams import T0, T0_MS, at, ms, step
 from psycopg import sql
 
+from guardrails.launch import AdmissionRequest
 from guardrails.ledger import Transition, to_ms
 from lambdas.ledger.appends import append_transitions, settle
 from lambdas.ledger.store import LedgerStore
@@ -224,3 +226,26 @@ def test_ledger_ms_is_inlined_and_agrees_with_the_rules_at_every_instant(ledger_
             -(2**62),
             2**62,
         )
+
+
+CAP = timedelta(minutes=90)
+# Every LedgerStore method that reads derived tables (intervals, rollups, claims), with arguments.
+DERIVED_READS: dict[str, Callable[[LedgerStore], object]] = {
+    "intervals": lambda store: store.intervals(),
+    "latest_intervals": lambda store: store.latest_intervals(["i-1"]),
+    "usage_rows": lambda store: store.usage_rows(now=at(60)),
+    "invoice_lines": lambda store: store.invoice_lines(now=at(60), since=at(-60), until=at(60)),
+    "usage_totals": lambda store: store.usage_totals(now=at(60)),
+    "runways": lambda store: store.runways(now=at(60), default_cap=CAP),
+    "admit": lambda store: store.admit(
+        AdmissionRequest("research", "g5.xlarge", 1, CAP), now=at(60), default_cap=CAP, lease=CAP
+    ),
+}
+
+
+@pytest.mark.parametrize("read", DERIVED_READS)
+def test_every_read_of_derived_tables_settles_first(store: LedgerStore, ledger_url: str, read: str) -> None:
+    store.append([step("start", "i-1", "running", ms(0))], source="meter", received_at=T0)
+    DERIVED_READS[read](store)
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        assert owner.execute(DERIVED).fetchone() == (1, 0)
