@@ -1,5 +1,5 @@
-"""Appending transitions: the one way events enter the ledger (``ledger_append_events``), and
-settling them: deriving the intervals and rollups of what was appended (``ledger_settle``)."""
+"""Appending transitions, the one way events enter the ledger (``ledger_append_event``,
+``ledger_append_events``), and settling them: deriving what was appended (``ledger_settle``)."""
 
 from __future__ import annotations
 
