@@ -155,10 +155,14 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
     from guardrails.pricing import load_price_table
     from guardrails.rules.base import instant
 
-    prices = load_price_table().instances
+    prices = load_price_table()
     unmanaged = [v.host for v in plan.verdicts if not v.host.managed and v.action != "stop"]
     unmanaged_burn = sum(
-        (prices[host.instance_type].usd_per_hour for host in unmanaged if host.instance_type in prices),
+        (
+            price.usd_per_hour
+            for host in unmanaged
+            if (price := prices.on_demand_in(host.instance_type, host.region))
+        ),
         Decimal(0),
     )
     console = make_console()
@@ -185,7 +189,7 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
                 instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
                 verdict.reason,
                 _running(verdict, now),
-                _hourly(prices.get(verdict.host.instance_type)),
+                _hourly(prices.on_demand_in(verdict.host.instance_type, verdict.host.region)),
                 verdict.host.tenant or "-",
                 verdict.host.pool or "-",
                 verdict.host.instance_type,

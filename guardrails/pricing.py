@@ -187,6 +187,14 @@ class PriceTable:
             for name, usd in prices.items()
         }
 
+    def on_demand_in(self, instance_type: str, region: str) -> InstancePrice | None:
+        """A running host's on-demand price where it runs, with its accelerator count; None where the
+        table has no price of the type in that region (shown as unpriced, never another region's)."""
+        found = self.lookup(instance_type, region)
+        if isinstance(found, Unpriced):
+            return None
+        return InstancePrice(instance_type, found.usd_per_hour, self.accelerator_counts.get(instance_type, 0))
+
     def instance(self, instance_type: str, region: str = HOME_REGION) -> InstancePrice:
         price = self.on_demand(instance_type, region)
         accelerators = self.accelerators(instance_type)

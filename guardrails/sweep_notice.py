@@ -139,7 +139,7 @@ def _about(host: Host, section: str, action: str, reason: str, *, key: str | Non
 def running_cost(host: Host, now: datetime) -> tuple[timedelta, Decimal | None]:
     """How long the host has run since its last start, and what that cost (None: no price for its type)."""
     running = now - host.launch_time
-    price = load_price_table().instances.get(host.instance_type)
+    price = load_price_table().on_demand_in(host.instance_type, host.region)
     return running, cost_since_start(price.usd_per_hour, running) if price else None
 
 

@@ -8,7 +8,7 @@ number of calls grows with pages, not hosts. GPU hosts are listed exactly as the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -30,7 +30,7 @@ from guardrails.closed_days import ClosedDays
 from guardrails.deadlines import Deadline
 from guardrails.errors import ParkbrakeError
 from guardrails.hosts import Host
-from guardrails.pricing import InstancePrice, load_price_table
+from guardrails.pricing import PriceTable, load_price_table
 from guardrails.rules.base import SweepPolicy
 from guardrails.settings import Settings
 from guardrails.sweep import host_deadline, policy_from_settings
@@ -410,8 +410,7 @@ def _hosts_of(
         listed = running_accelerator_hosts(clients("ec2", region), region, stack)
     except ClientError as error:
         return [], [f"{region}: cannot list instances: {describe_error(error)}"]
-    # Built once, not per host: the price table's view is a new dictionary at each call.
-    prices, policy = load_price_table().instances, policy_from_settings(settings)
+    prices, policy = load_price_table(), policy_from_settings(settings)
     return [_host_status(host, prices, policy, now) for host in listed], []
 
 
@@ -463,10 +462,8 @@ def running_accelerator_hosts(ec2: Any, region: str, stack: str | None) -> list[
     return hosts if stack is None else [host for host in hosts if host.tags.get(tags.STACK) == stack]
 
 
-def _host_status(
-    host: Host, prices: Mapping[str, InstancePrice], policy: SweepPolicy, now: datetime
-) -> HostStatus:
-    price = prices.get(host.instance_type)
+def _host_status(host: Host, prices: PriceTable, policy: SweepPolicy, now: datetime) -> HostStatus:
+    price = prices.on_demand_in(host.instance_type, host.region)
     return HostStatus(
         host=host,
         deadline=host_deadline(host, policy, now),

@@ -10,6 +10,7 @@ import pytest
 from guardrails.instance_types import is_accelerator
 from guardrails.pricing import (
     PRICES_FILE,
+    InstancePrice,
     Price,
     PriceNotFound,
     Unpriced,
@@ -115,6 +116,14 @@ def test_the_home_region_serves_callers_that_name_no_region() -> None:
     assert TABLE.instance("g5.xlarge").usd_per_hour == Decimal("1.006")
     assert TABLE.instance("g5.xlarge", "eu-west-1").usd_per_hour == Decimal("1.123")
     assert set(TABLE.instances) == {"g5.xlarge"}
+
+
+def test_a_host_is_priced_where_it_runs_or_not_at_all() -> None:
+    # status, reap and the sweep's notices price each host by its own region.
+    assert TABLE.on_demand_in("g5.xlarge", "eu-west-1") == InstancePrice("g5.xlarge", Decimal("1.123"), 1)
+    assert TABLE.on_demand_in("g5.xlarge", "us-east-1") == InstancePrice("g5.xlarge", Decimal("1.006"), 1)
+    assert TABLE.on_demand_in("g5.xlarge", "ap-south-1") is None  # not the home region's price
+    assert TABLE.on_demand_in("p6-b200.48xlarge", "us-east-1") is None
 
 
 def test_the_shipped_table_is_dated_sourced_and_complete() -> None:
