@@ -134,9 +134,16 @@ BEGIN
     END IF;
     -- After a bulk append the table holds pages of rows deleted by the settles since, which every
     -- settle would read until a vacuum: past 1 MiB it is truncated instead (the lock keeps appends
-    -- out; a reader's look for pending rows waits for the commit).
+    -- out). Not while another transaction reads it: that may be a settle waiting for this one's
+    -- lock, so waiting for it would be a deadlock; then the rows are deleted, and a later settle
+    -- truncates.
     IF pg_relation_size('ledger_pending') > 1048576 THEN
-        TRUNCATE ledger_pending;
+        BEGIN
+            LOCK TABLE ledger_pending IN ACCESS EXCLUSIVE MODE NOWAIT;
+            TRUNCATE ledger_pending;
+        EXCEPTION WHEN lock_not_available THEN
+            DELETE FROM ledger_pending;
+        END;
     ELSE
         DELETE FROM ledger_pending;
     END IF;

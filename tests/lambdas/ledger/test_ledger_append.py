@@ -76,20 +76,39 @@ def test_an_append_derives_nothing_and_the_next_read_derives_it(store: LedgerSto
 DERIVED = "SELECT (SELECT count(*) FROM intervals), (SELECT count(*) FROM ledger_pending)"
 
 
-def test_a_settle_after_a_bulk_append_leaves_no_pages_for_later_settles_to_read(
-    store: LedgerStore, ledger_url: str
-) -> None:
-    # 30,000 pending rows fill more than a MiB; deleted, they would stay for every settle to read
-    # until a vacuum.
+def bulk_append(store: LedgerStore) -> None:
+    """30,000 pending rows: more than a MiB, which deleted would stay for every settle to read."""
     starts = [step(f"start-{n}", f"i-{n}", "running", ms(0)) for n in range(30_000)]
     for first in range(0, len(starts), 2_000):
         store.append(starts[first : first + 2_000], source="meter", received_at=T0)
+
+
+def test_a_settle_after_a_bulk_append_leaves_no_pages_for_later_settles_to_read(
+    store: LedgerStore, ledger_url: str
+) -> None:
+    bulk_append(store)
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         assert owner.execute(PENDING_PAGES).fetchone()[0] > 128
         assert store.settle() == 30_000
         assert owner.execute(PENDING_PAGES).fetchone() == (0,)
         store.append([step("stop-0", "i-0", "stopped", ms(1))], source="meter", received_at=T0)
         assert store.settle() == 1
+        assert owner.execute(DERIVED).fetchone() == (30_000, 0)
+
+
+def test_a_settle_never_waits_to_truncate_for_a_reader_of_the_pending_rows(
+    store: LedgerStore, ledger_url: str
+) -> None:
+    # The reader may be a settle waiting for this one's lock: waiting for it would be a deadlock.
+    bulk_append(store)
+    settled: list[int] = []
+    with psycopg.connect(ledger_url) as reader:
+        reader.execute("SELECT 1 FROM ledger_pending LIMIT 1")  # its lock is held to its commit
+        thread = threading.Thread(target=lambda: settled.append(store.settle()))
+        thread.start()
+        thread.join(timeout=30)
+        assert settled == [30_000]
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
         assert owner.execute(DERIVED).fetchone() == (30_000, 0)
 
 
