@@ -7,6 +7,7 @@
 -- Appends hold the settle lock shared and a settle holds it exclusively, to its commit: a settle
 -- derives from a history no append is still writing to, takes every pending row, and a host's last
 -- derived event is its last event that was not pending.
+
 -- 0001's ledger_ms, with the epoch read from the UTC wall time: extract() of a timestamptz is
 -- STABLE, and an IMMUTABLE SQL function calling it is never inlined, so every price range and
 -- spot look-up called it row by row (2,500 calls, 7.5 ms, per 1,000 events settled). Both
