@@ -7,9 +7,9 @@ Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway
 - ingest through ``LedgerStore.append``, in events per second: one event per transaction (as the
   meter Lambda appends), alone and each followed by a settle (``LedgerStore.settle``, which derives
   what is pending: the meter's whole path, as its budget check reads the runway after every
-  append), and the one settle that derives the unsettled run's events at once; and in batches as
-  ``parkbrake ledger ingest`` appends them (``source="ingest"``: each batch settles what came before
-  it, for its closed-history check);
+  append), and the one settle that derives the unsettled run's events at once; and in batches
+  queued as ``parkbrake ledger ingest`` queues them (``LedgerStore.queue_backfill``), then the one
+  settle that appends and derives the whole backfill, and both together;
 - the fair ceilings, in the same run on the same server from the same client: the same rows into a
   plain table with the same columns (no keys, indexes or checks), one single-row INSERT per
   transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second;
@@ -73,13 +73,18 @@ def synthetic_transitions(count: int, prefix: str, hosts: int = 500) -> list[Tra
 
 
 def ingest_rate(
-    store: LedgerStore, transitions: list[Transition], batch_size: int, *, source: str, settle: bool
+    store: LedgerStore,
+    transitions: list[Transition],
+    batch_size: int,
+    append: Callable[[list[Transition]], object],
+    *,
+    settle: bool,
 ) -> tuple[float, float]:
-    """Events per second appended (with ``settle``: and derived after every append), and events
-    per second derived by the one settle after the last append (what was left pending)."""
+    """Events per second appended by ``append`` (with ``settle``: and derived after every append),
+    and events per second settled by the one settle after the last append (what was left pending)."""
     started = time.perf_counter()
     for start in range(0, len(transitions), batch_size):
-        store.append(transitions[start : start + batch_size], source=source, received_at=NOW)
+        append(transitions[start : start + batch_size])
         if settle:
             store.settle()
     elapsed = time.perf_counter() - started
@@ -267,15 +272,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seed_prices(url)
         single = synthetic_transitions(args.single, "single")
         batched = synthetic_transitions(args.batched, "batched")
+
+        def meter(batch: list[Transition]) -> object:
+            return store.append(batch, source="meter", received_at=NOW)
+
+        def backfill(batch: list[Transition]) -> None:  # as `parkbrake ledger ingest` queues a batch
+            store.queue_backfill(batch, received_at=NOW)
+
         results["ingest_single_events_per_s"], results["one_settle_events_per_s"] = ingest_rate(
-            store, single, 1, source="meter", settle=False
+            store, single, 1, meter, settle=False
         )
         settled = synthetic_transitions(args.single, "single-settled")
-        results["settled_single_events_per_s"], _ = ingest_rate(
-            store, settled, 1, source="meter", settle=True
+        results["settled_single_events_per_s"], _ = ingest_rate(store, settled, 1, meter, settle=True)
+        results["ingest_batched_events_per_s"], results["backfill_settle_events_per_s"] = ingest_rate(
+            store, batched, args.batch_size, backfill, settle=False
         )
-        results["ingest_batched_events_per_s"], _ = ingest_rate(
-            store, batched, args.batch_size, source="ingest", settle=False
+        results["backfill_whole_events_per_s"] = 1 / (
+            1 / results["ingest_batched_events_per_s"] + 1 / results["backfill_settle_events_per_s"]
         )
         store.close()
         results["ceiling_single_rows_per_s"] = ceiling_rows_per_second(url, single, 1)
@@ -294,6 +307,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results["settled_single_vs_ceiling"] = (
         results["settled_single_events_per_s"] / results["ceiling_single_rows_per_s"]
     )
+    results["backfill_whole_vs_ceiling"] = (
+        results["backfill_whole_events_per_s"] / results["ceiling_batched_rows_per_s"]
+    )
     return results
 
 
@@ -309,8 +325,13 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
     print(
         f"  ceiling: single-row INSERT, same columns: {results['ceiling_single_rows_per_s']:>10,.0f} rows/s"
     )
-    print(f"ingest, batches of {batch_size} (each settles the one before): "
+    print(f"ingest, batches of {batch_size} queued as a backfill: "
           f"{results['ingest_batched_events_per_s']:>10,.0f} events/s   ratio {results['batched_vs_ceiling']:.2f}")  # fmt: skip
+    print(
+        f"  the backfill appended and derived by one settle: {results['backfill_settle_events_per_s']:>10,.0f} events/s"
+    )
+    print(f"  the whole backfill, queued and settled: {results['backfill_whole_events_per_s']:>10,.0f} events/s"
+          f"   ratio {results['backfill_whole_vs_ceiling']:.2f}")  # fmt: skip
     print(
         f"  ceiling: COPY of {batch_size} rows, same columns: {results['ceiling_batched_rows_per_s']:>10,.0f} rows/s"
     )

@@ -6,7 +6,8 @@ ledger last knew when EC2 no longer describes it), takes its accelerator count f
 raises, so EventBridge delivers again; a duplicate is then ignored. After a new event the tenant's
 budget is checked at once (lambdas.budget), so a crossed limit does not wait for the next minute.
 
-``parkbrake ledger ingest`` feeds files of the same events through :func:`meter` in batches.
+``parkbrake ledger ingest`` backfills files of the same events: :func:`attribute_changes` a batch at a
+time, queued, then :func:`account` once the backfill is settled.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.ledger import decisions
-from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY
+from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore, container_store
 
 log = logging.getLogger(__name__)
@@ -160,6 +161,20 @@ def describe_hosts(
     return found
 
 
+@dataclass
+class Attributed:
+    """Changes made transitions (:func:`attribute_changes`), before they are appended."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    result: MeterResult = field(default_factory=MeterResult)  # what was skipped, and why
+    owners: dict[str, str | None] = field(default_factory=dict)  # instance id → parkbrake:owner
+
+    def add(self, other: Attributed) -> None:
+        self.transitions += other.transitions
+        self.result.add(other.result)
+        self.owners |= other.owners
+
+
 def meter(
     changes: Sequence[StateChange],
     *,
@@ -170,7 +185,21 @@ def meter(
     source: str = GUARDRAIL,
     prices: PriceTable | None = None,
 ) -> MeterResult:
-    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written).
+    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written)."""
+    attributed = attribute_changes(changes, store=store, clients=clients, settings=settings, prices=prices)
+    appended = store.append(attributed.transitions, source=source, received_at=received_at)
+    return account(attributed, appended, store=store, received_at=received_at)
+
+
+def attribute_changes(
+    changes: Sequence[StateChange],
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    prices: PriceTable | None = None,
+) -> Attributed:
+    """Each change with its host's attribution, or skipped with the reason.
 
     A host's attribution is captured when its interval opens: EC2's description applies from the
     host's current launch on; for earlier events the ledger's own record of the host stands, and a
@@ -185,8 +214,8 @@ def meter(
         if change.at_ms < launched.get(change.instance_id, UNBOUNDED_MS) - LAUNCH_SLACK_MS
     ]
     remembered = store.attributions_at(earlier) if earlier else {}
-    result = MeterResult()
-    transitions = []
+    attributed = Attributed(owners={instance_id: host.owner for instance_id, host in described.items()})
+    result = attributed.result
     for change in changes:
         note = {"event_id": change.event_id, "instance_id": change.instance_id}
         host = described.get(change.instance_id)
@@ -210,10 +239,20 @@ def meter(
                     }
                 )
             continue
-        transitions.append(
+        attributed.transitions.append(
             Transition(change.event_id, change.instance_id, change.state, change.at_ms, attribution)
         )
-    appended = store.append(transitions, source=source, received_at=received_at)
+    return attributed
+
+
+def account(
+    attributed: Attributed, appended: AppendResult, *, store: LedgerStore, received_at: datetime
+) -> MeterResult:
+    """The meter's result once ``attributed`` is appended: counts, what the ledger refused, and the
+    hosts that started with no price in effect at ``received_at``."""
+    result = MeterResult()
+    result.add(attributed.result)
+    transitions = attributed.transitions
     result.inserted, result.duplicates = appended.inserted, appended.duplicates
     result.tenants = set(appended.tenants)
     result.outcomes = dict(appended.outcomes)
@@ -227,7 +266,6 @@ def meter(
     ]
     if started:
         in_effect = store.prices_at([PriceKey.of(t.attribution) for t in started], received_at)
-        owner_of_host = {instance_id: host.owner for instance_id, host in described.items()}
         result.unpriced = [
             {
                 "event_id": t.event_id,
@@ -235,7 +273,7 @@ def meter(
                 "instance_type": t.attribution.instance_type,
                 "region": t.attribution.region,
                 "tenant": t.attribution.tenant,
-                "owner": owner_of_host.get(t.instance_id) or "-",
+                "owner": attributed.owners.get(t.instance_id) or "-",
             }
             for t in started
             if in_effect.get(PriceKey.of(t.attribution)) is None

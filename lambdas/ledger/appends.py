@@ -1,5 +1,6 @@
 """Appending transitions, the one way events enter the ledger (``ledger_append_event``,
-``ledger_append_events``), and settling them: deriving what was appended (``ledger_settle``)."""
+``ledger_append_events``), and settling them: deriving what was appended and appending what a
+backfill queued (``ledger_settle``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from lambdas.ledger import queries as sql
 APPENDED = "appended"
 DUPLICATE = "duplicate"
 CLOSED_HISTORY = "closed-history"  # a backfilled event inside a host's closed history: not appended
+QUEUED = "queued"  # a backfilled event, appended or refused by the next settle (backfill_outcomes)
+INGEST = "ingest"  # the backfill's source
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,31 @@ def append_transitions(
         parameters = _columns(unique) | {"source": source, "received_at": received_at}
         # Only the events not appended come back.
         refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
-        outcomes = {t.event_id: refused.get(t.event_id, APPENDED) for t in unique}
+        outcomes = {
+            t.event_id: refused.get(t.event_id, QUEUED if source == INGEST else APPENDED) for t in unique
+        }
+    return _result(transitions, outcomes)
+
+
+def backfill_outcomes(
+    connection: psycopg.Connection[Any], transitions: Sequence[Transition], *, received_at: datetime
+) -> AppendResult:
+    """What became of a backfill queued at ``received_at``, once settled: an event it appended is
+    in the ledger with its source and time; one not there was inside its host's closed history."""
+    unique = _unique(transitions)
+    rows = connection.execute(sql.BACKFILL_OUTCOMES, (received_at, [t.event_id for t in unique])).fetchall()
+    return _result(transitions, dict(rows))
+
+
+def _unique(transitions: Sequence[Transition]) -> list[Transition]:
+    """One transition per event id, the first of each."""
+    return list({transition.event_id: transition for transition in reversed(transitions)}.values())
+
+
+def _result(transitions: Sequence[Transition], outcomes: Mapping[str, str]) -> AppendResult:
     appended = {event_id for event_id, outcome in outcomes.items() if outcome == APPENDED}
-    changed = {t.instance_id for t in unique if t.event_id in appended}
-    tenants = frozenset(t.attribution.tenant for t in unique if t.instance_id in changed)
+    changed = {t.instance_id for t in transitions if t.event_id in appended}
+    tenants = frozenset(t.attribution.tenant for t in transitions if t.instance_id in changed)
     return AppendResult(len(appended), len(transitions) - len(appended), tenants, outcomes)
 
 

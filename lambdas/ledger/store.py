@@ -39,7 +39,7 @@ from guardrails.settings import DATABASE_URL
 from guardrails.spot_prices import SpotPrice
 from lambdas.ledger import budgets
 from lambdas.ledger import queries as sql
-from lambdas.ledger.appends import AppendResult, append_transitions, settle
+from lambdas.ledger.appends import INGEST, AppendResult, append_transitions, backfill_outcomes, settle
 from lambdas.ledger.connections import Connections, PooledConnections, SingleConnection, database_url
 from lambdas.ledger.schema import Migration, apply_migrations, migrations
 
@@ -112,10 +112,27 @@ class LedgerStore:
     ) -> AppendResult:
         """Append transitions (:func:`append_transitions`); readers derive them (:meth:`settle`).
 
-        One statement, so one round trip: the function call is atomic by itself (autocommit).
+        One statement, so one round trip: the function call is atomic by itself (autocommit). A
+        backfill (``source="ingest"``) is queued, settled and answered for; a backfill of many
+        batches queues them all (:meth:`queue_backfill`), then settles once (:meth:`backfill_outcomes`).
         """
+        if source == INGEST:
+            self.queue_backfill(transitions, received_at=received_at)
+            return self.backfill_outcomes(transitions, received_at=received_at)
         with self._connections.connection() as connection:
             return append_transitions(connection, transitions, source=source, received_at=received_at)
+
+    def queue_backfill(self, transitions: Sequence[Transition], *, received_at: datetime) -> None:
+        """Queue backfilled transitions, checked; the next settle appends those outside their hosts'
+        closed history (the history before it) and derives them."""
+        with self._connections.connection() as connection:
+            append_transitions(connection, transitions, source=INGEST, received_at=received_at)
+
+    def backfill_outcomes(self, transitions: Sequence[Transition], *, received_at: datetime) -> AppendResult:
+        """Settle, then what became of transitions queued at ``received_at``: appended, duplicate or
+        closed-history, per event id."""
+        with self._settled() as connection:
+            return backfill_outcomes(connection, transitions, received_at=received_at)
 
     def attributions_at(self, moments: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Attribution]:
         """What the ledger knew of each ``(instance id, ms)``: for events EC2 can no longer attribute."""

@@ -73,37 +73,48 @@ def test_an_append_derives_nothing_and_the_next_read_derives_it(store: LedgerSto
         assert owner.execute(DERIVED).fetchone() == (1, 0)
 
 
-DERIVED = "SELECT (SELECT count(*) FROM intervals), (SELECT count(*) FROM ledger_pending)"
+DERIVED = (
+    "SELECT (SELECT count(*) FROM intervals), "
+    "(SELECT count(*) FROM ledger_pending) + (SELECT count(*) FROM ledger_backfill)"
+)
+QUEUES = ["ledger_pending", "ledger_backfill"]  # appended, not derived; queued backfill
 
 
-def bulk_append(store: LedgerStore) -> None:
-    """30,000 pending rows: more than a MiB, which deleted would stay for every settle to read."""
+def bulk_append(store: LedgerStore, queue: str) -> None:
+    """30,000 rows in ``queue``: more than a MiB, which deleted would stay for every settle to read."""
     starts = [step(f"start-{n}", f"i-{n}", "running", ms(0)) for n in range(30_000)]
     for first in range(0, len(starts), 2_000):
-        store.append(starts[first : first + 2_000], source="meter", received_at=T0)
+        batch = starts[first : first + 2_000]
+        if queue == "ledger_backfill":
+            store.queue_backfill(batch, received_at=T0)
+        else:
+            store.append(batch, source="meter", received_at=T0)
 
 
+@pytest.mark.parametrize("queue", QUEUES)
 def test_a_settle_after_a_bulk_append_leaves_no_pages_for_later_settles_to_read(
-    store: LedgerStore, ledger_url: str
+    store: LedgerStore, ledger_url: str, queue: str
 ) -> None:
-    bulk_append(store)
+    bulk_append(store, queue)
+    pages = f"SELECT pg_relation_size('{queue}') / 8192"
     with psycopg.connect(ledger_url, autocommit=True) as owner:
-        assert owner.execute(PENDING_PAGES).fetchone()[0] > 128
+        assert owner.execute(pages).fetchone()[0] > 128
         assert store.settle() == 30_000
-        assert owner.execute(PENDING_PAGES).fetchone() == (0,)
+        assert owner.execute(pages).fetchone() == (0,)
         store.append([step("stop-0", "i-0", "stopped", ms(1))], source="meter", received_at=T0)
         assert store.settle() == 1
         assert owner.execute(DERIVED).fetchone() == (30_000, 0)
 
 
-def test_a_settle_never_waits_to_truncate_for_a_reader_of_the_pending_rows(
-    store: LedgerStore, ledger_url: str
+@pytest.mark.parametrize("queue", QUEUES)
+def test_a_settle_never_waits_to_truncate_for_a_reader_of_its_queue(
+    store: LedgerStore, ledger_url: str, queue: str
 ) -> None:
     # The reader may be a settle waiting for this one's lock: waiting for it would be a deadlock.
-    bulk_append(store)
+    bulk_append(store, queue)
     settled: list[int] = []
     with psycopg.connect(ledger_url) as reader:
-        reader.execute("SELECT 1 FROM ledger_pending LIMIT 1")  # its lock is held to its commit
+        reader.execute(f"SELECT 1 FROM {queue} LIMIT 1")  # its lock is held to its commit
         thread = threading.Thread(target=lambda: settled.append(store.settle()))
         thread.start()
         thread.join(timeout=30)
@@ -112,21 +123,23 @@ def test_a_settle_never_waits_to_truncate_for_a_reader_of_the_pending_rows(
         assert owner.execute(DERIVED).fetchone() == (30_000, 0)
 
 
-PENDING_PAGES = "SELECT pg_relation_size('ledger_pending') / 8192"
 WAITING_FOR_THE_SETTLE_LOCK = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
 
 
-@pytest.mark.parametrize("hosts", [1, 2], ids=["one event", "batch"])
+@pytest.mark.parametrize(
+    ("hosts", "source"), [(1, "meter"), (2, "meter"), (2, "ingest")], ids=["one event", "batch", "backfill"]
+)
 def test_a_settle_waits_for_an_append_in_flight_and_then_derives_it(
-    store: LedgerStore, ledger_url: str, hosts: int
+    store: LedgerStore, ledger_url: str, hosts: int, source: str
 ) -> None:
-    # Without the wait, a settle could take an event as derived that committed while it ran.
+    # Without the wait, a settle could take an event as derived that committed while it ran, or
+    # empty the backfill queue of one that committed after it read the queue.
     settled: list[int] = []
     reader = LedgerStore.connect(ledger_url)
     store.append([step("start", "i-1", "running", ms(0))], source="meter", received_at=T0)
     with psycopg.connect(ledger_url) as meter, psycopg.connect(ledger_url, autocommit=True) as watcher:
         in_flight = [step("stop", "i-1", "stopped", ms(10)), step("other", "i-2", "running", ms(10))][:hosts]
-        append_transitions(meter, in_flight, source="meter", received_at=T0)
+        append_transitions(meter, in_flight, source=source, received_at=T0)
         thread = threading.Thread(target=lambda: settled.append(reader.settle()))
         thread.start()
         for _ in range(200):

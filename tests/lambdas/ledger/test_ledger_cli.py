@@ -26,7 +26,9 @@ from guardrail_fleet import (
 from ledger_streams import at
 
 from cli.main import parkbrake
+from cli.usage.ingest import host_groups
 from guardrails import names
+from guardrails.ledger import StateChange
 from lambdas.ledger.schema import migrations
 
 WINDOW = ["--since", "2036-05-05", "--until", "2036-05-06T00:00:00Z"]
@@ -96,6 +98,36 @@ def test_ingesting_a_file_again_appends_nothing(seeded: dict[str, str]) -> None:
     text = invoke("ledger", "ingest", seeded["file"])
     assert "line 1: " in text.stdout
     assert "duplicate: already in the ledger" in text.stdout
+
+
+def test_a_files_own_events_never_refuse_each_other_whatever_its_batches(
+    aws: str, ledger_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ec2 = client_factory(aws)("ec2", None)
+    (host,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product", pool="inference"))
+    (other,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product", pool="inference"))
+    # The last line is late: inside the interval the first two close. One settle per host.
+    events = [state_change(host, "running", at(0)), state_change(other, "running", at(0)),
+              state_change(host, "stopped", at(30)), state_change(other, "stopped", at(20)),
+              state_change(host, "stopped", at(10))]  # fmt: skip
+    monkeypatch.setattr("cli.usage.ingest.SETTLE_EVERY", 1)
+    path = write_events(tmp_path / "events.jsonl", events)
+    result = invoke("ledger", "ingest", str(path), "--batch-size", "1", "--output", "json")
+    assert result.exit_code == 0, result.output
+    assert [line["outcome"] for line in json.loads(result.stdout)["lines"]] == ["appended"] * 5
+    report = json.loads(invoke("ledger", "report", *WINDOW, "--output", "json").stdout)
+    assert report["tenants"][0]["accelerator_seconds"] == 30 * 60  # 10 minutes and 20, not 30 and 20
+
+
+def test_a_backfill_is_settled_in_groups_of_whole_hosts() -> None:
+    changes = [StateChange(f"e-{n}", host, "running", n, "us-east-1") for n, host in enumerate("aabacccbd")]
+    groups = host_groups(changes, 3)
+    assert [[change.instance_id for change in group] for group in groups] == [
+        ["a", "a", "a"], ["b", "b", "c", "c", "c"], ["d"]
+    ]  # fmt: skip
+    assert sorted(change.event_id for group in groups for change in group) == sorted(
+        c.event_id for c in changes
+    )
 
 
 def test_report_json_per_tenant_with_pool_and_instance_type(seeded: dict[str, str]) -> None:

@@ -28,6 +28,9 @@ APP_REFUSED = (
     "DELETE FROM events",
     "DELETE FROM ledger_pending",  # an appended event never derived
     "INSERT INTO ledger_pending VALUES ('s1')",  # derived twice
+    "INSERT INTO ledger_backfill SELECT * FROM events",  # past the backfill's checks
+    "DELETE FROM ledger_backfill",  # a queued backfill lost
+    "SELECT ledger_empty('ledger_backfill')",
     "INSERT INTO prices (instance_type, region, pricing_model, zone, valid_from, usd_per_hour, source) "
     "VALUES ('p4d.24xlarge', 'us-west-2', 'on-demand', '', now(), 0, 'x')",
     "UPDATE prices SET usd_per_hour = 0",
