@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from guardrails.ledger import Transition, from_ms
+from guardrails.ledger import Attribution, Transition
 from lambdas.ledger import queries as sql
 
 APPENDED = "appended"
@@ -82,24 +82,34 @@ def _result(transitions: Sequence[Transition], outcomes: Mapping[str, str]) -> A
     return AppendResult(len(appended), len(transitions) - len(appended), tenants, outcomes)
 
 
-# The append functions' per-event arguments, in their order.
-COLUMNS = ("event_ids", "instance_ids", "states", "times", "tenants", "pools", "instance_types", "accelerators",
-           "caps", "regions", "pricing_models", "zones")  # fmt: skip
+# A batch's attribution arguments, each the Attribution field of that name.
+ATTRIBUTION_COLUMNS = {"tenants": "tenant", "pools": "pool", "instance_types": "instance_type",
+                       "accelerators": "accelerators", "caps": "cap_ms", "regions": "region",
+                       "pricing_models": "pricing_model", "zones": "zone"}  # fmt: skip
 
 
 def _row(transition: Transition) -> tuple[Any, ...]:
-    """One event's arguments (``ledger_append_event``), in the order of COLUMNS."""
+    """One event's arguments (``ledger_append_event``)."""
     who = transition.attribution
-    return (transition.event_id, transition.instance_id, transition.state, from_ms(transition.at_ms),
+    return (transition.event_id, transition.instance_id, transition.state, transition.at_ms,
             who.tenant, who.pool, who.instance_type, who.accelerators, who.cap_ms, who.region,
             who.pricing_model, who.zone)  # fmt: skip
 
 
 def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
-    """Column arrays for one ``unnest`` insert: a batch is one statement, not one per event."""
-    return {
-        name: list(column)
-        for name, column in zip(COLUMNS, zip(*map(_row, transitions), strict=True), strict=True)
+    """A batch's arguments (``ledger_append_events``): one array per event field, and each distinct
+    attribution once, the events' ``attributed`` its 1-based index (a host's events share one)."""
+    index: dict[Attribution, int] = {}
+    attributed = [index.setdefault(t.attribution, len(index) + 1) for t in transitions]
+    events: dict[str, list[Any]] = {
+        "event_ids": [t.event_id for t in transitions],
+        "instance_ids": [t.instance_id for t in transitions],
+        "states": [t.state for t in transitions],
+        "times_ms": [t.at_ms for t in transitions],
+        "attributed": attributed,
+    }
+    return events | {
+        name: [getattr(who, field) for who in index] for name, field in ATTRIBUTION_COLUMNS.items()
     }
 
 

@@ -39,14 +39,14 @@ LEFT JOIN LATERAL (SELECT x.source, x.received_at FROM events x WHERE x.event_id
 APPEND_EVENTS = """
 SELECT event_id, outcome
 FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(states)b::text[],
-                          %(times)b::timestamptz[], %(tenants)b::text[], %(pools)b::text[],
-                          %(instance_types)b::text[], %(accelerators)b::integer[], %(caps)b::bigint[],
-                          %(regions)b::text[], %(pricing_models)b::text[], %(zones)b::text[],
-                          %(source)b::text, %(received_at)b::timestamptz)
+                          %(times_ms)b::bigint[], %(attributed)b::integer[], %(tenants)b::text[],
+                          %(pools)b::text[], %(instance_types)b::text[], %(accelerators)b::integer[],
+                          %(caps)b::bigint[], %(regions)b::text[], %(pricing_models)b::text[],
+                          %(zones)b::text[], %(source)b::text, %(received_at)b::timestamptz)
 """
 
 APPEND_EVENT = """
-SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::timestamptz, %b::text, %b::text, %b::text,
+SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %b::text, %b::text,
                            %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::timestamptz)
 """
 

@@ -17,38 +17,51 @@ from ledger_streams import T0, T0_MS, at, ms, step
 from psycopg import sql
 
 from guardrails.launch import AdmissionRequest
-from guardrails.ledger import Transition, to_ms
+from guardrails.ledger import Transition, from_ms, to_ms
 from lambdas.ledger.appends import append_transitions, settle
 from lambdas.ledger.store import LedgerStore
 
 APPEND = (
-    "SELECT * FROM ledger_append_events(%s::text[], ARRAY['i-1'], %s::text[], %s::timestamptz[], "
+    "SELECT * FROM ledger_append_events(%s::text[], ARRAY['i-1'], %s::text[], ARRAY[%s::bigint], %s::integer[], "
     "ARRAY['research'], ARRAY['training'], ARRAY['g5.xlarge'], ARRAY[1], ARRAY[NULL::bigint], "
     "ARRAY['us-east-1'], %s::text[], ARRAY[NULL::text], 'meter', now())"
 )
 APPEND_ONE = (  # the meter's one-event function, with the same arguments
-    "SELECT ledger_append_event((%s::text[])[1], 'i-1', (%s::text[])[1], (%s::timestamptz[])[1], 'research', "
-    "'training', 'g5.xlarge', 1, NULL, 'us-east-1', (%s::text[])[1], NULL, 'meter', now())"
+    "SELECT ledger_append_event((%s::text[])[1], 'i-1', (%s::text[])[1], %s::bigint, 'research', 'training', "
+    "'g5.xlarge', 1, NULL, 'us-east-1', (%s::text[])[1], NULL, 'meter', now())"
 )
 
 
 @pytest.mark.parametrize(
     ("event", "message"),
     [
-        (("parked", T0, "on-demand"), "event e-1: state 'parked' is not an EC2 state"),
-        (("running", T0.replace(microsecond=1500), "spot"), "event e-1: time .* is finer than a millisecond"),
-        (("running", T0, "reserved"), "event e-1: pricing model 'reserved' is not on-demand or spot"),
-        (("running", T0, None), "event e-1: pricing model NULL is not on-demand or spot"),
+        (("parked", "on-demand"), "event e-1: state 'parked' is not an EC2 state"),
+        (("running", "reserved"), "event e-1: pricing model 'reserved' is not on-demand or spot"),
+        (("running", None), "event e-1: pricing model NULL is not on-demand or spot"),
     ],
 )
-@pytest.mark.parametrize("append", [APPEND, APPEND_ONE], ids=["batch", "one event"])
+@pytest.mark.parametrize(
+    "append", [APPEND.replace("%s::integer[]", "ARRAY[1]"), APPEND_ONE], ids=["batch", "one event"]
+)
 def test_the_append_functions_refuse_what_the_table_does_not_check(
-    ledger_url: str, event: tuple[str, datetime, str | None], message: str, append: str
+    ledger_url: str, event: tuple[str, str | None], message: str, append: str
 ) -> None:
-    state, moment, model = event
+    state, model = event
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         with pytest.raises(psycopg.errors.CheckViolation, match=message):
-            owner.execute(append, (["e-1"], [state], [moment], [model]))
+            owner.execute(append, (["e-1"], [state], T0_MS, [model]))
+        assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("attributed", [[2], [None], [0]])
+def test_a_batch_refuses_an_event_whose_attribution_it_does_not_carry(
+    ledger_url: str, attributed: list[int | None]
+) -> None:
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        with pytest.raises(
+            psycopg.errors.CheckViolation, match=r"event e-1: attribution \w+ is not one of the batch's 1"
+        ):
+            owner.execute(APPEND, (["e-1"], ["running"], T0_MS, attributed, ["on-demand"]))
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
 
 
@@ -281,3 +294,15 @@ def test_every_read_of_derived_tables_settles_first(store: LedgerStore, ledger_u
     DERIVED_READS[read](store)
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         assert owner.execute(DERIVED).fetchone() == (1, 0)
+
+
+@pytest.mark.parametrize("count", [1, 6], ids=["one event", "batch"])
+def test_an_events_time_is_stored_to_the_millisecond_it_was_sent(
+    store: LedgerStore, ledger_url: str, count: int
+) -> None:
+    moments = [-1, 0, 1, T0_MS + 999, 2**41 + 7, -(2**40) - 3][:count]
+    store.append([step(f"e{n}", f"i-{n}", "running", moment) for n, moment in enumerate(moments)],
+                 source="meter", received_at=T0)  # fmt: skip
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        stored = owner.execute("SELECT event_time, at_ms FROM events ORDER BY event_id").fetchall()
+    assert stored == [(from_ms(moment), moment) for moment in moments]
