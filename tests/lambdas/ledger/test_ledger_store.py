@@ -393,3 +393,16 @@ def test_an_invoice_splits_at_a_price_change_and_forecasts_the_month_at_the_curr
     assert invoice.total_usd == Decimal("3.006000")
     hours_left = Decimal((month_end - at(120)).total_seconds()) / 3600
     assert invoice.forecast_usd == (Decimal("3.006") + 2 * hours_left).quantize(Decimal("0.000001"))
+
+
+def test_the_runway_query_is_planned_once_per_session(store: LedgerStore) -> None:
+    # Planning it costs several times running it: every call after the first reuses one plan.
+    store.set_budget(Budget("research", Decimal(500), "month", actions=frozenset({"notify"})))
+    for tenants in (["research"], ["product"], None, ["research", "vision"]):
+        store.runways(now=at(30), default_cap=timedelta(hours=2), tenants=tenants)
+    with store.connections.connection() as connection:
+        plans = connection.execute(
+            "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ("%WITH budgeted AS%",),
+        ).fetchall()
+    assert plans == [(4, 0)]  # prepared at the first call, never planned for its parameters
