@@ -176,11 +176,14 @@ SCANS = (
 )
 
 
-def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(ledger_url: str) -> None:
+@pytest.mark.parametrize("source", ["meter", "ingest"])
+def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(
+    ledger_url: str, source: str
+) -> None:
     # The append's and the settle's plans are made once per session, at their first call: here on
     # empty tables, where a join of the batch to events or intervals is cheapest as a scan of the
-    # table. The pending events, the hosts' last events and open intervals, the closing update and
-    # the reservations' claims must still be found by key.
+    # table. The pending events, the hosts' last events and open intervals, the closing update, a
+    # backfill's closed history and duplicates, and the reservations' claims must still be found by key.
     with (
         psycopg.connect(ledger_url, autocommit=True) as owner,
         psycopg.connect(ledger_url, autocommit=True) as meter,
@@ -192,16 +195,16 @@ def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(led
         )
         owner.execute(reserve, (ms(0), ms(1000)))
         starts = [step(f"start-{n}", f"i-{n}", "running", ms(n)) for n in range(200)]
-        append_transitions(meter, starts, source="meter", received_at=T0)
+        append_transitions(meter, starts, source=source, received_at=T0)
         owner.execute(reserve, (ms(0), ms(1000)))
         stops = [step(f"stop-{n}", f"i-{n}", "stopped", ms(300 + n)) for n in range(200)]
         restarts = [step(f"restart-{n}", f"i-{n}", "running", ms(600 + n)) for n in range(20)]
         settle(meter)
         with meter.transaction():
-            result = append_transitions(meter, stops + restarts + starts[:50], source="meter", received_at=T0)
+            result = append_transitions(meter, stops + restarts + starts[:50], source=source, received_at=T0)
             assert settle(meter) == 220
             scans = meter.execute(SCANS).fetchall()
-        assert (result.inserted, result.duplicates) == (220, 50)
+        assert (result.inserted, result.duplicates) == ((220, 50) if source == "meter" else (0, 270))
         assert scans == [("events", 0), ("intervals", 0)]
         closed = meter.execute("SELECT count(*) FROM intervals WHERE ended_ms IS NOT NULL").fetchone()
         assert closed == (200,)
