@@ -95,8 +95,8 @@ def ingest_changes(
 ) -> MeterResult:
     """Meter ``changes`` as a backfill: each batch is looked up in EC2 (one lookup per batch) and
     queued in its own transaction; a settle appends what is outside the hosts' closed history and
-    derives it after every SETTLE_EVERY events, a group of whole hosts, so the closed history each
-    event is checked against is the one before this backfill."""
+    derives it after every SETTLE_EVERY events, a group of whole hosts, so no event is checked
+    against history this backfill wrote."""
     from rich.progress import Progress
 
     from cli.console import console
@@ -106,13 +106,14 @@ def ingest_changes(
     attributed = Attributed()
     with Progress(console=console(stderr=True), disable=not progress) as bar:
         task = bar.add_task("ingesting", total=len(changes))
-        for group in host_groups(changes, SETTLE_EVERY):
+        for number, group in enumerate(host_groups(changes, SETTLE_EVERY)):
+            if number:  # the group before it; backfill_outcomes settles the last
+                store.settle()
             for start in range(0, len(group), batch_size):
                 changes_batch = group[start : start + batch_size]
                 batch = attribute_changes(changes_batch, store=store, clients=clients, settings=settings)
                 store.queue_backfill(batch.transitions, received_at=received_at)
                 attributed.add(batch)
                 bar.advance(task, len(changes_batch))
-            store.settle()
     settled = store.backfill_outcomes(attributed.transitions, received_at=received_at)
     return account(attributed, settled, store=store, received_at=received_at)

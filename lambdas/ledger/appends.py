@@ -24,11 +24,11 @@ INGEST = "ingest"  # the backfill's source
 @dataclass(frozen=True)
 class AppendResult:
     inserted: int
-    duplicates: int  # not appended: duplicates, and backfilled events inside closed history
+    duplicates: int  # not appended: duplicates, and backfilled events inside closed history (not queued ones)
     tenants: frozenset[str]  # tenants whose usage changed
     outcomes: Mapping[str, str] = field(
         default_factory=dict
-    )  # event id → appended, duplicate, closed-history
+    )  # event id → appended, duplicate, closed-history, queued
 
 
 def append_transitions(
@@ -77,9 +77,10 @@ def _unique(transitions: Sequence[Transition]) -> list[Transition]:
 
 def _result(transitions: Sequence[Transition], outcomes: Mapping[str, str]) -> AppendResult:
     appended = {event_id for event_id, outcome in outcomes.items() if outcome == APPENDED}
+    queued = sum(1 for outcome in outcomes.values() if outcome == QUEUED)
     changed = {t.instance_id for t in transitions if t.event_id in appended}
     tenants = frozenset(t.attribution.tenant for t in transitions if t.instance_id in changed)
-    return AppendResult(len(appended), len(transitions) - len(appended), tenants, outcomes)
+    return AppendResult(len(appended), len(transitions) - len(appended) - queued, tenants, outcomes)
 
 
 # A batch's attribution arguments, each the Attribution field of that name.

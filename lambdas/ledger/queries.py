@@ -26,16 +26,6 @@ CREATE TABLE IF NOT EXISTS ledger_migrations (
 """
 
 # The one way events enter the ledger (a SECURITY DEFINER function): each event's outcome.
-# A settled backfill's events (appends.backfill_outcomes): appended by it, there before it, or refused.
-BACKFILL_OUTCOMES = """
-SELECT q.event_id,
-       CASE WHEN e.source IS NULL THEN 'closed-history'
-            WHEN e.source = 'ingest' AND e.received_at = %s THEN 'appended'
-            ELSE 'duplicate' END
-FROM unnest(%s::text[]) AS q (event_id)
-LEFT JOIN LATERAL (SELECT x.source, x.received_at FROM events x WHERE x.event_id = q.event_id LIMIT 1) AS e ON true
-"""
-
 APPEND_EVENTS = """
 SELECT event_id, outcome
 FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(states)b::text[],
@@ -51,6 +41,16 @@ SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %
 """
 
 SETTLE = "SELECT ledger_settle()"
+
+# A settled backfill's events (appends.backfill_outcomes): appended by it, there before it, or refused.
+BACKFILL_OUTCOMES = """
+SELECT q.event_id,
+       CASE WHEN e.source IS NULL THEN 'closed-history'
+            WHEN e.source = 'ingest' AND e.received_at = %s THEN 'appended'
+            ELSE 'duplicate' END
+FROM unnest(%s::text[]) AS q (event_id)
+LEFT JOIN LATERAL (SELECT x.source, x.received_at FROM events x WHERE x.event_id = q.event_id LIMIT 1) AS e ON true
+"""
 
 # For each price key (type, region, pricing model, zone), in the order given: the price in effect
 # at a moment (None: unpriced), where it comes from (on-demand, spot, on-demand fallback), and

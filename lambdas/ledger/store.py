@@ -124,7 +124,7 @@ class LedgerStore:
 
     def queue_backfill(self, transitions: Sequence[Transition], *, received_at: datetime) -> None:
         """Queue backfilled transitions, checked; the next settle appends those outside their hosts'
-        closed history (the history before it) and derives them."""
+        closed history (without this backfill's own events) and derives them."""
         with self._connections.connection() as connection:
             append_transitions(connection, transitions, source=INGEST, received_at=received_at)
 

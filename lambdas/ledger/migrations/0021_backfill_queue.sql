@@ -4,8 +4,9 @@
 -- a backfill append checks its events and queues them whole (ledger_backfill, no index: one insert
 -- into a heap); the next settle derives what is pending, then checks the queued events against the
 -- closed history that leaves, appends those outside it (a duplicate id is ignored, as ever) and
--- derives them. The closed history is the one before the backfill: a backfill's own events never
--- refuse each other, whatever its batches (0017 checked batch n against batches 1..n-1).
+-- derives them. The closed history is the one before the backfill (and what the meter appended
+-- until the settle): a backfill's own events never refuse each other, whatever its batches (0017
+-- checked batch n against batches 1..n-1).
 
 CREATE TABLE ledger_backfill (LIKE events INCLUDING CONSTRAINTS);  -- queued backfill; no index: read whole
 

@@ -1,5 +1,5 @@
 """A backfill (``source="ingest"``) is queued whole and settled later: the settle appends what is
-outside its hosts' closed history as it stood before the backfill, ignores duplicates, and derives."""
+outside its hosts' closed history without the backfill's own events, ignores duplicates, and derives."""
 
 from __future__ import annotations
 
