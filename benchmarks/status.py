@@ -171,8 +171,8 @@ def in_process_run(endpoint: str) -> tuple[float, float]:
     from rich.console import Console
 
     from cli.oncall.collector import collector_paused
-    from cli.oncall.fleet import fleet_status
-    from cli.oncall.status_view import print_status, select
+    from cli.oncall.fleet.status import fleet_status
+    from cli.oncall.fleet.status_view import print_status, select
     from guardrails.settings import settings_from_environment
     from lambdas.aws import clients
 

@@ -31,10 +31,10 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
 
-    from cli.oncall.deploy_abort import AbortResult
-    from cli.oncall.deploy_phases import DeployResult, DeployTarget
-    from cli.oncall.deploy_runtime import ServiceAt
-    from cli.oncall.revisions import TaskDefinitionFacts
+    from cli.oncall.deploy.abort import AbortResult
+    from cli.oncall.deploy.phases import DeployResult, DeployTarget
+    from cli.oncall.deploy.revisions import TaskDefinitionFacts
+    from cli.oncall.deploy.runtime import ServiceAt
 
 
 def rollout_options(*, canary_takes: str, draining: str) -> Callable[[F], F]:
@@ -121,7 +121,7 @@ def deploy(
           --image 123456789012.dkr.ecr.us-east-1.amazonaws.com/inference:9e8d7c6
       parkbrake deploy inference --stack dev --abort
     """
-    from cli.oncall.deploy_phases import DeployTarget
+    from cli.oncall.deploy.phases import DeployTarget
     from stacks.config import stack_file
 
     target = DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir))
@@ -167,10 +167,10 @@ def rollback(
     Example:
       parkbrake rollback inference --stack dev
     """
-    from cli.oncall.deploy_phases import DeployTarget
-    from cli.oncall.deploy_runtime import Runtime, ServiceAt
-    from cli.oncall.traffic import colour_weights
-    from cli.oncall.verified_revisions import previous_verified
+    from cli.oncall.deploy.phases import DeployTarget
+    from cli.oncall.deploy.runtime import Runtime, ServiceAt
+    from cli.oncall.deploy.traffic import colour_weights
+    from cli.oncall.deploy.verified_revisions import previous_verified
     from stacks.config import stack_file
 
     target = DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir))
@@ -210,10 +210,10 @@ class DeploySettings:
 def _deploy(
     target: DeployTarget, *, image: str, revision: str, allow_tag: bool, settings: DeploySettings
 ) -> None:
-    from cli.oncall.blue_green_deploy import BlueGreenDeploy
-    from cli.oncall.deploy_phases import DeployRequest
-    from cli.oncall.deploy_runtime import Runtime, ServiceAt
-    from cli.oncall.revisions import resolve_image, revision_text
+    from cli.oncall.deploy.blue_green import BlueGreenDeploy
+    from cli.oncall.deploy.phases import DeployRequest
+    from cli.oncall.deploy.revisions import resolve_image, revision_text
+    from cli.oncall.deploy.runtime import Runtime, ServiceAt
 
     runtime = Runtime.of(click.get_current_context().obj)
     request = DeployRequest(
@@ -250,8 +250,8 @@ def _deploy(
 
 
 def _abort(target: DeployTarget, *, timeout: timedelta, dry_run: bool, yes: bool, output: str) -> None:
-    from cli.oncall.deploy_abort import abort_deploy
-    from cli.oncall.deploy_runtime import Runtime, ServiceAt
+    from cli.oncall.deploy.abort import abort_deploy
+    from cli.oncall.deploy.runtime import Runtime, ServiceAt
 
     runtime = Runtime.of(click.get_current_context().obj)
     with ConsoleProgress(quiet=output == "json") as progress:
@@ -294,7 +294,7 @@ def _print_abort(result: AbortResult) -> None:
 
 
 def _serving_facts(at: ServiceAt, colour: str) -> TaskDefinitionFacts:
-    from cli.oncall.revision_checks import primary_facts
+    from cli.oncall.deploy.revision_checks import primary_facts
 
     _, facts = primary_facts(at.clients.ecs, at.source, at.target.cluster, at.service(colour))
     if facts is None:

@@ -234,7 +234,7 @@ def exporter(port: int, address: str, cache_seconds: float, stack: str | None, o
     Example:
       parkbrake exporter --port 9108
     """
-    from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
+    from cli.oncall.fleet.metrics import HeartbeatCollector, UnmanagedHostsCollector
     from cli.usage.budgets import metering_settings
     from guardrails.settings import settings_from_environment
     from lambdas.aws.clients import client

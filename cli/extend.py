@@ -55,7 +55,7 @@ def extend(
     Example:
       parkbrake extend i-0abc123def4567890 --stack dev --by 1h --reason "eval finishing, ETA 40m"
     """
-    from cli.oncall import extend as engine
+    from cli.oncall.deadlines import extend as engine
     from cli.oncall.regions import choose_regions
     from lambdas.aws.environment import default_clients
 

@@ -21,9 +21,9 @@ from cli.options import (
 )
 
 if TYPE_CHECKING:
-    from cli.oncall.emergency_park import EmergencyResult
-    from cli.oncall.park_records import ParkedBy
-    from cli.oncall.park_switch import ParkPlan
+    from cli.oncall.park.emergency import EmergencyResult
+    from cli.oncall.park.records import ParkedBy
+    from cli.oncall.park.switch import ParkPlan
 
 
 def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -150,7 +150,7 @@ def _run(
 def _run_config(
     *, parked: bool, stack: str, project_dir: Path, apply: bool, dry_run: bool, yes: bool, output: str
 ) -> None:
-    from cli.oncall.park_switch import apply_stack, plan_park, require_pulumi_cli, write_parked
+    from cli.oncall.park.switch import apply_stack, plan_park, require_pulumi_cli, write_parked
 
     if apply and not dry_run:
         require_pulumi_cli()  # before anything changes
@@ -196,8 +196,8 @@ def _run_now(
     yes: bool,
     output: str,
 ) -> None:
-    from cli.oncall.emergency_park import park_now, unpark_now
-    from cli.oncall.park_switch import config_parked, stack_region
+    from cli.oncall.park.emergency import park_now, unpark_now
+    from cli.oncall.park.switch import config_parked, stack_region
     from lambdas.aws.clients import client
 
     region = stack_region(stack, project_dir, region)
@@ -245,7 +245,7 @@ def _parked_by(region: str) -> ParkedBy:
 
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from cli.oncall.park_records import ParkedBy
+    from cli.oncall.park.records import ParkedBy
     from lambdas.aws.clients import client
 
     try:

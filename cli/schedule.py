@@ -19,7 +19,7 @@ region_option = click.option(
 
 
 def _scheduler(stack: str, region: str | None) -> tuple[Any, str]:
-    from cli.oncall.park_switch import stack_region
+    from cli.oncall.park.switch import stack_region
     from lambdas.aws.clients import client
 
     chosen = stack_region(stack, Path("."), region)
@@ -48,7 +48,7 @@ def list_command(stack: str, region: str | None, output: str) -> None:
     Example:
       parkbrake schedule list --stack dev
     """
-    from cli.oncall.nightly import closed_days_of, list_schedules, schedule_group_exists
+    from cli.oncall.nightly.schedules import closed_days_of, list_schedules, schedule_group_exists
     from guardrails import names
     from guardrails.errors import ParkbrakeError
     from lambdas.aws.clients import client
@@ -145,7 +145,7 @@ def _change_state(
     yes: bool,
     output: str,
 ) -> None:
-    from cli.oncall.nightly import change_state
+    from cli.oncall.nightly.schedules import change_state
 
     scheduler, chosen = _scheduler(stack, region)
     if not dry_run:
@@ -186,7 +186,7 @@ def run_now_command(
     Example:
       parkbrake schedule run-now parkbrake-dev-nightly-training --stack dev --dry-run
     """
-    from cli.oncall.nightly import run_now
+    from cli.oncall.nightly.schedules import run_now
     from lambdas.aws.clients import client
     from lambdas.launcher import budget_gate
 

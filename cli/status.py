@@ -70,9 +70,9 @@ def show_status(
     stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str
 ) -> None:
     """Read the fleet (every client from one session) and print it as text or JSON."""
-    from cli.oncall.fleet import fleet_status
+    from cli.oncall.fleet.status import fleet_status
+    from cli.oncall.fleet.status_view import parse_filters, select
     from cli.oncall.regions import choose_regions
-    from cli.oncall.status_view import parse_filters, select
     from guardrails.settings import REGIONS, ledger_configured, settings_from_environment
     from lambdas.aws.clients import one_session_clients
 
@@ -95,7 +95,7 @@ def show_status(
         click.echo(json.dumps(shown.as_dict(), indent=2))
     else:
         from cli.console import console as make_console
-        from cli.oncall.status_view import print_status
+        from cli.oncall.fleet.status_view import print_status
 
         print_status(make_console(), shown, filters=filters)
     if report.errors:

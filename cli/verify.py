@@ -13,7 +13,7 @@ from cli.options import output_option, stack_option
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from cli.oncall.revision_checks import RevisionReport
+    from cli.oncall.deploy.revision_checks import RevisionReport
 
 
 @click.command()
@@ -46,9 +46,9 @@ def verify(
     Example:
       parkbrake verify inference --stack dev --revision 9e8d7c6 --url https://inference.example.com
     """
-    from cli.oncall.deploy_runtime import Runtime
-    from cli.oncall.revision_checks import verify_revision
-    from cli.oncall.revisions import resolve_image, revision_text
+    from cli.oncall.deploy.revision_checks import verify_revision
+    from cli.oncall.deploy.revisions import resolve_image, revision_text
+    from cli.oncall.deploy.runtime import Runtime
     from guardrails import names
 
     runtime = Runtime.of(click.get_current_context().obj)

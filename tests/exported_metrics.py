@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import Metric
 
 from cli.exporter import LedgerCollector
 from cli.host.nvml_agent import GpuMetrics
-from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
+from cli.oncall.fleet.metrics import HeartbeatCollector, UnmanagedHostsCollector
 from lambdas.ledger.store import LedgerStore
 from services.inference.metrics import ServiceMetrics
 

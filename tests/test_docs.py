@@ -22,7 +22,7 @@ TOP_LEVEL = {
     ).stdout.splitlines()
     if not name.startswith(".")
 }
-# A backticked token or a markdown link target that looks like a path: `cli/oncall/fleet.py`, `docs/x.md`.
+# A backticked token or a markdown link target that looks like a path: `cli/oncall/fleet/status.py`, `docs/x.md`.
 CODE_SPAN = re.compile(r"`([^`\s]+)`")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 FILE_SUFFIXES = (".py", ".md", ".yaml", ".yml", ".json", ".sql", ".toml", ".sh", ".jsonl")

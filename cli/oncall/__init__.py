@@ -1,1 +1,3 @@
-"""On-call engines the commands drive: blue-green deploys, revision checks, emergency park, fleet status, nightly schedules, stack-file edits."""
+"""On-call engines the commands drive, one sub-package each (``deploy``, ``fleet``, ``park``, ``nightly``,
+``deadlines``), and the helpers more than one command shares (regions, stack-file edits and inventory,
+terminal tables, threads, the paused collector, Lambda code run in-process)."""

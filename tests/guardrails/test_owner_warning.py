@@ -171,7 +171,7 @@ def test_an_extension_needs_a_reason_that_fits_a_tag() -> None:
 
 
 def test_the_docs_show_the_extension_as_the_code_prints_it() -> None:
-    from cli.oncall.extend import describe
+    from cli.oncall.deadlines.extend import describe
     from guardrails.settings import Settings
 
     warning = example_warning()

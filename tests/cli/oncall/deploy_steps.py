@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.blue_green_deploy import BlueGreenDeploy
-from cli.oncall.deploy_phases import DeployRequest, DeployTarget
-from cli.oncall.deploy_runtime import AwsClients, Runtime, ServiceAt
-from cli.oncall.revisions import resolve_image
+from cli.oncall.deploy.blue_green import BlueGreenDeploy
+from cli.oncall.deploy.phases import DeployRequest, DeployTarget
+from cli.oncall.deploy.revisions import resolve_image
+from cli.oncall.deploy.runtime import AwsClients, Runtime, ServiceAt
 from tests.cli.oncall.inference_fleet import (
     NEW_REVISION,
     STACK,

@@ -15,7 +15,7 @@ deployment's). :class:`SimulatedScheduler` plays ECS's scheduler on top of moto:
   ``circuit_breaker`` ECS's rollback is played: the deployment FAILS and a new PRIMARY deployment of
   the previous task definition completes, and the service's task definition is set back.
 
-It implements :class:`cli.oncall.revisions.RolloutSource`, the one seam the deploy and verify have.
+It implements :class:`cli.oncall.deploy.revisions.RolloutSource`, the one seam the deploy and verify have.
 """
 
 from __future__ import annotations
@@ -32,15 +32,15 @@ from typing import Any
 
 import boto3
 
-from cli.oncall.deploy_runtime import AwsClients, Runtime
-from cli.oncall.revisions import (
+from cli.oncall.deploy.revisions import (
     Deployment,
     Rollout,
     RunningTask,
     TaskDefinitionFacts,
     task_definition_facts,
 )
-from cli.oncall.surge_host import SURGE_TAG
+from cli.oncall.deploy.runtime import AwsClients, Runtime
+from cli.oncall.deploy.surge_host import SURGE_TAG
 from guardrails import names, tags
 from tests.cli.oncall.ops_fleet import demo_fleet
 from tests.conftest import REPO_ROOT, TEST_REGION

@@ -14,9 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.deploy_phases import DeployResult
-from cli.oncall.deploy_runtime import AwsClients
-from cli.oncall.surge_host import SURGE_TAG
+from cli.oncall.deploy.phases import DeployResult
+from cli.oncall.deploy.runtime import AwsClients
+from cli.oncall.deploy.surge_host import SURGE_TAG
 from guardrails import names, tags
 from lambdas.aws.clients import RETRIES
 from stacks.config import load_stack_config

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.deploy_runtime import AwsClients
+from cli.oncall.deploy.runtime import AwsClients
 from lambdas.aws.clients import RETRIES
 from tests.cli.oncall.deploy_steps import (
     TIMEOUT,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from cli.oncall.fleet_metrics import HeartbeatCollector, UnmanagedHostsCollector
+from cli.oncall.fleet.metrics import HeartbeatCollector, UnmanagedHostsCollector
 from lambdas.aws import heartbeat
 from lambdas.aws.clients import client
 

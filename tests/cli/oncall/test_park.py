@@ -31,7 +31,7 @@ from ops_fleet import (
 )
 
 from cli.main import parkbrake
-from cli.oncall.emergency_park import park_now
+from cli.oncall.park.emergency import park_now
 from guardrails import names, tags
 from lambdas.aws.environment import ClientFactory
 from tests.cli.oncall.terminal import WAIT_SECONDS, on_terminal, read_until

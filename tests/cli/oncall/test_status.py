@@ -20,8 +20,8 @@ from ops_fleet import BERLIN, REGION, STACK, aws_client, close_days, project_cop
 from rich.console import Console
 
 from cli.main import parkbrake
-from cli.oncall.fleet import fleet_status
-from cli.oncall.status_view import parse_filters, print_status, select
+from cli.oncall.fleet.status import fleet_status
+from cli.oncall.fleet.status_view import parse_filters, print_status, select
 from guardrails import names
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings

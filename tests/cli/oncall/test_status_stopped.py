@@ -11,8 +11,8 @@ from aws_fault_proxy import FaultProxy
 from guardrail_fleet import AMI, REGION, STACK, client_factory, managed_tags
 from rich.console import Console
 
-from cli.oncall.fleet import FleetStatus, fleet_status
-from cli.oncall.status_view import parse_filters, print_status, select
+from cli.oncall.fleet.status import FleetStatus, fleet_status
+from cli.oncall.fleet.status_view import parse_filters, print_status, select
 from guardrails import tags
 from guardrails.hosts import stopped_since
 from guardrails.settings import Settings

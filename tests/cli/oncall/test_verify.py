@@ -16,9 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.deploy_runtime import Runtime
-from cli.oncall.revision_checks import RevisionReport, check_service, verify_revision
-from cli.oncall.revisions import EcsRolloutSource, ImageReference
+from cli.oncall.deploy.revision_checks import RevisionReport, check_service, verify_revision
+from cli.oncall.deploy.revisions import EcsRolloutSource, ImageReference
+from cli.oncall.deploy.runtime import Runtime
 from guardrails.errors import InputError
 from tests.cli.oncall.inference_fleet import (
     NEW_REVISION,

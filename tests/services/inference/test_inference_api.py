@@ -366,7 +366,7 @@ def test_healthz_is_503_until_the_model_is_loaded(start_server, service_database
 
 
 def test_verify_reads_the_running_revision_from_version(service: InferenceServer):
-    from cli.oncall.revision_checks import check_version_endpoint
+    from cli.oncall.deploy.revision_checks import check_version_endpoint
 
     assert check_version_endpoint(service.url, "test-revision").passed
     wrong = check_version_endpoint(service.url, "0123abc")

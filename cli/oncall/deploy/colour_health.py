@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from cli.oncall.deploy_runtime import ServiceAt
-from cli.oncall.revisions import TaskDefinitionFacts, describe_service, task_definition_facts
-from cli.oncall.surge_host import POLL_SECONDS
+from cli.oncall.deploy.revisions import TaskDefinitionFacts, describe_service, task_definition_facts
+from cli.oncall.deploy.runtime import ServiceAt
+from cli.oncall.deploy.surge_host import POLL_SECONDS
 from guardrails.durations import format_duration
 
 

@@ -12,7 +12,7 @@ that serves, and the next ``parkbrake deploy`` resumes it or rolls it back from 
     DONE      all traffic on SHA, the old colour at zero            → remove surge host, flip live_colour
     FOREIGN   another revision is half-deployed on the idle colour  → roll it back first
 
-Any failure before the old colour is scaled in rolls back (``cli/oncall/colour_retreat.py``): all
+Any failure before the old colour is scaled in rolls back (``cli/oncall/deploy/colour_retreat.py``): all
 traffic to the old colour, the new colour to zero, the surge host removed. Verification runs while
 the old colour still has its tasks, so a failed verify is as cheap to undo as a failed health check.
 The units it drives: ``colour_health`` (waits), ``task_definition_copy`` (the pinned copy),
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from cli.oncall.colour_health import ColourHealth, DeployFailure
-from cli.oncall.colour_retreat import FULL_WEIGHT, Retreat
-from cli.oncall.deploy_phases import (
+from cli.oncall.deploy.colour_health import ColourHealth, DeployFailure
+from cli.oncall.deploy.colour_retreat import FULL_WEIGHT, Retreat
+from cli.oncall.deploy.phases import (
     ColourState,
     DeployRequest,
     DeployResult,
@@ -35,14 +35,14 @@ from cli.oncall.deploy_phases import (
     Situation,
     classify,
 )
-from cli.oncall.deploy_runtime import ServiceAt
-from cli.oncall.revision_checks import RevisionReport, check_service, route_checks
-from cli.oncall.revisions import describe_service
+from cli.oncall.deploy.revision_checks import RevisionReport, check_service, route_checks
+from cli.oncall.deploy.revisions import describe_service
+from cli.oncall.deploy.runtime import ServiceAt
+from cli.oncall.deploy.surge_host import POLL_SECONDS
+from cli.oncall.deploy.task_definition_copy import register_pinned
+from cli.oncall.deploy.traffic import colour_traffic, colour_weights, routes_to
+from cli.oncall.deploy.verified_revisions import mark_verified
 from cli.oncall.stack_file import set_config_value
-from cli.oncall.surge_host import POLL_SECONDS
-from cli.oncall.task_definition_copy import register_pinned
-from cli.oncall.traffic import colour_traffic, colour_weights, routes_to
-from cli.oncall.verified_revisions import mark_verified
 from guardrails import names
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from cli.oncall.colour_retreat import FULL_WEIGHT, Retreat
-from cli.oncall.deploy_runtime import ServiceAt
-from cli.oncall.revisions import describe_service
-from cli.oncall.traffic import colour_weights
+from cli.oncall.deploy.colour_retreat import FULL_WEIGHT, Retreat
+from cli.oncall.deploy.revisions import describe_service
+from cli.oncall.deploy.runtime import ServiceAt
+from cli.oncall.deploy.traffic import colour_weights
 from guardrails import names
 from guardrails.errors import ParkbrakeError
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
-from cli.oncall.nightly import Schedule, list_schedules, set_state
-from cli.oncall.park_records import ParkedBy, decode_record, encode_record
+from cli.oncall.nightly.schedules import Schedule, list_schedules, set_state
+from cli.oncall.park.records import ParkedBy, decode_record, encode_record
 from cli.oncall.stack_inventory import (
     ECS_DESIRED_COUNT,
     cluster_services,

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cli.oncall.fitted_table import Column, fitted_table
-from cli.oncall.fleet import FleetStatus, HostStatus, StackStatus
+from cli.oncall.fleet.status import FleetStatus, HostStatus, StackStatus
 from guardrails import names, tags
 from guardrails.durations import format_duration
 from guardrails.errors import InputError

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from cli.oncall.deploy_runtime import ServiceAt
-from cli.oncall.revisions import TaskDefinitionFacts, describe_service, task_definition_facts
+from cli.oncall.deploy.revisions import TaskDefinitionFacts, describe_service, task_definition_facts
+from cli.oncall.deploy.runtime import ServiceAt
 from guardrails import tags
 
 

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cli.oncall.park_records import ParkRecord
+from cli.oncall.deploy.traffic import routes_to
+from cli.oncall.park.records import ParkRecord
 from cli.oncall.stack_inventory import managed_groups
-from cli.oncall.traffic import routes_to
 from guardrails import tags
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cli.oncall.revisions import existing_services, list_service_names
+from cli.oncall.deploy.revisions import existing_services, list_service_names
 from guardrails import names
 from guardrails.errors import ParkbrakeError
 

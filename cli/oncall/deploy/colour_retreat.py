@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from cli.oncall.deploy_runtime import ServiceAt
-from cli.oncall.revisions import describe_service
-from cli.oncall.surge_host import SurgeHost
-from cli.oncall.traffic import forward_weights
+from cli.oncall.deploy.revisions import describe_service
+from cli.oncall.deploy.runtime import ServiceAt
+from cli.oncall.deploy.surge_host import SurgeHost
+from cli.oncall.deploy.traffic import forward_weights
 
 FULL_WEIGHT = 100
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cli.oncall.revisions import TaskDefinitionFacts
+from cli.oncall.deploy.revisions import TaskDefinitionFacts
 from guardrails import names, tags
 
 # The variable the container reads its revision from (e.g. to answer /version).

@@ -2,7 +2,7 @@
 
 A deploy never keeps its own state. Before every step it observes the listener weights, each
 colour's desired count and task definition (with its revision label), and the surge mark on the GPU
-pool, and :func:`classify` names the phase from that alone; see ``cli/oncall/blue_green_deploy.py`` for the steps.
+pool, and :func:`classify` names the phase from that alone; see ``cli/oncall/deploy/blue_green.py`` for the steps.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from cli.oncall.revision_checks import RevisionReport
-from cli.oncall.revisions import ResolvedImage, Rollout, TaskDefinitionFacts
+from cli.oncall.deploy.revision_checks import RevisionReport
+from cli.oncall.deploy.revisions import ResolvedImage, Rollout, TaskDefinitionFacts
+from cli.oncall.deploy.surge_host import SurgeMark
 from cli.oncall.stack_file import ConfigEdit, read_config_value
-from cli.oncall.surge_host import SurgeMark
 from guardrails import names
 from guardrails.errors import InputError, ParkbrakeError
 

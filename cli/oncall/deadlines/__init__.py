@@ -1,0 +1,1 @@
+"""``parkbrake extend``: moving one host's deadline, with who, when and why recorded."""

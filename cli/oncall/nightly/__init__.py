@@ -1,0 +1,1 @@
+"""A stack's nightly schedules (EventBridge Scheduler) as ``parkbrake schedule`` sees them."""

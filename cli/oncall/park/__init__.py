@@ -1,0 +1,2 @@
+"""``parkbrake park`` / ``unpark``: the reviewed switch in the stack file, the ``--now`` emergency path, and
+the records the emergency path leaves in AWS."""
