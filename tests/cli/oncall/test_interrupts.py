@@ -126,7 +126,7 @@ DEPLOY_IN_REAL_TIME = """
 import sys, time
 from pathlib import Path
 from cli.main import parkbrake
-from tests.cli.oncall.inference_fleet import STACK, SimulatedScheduler, VirtualClock, build_fleet, runtime
+from tests.cli.oncall.deploy.inference_fleet import STACK, SimulatedScheduler, VirtualClock, build_fleet, runtime
 
 class PacedClock(VirtualClock):
     # Each 15 s poll takes 20 ms of real time, so a real Ctrl-C lands in a wait, as it would.

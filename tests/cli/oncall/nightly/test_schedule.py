@@ -13,12 +13,22 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
-from ops_fleet import BERLIN, REGION, STACK, aws_client, capacity, close_days, project_copy, schedule, seed
 
 from cli.main import parkbrake
 from cli.oncall.nightly.schedules import closed_days_of, get_schedule, next_occurrence, run_now
 from guardrails import names
 from guardrails.launch import Admission, AdmissionRequest, required_cost
+from tests.cli.oncall.ops_fleet import (
+    BERLIN,
+    REGION,
+    STACK,
+    aws_client,
+    capacity,
+    close_days,
+    project_copy,
+    schedule,
+    seed,
+)
 
 GROUP = names.schedule_group(STACK)
 NIGHTLY = names.nightly_schedule(STACK, "training")

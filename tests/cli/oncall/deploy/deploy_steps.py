@@ -14,7 +14,7 @@ from cli.oncall.deploy.blue_green import BlueGreenDeploy
 from cli.oncall.deploy.phases import DeployRequest, DeployTarget
 from cli.oncall.deploy.revisions import resolve_image
 from cli.oncall.deploy.runtime import AwsClients, Runtime, ServiceAt
-from tests.cli.oncall.inference_fleet import (
+from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
     STACK,
     InferenceFleet,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from ops_fleet import STACK, project_copy
 
 from cli.main import parkbrake
 from cli.oncall.stack_file import read_config_value, set_config_value
 from guardrails.errors import InputError
+from tests.cli.oncall.ops_fleet import STACK, project_copy
 
 
 def invoke(*arguments: str) -> Result:

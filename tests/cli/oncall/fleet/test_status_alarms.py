@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
-from ops_fleet import REGION, STACK, aws_client, demo_fleet, project_copy, seed
 
 from cli.main import parkbrake
 from cli.oncall.stack_file import set_config_value
 from guardrails import names
+from tests.cli.oncall.ops_fleet import REGION, STACK, aws_client, demo_fleet, project_copy, seed
 
 ADDRESS = demo_fleet.ALARM_EMAIL
 CONFIRMED_LINE = f"alarms {STACK} → {ADDRESS} confirmed"

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from cli.main import parkbrake
 from cli.oncall.deploy.runtime import AwsClients
 from lambdas.aws.clients import RETRIES
-from tests.cli.oncall.deploy_steps import (
+from tests.cli.oncall.deploy.deploy_steps import (
     TIMEOUT,
     assert_no_surge,
     assert_serving,
@@ -25,7 +25,7 @@ from tests.cli.oncall.deploy_steps import (
     invoke,
     live_colour,
 )
-from tests.cli.oncall.inference_fleet import (
+from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
     OLD_REVISION,
     OTHER_REVISION,

@@ -20,7 +20,7 @@ from cli.oncall.deploy.revision_checks import RevisionReport, check_service, ver
 from cli.oncall.deploy.revisions import EcsRolloutSource, ImageReference
 from cli.oncall.deploy.runtime import Runtime
 from guardrails.errors import InputError
-from tests.cli.oncall.inference_fleet import (
+from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
     OLD_REVISION,
     OTHER_REVISION,

@@ -16,7 +16,6 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
-from ops_fleet import BERLIN, REGION, STACK, aws_client, close_days, project_copy, seed
 from rich.console import Console
 
 from cli.main import parkbrake
@@ -26,6 +25,7 @@ from guardrails import names
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
 from lambdas.aws.clients import client
+from tests.cli.oncall.ops_fleet import BERLIN, REGION, STACK, aws_client, close_days, project_copy, seed
 
 OTHER_REGION = "us-west-2"
 PRICES = {"g5.xlarge": Decimal("1.006"), "g5.12xlarge": Decimal("5.672"), "g6.xlarge": Decimal("0.8048")}

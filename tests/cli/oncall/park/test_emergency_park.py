@@ -1,4 +1,4 @@
-"""``parkbrake park`` / ``unpark``: the config edit and its plan, and the ``--now`` emergency path, against moto."""
+"""``parkbrake park --now`` / ``unpark --now``: the emergency path straight through the AWS API, against moto."""
 
 from __future__ import annotations
 
@@ -16,7 +16,12 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from click.testing import CliRunner, Result
 from guardrail_fleet import client_factory
-from ops_fleet import (
+
+from cli.main import parkbrake
+from cli.oncall.park.emergency import park_now
+from guardrails import names, tags
+from lambdas.aws.environment import ClientFactory
+from tests.cli.oncall.ops_fleet import (
     REGION,
     STACK,
     aws_client,
@@ -29,11 +34,6 @@ from ops_fleet import (
     seed,
     service,
 )
-
-from cli.main import parkbrake
-from cli.oncall.park.emergency import park_now
-from guardrails import names, tags
-from lambdas.aws.environment import ClientFactory
 from tests.cli.oncall.terminal import WAIT_SECONDS, on_terminal, read_until
 
 TRAINING = names.autoscaling_group(STACK, "training")

@@ -21,7 +21,7 @@ from guardrails import names, tags
 from lambdas.aws.clients import RETRIES
 from stacks.config import load_stack_config
 from tests.aws_fault_proxy import FaultProxy
-from tests.cli.oncall.deploy_steps import (
+from tests.cli.oncall.deploy.deploy_steps import (
     BAKE,
     TIMEOUT,
     CtrlCDuringBake,
@@ -32,7 +32,7 @@ from tests.cli.oncall.deploy_steps import (
     invoke,
     live_colour,
 )
-from tests.cli.oncall.inference_fleet import (
+from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
     OLD_REVISION,
     OTHER_REVISION,
