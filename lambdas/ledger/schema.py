@@ -103,15 +103,23 @@ def migrations(folder: Path = MIGRATIONS) -> list[Migration]:
 def function_files(folder: Path = FUNCTIONS) -> list[FunctionFile]:
     """The folder's function files in the order its order.txt lists them; each .sql file listed once."""
     order = folder / FUNCTION_ORDER
+    if not order.is_file():
+        raise LedgerError(
+            f"{folder.name}/ has no {FUNCTION_ORDER}; list its .sql files there in the order they apply"
+        )
     names: list[str] = []
     for number, line in enumerate(order.read_text().splitlines(), start=1):
         name = line.split("#", 1)[0].strip()
         if not name:
             continue
         if _FUNCTION_FILE_NAME.fullmatch(name) is None:
-            raise LedgerError(f"{folder.name}/{FUNCTION_ORDER} line {number}: {name!r} is not a name like settle.sql")
+            raise LedgerError(
+                f"{folder.name}/{FUNCTION_ORDER} line {number}: {name!r} is not a name like settle.sql"
+            )
         if name in names:
-            raise LedgerError(f"{folder.name}/{FUNCTION_ORDER} line {number}: {name} is listed twice; list it once")
+            raise LedgerError(
+                f"{folder.name}/{FUNCTION_ORDER} line {number}: {name} is listed twice; list it once"
+            )
         if not (folder / name).is_file():
             raise LedgerError(
                 f"{folder.name}/{FUNCTION_ORDER} line {number}: there is no {folder.name}/{name}; "
@@ -127,7 +135,9 @@ def function_files(folder: Path = FUNCTIONS) -> list[FunctionFile]:
 
 
 def apply_migrations(
-    connection: psycopg.Connection[Any], available: Sequence[Migration], functions: Sequence[FunctionFile] = ()
+    connection: psycopg.Connection[Any],
+    available: Sequence[Migration],
+    functions: Sequence[FunctionFile] = (),
 ) -> list[str]:
     """Apply pending migrations in order, then every function file whose checksum is not the one last
     applied, in order, inside the caller's transaction; safe from many processes."""

@@ -1,5 +1,6 @@
 -- Admission: money reserved for hosts about to start (hosts × price × cap), released, or claimed
--- by each host's first `running` as it is derived. See docs/ledger.md (*Admission: reserve before starting*).
+-- by each host's first `running` as it is derived. See docs/ledger.md (*Admission: reserve before
+-- starting*).
 -- Applied after the numbered migrations, and again whenever this file changes (see schema.py).
 -- CREATE OR REPLACE resets a function's settings: each function's follow it, with its privileges.
 

@@ -226,8 +226,9 @@ def test_function_files_come_in_the_order_their_list_gives(tmp_path: Path) -> No
             r"order\.txt line 2: there is no functions/gone\.sql",
         ),
         ({"order.txt": "A file.sql\n"}, r"order\.txt line 1: 'A file\.sql' is not a name like settle\.sql"),
+        ({"a.sql": ""}, r"functions/ has no order\.txt; list its \.sql files there"),
     ],
-    ids=["unlisted", "twice", "missing", "bad-name"],
+    ids=["unlisted", "twice", "missing", "bad-name", "no-list"],
 )
 def test_a_function_file_list_that_disagrees_with_the_folder_is_refused(
     tmp_path: Path, files: dict[str, str], message: str
