@@ -25,6 +25,21 @@ CREATE TABLE IF NOT EXISTS ledger_migrations (
 )
 """
 
+# The function files (lambdas/ledger/functions/) as last applied: a file is applied again when its
+# checksum is not this one.
+FUNCTION_FILES_TABLE = """
+CREATE TABLE IF NOT EXISTS ledger_function_files (
+    name       text        PRIMARY KEY,
+    checksum   text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+RECORD_FUNCTION_FILE = """
+INSERT INTO ledger_function_files (name, checksum) VALUES (%s, %s)
+ON CONFLICT (name) DO UPDATE SET checksum = excluded.checksum, applied_at = now()
+"""
+
 # The one way events enter the ledger (a SECURITY DEFINER function): each event's outcome.
 APPEND_EVENTS = """
 SELECT event_id, outcome

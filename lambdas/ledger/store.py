@@ -41,7 +41,7 @@ from lambdas.ledger import budgets
 from lambdas.ledger import queries as sql
 from lambdas.ledger.appends import INGEST, AppendResult, append_transitions, backfill_outcomes, settle
 from lambdas.ledger.connections import Connections, PooledConnections, SingleConnection, database_url
-from lambdas.ledger.schema import Migration, apply_migrations, migrations
+from lambdas.ledger.schema import FunctionFile, Migration, apply_migrations, function_files, migrations
 
 UNBOUNDED_MS = 2**62  # the SQL side's ±infinity (ledger_ms)
 
@@ -102,10 +102,18 @@ class LedgerStore:
         with self._connections.connection() as connection:
             return settle(connection)
 
-    def migrate(self, available: Sequence[Migration] | None = None) -> list[str]:
-        """Apply pending migrations in order, in one transaction; safe to run from many processes."""
+    def migrate(
+        self, available: Sequence[Migration] | None = None, functions: Sequence[FunctionFile] | None = None
+    ) -> list[str]:
+        """Apply pending migrations in order, then the function files that changed, in one transaction;
+        safe to run from many processes. The function files are written for the schema the last
+        migration leaves: to stop at an older migration, pass ``functions=()``."""
         with self._transaction() as connection:
-            return apply_migrations(connection, migrations() if available is None else available)
+            return apply_migrations(
+                connection,
+                migrations() if available is None else available,
+                function_files() if functions is None else functions,
+            )
 
     def append(
         self, transitions: Sequence[Transition], *, source: str, received_at: datetime

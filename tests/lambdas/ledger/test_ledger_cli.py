@@ -29,7 +29,7 @@ from cli.main import parkbrake
 from cli.usage.ingest import host_groups
 from guardrails import names
 from guardrails.ledger import StateChange
-from lambdas.ledger.schema import migrations
+from lambdas.ledger.schema import function_files, migrations
 
 WINDOW = ["--since", "2036-05-05", "--until", "2036-05-06T00:00:00Z"]
 
@@ -81,7 +81,8 @@ def test_migrate_applies_then_reports_up_to_date(
 ) -> None:
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", empty_database_url)
     first = invoke("ledger", "migrate")
-    applied = ", ".join(f"{migration.version:04d}_{migration.name}" for migration in migrations())
+    numbered = [f"{migration.version:04d}_{migration.name}" for migration in migrations()]
+    applied = ", ".join(numbered + [f"functions/{function_file.name}" for function_file in function_files()])
     assert applied.startswith("0001_ledger")
     assert first.exit_code == 0
     applied_line, recorded = first.stdout.strip().splitlines()

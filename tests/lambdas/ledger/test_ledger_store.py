@@ -22,7 +22,7 @@ from guardrails.errors import InputError
 from guardrails.ledger import Transition, intervals_from, to_ms, usage_by_key
 from guardrails.runway import Budget, runway_totals
 from lambdas.ledger.connections import LedgerUnavailable, PooledConnections, database_url
-from lambdas.ledger.schema import LedgerError, Migration, migrations
+from lambdas.ledger.schema import LedgerError, Migration, function_files, migrations
 from lambdas.ledger.store import LedgerStore
 
 KEY = ("research", "training", "g5.xlarge")
@@ -41,7 +41,9 @@ def closed_port() -> int:
 
 
 def all_migrations() -> list[str]:
-    return [f"{migration.version:04d}_{migration.name}" for migration in migrations()]
+    """What a first ``migrate`` applies: every numbered migration, then every function file."""
+    numbered = [f"{migration.version:04d}_{migration.name}" for migration in migrations()]
+    return numbered + [f"functions/{function_file.name}" for function_file in function_files()]
 
 
 def test_migrations_apply_once_and_are_recorded(empty_database_url: str) -> None:

@@ -1,0 +1,147 @@
+-- The appends: the only way events enter the ledger. They check the events, store them and mark them
+-- pending (the next settle derives them), or queue a backfill. See docs/ledger.md (*Appends and
+-- settles*).
+-- Applied after the numbered migrations, and again whenever this file changes (see schema.py).
+-- CREATE OR REPLACE resets a function's settings: each function's follow it, with its privileges.
+
+-- A batch's rows, as events (and the backfill queue) store them.
+CREATE OR REPLACE FUNCTION ledger_batch_events(
+    event_ids text[], instance_ids text[], states text[], times_ms bigint[], attributed integer[],
+    tenant_names text[], pools text[], instance_types text[], accelerator_counts integer[], caps bigint[],
+    regions text[], pricing_models text[], zones text[], origin text, received timestamptz
+) RETURNS SETOF events
+LANGUAGE sql STABLE AS $$
+    SELECT b.event_id, b.instance_id, b.state, 'epoch'::timestamptz + b.at_ms * interval '1 millisecond',
+           tenant_names[b.a], pools[b.a], instance_types[b.a], accelerator_counts[b.a], caps[b.a], regions[b.a],
+           origin, received, b.at_ms, ledger_state_rank(b.state)::smallint, pricing_models[b.a], zones[b.a]
+    FROM unnest(event_ids, instance_ids, states, times_ms, attributed) AS b (event_id, instance_id, state, at_ms, a)
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_batch_events(text[], text[], text[], bigint[], integer[], text[], text[],
+    text[], integer[], bigint[], text[], text[], text[], text, timestamptz) FROM PUBLIC;
+
+-- Append a batch: check its events (source, state, attribution index, pricing model: a refusal names
+-- the event), store them and mark them pending, under the settle lock held shared. Times are
+-- milliseconds since the epoch, and each distinct attribution comes once, every event an index into
+-- them. A duplicate id is skipped; only the events not appended come back, as 'duplicate' (a batch
+-- appended whole answers with no rows). A backfill (source 'ingest') is queued whole instead: what
+-- became of each event is known after the next settle.
+CREATE OR REPLACE FUNCTION ledger_append_events(
+    event_ids text[], instance_ids text[], states text[], times_ms bigint[], attributed integer[],
+    tenant_names text[], pools text[], instance_types text[], accelerator_counts integer[], caps bigint[],
+    regions text[], pricing_models text[], zones text[], origin text, received timestamptz
+) RETURNS TABLE (event_id text, outcome text)
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+#variable_conflict use_column
+DECLARE
+    refused text;
+    appended text[];
+BEGIN
+    IF origin NOT IN ('meter', 'ingest', 'reconciler', 'replay') THEN
+        RAISE EXCEPTION 'source % is not one of meter, ingest, reconciler, replay', origin
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT format('event %s: %s', b.event_id,
+                  CASE WHEN ledger_state_rank(b.state) IS NULL THEN format('state %L is not an EC2 state', b.state)
+                       WHEN b.a IS NULL OR b.a NOT BETWEEN 1 AND coalesce(cardinality(tenant_names), 0)
+                           THEN format('attribution %s is not one of the batch''s %s', coalesce(b.a::text, 'NULL'),
+                                       coalesce(cardinality(tenant_names), 0))
+                       ELSE format('pricing model %L is not on-demand or spot', pricing_models[b.a]) END)
+    INTO refused
+    FROM unnest(event_ids, states, attributed) AS b (event_id, state, a)
+    WHERE ledger_state_rank(b.state) IS NULL OR b.a IS NULL OR b.a NOT BETWEEN 1 AND coalesce(cardinality(tenant_names), 0)
+       OR pricing_models[b.a] IS DISTINCT FROM 'on-demand' AND pricing_models[b.a] IS DISTINCT FROM 'spot'
+    LIMIT 1;
+    IF refused IS NOT NULL THEN
+        RAISE EXCEPTION '%', refused USING ERRCODE = 'check_violation';
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('parkbrake settle', 0));
+    IF origin = 'ingest' THEN  -- queued whole; what became of each event is known after the next settle
+        INSERT INTO ledger_backfill
+        SELECT * FROM ledger_batch_events(event_ids, instance_ids, states, times_ms, attributed, tenant_names, pools,
+                                          instance_types, accelerator_counts, caps, regions, pricing_models, zones,
+                                          origin, received);
+        RETURN;
+    END IF;
+    WITH inserted AS (
+        INSERT INTO events
+        SELECT * FROM ledger_batch_events(event_ids, instance_ids, states, times_ms, attributed, tenant_names, pools,
+                                          instance_types, accelerator_counts, caps, regions, pricing_models, zones,
+                                          origin, received)
+        ON CONFLICT (event_id) DO NOTHING
+        RETURNING events.event_id
+    )
+    SELECT array_agg(n.event_id) INTO appended FROM inserted n;
+    INSERT INTO ledger_pending (event_id) SELECT a FROM unnest(appended) AS a;
+    -- Only the events not appended come back: a batch appended whole answers with no rows.
+    IF cardinality(appended) = cardinality(event_ids) THEN
+        RETURN;
+    END IF;
+    RETURN QUERY
+    SELECT b.event_id, 'duplicate'
+    FROM unnest(event_ids) AS b (event_id)
+    LEFT JOIN unnest(appended) AS n (event_id) ON n.event_id = b.event_id
+    WHERE n.event_id IS NULL;
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION ledger_append_events(text[], text[], text[], bigint[], integer[], '
+                   'text[], text[], text[], integer[], bigint[], text[], text[], text[], text, '
+                   'timestamptz) SET search_path = %I, pg_temp', current_schema());
+END
+$$;
+ALTER FUNCTION ledger_append_events(text[], text[], text[], bigint[], integer[], text[], text[], text[],
+    integer[], bigint[], text[], text[], text[], text, timestamptz) SET plan_cache_mode = force_generic_plan;
+REVOKE EXECUTE ON FUNCTION ledger_append_events(text[], text[], text[], bigint[], integer[], text[], text[],
+    text[], integer[], bigint[], text[], text[], text[], text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_append_events(text[], text[], text[], bigint[], integer[], text[], text[],
+    text[], integer[], bigint[], text[], text[], text[], text, timestamptz) TO parkbrake_app;
+
+-- One event, as the meter appends it: the same append with scalar arguments, which cost a client and
+-- the server a fraction of one-element arrays; its time in milliseconds. A backfill, and an event
+-- the checks refuse, take the batch function (its checks, its messages; a backfill is answered
+-- 'queued').
+CREATE OR REPLACE FUNCTION ledger_append_event(
+    new_event_id text, new_instance_id text, new_state text, new_ms bigint, new_tenant text, new_pool text,
+    new_instance_type text, new_accelerators integer, new_cap_ms bigint, new_region text, new_pricing_model text,
+    new_zone text, origin text, received timestamptz
+) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    rank integer := ledger_state_rank(new_state);
+BEGIN
+    IF origin NOT IN ('meter', 'reconciler', 'replay') OR rank IS NULL
+       OR new_pricing_model IS DISTINCT FROM 'on-demand' AND new_pricing_model IS DISTINCT FROM 'spot' THEN
+        RETURN coalesce((SELECT a.outcome FROM ledger_append_events(
+            ARRAY[new_event_id], ARRAY[new_instance_id], ARRAY[new_state], ARRAY[new_ms], ARRAY[1], ARRAY[new_tenant],
+            ARRAY[new_pool], ARRAY[new_instance_type], ARRAY[new_accelerators], ARRAY[new_cap_ms],
+            ARRAY[new_region], ARRAY[new_pricing_model], ARRAY[new_zone], origin, received) AS a),
+            CASE origin WHEN 'ingest' THEN 'queued' ELSE 'appended' END);
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('parkbrake settle', 0));
+    INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators,
+                        cap_ms, region, source, received_at, at_ms, state_rank, pricing_model, zone)
+    VALUES (new_event_id, new_instance_id, new_state, 'epoch'::timestamptz + new_ms * interval '1 millisecond',
+            new_tenant, new_pool, new_instance_type, new_accelerators, new_cap_ms, new_region, origin, received,
+            new_ms, rank, new_pricing_model, new_zone)
+    ON CONFLICT (event_id) DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 'duplicate';
+    END IF;
+    INSERT INTO ledger_pending (event_id) VALUES (new_event_id);
+    RETURN 'appended';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION ledger_append_event(text, text, text, bigint, text, text, text, '
+                   'integer, bigint, text, text, text, text, timestamptz) SET search_path = %I, pg_temp',
+                   current_schema());
+END
+$$;
+ALTER FUNCTION ledger_append_event(text, text, text, bigint, text, text, text, integer, bigint, text, text,
+    text, text, timestamptz) SET plan_cache_mode = force_generic_plan;
+REVOKE EXECUTE ON FUNCTION ledger_append_event(text, text, text, bigint, text, text, text, integer, bigint,
+    text, text, text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_append_event(text, text, text, bigint, text, text, text, integer, bigint,
+    text, text, text, text, timestamptz) TO parkbrake_app;

@@ -1,0 +1,258 @@
+-- Deriving intervals from events: from scratch (a host read from a cut), continued from where a
+-- host stood (events in order), refreshed (a late event), and the settle's derivation of what was
+-- appended. The rules are docs/ledger.md's (*The rules*) and must match guardrails.ledger.
+-- Applied after the numbered migrations, and again whenever this file changes (see schema.py).
+-- CREATE OR REPLACE resets a function's settings: each function's follow it, with its privileges.
+
+-- Intervals derived from the events of some hosts from their cuts. Must match
+-- guardrails.ledger.intervals_from: a start is a running after anything but a running of the same
+-- attribution; an end is the next start or stop. Ties are broken by state rank, then by event id in
+-- byte order, as Python compares strings. A host's read may begin at an interval's closing event
+-- itself (the cut is inclusive): that event may be the running that opened the next interval, and
+-- a stop read first opens nothing. Each host's events are read in order from an index range of
+-- events_by_instance (the window inside the lateral subquery keeps the planner from turning it
+-- into a join, which it would plan as a scan of the whole table once the ledger is large).
+CREATE OR REPLACE FUNCTION ledger_derive_intervals(cuts ledger_cut[]) RETURNS SETOF ledger_interval
+LANGUAGE sql STABLE AS $$
+    WITH transitions AS (
+        SELECT e.*
+        FROM unnest(cuts) AS cut
+        CROSS JOIN LATERAL (
+            SELECT x.event_id, x.instance_id, x.at_ms, x.state_rank, x.tenant, x.pool, x.instance_type,
+                   x.accelerators, x.cap_ms, x.region, x.pricing_model, x.zone,
+                   x.state = 'running' AS is_running,
+                   lag(x.state = 'running') OVER by_time AS after_running,
+                   lag(ROW(x.tenant, x.pool, x.instance_type, x.accelerators, x.cap_ms, x.region,
+                           x.pricing_model, x.zone)) OVER by_time
+                       IS DISTINCT FROM ROW(x.tenant, x.pool, x.instance_type, x.accelerators, x.cap_ms,
+                                            x.region, x.pricing_model, x.zone) AS attribution_changed
+            FROM events x
+            WHERE x.instance_id = cut.instance_id
+              AND (x.at_ms, x.state_rank, x.event_id COLLATE "C")
+                  >= (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
+              AND x.state <> 'pending'
+            WINDOW by_time AS (ORDER BY x.at_ms, x.state_rank, x.event_id COLLATE "C")
+        ) AS e
+    ), boundaries AS (
+        SELECT t.*,
+               lead(t.at_ms) OVER by_time AS next_ms,
+               lead(t.event_id) OVER by_time AS next_event_id
+        FROM transitions t
+        WHERE CASE WHEN t.is_running THEN NOT coalesce(t.after_running, false) OR t.attribution_changed
+                   ELSE coalesce(t.after_running, false) END
+        WINDOW by_time AS (PARTITION BY t.instance_id ORDER BY t.at_ms, t.state_rank, t.event_id COLLATE "C")
+    )
+    SELECT event_id, instance_id, tenant, pool, instance_type, accelerators, cap_ms, at_ms, next_ms,
+           next_event_id, region, pricing_model, zone
+    FROM boundaries
+    WHERE is_running
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_derive_intervals(ledger_cut[]) FROM PUBLIC;
+
+-- Intervals continued from the heads (where each host stood) by events that all come after them:
+-- the open interval (if any) stands first as the running that opened it, with its attribution,
+-- then the new events, and the rule of ledger_derive_intervals applies. Must match
+-- ledger_derive_intervals on the whole history.
+CREATE OR REPLACE FUNCTION ledger_continue_intervals(heads ledger_head[], fresh events[])
+RETURNS SETOF ledger_interval
+LANGUAGE sql STABLE AS $$
+    WITH transitions AS (
+        SELECT n.event_id, n.instance_id, n.at_ms, n.state_rank, n.tenant, n.pool, n.instance_type,
+               n.accelerators, n.cap_ms, n.region, n.pricing_model, n.zone, n.state = 'running' AS is_running
+        FROM unnest(fresh) AS n
+        WHERE n.state <> 'pending'
+        UNION ALL
+        SELECT (h.open).opened_by, h.instance_id, (h.open).started_ms, ledger_state_rank('running'),
+               (h.open).tenant, (h.open).pool, (h.open).instance_type, (h.open).accelerators,
+               (h.open).cap_ms, (h.open).region, (h.open).pricing_model, (h.open).zone, true
+        FROM unnest(heads) AS h
+        WHERE (h.open).opened_by IS NOT NULL
+    ), ordered AS (
+        SELECT t.*, lag(t.is_running) OVER by_time AS after_running,
+               lag(ROW(t.tenant, t.pool, t.instance_type, t.accelerators, t.cap_ms, t.region,
+                       t.pricing_model, t.zone)) OVER by_time
+                   IS DISTINCT FROM ROW(t.tenant, t.pool, t.instance_type, t.accelerators, t.cap_ms,
+                                        t.region, t.pricing_model, t.zone) AS attribution_changed
+        FROM transitions t
+        WINDOW by_time AS (PARTITION BY t.instance_id ORDER BY t.at_ms, t.state_rank, t.event_id COLLATE "C")
+    ), boundaries AS (
+        SELECT o.*,
+               lead(o.at_ms) OVER by_time AS next_ms,
+               lead(o.event_id) OVER by_time AS next_event_id
+        FROM ordered o
+        WHERE CASE WHEN o.is_running THEN NOT coalesce(o.after_running, false) OR o.attribution_changed
+                   ELSE coalesce(o.after_running, false) END
+        WINDOW by_time AS (PARTITION BY o.instance_id ORDER BY o.at_ms, o.state_rank, o.event_id COLLATE "C")
+    )
+    SELECT event_id, instance_id, tenant, pool, instance_type, accelerators, cap_ms, at_ms, next_ms,
+           next_event_id, region, pricing_model, zone
+    FROM boundaries
+    WHERE is_running
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_continue_intervals(ledger_head[], events[]) FROM PUBLIC;
+
+-- Derive again the intervals of some hosts that got late events, change only the intervals that
+-- differ, and move the rollups by them. ``earliest_ms`` is, per host, its earliest new event: the
+-- intervals that ended before it cannot change, so each host is read from the end of the last of
+-- them, and a refresh costs what is new, not a host's whole history. The caller holds the settle
+-- lock exclusively. Prices are read under a shared advisory lock that recording a price takes exclusively, so
+-- no rollup is ever computed with a price that is being added.
+CREATE OR REPLACE FUNCTION ledger_refresh_intervals(instance_ids text[], earliest_ms bigint[]) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    cuts ledger_cut[];
+    stored ledger_interval[];
+    derived ledger_interval[];
+    gone ledger_interval[];
+    added ledger_interval[];
+BEGIN
+    PERFORM pg_advisory_xact_lock_shared(hashtextextended('parkbrake prices', 0));
+    SELECT array_agg(ROW(host.instance_id, coalesce(kept.ended_ms, -4611686018427387904),
+                         coalesce(kept.state_rank, 0), coalesce(kept.closed_by, ''))::ledger_cut)
+    INTO cuts
+    FROM unnest(instance_ids, earliest_ms) AS host (instance_id, earliest_ms)
+    LEFT JOIN LATERAL (
+        SELECT i.ended_ms, i.closed_by, e.state_rank
+        FROM intervals i
+        JOIN events e ON e.event_id = i.closed_by
+        WHERE i.instance_id = host.instance_id AND i.ended_ms < host.earliest_ms
+        ORDER BY i.ended_ms DESC
+        LIMIT 1
+    ) AS kept ON true;
+    SELECT coalesce(array_agg(ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type,
+                                  i.accelerators, i.cap_ms, i.started_ms, i.ended_ms, i.closed_by,
+                                  i.region, i.pricing_model, i.zone)::ledger_interval), '{}')
+    INTO stored
+    FROM unnest(instance_ids, earliest_ms) AS host (instance_id, earliest_ms)
+    JOIN intervals i ON i.instance_id = host.instance_id
+                    AND (i.ended_ms IS NULL OR i.ended_ms >= host.earliest_ms);
+    SELECT coalesce(array_agg(d), '{}') INTO derived FROM ledger_derive_intervals(cuts) AS d;
+    SELECT coalesce(array_agg(ROW(x.*)::ledger_interval), '{}')
+    INTO gone FROM (SELECT * FROM unnest(stored) EXCEPT ALL SELECT * FROM unnest(derived)) AS x;
+    SELECT coalesce(array_agg(ROW(x.*)::ledger_interval), '{}')
+    INTO added FROM (SELECT * FROM unnest(derived) EXCEPT ALL SELECT * FROM unnest(stored)) AS x;
+    IF cardinality(gone) = 0 AND cardinality(added) = 0 THEN
+        RETURN;
+    END IF;
+    DELETE FROM intervals WHERE opened_by IN (SELECT g.opened_by FROM unnest(gone) AS g);
+    INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
+                           started_ms, ended_ms, closed_by, region, pricing_model, zone)
+    SELECT * FROM unnest(added);
+    PERFORM ledger_move_rollups(added, gone);
+END
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_refresh_intervals(text[], bigint[]) FROM PUBLIC;
+
+-- Derive the intervals, rollups and claims of newly stored events ("fresh"), everything stored
+-- before them being derived already. The caller holds the settle lock exclusively. A host whose new
+-- events all come after its last derived one (the meter's usual case) is continued: its open
+-- interval closed or extended, new ones added, the rollups moved by those that closed. A host with
+-- a late event is refreshed. Every row it reads is found by key (scalar or lateral look-ups with
+-- LIMIT), whatever the tables' size when the session's plans were made.
+CREATE OR REPLACE FUNCTION ledger_derive(fresh events[]) RETURNS void
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    heads ledger_head[];
+    late text[];
+    late_ms bigint[];
+    steady ledger_head[];
+    steady_fresh events[];
+    closed ledger_interval[];
+    ended ledger_interval[];
+    opened ledger_interval[];
+BEGIN
+    INSERT INTO tenants (tenant)
+    SELECT DISTINCT f.tenant FROM unnest(fresh) AS f ORDER BY f.tenant
+    ON CONFLICT (tenant) DO NOTHING;
+    -- Where each host stood before its pending events: its last event that was not pending, and
+    -- its open interval.
+    SELECT array_agg(ROW(h.instance_id, ROW(h.instance_id, last.at_ms, last.state_rank, last.event_id)::ledger_cut,
+                         open)::ledger_head)
+    INTO heads
+    FROM (SELECT f.instance_id, array_agg(f.event_id) AS taken FROM unnest(fresh) AS f GROUP BY f.instance_id) AS h
+    LEFT JOIN LATERAL (
+        SELECT e.at_ms, e.state_rank, e.event_id
+        FROM events e
+        WHERE e.instance_id = h.instance_id AND e.event_id <> ALL (h.taken)
+        ORDER BY e.at_ms DESC, e.state_rank DESC, e.event_id COLLATE "C" DESC
+        LIMIT 1
+    ) AS last ON true
+    LEFT JOIN LATERAL (
+        SELECT ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type, i.accelerators, i.cap_ms,
+                   i.started_ms, i.ended_ms, i.closed_by, i.region, i.pricing_model, i.zone)::ledger_interval
+                   AS open
+        FROM intervals i
+        WHERE i.instance_id = h.instance_id AND i.ended_ms IS NULL
+        LIMIT 1
+    ) AS running ON true;
+    -- Hosts with an event at or before their last derived one are derived again from before it.
+    SELECT array_agg(n.instance_id), array_agg(n.earliest_ms)
+    INTO late, late_ms
+    FROM (
+        SELECT f.instance_id, min(f.at_ms) AS earliest_ms
+        FROM unnest(fresh) AS f
+        JOIN unnest(heads) AS h ON h.instance_id = f.instance_id
+        WHERE (h.last).at_ms IS NOT NULL
+          AND (f.at_ms, f.state_rank, f.event_id COLLATE "C")
+              <= ((h.last).at_ms, (h.last).state_rank, (h.last).event_id COLLATE "C")
+        GROUP BY f.instance_id
+        ORDER BY f.instance_id
+    ) AS n;
+    steady := heads;
+    steady_fresh := fresh;
+    IF late IS NOT NULL THEN
+        SELECT array_agg(h) INTO steady FROM unnest(heads) AS h WHERE h.instance_id <> ALL (late);
+        SELECT array_agg(f) INTO steady_fresh FROM unnest(fresh) AS f WHERE f.instance_id <> ALL (late);
+        PERFORM ledger_refresh_intervals(late, late_ms);
+    END IF;
+    IF steady_fresh IS NOT NULL THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('parkbrake prices', 0));
+        -- Of the continued intervals: those that closed (for the rollups), the heads' open ones
+        -- that closed (updated) and the new ones (inserted, open or closed).
+        SELECT coalesce(array_agg(c) FILTER (WHERE c.ended_ms IS NOT NULL), '{}'),
+               coalesce(array_agg(c) FILTER (WHERE c.ended_ms IS NOT NULL AND h.instance_id IS NOT NULL), '{}'),
+               coalesce(array_agg(c) FILTER (WHERE h.instance_id IS NULL), '{}')
+        INTO closed, ended, opened
+        FROM ledger_continue_intervals(steady, steady_fresh) AS c
+        LEFT JOIN unnest(steady) AS h ON (h.open).opened_by = c.opened_by;
+        -- Each row found by its key (a lateral look-up), then by its ctid.
+        IF cardinality(ended) > 0 THEN
+            UPDATE intervals i
+            SET ended_ms = c.ended_ms, closed_by = c.closed_by
+            FROM unnest(ended) AS c
+            CROSS JOIN LATERAL (SELECT x.ctid AS row_id FROM intervals x WHERE x.opened_by = c.opened_by LIMIT 1) AS t
+            WHERE i.ctid = t.row_id;
+        END IF;
+        IF cardinality(opened) > 0 THEN
+            INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
+                                   started_ms, ended_ms, closed_by, region, pricing_model, zone)
+            SELECT * FROM unnest(opened);
+        END IF;
+        IF cardinality(closed) > 0 THEN
+            PERFORM ledger_move_rollups(closed, '{}');
+        END IF;
+    END IF;
+    IF EXISTS (SELECT 1 FROM reservations r WHERE r.released_ms IS NULL) THEN
+        PERFORM ledger_claim_reservations(ARRAY(SELECT f.event_id FROM unnest(fresh) AS f
+                                                WHERE f.state = 'running'));
+    END IF;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_derive(events[]) FROM PUBLIC;
+
+-- Derive every host's intervals from all its events, pending ones included, and count the rollups
+-- again (after a bulk load, or to check the incremental ones). The owner's only.
+CREATE OR REPLACE FUNCTION ledger_rebuild() RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
+    DELETE FROM ledger_pending;
+    DELETE FROM intervals;
+    INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
+                           started_ms, ended_ms, closed_by, region, pricing_model, zone)
+    SELECT * FROM ledger_derive_intervals(ARRAY(
+        SELECT ROW(host.instance_id, -4611686018427387904, 0, '')::ledger_cut
+        FROM (SELECT DISTINCT instance_id FROM events) AS host));
+    SELECT ledger_recount_rollups(NULL);
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_rebuild() FROM PUBLIC;
