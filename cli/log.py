@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 import textwrap
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import output_option
-from guardrails.durations import DurationError, parse_duration
+from cli.options import WHEN, output_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
@@ -19,22 +18,6 @@ if TYPE_CHECKING:
 
 WIDTH = 80  # the text output fits an 80-column terminal; an id or ARN is never cut, only moved
 DEFAULT_LIMIT = 200
-SINCE_HINT = (
-    "a duration back from now (90m, 2h, 7d) or an ISO-8601 date or time (2025-05-01, 2025-05-01T12:00Z)"
-)
-
-
-def parse_since(text: str, now: datetime) -> datetime:
-    """``--since``: ``7d`` (ago) or an ISO-8601 date or time; a time without an offset is UTC."""
-    try:
-        return now - parse_duration(text, ceiling=None)
-    except DurationError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(f"--since: {text!r} is neither {SINCE_HINT}") from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def check_instance_id(instance_id: str | None) -> str | None:
@@ -46,7 +29,7 @@ def check_instance_id(instance_id: str | None) -> str | None:
 @click.command(name="log")
 @click.option("--instance", "instance_id", metavar="ID", help="Only this host's decisions (i-…).")
 @click.option("--tenant", metavar="T", help="Only decisions about this tenant's hosts and budget.")
-@click.option("--since", metavar="WHEN", help="From WHEN on: 7d, 2h (ago) or an ISO-8601 date or time.")
+@click.option("--since", type=WHEN, help="From WHEN on: 7d, 12h (ago), a date or an ISO-8601 instant.")
 @click.option(
     "--kind",
     "kinds",
@@ -66,7 +49,7 @@ def log(
     *,
     instance_id: str | None,
     tenant: str | None,
-    since: str | None,
+    since: datetime | None,
     kinds: tuple[str, ...],
     limit: int,
     output: str,
@@ -84,7 +67,7 @@ def log(
     entries, limit = read_log(
         instance_id=check_instance_id(instance_id),
         tenant=tenant,
-        since=parse_since(since, datetime.now(UTC)) if since else None,
+        since=since,
         kinds=check_kinds(kinds),
         limit=limit,
     )

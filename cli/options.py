@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,42 @@ class OptionalDuration(Duration):
 
 
 OPTIONAL_DURATION = OptionalDuration()
+
+WHEN_HINT = (
+    "a duration back from now (90m, 12h, 7d), a date (2026-05-01: its UTC midnight) or an ISO-8601 "
+    "instant (2026-05-01T12:00Z; UTC unless it has an offset)"
+)
+
+
+def parse_when(text: str, now: datetime) -> datetime:
+    """One grammar for every ``--since`` and ``--until``: ``7d``/``12h`` ago, a date, or an instant; as UTC."""
+    value = text.strip()
+    try:
+        return now - parse_duration(value, ceiling=None)
+    except DurationError:
+        pass
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither {WHEN_HINT}") from None
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+class When(click.ParamType):
+    """A ``--since``/``--until`` flag as an aware UTC datetime; relative ones count back from now."""
+
+    name = "when"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_when(str(value), datetime.now(UTC))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+WHEN = When()
 
 output_option = click.option(
     "--output",

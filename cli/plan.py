@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -14,20 +14,6 @@ from cli.options import stack_option
 if TYPE_CHECKING:
     from cli.preview.plan_diff import PlanDiff
     from cli.preview.plan_report import PlanReport
-
-# The few inputs worth showing in the tree, per resource type.
-KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
-    "aws:ec2/launchTemplate:LaunchTemplate": ("instanceType", "instanceInitiatedShutdownBehavior"),
-    "aws:autoscaling/group:Group": ("minSize", "desiredCapacity", "maxSize"),
-    "aws:ecs/service:Service": ("desiredCount",),
-    "aws:appautoscaling/target:Target": ("minCapacity", "maxCapacity"),
-    "aws:scheduler/schedule:Schedule": ("scheduleExpression", "state"),
-    "aws:ssm/parameter:Parameter": ("name", "value"),
-    "aws:rds/cluster:Cluster": ("engine", "serverlessv2ScalingConfiguration"),
-    "aws:elasticache/replicationGroup:ReplicationGroup": ("nodeType", "numCacheClusters"),
-    "aws:cloudwatch/metricAlarm:MetricAlarm": ("metricName", "treatMissingData"),
-    "aws:lambda/function:Function": ("handler",),
-}
 
 
 @click.command()
@@ -64,6 +50,17 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
     show_default=True,
     help="text for people, json for scripts and CI, markdown for a pull-request comment.",
 )
+@click.option(
+    "--tree/--no-tree",
+    default=True,
+    show_default=True,
+    help="End the text output with the resource tree (under its parents, with key inputs).",
+)
+@click.option(
+    "--summary",
+    is_flag=True,
+    help="Text output: only the stack, its monthly totals, the policy verdicts and the change against REF.",
+)
 def plan(
     *,
     stack: str,
@@ -72,10 +69,14 @@ def plan(
     project_dir: Path,
     against: str | None,
     output: str,
+    tree: bool,
+    summary: bool,
 ) -> None:
     """Preview a stack offline: resources, monthly cost parked and unparked, policy verdicts.
 
     Runs the real Pulumi program under the SDK's mock engine (no Pulumi CLI, no cloud account).
+    Text opens with the answer (monthly totals, verdicts, the change against REF), then the cost
+    items, the verdict table and the resource tree.
     Exit 0 when every mandatory policy passes, 1 when one fails, 2 for a bad config or an unpriced region.
 
     \b
@@ -83,7 +84,7 @@ def plan(
       parkbrake plan --stack dev --output markdown
     """
     report, diff = plan_with_diff(stack, config_file, parked, project_dir, against)
-    click.echo(render(report, diff, output), nl=False)
+    click.echo(render(report, diff, output, tree=tree, summary=summary), nl=False)
     if report.mandatory_failures:
         sys.exit(1)
 
@@ -105,9 +106,12 @@ def plan_with_diff(
     return report, plan_diff(plan_stack(base), report, against)
 
 
-def render(report: PlanReport, diff: PlanDiff | None, output: str) -> str:
+def render(
+    report: PlanReport, diff: PlanDiff | None, output: str, *, tree: bool = True, summary: bool = False
+) -> str:
     from cli.preview.plan_markdown import plan_markdown
     from cli.preview.plan_report import plan_json
+    from cli.preview.plan_text import plan_text
 
     if output == "json":
         document = plan_json(report)
@@ -116,133 +120,4 @@ def render(report: PlanReport, diff: PlanDiff | None, output: str) -> str:
         return json.dumps(document, indent=2) + "\n"
     if output == "markdown":
         return plan_markdown(report, diff)
-    return plan_text(report, diff)
-
-
-def _properties(resource_type: str, inputs: dict[str, Any]) -> str:
-    shown = []
-    for key in KEY_PROPERTIES.get(resource_type, ()):
-        if key in inputs:
-            value = inputs[key]
-            text = (
-                ", ".join(f"{k}={_number(v)}" for k, v in value.items())
-                if isinstance(value, dict)
-                else _number(value)
-            )
-            shown.append(f"{key}={text}")
-    return " ".join(shown)
-
-
-def _number(value: Any) -> str:
-    """Counts as counts: the mock engine hands numbers back as floats (1.0), people read 1."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
-
-
-def plan_text(report: PlanReport, diff: PlanDiff | None) -> str:
-    from rich.table import Table
-    from rich.tree import Tree
-
-    from cli.console import console as make_console
-    from cli.preview.plan_markdown import money
-    from cli.preview.plan_report import how, worst_cases
-
-    console = make_console()
-    with console.capture() as captured:
-        state = "parked" if report.config.parked else "unparked"
-        console.print(f"[bold]Stack {report.config.stack}[/] ({report.config.region}), {state}")
-        console.print(resource_tree(report, Tree(f"{len(report.resources)} resources")))
-
-        taken = report.unparked.region
-        costs = Table(title=f"Monthly cost estimate (USD, {taken} prices, 730 h)", title_justify="left")
-        for column in ("item", "kind", "unparked", "parked", "worst case", "how"):
-            costs.add_column(
-                column, justify="right" if column in ("unparked", "parked", "worst case") else "left"
-            )
-        for line, worst in zip(report.cost_lines, worst_cases(report), strict=True):
-            costs.add_row(
-                line.name,
-                line.kind,
-                f"{line.before:,.2f}",
-                f"{line.after:,.2f}",
-                f"{worst:,.2f}",
-                how(line),
-            )
-        costs.add_row(
-            "[bold]total[/]",
-            "",
-            f"[bold]{report.unparked.total_usd:,.2f}[/]",
-            f"[bold]{report.parked.total_usd:,.2f}[/]",
-            f"[bold]{report.unparked.worst_case_usd:,.2f}[/]",
-            "worst case: every pool at its maximum all month, on demand",
-        )
-        console.print(costs)
-        if diff is not None:
-            print_diff(console, diff, money)
-        console.print(verdict_table(report))
-        if report.mandatory_failures:
-            names = ", ".join(verdict.policy for verdict in report.mandatory_failures)
-            console.print(f"[red]Mandatory policies failed: {names}[/]")
-    return captured.get()
-
-
-def resource_tree(report: PlanReport, tree: Any) -> Any:
-    """Resources under their parents, siblings by type and name."""
-    children: dict[str | None, list[Any]] = {}
-    for resource in report.resources:
-        children.setdefault(resource.parent, []).append(resource)
-    known = {resource.urn for resource in report.resources}
-
-    def add(node: Any, parent: str | None) -> None:
-        for resource in sorted(children.get(parent, []), key=lambda r: (r.type, r.name)):
-            label = f"[cyan]{resource.type}[/] [bold]{resource.name}[/]"
-            properties = _properties(resource.type, resource.inputs)
-            add(node.add(f"{label} [dim]{properties}[/]" if properties else label), resource.urn)
-
-    add(tree, None)
-    for orphan_parent in sorted(parent for parent in children if parent is not None and parent not in known):
-        add(tree, orphan_parent)
-    return tree
-
-
-def verdict_table(report: PlanReport) -> Any:
-    from rich.table import Table
-
-    verdicts = Table(title="Policies", title_justify="left")
-    for column in ("policy", "enforcement", "verdict", "violations"):
-        verdicts.add_column(column)
-    for verdict in report.verdicts:
-        mark = "[green]pass[/]" if verdict.passed else "[red]FAIL[/]"
-        details = "\n".join(
-            sorted(
-                f"{violation.resource.split('::')[-1]}: {violation.message}"
-                for violation in verdict.violations
-            )
-        )
-        verdicts.add_row(verdict.policy, verdict.enforcement, mark, details)
-    return verdicts
-
-
-def print_diff(console: Any, diff: PlanDiff, money: Any) -> None:
-    from rich.markup import escape
-
-    change = diff.monthly_after - diff.monthly_before
-    console.print(
-        f"[bold]Against {escape(diff.against)}:[/] monthly cost {money(diff.monthly_before)} → "
-        f"{money(diff.monthly_after)} ({'+' if change >= 0 else '-'}{money(abs(change))})"
-    )
-    for cost in diff.costs:
-        if cost.difference:
-            sign = "+" if cost.difference > 0 else "-"
-            console.print(
-                f"  {sign} {cost.kind} {cost.name}: {money(cost.before)} → {money(cost.after)} "
-                f"({sign}{money(abs(cost.difference))})"
-            )
-    marks = {"create": "[green]+[/]", "delete": "[red]-[/]", "update": "[yellow]~[/]"}
-    for resource in diff.resources:
-        inputs = ", ".join(f"{item.input}: {item.before} → {item.after}" for item in resource.inputs)
-        console.print(
-            f"  {marks[resource.action]} {resource.type} {escape(resource.name)}"
-            + (f" ({escape(inputs)})" if inputs else "")
-        )
-    if not diff.resources:
-        console.print("  no resource changes")
+    return plan_text(report, diff, tree=tree, summary=summary)

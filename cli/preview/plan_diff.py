@@ -14,7 +14,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from cli.preview.plan_report import PlanReport, usd
+from cli.preview.plan_report import PlanReport, usd, worst_cases
 from guardrails.errors import InputError
 from guardrails.estimate import CostChange, compare_estimates
 from stacks.config import StackConfig, load_stack_config
@@ -30,10 +30,51 @@ class ResourceChange:
 
 
 @dataclass(frozen=True)
+class Figures:
+    """One item's (or the stack's) three monthly figures."""
+
+    unparked: Decimal
+    parked: Decimal
+    worst_case: Decimal
+
+    def named(self) -> dict[str, Decimal]:
+        return {"unparked": self.unparked, "parked": self.parked, "worst case": self.worst_case}
+
+
+NO_COST = Figures(Decimal(0), Decimal(0), Decimal(0))
+
+
+@dataclass(frozen=True)
+class ItemChange:
+    """A cost item's three figures on each side: what a reviewer weighs, whichever of them moved."""
+
+    name: str
+    kind: str
+    before: Figures
+    after: Figures
+
+    def differences(self) -> dict[str, Decimal]:
+        after = self.after.named()
+        return {figure: after[figure] - value for figure, value in self.before.named().items()}
+
+    @property
+    def largest(self) -> Decimal:
+        """The largest of the three changes, by size (a worst case can move while the others stay)."""
+        return max(abs(difference) for difference in self.differences().values())
+
+
+@dataclass(frozen=True)
 class PlanDiff:
     against: str  # what the current file was compared with, as the user named it
     resources: list[ResourceChange]
-    costs: list[CostChange]
+    costs: list[CostChange]  # the shown state's figures only: the JSON ``diff`` (kept as it was)
+    totals_before: Figures = NO_COST
+    totals_after: Figures = NO_COST
+    items: tuple[ItemChange, ...] = ()  # items with any figure moved, the largest change first
+
+    def total_differences(self) -> dict[str, Decimal]:
+        after = self.totals_after.named()
+        return {figure: after[figure] - value for figure, value in self.totals_before.named().items()}
 
     @property
     def monthly_before(self) -> Decimal:
@@ -125,4 +166,33 @@ def plan_diff(before: PlanReport, after: PlanReport, against: str) -> PlanDiff:
         against=against,
         resources=sorted(changes, key=lambda change: (change.type, change.name, change.action)),
         costs=compare_estimates(before.shown, after.shown),
+        totals_before=totals(before),
+        totals_after=totals(after),
+        items=item_changes(before, after),
     )
+
+
+def totals(report: PlanReport) -> Figures:
+    return Figures(report.unparked.total_usd, report.parked.total_usd, report.unparked.worst_case_usd)
+
+
+def item_figures(report: PlanReport) -> dict[tuple[str, str], Figures]:
+    return {
+        (line.kind, line.name): Figures(line.before, line.after, worst)
+        for line, worst in zip(report.cost_lines, worst_cases(report), strict=True)
+    }
+
+
+def item_changes(before: PlanReport, after: PlanReport) -> tuple[ItemChange, ...]:
+    """Every item whose unparked, parked or worst-case figure moved, the largest change first.
+
+    Ties keep the estimate's order (kind, then name), so the same pair of files gives the same list.
+    """
+    old, new = item_figures(before), item_figures(after)
+    order = list(dict.fromkeys([*old, *new]))
+    changes = [
+        ItemChange(name, kind, old.get((kind, name), NO_COST), new.get((kind, name), NO_COST))
+        for kind, name in order
+    ]
+    moved = [change for change in changes if change.largest]
+    return tuple(sorted(moved, key=lambda change: -change.largest))

@@ -35,6 +35,8 @@ def plan_markdown(report: PlanReport, diff: PlanDiff | None = None) -> str:
     if report.mandatory_failures:
         names = ", ".join(f"`{verdict.policy}`" for verdict in report.mandatory_failures)
         lines += [f"**Mandatory policies failed: {names}**", ""]
+    if diff is not None:
+        lines += [*diff_markdown(diff), "", "**This change's monthly cost**", ""]
     lines += _table(
         ["monthly cost", "USD"],
         [
@@ -47,8 +49,6 @@ def plan_markdown(report: PlanReport, diff: PlanDiff | None = None) -> str:
         ],
         "lr",
     )
-    if diff is not None:
-        lines += ["", *diff_markdown(diff)]
     lines += ["", "<details><summary>Cost items</summary>", ""]
     lines += _table(
         ["item", "kind", "unparked", "parked", "worst case", "how"],
@@ -80,20 +80,46 @@ def plan_markdown(report: PlanReport, diff: PlanDiff | None = None) -> str:
     return "\n".join(lines)
 
 
+def moved(before: Decimal, after: Decimal) -> str:
+    """``before → after (±change)`` when a figure moved, the figure alone when it did not."""
+    return money(after) if before == after else f"{money(before)} → {money(after)} ({signed(after - before)})"
+
+
+def largest_total_change(diff: PlanDiff) -> tuple[str, Decimal]:
+    """The stack total that moved most (unparked first on a tie): the change a reviewer must see."""
+    differences = diff.total_differences()
+    figure = max(differences, key=lambda name: abs(differences[name]))
+    return figure, differences[figure]
+
+
 def diff_markdown(diff: PlanDiff) -> list[str]:
-    change = diff.monthly_after - diff.monthly_before
-    lines = [
-        f"**Against `{diff.against}`**: monthly cost {money(diff.monthly_before)} → "
-        f"{money(diff.monthly_after)} ({signed(change)})",
-        "",
-    ]
-    changed = [cost for cost in diff.costs if cost.difference]
-    if changed:
+    figure, change = largest_total_change(diff)
+    headline = (
+        f"**Against `{diff.against}`**: {figure} {signed(change)} a month"
+        if change
+        else f"**Against `{diff.against}`**: no monthly figure moved"
+    )
+    before, after = diff.totals_before.named(), diff.totals_after.named()
+    lines = [headline, ""]
+    lines += _table(
+        ["monthly", f"`{diff.against}`", "this change", "difference"],
+        [
+            [name, money(before[name]), money(after[name]), signed(after[name] - before[name])]
+            for name in before
+        ],
+        "lrrr",
+    )
+    lines.append("")
+    if diff.items:
         lines += _table(
-            ["item", "kind", "before", "after", "difference"],
+            ["item", "kind", "unparked", "parked", "worst case"],
             [
-                [cost.name, cost.kind, money(cost.before), money(cost.after), signed(cost.difference)]
-                for cost in changed
+                [
+                    item.name,
+                    item.kind,
+                    *(moved(value, item.after.named()[name]) for name, value in item.before.named().items()),
+                ]
+                for item in diff.items
             ],
             "llrrr",
         )

@@ -17,17 +17,6 @@ if TYPE_CHECKING:
     from lambdas.ledger.store import LedgerStore, UsageRow
 
 
-def parse_instant(text: str, option: str) -> datetime:
-    """ISO-8601; a date means its UTC midnight and a time without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise InputError(
-            f"{option}: {text!r} is not an ISO-8601 date or time (2025-05-01, 2025-05-01T12:00Z)"
-        ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
 @dataclass(frozen=True)
 class TenantReport:
     tenant: str
@@ -88,7 +77,12 @@ def usage_report(
 
 
 def report_window(
-    now: datetime, *, since: str | None, until: str | None, month: str | None, zone: str | None
+    now: datetime,
+    *,
+    since: datetime | None,
+    until: datetime | None,
+    month: str | None,
+    zone: str | None,
 ) -> tuple[datetime, datetime, datetime]:
     """``[start, end)`` of the report and the end of the month it starts in (for the forecast); months
     are the budgets' own (guardrails.runway.period_bounds) in ``zone``."""
@@ -105,12 +99,8 @@ def report_window(
             raise InputError(f"--month: {month!r} is not a month (YYYY-MM)") from None
         start, end = (moment.astimezone(where) for moment in period_bounds("month", first, zone))
     else:
-        start = (
-            parse_instant(since, "--since")
-            if since
-            else period_bounds("month", now, zone)[0].astimezone(where)
-        )
-        end = parse_instant(until, "--until") if until else now
+        start = since or period_bounds("month", now, zone)[0].astimezone(where)
+        end = until or now
     if end <= start:
         raise InputError(f"--until ({end.isoformat()}) must be after --since ({start.isoformat()})")
     return start, end, period_bounds("month", start, zone)[1].astimezone(where)

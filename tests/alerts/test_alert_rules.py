@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +60,45 @@ def test_the_example_prometheus_configuration_is_valid_and_names_the_jobs_the_ru
     jobs = {job["job_name"] for job in load(example)["scrape_configs"]}
     assert jobs == {"parkbrake-agent", "parkbrake-exporter"}
     assert all(f'job="{job}"' in RULES.read_text() for job in jobs)
+
+
+ALERTS_DOC = ROOT / "docs" / "alerts.md"
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a document's headings: lower case, punctuation dropped, spaces to '-'."""
+    anchors = set()
+    for line in markdown.splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def test_every_alert_has_a_runbook_url_whose_section_exists() -> None:
+    alerts = [rule for group in load(RULES)["groups"] for rule in group["rules"] if "alert" in rule]
+    anchors = heading_anchors(ALERTS_DOC.read_text())
+    missing = [rule["alert"] for rule in alerts if "runbook_url" not in rule["annotations"]]
+    assert not missing, f"alerts without a runbook_url: {missing}"
+    for rule in alerts:
+        document, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert document == "docs/alerts.md", rule["alert"]
+        assert anchor == rule["alert"].lower()
+        assert anchor in anchors, f"{rule['alert']}: docs/alerts.md has no section #{anchor}"
+
+
+def test_each_runbook_section_says_what_to_check_and_what_to_run() -> None:
+    sections = re.split(r"^### ", ALERTS_DOC.read_text().split("## Runbooks", 1)[1], flags=re.MULTILINE)[1:]
+    alerts = {rule["alert"] for group in load(RULES)["groups"] for rule in group["rules"] if "alert" in rule}
+    titles = {section.splitlines()[0].strip() for section in sections}
+    assert titles == alerts
+    for section in sections:
+        body = section.split("\n## ", 1)[0]
+        assert "Check:" in body, section.splitlines()[0]
+        assert "Run:" in body, section.splitlines()[0]
+        assert "`" in body.split("Run:", 1)[1], f"{section.splitlines()[0]}: Run: names no command"
+
+
+def test_the_anchor_check_can_fail() -> None:
+    assert "parkbrakegpupoolidle" in heading_anchors("### ParkbrakeGpuPoolIdle\n")
+    assert "parkbrakegpupoolidle" not in heading_anchors("### ParkbrakeGpuPoolIdling\n")

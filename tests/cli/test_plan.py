@@ -63,8 +63,8 @@ def test_json_carries_resources_costs_and_verdicts_and_exits_0() -> None:
 def test_text_shows_the_tree_the_costs_and_the_verdicts() -> None:
     result = plan("--project-dir", str(REPO_ROOT))
     assert result.exit_code == 0, result.output
-    assert "Stack dev (us-east-1), unparked" in result.output
-    assert "Monthly cost estimate (USD, us-east-1 prices, 730 h)" in result.output
+    assert result.output.startswith("Stack dev (us-east-1), unparked: ")
+    assert "Cost items (USD a month, us-east-1 prices, 730 h)" in result.output
     assert "parkbrake:aws:GpuPool training" in result.output
     assert "gpu-hosts-have-a-cap" in result.output
     # Counts read as counts, though the mock engine hands them back as floats.
@@ -142,7 +142,7 @@ def test_against_another_file_prints_the_resource_and_cost_difference(tmp_path: 
     # the training line's expected cost is unchanged (nightly capacity 1), so the month's total is too
     assert diff["monthly_usd"]["difference"] == 0
     text = plan("--config", str(current), "--against", str(DEV))
-    assert f"Against {DEV}: monthly cost" in text.output
+    assert f"Against {DEV}: worst case +$" in text.output
     assert "~ aws:autoscaling/group:Group training-group (maxSize: 2 → 4" in text.output
 
 
@@ -161,8 +161,83 @@ def test_against_a_git_ref_reads_the_stack_file_at_that_ref(tmp_path: Path) -> N
     write_stack(tmp_path, warm_inference_pool)
     result = plan("--project-dir", str(tmp_path), "--against", "HEAD", "--output", "markdown")
     assert result.exit_code == 0, result.output
-    assert "**Against `HEAD`**: monthly cost" in result.output
-    assert "| inference | gpu-pool | $0.00 | $742.38 | +$742.38 |" in result.output
+    assert "**Against `HEAD`**: unparked +$742.38 a month" in result.output
+    assert "| inference | gpu-pool | $0.00 → $742.38 (+$742.38) | $0.00 | $2,227.14 |" in result.output
     missing = plan("--project-dir", str(tmp_path), "--against", "no-such-ref")
     assert missing.exit_code == 2
     assert "neither a file nor a git ref" in missing.output
+
+
+def test_the_answer_comes_first_and_item_names_are_whole_at_80_columns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = plan("--project-dir", str(REPO_ROOT)).output.splitlines()
+    assert lines[0].startswith("Stack dev (us-east-1), unparked: ")
+    opening = "\n".join(lines[:8])
+    assert all(figure in opening for figure in ("unparked", "parked", "worst case", "Policies: all 11 pass"))
+    assert "$11,034.77" in opening
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    table = lines[lines.index(next(line for line in lines if line.startswith("Cost items"))) :]
+    names = [line.split()[0] for line in table[3:15]]
+    assert "control-plane" in names
+    assert "cache-replication-group" in names
+    assert "…" not in "\n".join(table[:20])
+    # the tree comes last: after the verdict table
+    assert lines.index(next(line for line in lines if line.startswith("Policies "))) < lines.index(
+        "182 resources"
+    )
+
+
+def test_a_narrow_terminal_stacks_the_items_rather_than_dropping_a_figure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    output = plan("--project-dir", str(REPO_ROOT), "--no-tree").output
+    assert " cache-replication-group (cache)\n   unparked 18.69  parked 18.69  worst case 18.69\n" in output
+    assert "   unparked 849.83  parked 105.85  worst case 11,034.77\n" in output
+
+
+def test_summary_and_no_tree_leave_out_what_they_say() -> None:
+    full = plan("--project-dir", str(REPO_ROOT)).output
+    no_tree = plan("--project-dir", str(REPO_ROOT), "--no-tree").output
+    summary = plan("--project-dir", str(REPO_ROOT), "--summary").output
+    assert "parkbrake:aws:GpuPool training" in full
+    assert "parkbrake:aws:GpuPool training" not in no_tree
+    assert "Cost items" in no_tree
+    assert "Cost items" not in summary
+    assert summary.splitlines()[-1] == "Policies: all 11 pass (10 mandatory, 1 advisory)"
+    assert full.startswith(summary)
+
+
+def doubled_training_maximum(config: dict[str, Any]) -> None:
+    config["parkbrake:pools"]["training"]["max"] *= 2
+
+
+def test_a_doubled_gpu_maximum_is_the_headline_of_the_diff(tmp_path: Path) -> None:
+    """The expected figures do not move (the nightly capacity is 1); the worst case does, and leads."""
+    current = write_stack(tmp_path, doubled_training_maximum)
+    markdown = plan("--config", str(current), "--against", str(DEV), "--output", "markdown").output
+    lines = markdown.splitlines()
+    assert lines[2] == f"**Against `{DEV}`**: worst case +$8,297.12 a month"
+    assert "| worst case | $11,034.77 | $19,331.89 | +$8,297.12 |" in lines
+    assert "| unparked | $849.83 | $849.83 | +$0.00 |" in lines
+    assert "| training | gpu-pool | $681.96 | $0.00 | $8,297.12 → $16,594.24 (+$8,297.12) |" in lines
+    text = plan("--config", str(current), "--against", str(DEV), "--summary").output
+    assert f"Against {DEV}: worst case +$8,297.12 a month" in text
+    assert "  training (gpu-pool): worst case $8,297.12 → $16,594.24 (+$8,297.12)" in text
+
+
+def test_the_largest_item_change_comes_first(tmp_path: Path) -> None:
+    def two_changes(config: dict[str, Any]) -> None:
+        doubled_training_maximum(config)  # worst case +$8,297.12
+        config["parkbrake:pools"]["inference"] |= {"min": 1, "desired": 1}  # unparked +$742.38
+
+    current = write_stack(tmp_path, two_changes)
+    markdown = plan("--config", str(current), "--against", str(DEV), "--output", "markdown").output
+    items = [line for line in markdown.splitlines() if line.startswith("| training | gpu-pool | $681.96")]
+    first = markdown.index("| training | gpu-pool | $681.96")
+    assert items
+    assert first < markdown.index("| inference | gpu-pool | $0.00 → $742.38 (+$742.38)")
+    # the stack's totals: the worst case moved most, so it is the headline
+    assert f"**Against `{DEV}`**: worst case +$" in markdown

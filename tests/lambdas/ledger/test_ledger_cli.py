@@ -355,6 +355,18 @@ def test_a_window_that_ends_before_it_starts_is_bad_input(ledger_env: str) -> No
     assert invoke("ledger", "report", "--since", "last tuesday").exit_code == 2
 
 
+def test_a_relative_window_counts_back_from_now(ledger_env: str) -> None:
+    """`ledger report` takes `log`'s grammar: `--since 7d --until 12h` is [now − 7 d, now − 12 h)."""
+    before = datetime.now(UTC)
+    result = invoke("ledger", "report", "--since", "7d", "--until", "12h", "--output", "json")
+    after = datetime.now(UTC)
+    assert result.exit_code == 0, result.output
+    window = json.loads(result.output)
+    since, until = datetime.fromisoformat(window["since"]), datetime.fromisoformat(window["until"])
+    assert before - timedelta(days=7) <= since <= after - timedelta(days=7)
+    assert before - timedelta(hours=12) <= until <= after - timedelta(hours=12)
+
+
 def test_a_database_that_is_down_is_one_clear_line_and_exit_1(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", "postgresql://parkbrake@127.0.0.1:9/ledger")
     for command in (["ledger", "report"], ["ledger", "migrate"], ["ledger", "runway", "-o", "json"]):

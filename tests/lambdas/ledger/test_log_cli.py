@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from click.testing import CliRunner, Result
 
-from cli.log import parse_since
 from cli.main import parkbrake
+from cli.options import parse_when
 from guardrails.decisions import Decision
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
@@ -86,7 +86,7 @@ def test_json_filters_by_tenant_since_and_kind() -> None:
     ("args", "message"),
     [
         (["--instance", "web-1"], "--instance: 'web-1' is not an EC2 instance id"),
-        (["--since", "last tuesday"], "--since: 'last tuesday' is neither a duration"),
+        (["--since", "last tuesday"], "Invalid value for '--since': 'last tuesday' is neither a duration"),
         (["--kind", "stopped"], "--kind: 'stopped' unknown; the kinds are stop, stop-failed"),
     ],
 )
@@ -117,6 +117,6 @@ def test_a_database_that_is_down_is_one_line(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_since_reads_durations_dates_and_times() -> None:
-    assert parse_since("7d", NOW) == NOW - timedelta(days=7)
-    assert parse_since("2036-05-05", NOW) == datetime(2036, 5, 5, tzinfo=UTC)
-    assert parse_since("2036-05-05T12:00+02:00", NOW) == datetime(2036, 5, 5, 10, tzinfo=UTC)
+    assert parse_when("7d", NOW) == NOW - timedelta(days=7)
+    assert parse_when("2036-05-05", NOW) == datetime(2036, 5, 5, tzinfo=UTC)
+    assert parse_when("2036-05-05T12:00+02:00", NOW) == datetime(2036, 5, 5, 10, tzinfo=UTC)
