@@ -110,7 +110,10 @@ def structure(node: Any) -> Any:
 
 def git_show(git_dir: Path, tag: str, path: str) -> str:
     return subprocess.run(
-        ["git", "--git-dir", str(git_dir), "show", f"{tag}:{path}"], check=True, capture_output=True, text=True
+        ["git", "--git-dir", str(git_dir), "show", f"{tag}:{path}"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
@@ -141,7 +144,9 @@ def vendor(repositories: dict[str, Path]) -> list[str]:
         "Derived by `scripts/vendor_crd_schemas.py` from these pinned upstream releases, all licensed\n"
         "under the Apache License 2.0. Only the schema structure is kept (types, enums, patterns,\n"
         "formats, bounds, required fields, `x-kubernetes-*` markers, CEL rules and their messages);\n"
-        "the upstream descriptions and everything else of the CRDs are left out.\n\n" + "\n".join(notice) + "\n"
+        "the upstream descriptions and everything else of the CRDs are left out.\n\n"
+        + "\n".join(notice)
+        + "\n"
     )
     return written
 
@@ -149,7 +154,9 @@ def vendor(repositories: dict[str, Path]) -> list[str]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for option, upstream, *_ in SOURCES:
-        parser.add_argument(f"--{option.replace('_', '-')}", type=Path, required=True, help=f"git dir of {upstream}")
+        parser.add_argument(
+            f"--{option.replace('_', '-')}", type=Path, required=True, help=f"git dir of {upstream}"
+        )
     arguments = parser.parse_args(argv)
     for name in vendor({option: getattr(arguments, option) for option, *_ in SOURCES}):
         print(name)
