@@ -12,6 +12,7 @@ import click
 
 SUBCOMMANDS: list[str] = [
     "cli.k8s.render:render",
+    "cli.k8s.check:check",
 ]
 
 
