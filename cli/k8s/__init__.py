@@ -13,6 +13,7 @@ import click
 SUBCOMMANDS: list[str] = [
     "cli.k8s.render:render",
     "cli.k8s.check:check",
+    "cli.k8s.controller:controller",
 ]
 
 
