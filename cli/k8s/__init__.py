@@ -14,6 +14,7 @@ SUBCOMMANDS: list[str] = [
     "cli.k8s.render:render",
     "cli.k8s.check:check",
     "cli.k8s.controller:controller",
+    "cli.k8s.park:park",
 ]
 
 

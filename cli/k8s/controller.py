@@ -26,7 +26,7 @@ import click
 from cli.k8s.admission import ACTOR, KIND_OF_STATE, BudgetCheck, CheckDecision
 from cli.k8s.api import WORKLOADS, ApiError, KubernetesApi, workload_path
 from cli.k8s.workload import BUDGET_CHECK, WorkloadError, check_entry, condition, workload_request
-from cli.options import project_dir_option, stack_option
+from cli.options import output_option, project_dir_option, stack_option
 from guardrails.decisions import Decision
 from guardrails.runway import budget_decisions
 
@@ -288,16 +288,24 @@ def _subject(workload: dict[str, Any]) -> WorkloadRequest | None:
     )  # fmt: skip
 
 
-def run_forever(controller: Controller, *, stop_every: timedelta) -> None:
-    """Run until SIGTERM or Ctrl-C (a Deployment's rollout ends the old pod with SIGTERM)."""
+def run_forever(controller: Controller, *, stop_every: timedelta, output: str = "text") -> None:
+    """Run until SIGTERM or Ctrl-C (a Deployment's rollout ends the old pod with SIGTERM), printing
+    what was done with each Workload: a line each, or (json) one JSON object a line."""
     import signal
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     controller.start(stop, stop_every=stop_every)
     try:
-        while not stop.wait(1):
-            pass
+        while not stop.is_set():
+            try:
+                name, outcome = controller.outcomes.get(timeout=1)
+            except queue.Empty:
+                continue
+            if output == "json":
+                click.echo(json.dumps({"workload": name, "outcome": outcome, "at": stamp(datetime.now(UTC))}))
+            else:
+                click.echo(f"{name}: {outcome}")
     except KeyboardInterrupt:
         stop.set()
     controller.stop()
@@ -347,9 +355,10 @@ def with_server_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "--stop-every", default="1m", show_default=True,
     help="How often tenants' budgets are checked for their stop action.",
 )  # fmt: skip
+@output_option
 def controller(
     *, stack: str, project_dir: Path, server: str | None, token_file: Path | None, ca_file: Path | None,
-    workers: int, stop_every: str,
+    workers: int, stop_every: str, output: str,
 ) -> None:  # fmt: skip
     """Run the budget admission check: gate Kueue Workloads on the ledger until stopped (SIGTERM).
 
@@ -370,7 +379,7 @@ def controller(
     every = parse_duration(stop_every)
     click.echo(f"parkbrake-budget controller: {workers} workers watching {api.host}", err=True)
     try:
-        run_forever(Controller(api, config, prices, checks), stop_every=every)
+        run_forever(Controller(api, config, prices, checks), stop_every=every, output=output)
     finally:
         for check in checks:
             check.store.close()

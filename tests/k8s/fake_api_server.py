@@ -264,9 +264,12 @@ class _Handler(BaseHTTPRequestHandler):
                 if match.get("sub")
                 else {k: v for k, v in body.items() if k != "status"}
             )
-            part.pop("metadata", None)
+            meta_patch = part.pop("metadata", None) or {}
             updated = merge(current, part)
-            updated["metadata"] = current["metadata"]
+            # of metadata, a patch changes labels and annotations only (never uid or resourceVersion)
+            updated["metadata"] = merge(
+                current["metadata"], {k: v for k, v in meta_patch.items() if k in {"labels", "annotations"}}
+            )
             fake.patches.append((time.monotonic(), self.path, body))
             fake._store(resource, key, updated, "MODIFIED")
             answer = copy.deepcopy(updated)
