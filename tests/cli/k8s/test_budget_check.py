@@ -12,8 +12,8 @@ from guardrails.pricing import PriceTable
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
 from stacks.config import StackConfig
-from tests.k8s.conftest import set_budget
-from tests.k8s.workloads import workload
+from tests.cli.k8s.conftest import set_budget
+from tests.cli.k8s.workloads import workload
 
 NOW = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
 

@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from cli.main import parkbrake
 from lambdas.ledger.store import LedgerStore
-from tests.k8s.conftest import REPOSITORY, set_budget
-from tests.k8s.workloads import workload
+from tests.cli.k8s.conftest import REPOSITORY, set_budget
+from tests.cli.k8s.workloads import workload
 
 
 def run(tmp_path: Path, document: object, *extra: str) -> tuple[int, str]:

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from tests.k8s.conftest import REPOSITORY
-from tests.k8s.fake_api_server import FakeApiServer, fake_api_server
+from tests.cli.k8s.conftest import REPOSITORY
+from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
 
 
 def queue(name: str, stop_policy: str | None = None) -> dict[str, Any]:

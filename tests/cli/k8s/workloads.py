@@ -1,5 +1,5 @@
 """Kueue v1beta2 Workloads as the API server returns them, for the budget check's tests (each one
-validates against the vendored Workload CRD: tests/k8s/test_workload_request.py)."""
+validates against the vendored Workload CRD: tests/cli/k8s/test_workload_request.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The controller against a FAKE API server (tests/k8s/fake_api_server.py) and a real ledger: the
+"""The controller against a FAKE API server (tests/cli/k8s/fake_api_server.py) and a real ledger: the
 check's state written as Kueue's schema has it, the watch resumed after a dropped connection and
 relisted after a 410, conflicts re-read, reservations released, a budget stop sending work back."""
 
@@ -20,9 +20,9 @@ from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
 from stacks.config import StackConfig
 from stacks.kubernetes_validation import validate_object
-from tests.k8s.conftest import set_budget
-from tests.k8s.fake_api_server import TOKEN, FakeApiServer, fake_api_server
-from tests.k8s.workloads import workload
+from tests.cli.k8s.conftest import set_budget
+from tests.cli.k8s.fake_api_server import TOKEN, FakeApiServer, fake_api_server
+from tests.cli.k8s.workloads import workload
 from tests.lambdas.ledger.ledger_streams import T0, at, ms, step, who
 
 

@@ -18,7 +18,7 @@ from tests.lambdas.ledger.conftest import fixed_price_table, ledger_template, le
 
 __all__ = ["ledger_template", "ledger_url"]  # the ledger's fixtures: a migrated database per test
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="session")

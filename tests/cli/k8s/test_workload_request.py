@@ -12,7 +12,7 @@ from cli.k8s.workload import WorkloadError, workload_request
 from guardrails.pricing import PriceTable
 from stacks.config import StackConfig
 from stacks.kubernetes_validation import validate_object
-from tests.k8s.workloads import workload
+from tests.cli.k8s.workloads import workload
 
 SERVER_SET = ("uid", "resourceVersion", "creationTimestamp")
 
