@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.k8s.admission import ACTOR, KIND_OF_STATE, BudgetCheck, CheckDecision
-from cli.k8s.api import WORKLOADS, ApiError, KubernetesApi, workload_path
+from cli.k8s.api import NODE_CLAIMS, WORKLOADS, ApiError, KubernetesApi, workload_path
 from cli.k8s.workload import BUDGET_CHECK, WorkloadError, check_entry, condition, workload_request
 from cli.options import output_option, project_dir_option, stack_option
 from guardrails.decisions import Decision
@@ -143,10 +143,58 @@ class Controller:
 
     def _sweep(self, stop: threading.Event, every: timedelta) -> None:
         while not stop.wait(every.total_seconds()):
+            for name, duty in (("budget sweep", self.enforce_stops), ("node reclaim", self.reclaim_nodes)):
+                try:
+                    duty()
+                except Exception as error:
+                    self._report(name, repr(error))
+
+    def reclaim_nodes(self) -> list[str]:
+        """Delete the NodeClaims of the stack's NodePools past their cap and drain (cli/k8s/reclaim.py),
+        each a ``stop`` decision of its instance; the names deleted."""
+        from cli.k8s.reclaim import overdue_nodeclaims
+        from stacks.kubernetes_config import kubernetes_config, nodepool_name
+
+        caps = {nodepool_name(p.tenant, p.name): p.max_runtime for p in self.config.pools.values()}
+        grace = kubernetes_config(self.config).termination_grace_period
+        claims, _ = self.api.list(NODE_CLAIMS)
+        now = self.clock()
+        deleted = []
+        for reclaim in overdue_nodeclaims(claims, caps, grace, now):
             try:
-                self.enforce_stops()
-            except Exception as error:
-                self._report("budget sweep", repr(error))
+                self.api.delete(f"{NODE_CLAIMS}/{reclaim.nodeclaim}")
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+            details = {
+                "action": "delete-nodeclaim",
+                "nodeclaim": reclaim.nodeclaim,
+                "nodepool": reclaim.nodepool,
+            }
+            tenant = next(
+                (
+                    p.tenant
+                    for p in self.config.pools.values()
+                    if nodepool_name(p.tenant, p.name) == reclaim.nodepool
+                ),
+                None,
+            )
+            self.sweeper.decisions.append(
+                [
+                    Decision(
+                        "stop",
+                        ACTOR,
+                        reclaim.reason,
+                        now,
+                        reclaim.instance_id or f"nodeclaim/{reclaim.nodeclaim}",
+                        tenant,
+                        details,
+                    )
+                ],
+                origin=f"k8s:nodeclaim:{reclaim.nodeclaim}",
+            )
+            deleted.append(reclaim.nodeclaim)
+        return deleted
 
     def _report(self, subject: str, message: str) -> None:
         print(json.dumps({"controller": subject, "error": message}), file=sys.stderr)

@@ -201,3 +201,34 @@ def test_a_wrong_token_is_refused_by_name(fake: FakeApiServer) -> None:
     intruder = KubernetesApi(fake.url, token="not-the-token", ca_file=str(fake.ca_file))
     with pytest.raises(ApiError, match="401"):
         intruder.list(WORKLOADS)
+
+
+def claim(name: str, nodepool: str, created: str, *, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {"karpenter.sh/nodepool": nodepool},
+        "creationTimestamp": created,
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2036-05-05T09:59:00Z"
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "metadata": meta,
+            "status": {"providerID": f"aws:///us-east-1a/i-{name[-4:]}"}}  # fmt: skip
+
+
+def test_a_node_past_its_cap_and_drain_is_reclaimed_by_deleting_its_nodeclaim(
+    fake: FakeApiServer, controller: Controller, store: LedgerStore
+) -> None:
+    # research-training: cap 8h, drain 30m; now is 2036-05-05T10:00Z
+    fake.put("nodeclaims", claim("research-training-0001", "research-training", "2036-05-05T01:29:00Z"))
+    fake.put("nodeclaims", claim("research-training-0002", "research-training", "2036-05-05T01:31:00Z"))
+    fake.put(
+        "nodeclaims",
+        claim("research-training-0003", "research-training", "2036-05-05T00:00:00Z", deleting=True),
+    )
+    fake.put("nodeclaims", claim("system-0004", "system", "2036-05-01T00:00:00Z"))
+    assert controller.reclaim_nodes() == ["research-training-0001"]
+    assert fake.deleted == ["research-training-0001"]
+    (logged,) = DecisionLedger.of(store).read(instance_id="i-0001")
+    assert (logged.decision.kind, logged.decision.tenant) == ("stop", "research")
+    assert logged.decision.details["action"] == "delete-nodeclaim"
+    assert "past its 8h cap and 30m of drain" in logged.decision.reason
