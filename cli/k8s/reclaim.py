@@ -50,7 +50,7 @@ def overdue_nodeclaims(
     overdue = []
     for claim in claims:
         meta = claim.get("metadata") or {}
-        pool = (meta.get("labels") or {}).get(NODEPOOL_LABEL)
+        pool = str((meta.get("labels") or {}).get(NODEPOOL_LABEL, ""))
         created = _created(claim)
         if pool not in caps or created is None or meta.get("deletionTimestamp"):
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -63,7 +64,7 @@ class ServiceDeployment(pulumi.ComponentResource):
             "requests": {"cpu": args.cpu, "memory": args.memory},
             "limits": {"memory": args.memory},
         }
-        placement: dict[str, object] = {}
+        placement: dict[str, Any] = {}
         if args.gpus:
             resources["requests"][GPU_RESOURCE] = str(args.gpus)
             resources["limits"][GPU_RESOURCE] = str(args.gpus)

@@ -48,6 +48,7 @@ def test_tenant_type_hosts_and_cap(eks: StackConfig, prices: PriceTable) -> None
     )  # fmt: skip
     assert request.cap == timedelta(hours=2)
     assert workload_request(workload(pods=2, gpus_per_pod=2), eks, prices).hosts == 1
+    assert workload_request(workload(pods=5, gpus_per_pod=3), eks, prices).hosts == 5  # not 15 / 4 → 4
     assert workload_request(workload(pods=1, gpus_per_pod=1), eks, prices).hosts == 1
     # no limit of its own: the pool's cap; a longer limit is cut to it (expireAfter ends the node)
     assert workload_request(workload(max_seconds=None), eks, prices).cap == timedelta(hours=8)
