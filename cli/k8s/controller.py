@@ -210,10 +210,12 @@ class Controller:
             return self._done(name, "not gated")
         uid = str(workload["metadata"].get("uid", ""))
         reserved = condition(workload, "QuotaReserved") and "admission" in (workload.get("status") or {})
+        # Evicted counts while the check is past Pending: Kueue resets the check to Pending when it
+        # reserves quota again, and a Pending check with quota is decided, whatever the conditions say.
         gone = (
             "deleted" if kind == "DELETED"
             else "finished" if condition(workload, "Finished")
-            else "evicted" if condition(workload, "Evicted") or not reserved
+            else "evicted" if not reserved or (condition(workload, "Evicted") and entry.get("state") != "Pending")
             else None
         )  # fmt: skip
         if gone is not None:

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -232,3 +233,47 @@ def test_a_node_past_its_cap_and_drain_is_reclaimed_by_deleting_its_nodeclaim(
     assert (logged.decision.kind, logged.decision.tenant) == ("stop", "research")
     assert logged.decision.details["action"] == "delete-nodeclaim"
     assert "past its 8h cap and 30m of drain" in logged.decision.reason
+
+
+def test_in_a_pod_the_service_accounts_token_and_ca_reach_the_api_server(
+    fake: FakeApiServer, tmp_path: Any
+) -> None:
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    (tmp_path / "ca.crt").write_bytes(fake.ca_file.read_bytes())
+    port = fake.url.rsplit(":", 1)[1]
+    api = KubernetesApi.in_cluster(
+        {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}, tmp_path
+    )
+    fake.put("workloads", workload("seen"))
+    items, version = api.list(WORKLOADS)
+    assert [item["metadata"]["name"] for item in items] == ["seen"]
+    assert version == "1"
+
+
+def test_outside_a_pod_without_a_server_is_one_line_naming_the_flags(tmp_path: Any) -> None:
+    from guardrails.errors import InputError
+
+    with pytest.raises(InputError, match="--server: not given and not in a pod"):
+        KubernetesApi.in_cluster({}, tmp_path)
+
+
+def test_an_evicted_workload_gives_its_reservation_back_and_is_decided_again_when_requeued(
+    fake: FakeApiServer, controller: Controller, store: LedgerStore
+) -> None:
+    set_budget(store, "research", "1000")
+    worker = controller.workers[0]
+    assert controller.handle(worker, "ADDED", fake.put("workloads", workload("train"))) == "Ready"
+    evicted = fake.get("workloads", "research", "train")
+    evicted["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "preempted",
+         "lastTransitionTime": "2036-05-05T10:10:00Z"}
+    )  # fmt: skip
+    assert controller.handle(worker, "MODIFIED", fake.put("workloads", evicted)).startswith(
+        "evicted, released"
+    )
+    # Kueue reserves quota again and resets the check to Pending: decided anew, a new reservation
+    requeued = fake.get("workloads", "research", "train")
+    requeued["status"]["admissionChecks"][0]["state"] = "Pending"
+    assert controller.handle(worker, "MODIFIED", fake.put("workloads", requeued)) == "Ready"
+    (runway,) = store.runways(now=T0, default_cap=timedelta(hours=1), tenants=["research"])
+    assert runway.reserved_usd == Decimal("5.672")  # the first reservation given back, one held
