@@ -14,6 +14,7 @@ BENCHMARKS = (
     "benchmarks.decision_log",
     "benchmarks.inference",
     "benchmarks.status",
+    "benchmarks.k8s_controller",
 )
 
 

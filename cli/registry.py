@@ -85,4 +85,7 @@ COMMANDS: dict[str, LazyCommand] = {
         "cli.guard_policy:guard_policy",
         "Print the preventive policy that keeps accelerator hosts inside the guardrails.",
     ),
+    "k8s": LazyCommand(
+        "cli.k8s:k8s", "The Kubernetes stack: render its objects, decide and run the budget admission check."
+    ),
 }

@@ -48,6 +48,10 @@ KINDS: Mapping[str, str] = {
     "budget-notify": "a budget threshold crossed, the tenant notified",
     "budget-deny": "a tenant's new work denied: the budget is spent",
     "budget-stop": "a tenant's running hosts stopped: the budget is spent",
+    "workload-ready": "a Kueue Workload admitted by the budget check, its cost reserved in the ledger",
+    "workload-retry": "a Kueue Workload sent back to wait: runway short, ledger unreachable, or budget stop",
+    "workload-rejected": "a Kueue Workload rejected by the budget check: the budget cannot cover it",
+    "workload-released": "a Kueue Workload's reservation given back: it finished, was evicted or deleted",
 }
 
 

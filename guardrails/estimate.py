@@ -257,6 +257,14 @@ def _gpu_pool_items(resources: list[ResourceLike], prices: PriceTable, region: s
 # --- services, data stores, fixed-hourly items ------------------------------------------------------
 
 
+def _node_pool_items(resources: list[ResourceLike], prices: PriceTable, region: str) -> Iterator[CostItem]:
+    """A Kubernetes stack's Karpenter NodePools (guardrails/estimate_kubernetes.py says how they are priced)."""
+    from guardrails.estimate_kubernetes import node_pool_items
+
+    for name, monthly, worst, detail in node_pool_items(resources, prices, region):
+        yield _item(name, "gpu-pool", monthly, worst, detail)
+
+
 def _fargate_items(resources: list[ResourceLike], prices: PriceTable, region: str) -> Iterator[CostItem]:
     task_definitions = {
         _tag_map(resource.inputs.get("tags")).get(tags.SERVICE): resource
@@ -468,6 +476,7 @@ def estimate_monthly_cost(
     declared = list(resources)
     items = [
         *_gpu_pool_items(declared, table, region),
+        *_node_pool_items(declared, table, region),
         *_fargate_items(declared, table, region),
         *_aurora_items(declared, table, region),
         *_cache_items(declared, table, region),

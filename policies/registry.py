@@ -6,9 +6,12 @@ from policies.rule import PolicyRule
 from policies.rules import (
     cost_within_budgets,
     data_stores_encrypted_and_private,
+    gpu_deployments_have_a_revision,
     gpu_hosts_have_a_cap,
     gpu_hosts_locked_down,
+    gpu_node_pools_expire,
     gpu_pool_size_ceiling,
+    gpu_queues_gated_by_budget,
     instance_types_allowed,
     names_fit_aws,
     no_unconditional_stop,
@@ -28,5 +31,8 @@ RULES: tuple[PolicyRule, ...] = (
     data_stores_encrypted_and_private.RULE,
     no_unconditional_stop.RULE,
     public_endpoints_https_behind_waf.RULE,
+    gpu_node_pools_expire.RULE,
+    gpu_queues_gated_by_budget.RULE,
+    gpu_deployments_have_a_revision.RULE,
     cost_within_budgets.RULE,
 )

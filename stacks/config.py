@@ -26,6 +26,7 @@ from guardrails.owners import owner_problem
 from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
 from stacks.guardrails_config import GuardrailsConfig, guardrails_config
+from stacks.kubernetes_config import KubernetesConfig, parse_kubernetes
 from stacks.service_config import (
     ControlPlaneConfig,
     HostsConfig,
@@ -130,6 +131,8 @@ class StackConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     revision: str = "unversioned"
     hosts: HostsConfig = field(default_factory=HostsConfig)
+    # The EKS cluster's section: set, the stack is a Kubernetes stack (stacks/kubernetes_program.py).
+    kubernetes: KubernetesConfig | None = None
 
     def with_parked(self, parked: bool) -> StackConfig:
         return replace(self, parked=parked)
@@ -147,7 +150,7 @@ class StackConfig:
 
 TOP_LEVEL_KEYS = {
     "parked", "revision", "tenants", "pools", "nightly", "control_plane", "inference",
-    "database", "cache", "guardrails", "network", "policy", "hosts",
+    "database", "cache", "guardrails", "network", "policy", "hosts", "kubernetes",
 }  # fmt: skip
 
 
@@ -217,10 +220,27 @@ def parse_stack_config(
         guardrails=guardrails,
         network=_network(root),
         policy=policy,
-        hosts=hosts(root, project_dir),
+        hosts=_hosts(root, project_dir),
+        kubernetes=parse_kubernetes(root, tenants, pools),
     )
     problems.raise_if_any(source)
     return parsed
+
+
+def _hosts(root: Section, project_dir: Path) -> HostsConfig:
+    """How EC2 hosts get their tools; a Kubernetes stack has none (the agent runs as a DaemonSet's image)."""
+    if not root.has("kubernetes"):
+        return hosts(root, project_dir)
+    if root.has("hosts"):
+        root.problems.add(
+            "hosts", "is not used by a Kubernetes stack (its nodes run the agent's image); remove it"
+        )
+    if root.has("nightly"):
+        root.problems.add(
+            "nightly",
+            "is not used by a Kubernetes stack (Karpenter starts nodes for admitted jobs); remove it",
+        )
+    return HostsConfig()
 
 
 def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[str, Any]) -> GpuPoolConfig:

@@ -1,0 +1,143 @@
+"""``parkbrake k8s park --now``: park a Kubernetes stack at once, through the API server.
+
+``parkbrake park`` flips the stack file's switch (and ``pulumi up`` renders GPU limits "0" and every
+ClusterQueue ``stopPolicy: Hold``: nothing new is admitted, running work finishes). This is the
+emergency brake beside it: every tenant's ClusterQueue to ``HoldAndDrain`` (Kueue evicts what runs) and
+every NodeClaim of the stack's NodePools deleted (Karpenter drains and terminates the nodes, and
+launches none for a queue that admits nothing). ``--unpark`` restores each ClusterQueue's stopPolicy as
+it was before (kept in an annotation on the queue itself); the nodes come back as Kueue admits work.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from cli.k8s.api import CLUSTER_QUEUES, NODE_CLAIMS, ApiError, KubernetesApi
+from cli.k8s.controller import api_from_options, with_server_options
+from cli.options import output_option, project_dir_option, stack_option
+
+if TYPE_CHECKING:
+    from stacks.config import StackConfig
+
+BEFORE_PARK = "parkbrake.dev/stop-policy-before-park"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+
+
+@dataclass
+class KubernetesPark:
+    parking: bool
+    dry_run: bool
+    queues: list[dict[str, str]] = field(default_factory=list)  # name, before, after
+    nodeclaims: list[str] = field(default_factory=list)  # deleted (or, dry run, to delete)
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "parking": self.parking,
+            "dry_run": self.dry_run,
+            "clusterqueues": self.queues,
+            "nodeclaims_deleted": self.nodeclaims,
+            "errors": self.errors,
+        }
+
+
+def stack_nodepools(config: StackConfig) -> set[str]:
+    """The NodePools the stack declares: ``<tenant>-<pool>`` (stacks/kubernetes_config.py names them)."""
+    from stacks.kubernetes_config import nodepool_name
+
+    return {nodepool_name(pool.tenant, pool.name) for pool in config.pools.values()}
+
+
+def park_now(api: KubernetesApi, config: StackConfig, *, parking: bool, dry_run: bool) -> KubernetesPark:
+    result = KubernetesPark(parking, dry_run)
+    queues, _ = api.list(CLUSTER_QUEUES)
+    for queue in sorted(queues, key=lambda q: str(q["metadata"]["name"])):
+        name = str(queue["metadata"]["name"])
+        if name not in config.tenants:
+            continue  # another team's queue
+        annotations = queue["metadata"].get("annotations") or {}
+        current = str((queue.get("spec") or {}).get("stopPolicy", "None"))
+        if parking:
+            after, remembered = "HoldAndDrain", annotations.get(BEFORE_PARK, current)
+            patch_annotations: dict[str, str | None] = {BEFORE_PARK: remembered}
+        else:
+            after, patch_annotations = annotations.get(BEFORE_PARK, "None"), {BEFORE_PARK: None}
+            if after == "HoldAndDrain":
+                after = "None"
+        result.queues.append({"name": name, "before": current, "after": after})
+        if dry_run:
+            continue
+        try:
+            api.merge_patch(
+                f"{CLUSTER_QUEUES}/{name}",
+                {"metadata": {"annotations": patch_annotations}, "spec": {"stopPolicy": after}},
+            )
+        except ApiError as error:
+            result.errors.append(f"clusterqueue {name}: {error}")
+    if not parking:
+        return result
+    pools = stack_nodepools(config)
+    claims, _ = api.list(NODE_CLAIMS)
+    for claim in sorted(claims, key=lambda c: str(c["metadata"]["name"])):
+        name = str(claim["metadata"]["name"])
+        if (claim["metadata"].get("labels") or {}).get(NODEPOOL_LABEL) not in pools:
+            continue
+        result.nodeclaims.append(name)
+        if dry_run:
+            continue
+        try:
+            api.delete(f"{NODE_CLAIMS}/{name}")
+        except ApiError as error:
+            if error.status != 404:  # already gone: what was asked
+                result.errors.append(f"nodeclaim {name}: {error}")
+    return result
+
+
+@click.command()
+@stack_option
+@project_dir_option
+@with_server_options
+@click.option(
+    "--now", is_flag=True, required=True, help="Act on the cluster at once (required: it is the brake)."
+)
+@click.option("--unpark", is_flag=True, help="Restore each ClusterQueue's stopPolicy as it was before.")
+@click.option("--dry-run", is_flag=True, help="List what would change and change nothing.")
+@output_option
+def park(
+    *, stack: str, project_dir: Path, server: str | None, token_file: Path | None, ca_file: Path | None,
+    now: bool, unpark: bool, dry_run: bool, output: str,
+) -> None:  # fmt: skip
+    """Park a Kubernetes stack now: ClusterQueues HoldAndDrain, its NodeClaims deleted; --unpark restores.
+
+    The API-server counterpart of `parkbrake park --now` on AWS: run it beside `parkbrake park --stack
+    eks` (which keeps the stack file parked). Exit 1 when any object could not be changed.
+
+    \b
+    Example:
+      parkbrake k8s park --stack eks --now --server https://127.0.0.1:6443 --token-file t --ca-file ca.crt
+    """
+    from cli.k8s.check import kubernetes_stack
+
+    config, _ = kubernetes_stack(stack, project_dir)
+    result = park_now(
+        api_from_options(server, token_file, ca_file), config, parking=not unpark, dry_run=dry_run
+    )
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        verb = "would set" if dry_run else "set"
+        for queue in result.queues:
+            click.echo(
+                f"clusterqueue {queue['name']}: {verb} stopPolicy {queue['before']} → {queue['after']}"
+            )
+        for claim in result.nodeclaims:
+            click.echo(f"nodeclaim {claim}: {'would delete' if dry_run else 'deleted'}")
+        for error in result.errors:
+            click.echo(f"failed: {error}", err=True)
+    if result.errors:
+        click.get_current_context().exit(1)

@@ -1,0 +1,115 @@
+"""``BudgetController``: ``parkbrake k8s controller`` as a Deployment, with its ServiceAccount and least-privilege RBAC.
+
+It is Kueue's external admission-check controller for ``parkbrake.dev/budget``: it watches Workloads, asks
+the ledger, and patches each Workload's admission-check state. Its ClusterRole grants exactly that and the
+park path: Workloads get/list/watch and their status patch; AdmissionChecks get/list/watch and their status
+(to mark the check Active); ClusterQueues get/list/watch/update (``stopPolicy`` for ``park --now``); NodeClaims
+list/delete (a node past its cap, a drain); Events create. It is never parked: parked queues are held, and
+the controller still releases reservations as admitted work finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.common import child_of
+from components.k8s.common import NAME_LABEL, REVISION_LABEL, labels, type_token
+
+CONTROLLER = "parkbrake-budget-controller"
+# (API group, resources, verbs): everything the controller may do, nothing more.
+RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("kueue.x-k8s.io", ("workloads",), ("get", "list", "watch")),
+    ("kueue.x-k8s.io", ("workloads/status",), ("patch",)),
+    ("kueue.x-k8s.io", ("admissionchecks",), ("get", "list", "watch")),
+    ("kueue.x-k8s.io", ("admissionchecks/status",), ("get", "patch", "update")),
+    ("kueue.x-k8s.io", ("clusterqueues",), ("get", "list", "watch", "update")),
+    ("karpenter.sh", ("nodeclaims",), ("list", "delete")),
+    ("", ("events",), ("create",)),
+    ("events.k8s.io", ("events",), ("create",)),
+)
+
+
+@dataclass
+class BudgetControllerArgs:
+    stack: str
+    namespace: str
+    image: str
+    revision: str
+    environment: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+
+
+class BudgetController(pulumi.ComponentResource):
+    service_account_name: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: BudgetControllerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(type_token("BudgetController"), name, None, opts)
+        selector = {NAME_LABEL: CONTROLLER}
+        object_labels = labels(args.stack, selector)
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-service-account",
+            metadata={"name": CONTROLLER, "namespace": args.namespace, "labels": object_labels},
+            opts=child_of(self),
+        )
+        role = k8s.rbac.v1.ClusterRole(
+            f"{name}-cluster-role",
+            metadata={"name": CONTROLLER, "labels": object_labels},
+            rules=[
+                {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+                for group, resources, verbs in RULES
+            ],
+            opts=child_of(self),
+        )
+        binding = k8s.rbac.v1.ClusterRoleBinding(
+            f"{name}-cluster-role-binding",
+            metadata={"name": CONTROLLER, "labels": object_labels},
+            role_ref={"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER},
+            subjects=[{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": args.namespace}],
+            opts=child_of(self, depends_on=[role, account]),
+        )
+        pod_labels = labels(args.stack, {**selector, REVISION_LABEL: args.revision})
+        environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
+            {"name": key, "value": value} for key, value in sorted(args.environment.items())
+        ]
+        k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata={"name": CONTROLLER, "namespace": args.namespace, "labels": pod_labels},
+            spec={
+                # One replica: the ledger's admission serialises reservations, two controllers would race
+                # to patch the same Workload's check.
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": pod_labels},
+                    "spec": {
+                        "serviceAccountName": CONTROLLER,
+                        "containers": [
+                            {
+                                "name": "controller",
+                                "image": args.image,
+                                "command": ["parkbrake", "k8s", "controller", "--stack", args.stack],
+                                "env": environment,
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "128Mi"},
+                                    "limits": {"memory": "256Mi"},
+                                },
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "runAsNonRoot": True,
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+            opts=child_of(self, depends_on=[binding]),
+        )
+        self.service_account_name = pulumi.Output.from_input(CONTROLLER)
+        self.register_outputs({"serviceAccountName": self.service_account_name})

@@ -1,0 +1,168 @@
+"""``GpuNodePool``: one tenant's GPU pool on EKS — a Karpenter ``NodePool`` and its ``EC2NodeClass``.
+
+The Kubernetes counterpart of ``components.gpu_pool.GpuPool``:
+- ``limits`` in GPUs (the pool's ``max`` hosts × the type's GPUs), ``"0"`` parked: Karpenter launches no
+  node past the limit, so parked it launches none;
+- ``template.spec.expireAfter`` is the pool's cap: Karpenter forcefully expires every node at that age,
+  the per-host deadline of the EC2 pools; ``terminationGracePeriod`` bounds the drain after it;
+- consolidation ``WhenEmpty`` after the agent's idle window: on Kubernetes the agent reports and Karpenter
+  reclaims the empty node (the host does not shut itself down);
+- the ``nvidia.com/gpu`` taint, so only pods that tolerate it (GPU jobs, the agent) land there;
+- the EC2NodeClass tags every instance with parkbrake's host tags (``parkbrake:managed``, stack, pool,
+  tenant, max-runtime, revision), so the meter, the ledger, the sweep and the guard policy see a node as
+  a managed, attributed GPU host, exactly as they see an Auto Scaling group's host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+import pulumi
+from pulumi_kubernetes.apiextensions import CustomResource
+
+from components.common import child_of
+from components.k8s.common import (
+    EC2_NODE_CLASS_API,
+    GPU_RESOURCE,
+    GPU_TAINT,
+    KARPENTER_API,
+    POOL_LABEL,
+    TENANT_LABEL,
+    go_duration,
+    labels,
+    type_token,
+)
+from guardrails import tags
+from guardrails.durations import format_duration
+
+# EKS-optimised Amazon Linux 2023: Karpenter picks its NVIDIA variant for GPU instance types.
+AMI_ALIAS = "al2023@latest"
+KARPENTER_CAPACITY_TYPE = "karpenter.sh/capacity-type"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+
+
+@dataclass
+class GpuNodePoolArgs:
+    stack: str
+    tenant: str
+    pool: str
+    instance_type: str
+    gpus_per_node: int
+    max_nodes: int
+    max_runtime: timedelta  # the pool's cap: every node expires at this age
+    cluster_name: str
+    node_role: pulumi.Input[str]  # the IAM role the nodes' instance profile carries
+    revision: str
+    parked: bool = False
+    capacity_type: Literal["on-demand", "spot"] = "on-demand"
+    termination_grace_period: timedelta = timedelta(minutes=30)
+    consolidate_after: timedelta = timedelta(minutes=15)
+    role: Literal["training", "inference"] = "training"
+    owner: str | None = None
+    # Searched by tag: the cluster's subnets and node security group carry karpenter.sh/discovery.
+    discovery_tag: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.gpus_per_node < 1:
+            raise ValueError(
+                f"{self.instance_type} carries no GPU; a GPU node pool needs a GPU instance type"
+            )
+        if self.max_runtime <= timedelta(0):
+            raise ValueError("max_runtime must be positive: it is every node's forceful expiry")
+
+    @property
+    def name(self) -> str:
+        """``<tenant>-<pool>``: the NodePool's and the EC2NodeClass's name."""
+        return f"{self.tenant}-{self.pool}"
+
+    @property
+    def gpu_limit(self) -> int:
+        return 0 if self.parked else self.max_nodes * self.gpus_per_node
+
+
+def instance_tags(args: GpuNodePoolArgs) -> dict[str, str]:
+    """The tags every node's instance carries: the EC2 pools' host tags (components.gpu_pool.host_tags)."""
+    return {
+        tags.MANAGED: "true",
+        tags.STACK: args.stack,
+        tags.POOL: args.pool,
+        tags.TENANT: args.tenant,
+        tags.MAX_RUNTIME: format_duration(args.max_runtime),
+        tags.REVISION: args.revision,
+        **({tags.SERVING: "true"} if args.role == "inference" else {}),
+        **({tags.OWNER: args.owner} if args.owner else {}),
+    }
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    node_pool_name: pulumi.Output[str]
+    gpu_limit: pulumi.Output[int]
+
+    def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(type_token("GpuNodePool"), name, None, opts)
+        pool_labels = {TENANT_LABEL: args.tenant, POOL_LABEL: args.pool}
+        discovery = dict(args.discovery_tag) or {"karpenter.sh/discovery": args.cluster_name}
+        node_class = CustomResource(
+            f"{name}-node-class",
+            api_version=EC2_NODE_CLASS_API,
+            kind="EC2NodeClass",
+            metadata={"name": args.name, "labels": labels(args.stack, pool_labels)},
+            spec={
+                "role": args.node_role,
+                "amiSelectorTerms": [{"alias": AMI_ALIAS}],
+                "subnetSelectorTerms": [{"tags": discovery}],
+                "securityGroupSelectorTerms": [{"tags": discovery}],
+                "tags": instance_tags(args),
+                # IMDSv2 only, one hop: pods cannot borrow the node's role through the metadata service.
+                "metadataOptions": {
+                    "httpEndpoint": "enabled",
+                    "httpProtocolIPv6": "disabled",
+                    "httpPutResponseHopLimit": 1,
+                    "httpTokens": "required",
+                },
+            },
+            opts=child_of(self),
+        )
+        node_pool = CustomResource(
+            f"{name}-node-pool",
+            api_version=KARPENTER_API,
+            kind="NodePool",
+            metadata={"name": args.name, "labels": labels(args.stack, pool_labels)},
+            spec={
+                "template": {
+                    "metadata": {"labels": pool_labels},
+                    "spec": {
+                        "nodeClassRef": {
+                            "group": "karpenter.k8s.aws",
+                            "kind": "EC2NodeClass",
+                            "name": args.name,
+                        },
+                        "requirements": _requirements(args),
+                        "taints": [GPU_TAINT],
+                        "expireAfter": go_duration(args.max_runtime),
+                        "terminationGracePeriod": go_duration(args.termination_grace_period),
+                    },
+                },
+                "limits": {GPU_RESOURCE: str(args.gpu_limit)},
+                "disruption": {
+                    "consolidationPolicy": "WhenEmpty",
+                    "consolidateAfter": go_duration(args.consolidate_after),
+                },
+            },
+            opts=child_of(self, depends_on=[node_class]),
+        )
+        self.node_pool_name = pulumi.Output.from_input(args.name)
+        self.gpu_limit = pulumi.Output.from_input(args.gpu_limit)
+        self.register_outputs(
+            {"nodePoolName": self.node_pool_name, "gpuLimit": self.gpu_limit, "nodePool": node_pool.id}
+        )
+
+
+def _requirements(args: GpuNodePoolArgs) -> Sequence[Mapping[str, object]]:
+    return [
+        {"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": [args.instance_type]},
+        {"key": KARPENTER_CAPACITY_TYPE, "operator": "In", "values": [args.capacity_type]},
+    ]

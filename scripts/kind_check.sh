@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The Kubernetes variant on a real (local) cluster: kind + Kueue + KWOK fake GPU nodes, the eks stack's
+# rendered objects applied (server dry run, then for real), and the budget controller against a local
+# ledger. Shows: a job admitted within budget, a job rejected past it, a held queue when parked, and a
+# workload deactivated past its execution time.
+#
+# NOT RUN in parkbrake's CI or on its development machines: they have no Docker and no API server
+# (docs/kubernetes.md says what is exercised where). Needs: docker, kind, kubectl, and parkbrake
+# installed (pip install -e .) in the current shell. Usage:
+#
+#   scripts/kind_check.sh            # creates cluster parkbrake-check, leaves it for a look
+#   KEEP=0 scripts/kind_check.sh     # deletes it at the end
+set -euo pipefail
+
+CLUSTER=${CLUSTER:-parkbrake-check}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
+KARPENTER_VERSION=${KARPENTER_VERSION:-v1.14.1}
+PROMETHEUS_OPERATOR_VERSION=${PROMETHEUS_OPERATOR_VERSION:-v0.93.0}
+KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
+PG_PORT=${PG_PORT:-55432}
+WORK=$(mktemp -d)
+say() { printf '\n== %s\n' "$*"; }
+for tool in docker kind kubectl parkbrake; do
+  command -v "$tool" >/dev/null || { echo "kind_check: $tool is not on PATH" >&2; exit 2; }
+done
+
+cleanup() {
+  [[ -n "${CONTROLLER_PID:-}" ]] && kill "$CONTROLLER_PID" 2>/dev/null || true
+  docker rm -f parkbrake-check-ledger >/dev/null 2>&1 || true
+  [[ "${KEEP:-1}" == 0 ]] && kind delete cluster --name "$CLUSTER" || true
+}
+trap cleanup EXIT
+
+say "kind cluster $CLUSTER"
+kind get clusters | grep -qx "$CLUSTER" || kind create cluster --name "$CLUSTER" --wait 120s
+kubectl config use-context "kind-$CLUSTER" >/dev/null
+
+say "Kueue $KUEUE_VERSION, KWOK $KWOK_VERSION, Karpenter $KARPENTER_VERSION and Prometheus operator CRDs"
+kubectl apply --server-side -f "https://github.com/kubernetes-sigs/kueue/releases/download/$KUEUE_VERSION/manifests.yaml"
+kubectl -n kueue-system rollout status deployment/kueue-controller-manager --timeout=180s
+kubectl apply -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION/kwok.yaml"
+kubectl apply -f "https://github.com/kubernetes-sigs/kwok/releases/download/$KWOK_VERSION/stage-fast.yaml"
+for crd in karpenter.sh_nodepools karpenter.sh_nodeclaims karpenter.k8s.aws_ec2nodeclasses; do
+  kubectl apply --server-side -f \
+    "https://raw.githubusercontent.com/aws/karpenter-provider-aws/$KARPENTER_VERSION/pkg/apis/crds/$crd.yaml"
+done
+for crd in podmonitors servicemonitors; do
+  kubectl apply --server-side -f \
+    "https://raw.githubusercontent.com/prometheus-operator/prometheus-operator/$PROMETHEUS_OPERATOR_VERSION/example/prometheus-operator-crd/monitoring.coreos.com_$crd.yaml"
+done
+
+say "fake GPU nodes (KWOK): two g5.12xlarge (4 GPUs each), one g5.xlarge"
+fake_node() { # name instance-type gpus
+  cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {type: kwok, node.kubernetes.io/instance-type: $2, kubernetes.io/hostname: $1}
+spec:
+  taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}, {key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}]
+status:
+  allocatable: {cpu: "48", memory: 192Gi, pods: "110", nvidia.com/gpu: "$3"}
+  capacity: {cpu: "48", memory: 192Gi, pods: "110", nvidia.com/gpu: "$3"}
+EOF
+}
+{ fake_node gpu-a g5.12xlarge 4; echo ---; fake_node gpu-b g5.12xlarge 4; echo ---; fake_node gpu-c g5.xlarge 1; } \
+  | kubectl apply -f -
+
+say "parkbrake k8s render --stack eks: server-side dry run, then for real"
+parkbrake k8s render --stack eks > "$WORK/eks.yaml"
+kubectl apply --server-side --dry-run=server -f "$WORK/eks.yaml"
+kubectl apply --server-side -f "$WORK/eks.yaml"
+# The in-cluster controller's image is not in kind: run it from this shell instead (below).
+kubectl -n parkbrake scale deployment/parkbrake-budget-controller --replicas=0 || true
+
+say "a local ledger (PostgreSQL in Docker on :$PG_PORT)"
+docker run -d --rm --name parkbrake-check-ledger -e POSTGRES_PASSWORD=check -p "$PG_PORT:5432" postgres:16 >/dev/null
+export PARKBRAKE_DATABASE_URL="postgresql://postgres:check@127.0.0.1:$PG_PORT/postgres"
+until parkbrake ledger migrate >/dev/null 2>&1; do sleep 1; done
+parkbrake ledger budget research --limit-usd 30 --actions notify,deny
+
+say "the budget controller, as the stack's service account"
+kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$WORK/ca.crt"
+kubectl -n parkbrake create token parkbrake-budget-controller > "$WORK/token"
+SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
+parkbrake k8s controller --stack eks --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt" \
+  > "$WORK/controller.log" 2>&1 &
+CONTROLLER_PID=$!
+
+job() { # name gpus seconds-of-work max-exec-seconds
+  cat <<EOF
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: $1
+  namespace: research
+  labels: {kueue.x-k8s.io/queue-name: research, kueue.x-k8s.io/max-exec-time-seconds: "$4"}
+spec:
+  suspend: true
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {type: kwok}
+      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}, {key: kwok.x-k8s.io/node, operator: Exists, effect: NoSchedule}]
+      containers:
+      - {name: train, image: busybox, command: [sleep, "$3"], resources: {requests: {nvidia.com/gpu: "$2"}, limits: {nvidia.com/gpu: "$2"}}}
+EOF
+}
+check_state() { # workload-owner-job
+  kubectl -n research get workloads -l "kueue.x-k8s.io/job-uid=$(kubectl -n research get job "$1" -o jsonpath='{.metadata.uid}')" \
+    -o jsonpath='{.items[0].status.admissionChecks[?(@.name=="parkbrake-budget")].state}' 2>/dev/null
+}
+wait_state() { # job state
+  for _ in $(seq 60); do [[ "$(check_state "$1")" == "$2" ]] && { echo "$1: $2"; return; }; sleep 2; done
+  echo "kind_check: $1 never reached $2 (now: $(check_state "$1"))" >&2; tail -20 "$WORK/controller.log" >&2; exit 1
+}
+
+say "1. a job within budget (4 GPUs, 1 h: \$5.67 of \$30) is admitted"
+job small 4 600 3600 | kubectl apply -f -
+wait_state small Ready
+
+say "2. a job past the budget (4 GPUs for 8 h: \$45.38, \$24.33 left) is rejected"
+job large 4 600 28800 | kubectl apply -f -
+wait_state large Rejected
+kubectl -n research get workloads
+
+say "3. parked: the queues hold and drain, the pools' NodeClaims go"
+parkbrake k8s park --stack eks --now --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt"
+kubectl get clusterqueues -o custom-columns=NAME:.metadata.name,STOP:.spec.stopPolicy
+job while-parked 1 60 600 | kubectl apply -f -
+sleep 10
+kubectl -n research get workloads
+parkbrake k8s park --stack eks --now --unpark --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt"
+
+say "4. a workload past its execution time (30 s of a 300 s job) is deactivated by Kueue"
+kubectl -n research delete job small large while-parked --ignore-not-found
+job overrun 1 300 30 | kubectl apply -f -
+wait_state overrun Ready
+for _ in $(seq 60); do
+  active=$(kubectl -n research get workloads -o jsonpath='{.items[?(@.metadata.ownerReferences[0].name=="overrun")].spec.active}')
+  [[ "$active" == false ]] && { echo "overrun: deactivated (spec.active=false)"; break; }
+  sleep 2
+done
+[[ "$active" == false ]] || { echo "kind_check: overrun was never deactivated" >&2; exit 1; }
+
+say "the controller's log"
+cat "$WORK/controller.log"
+say "kind check passed"

@@ -1,0 +1,97 @@
+"""The budget check against a real ledger: Ready reserves, Retry when reservations hold the runway or
+the ledger is down, Rejected when the budget denies; one reservation per uid; releases; the decision log."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from cli.k8s.admission import BudgetCheck
+from cli.k8s.workload import workload_request
+from guardrails.pricing import PriceTable
+from lambdas.ledger.decisions import DecisionLedger
+from lambdas.ledger.store import LedgerStore
+from stacks.config import StackConfig
+from tests.cli.k8s.conftest import set_budget
+from tests.cli.k8s.workloads import workload
+
+NOW = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
+
+
+def test_a_workload_within_budget_is_ready_with_its_reservation_once(
+    check: BudgetCheck, store: LedgerStore, eks: StackConfig, prices: PriceTable
+) -> None:
+    set_budget(store, "research", "1000")
+    request = workload_request(workload(pods=2, gpus_per_pod=4, max_seconds=3600), eks, prices)
+    first = check.decide(request, now=NOW)
+    assert first.state == "Ready"
+    assert first.reservation is not None
+    assert first.needed_usd == Decimal("11.344000")  # 2 x g5.12xlarge at $5.672 for one hour
+    again = check.decide(request, now=NOW + timedelta(seconds=5))
+    assert (again.state, again.reservation, again.repeated) == ("Ready", first.reservation, True)
+    (runway,) = store.runways(now=NOW, default_cap=timedelta(hours=1), tenants=["research"])
+    assert runway.reserved_usd == Decimal("11.344")  # reserved once, not twice
+    logged = DecisionLedger.of(store).read(instance_id="workload/research/job-train-1")
+    assert [entry.decision.kind for entry in logged] == ["workload-ready"]
+    assert logged[0].decision.details["reservation"] == first.reservation
+    assert logged[0].decision.details["uid"] == request.uid
+
+
+def test_a_workload_the_budget_cannot_cover_is_rejected(
+    check: BudgetCheck, store: LedgerStore, eks: StackConfig, prices: PriceTable
+) -> None:
+    set_budget(store, "research", "10")
+    request = workload_request(workload(pods=8, gpus_per_pod=4), eks, prices)
+    decision = check.decide(request, now=NOW)
+    assert decision.state == "Rejected"
+    assert decision.reservation is None
+    assert "less than the $45.38 needed" in decision.message
+    (logged,) = DecisionLedger.of(store).read(instance_id=request.subject)
+    assert (logged.decision.kind, logged.decision.tenant) == ("workload-rejected", "research")
+
+
+def test_money_held_for_starting_hosts_is_a_retry_and_its_release_admits_the_next(
+    check: BudgetCheck, store: LedgerStore, eks: StackConfig, prices: PriceTable
+) -> None:
+    set_budget(store, "research", "50")
+    big = workload_request(workload("big", pods=8, gpus_per_pod=4), eks, prices)
+    small = workload_request(workload("small", pods=1, gpus_per_pod=4), eks, prices)
+    assert check.decide(big, now=NOW).state == "Ready"
+    waiting = check.decide(small, now=NOW, version="7")
+    assert waiting.state == "Retry"
+    assert waiting.requeue_after == timedelta(minutes=30)
+    assert "runway short" in waiting.message
+    assert check.release(big, now=NOW, why="finished") is not None
+    assert check.release(big, now=NOW, why="finished") is None  # given back once
+    assert check.decide(small, now=NOW, version="9").state == "Ready"
+    # a released uid decided again reserves anew rather than reusing what it gave back
+    assert check.decide(big, now=NOW).state == "Retry"
+    kinds = [entry.decision.kind for entry in DecisionLedger.of(store).read(tenant="research")]
+    assert kinds == [
+        "workload-ready",
+        "workload-retry",
+        "workload-released",
+        "workload-ready",
+        "workload-retry",
+    ]
+
+
+def test_an_unreachable_ledger_is_a_retry_and_admits_nothing(eks: StackConfig, prices: PriceTable) -> None:
+    down = LedgerStore.connect("postgresql://parkbrake@127.0.0.1:1/ledger?connect_timeout=1")
+    check = BudgetCheck(down, default_cap=timedelta(minutes=90), region=eks.region)
+    decision = check.decide(workload_request(workload(), eks, prices), now=NOW)
+    assert decision.state == "Retry"
+    assert decision.requeue_after == timedelta(minutes=1)
+    assert decision.message.startswith("ledger unreachable, nothing admitted (fail closed)")
+    assert decision.reservation is None
+
+
+def test_a_tenant_without_a_budget_is_ready(check: BudgetCheck, eks: StackConfig, prices: PriceTable) -> None:
+    decision = check.decide(
+        workload_request(
+            workload(queue="product", namespace="product", flavor="g5-xlarge", gpus_per_pod=1), eks, prices
+        ),
+        now=NOW,
+    )
+    assert decision.state == "Ready"
+    assert decision.request.instance_type == "g5.xlarge"

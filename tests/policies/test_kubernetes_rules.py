@@ -1,0 +1,133 @@
+"""The Kubernetes rules: judged on the eks program's own resources, then with one thing broken at a time."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from policies.rule import PolicyContext, Violation
+from policies.rules import gpu_deployments_have_a_revision, gpu_node_pools_expire, gpu_queues_gated_by_budget
+from stacks.config import load_stack_config
+from stacks.offline import OfflineRun, RegisteredResource, run_offline
+from stacks.program import build_platform
+from tests.conftest import REPO_ROOT
+
+NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
+CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
+ADMISSION_CHECK = "kubernetes:kueue.x-k8s.io/v1beta2:AdmissionCheck"
+DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+
+
+@pytest.fixture(scope="module")
+def eks_run() -> OfflineRun:
+    config = load_stack_config("eks", REPO_ROOT)
+    return run_offline(lambda: build_platform(config), stack="eks", region=config.region)
+
+
+def changed(run: OfflineRun, type_token: str, name: str, edit: Any) -> list[RegisteredResource]:
+    """The run's resources with one object's inputs edited (a deep copy)."""
+    resources = []
+    for resource in run.resources:
+        if resource.type == type_token and resource.inputs["metadata"]["name"] == name:
+            inputs = copy.deepcopy(resource.inputs)
+            edit(inputs)
+            resources.append(replace(resource, inputs=inputs))
+        else:
+            resources.append(resource)
+    return resources
+
+
+def messages(violations: Any) -> list[str]:
+    return [violation.message for violation in violations if isinstance(violation, Violation)]
+
+
+def test_the_eks_stack_passes_all_three(eks_run: OfflineRun) -> None:
+    context = PolicyContext()
+    for rule in (
+        gpu_node_pools_expire.RULE,
+        gpu_queues_gated_by_budget.RULE,
+        gpu_deployments_have_a_revision.RULE,
+    ):
+        assert list(rule.check(eks_run.resources, context)) == [], rule.name
+
+
+@pytest.mark.parametrize(
+    ("expire_after", "expected"),
+    [
+        (None, "is not set (Karpenter's default is 720h)"),
+        ("Never", "is Never"),
+        ("720h", "longer than the ceiling of 2d"),
+    ],
+)
+def test_a_gpu_node_pool_without_a_finite_expiry_in_the_ceiling_fails(
+    eks_run: OfflineRun, expire_after: str | None, expected: str
+) -> None:
+    def edit(inputs: dict[str, Any]) -> None:
+        template = inputs["spec"]["template"]["spec"]
+        template.pop("expireAfter")
+        if expire_after is not None:
+            template["expireAfter"] = expire_after
+
+    resources = changed(eks_run, NODE_POOL, "research-training", edit)
+    found = messages(
+        gpu_node_pools_expire.RULE.check(resources, PolicyContext(max_runtime_ceiling=timedelta(hours=48)))
+    )
+
+    assert len(found) == 1
+    assert expected in found[0]
+
+
+def test_a_gpu_node_pool_without_a_gpu_limit_fails(eks_run: OfflineRun) -> None:
+    resources = changed(eks_run, NODE_POOL, "research-large", lambda inputs: inputs["spec"].pop("limits"))
+
+    found = messages(gpu_node_pools_expire.RULE.check(resources, PolicyContext()))
+
+    assert found == ['has no limits["nvidia.com/gpu"]; set the pool\'s maximum in GPUs ("0" parked)']
+
+
+def test_a_gpu_queue_without_the_budget_check_fails(eks_run: OfflineRun) -> None:
+    resources = changed(
+        eks_run, CLUSTER_QUEUE, "research", lambda inputs: inputs["spec"].pop("admissionChecksStrategy")
+    )
+
+    violations = list(gpu_queues_gated_by_budget.RULE.check(resources, PolicyContext()))
+
+    assert len(violations) == 1
+    assert violations[0].resource.endswith("queues-cluster-queue-research")
+    assert "without the budget check" in violations[0].message
+
+
+def test_a_check_of_another_controller_gates_nothing(eks_run: OfflineRun) -> None:
+    resources = changed(
+        eks_run,
+        ADMISSION_CHECK,
+        "parkbrake-budget",
+        lambda inputs: inputs["spec"].update(controllerName="kueue.x-k8s.io/provisioning-request"),
+    )
+
+    assert len(list(gpu_queues_gated_by_budget.RULE.check(resources, PolicyContext()))) == 1
+
+
+def test_a_gpu_deployment_without_a_revision_label_fails_and_a_cpu_one_need_not(eks_run: OfflineRun) -> None:
+    def unlabel(inputs: dict[str, Any]) -> None:
+        inputs["spec"]["template"]["metadata"]["labels"].pop("parkbrake.dev/revision")
+
+    gpu = messages(
+        gpu_deployments_have_a_revision.RULE.check(
+            changed(eks_run, DEPLOYMENT, "inference", unlabel), PolicyContext()
+        )
+    )
+    cpu = messages(
+        gpu_deployments_have_a_revision.RULE.check(
+            changed(eks_run, DEPLOYMENT, "control-plane", unlabel), PolicyContext()
+        )
+    )
+
+    assert gpu == [
+        "requests GPUs but its pod template has no parkbrake.dev/revision label; label the pods with the revision"
+    ]
+    assert cpu == []
