@@ -3,7 +3,7 @@ from the components' annotations and constructs them when a program asks."""
 
 from pulumi.provider.experimental import component_provider_host
 
-from components.package.components import COMPONENTS, PACKAGE
+from components.package.wrappers import COMPONENTS, PACKAGE
 from components.package.schema import package_version
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Any
 from pulumi.provider.experimental.analyzer import Analyzer
 from pulumi.provider.experimental.schema import generate_schema
 
-from components.package.components import COMPONENTS, PACKAGE
+from components.package.wrappers import COMPONENTS, PACKAGE
 
 SCHEMA_FILE = Path(__file__).with_name("schema.json")
 

@@ -12,7 +12,7 @@ import pytest
 from pulumi.provider.experimental.component import ComponentProvider
 from ruamel.yaml import YAML
 
-from components.package.components import COMPONENTS, PACKAGE
+from components.package.wrappers import COMPONENTS, PACKAGE
 from components.package.schema import SCHEMA_FILE, package_schema, package_version
 from stacks.offline import OfflineRun, run_offline
 
