@@ -141,11 +141,11 @@ def test_owners_warning_and_chat_channel() -> None:
     config["parkbrake:pools"]["training"].update(owner="@ml-research")
     parsed = parse_stack_config("dev", config, "Pulumi.dev.yaml")
     assert parsed.guardrails.warn_before == timedelta(minutes=30)
-    assert parsed.guardrails.chat_webhook_secret == secret
+    assert parsed.guardrails.chat_webhook_secret_arn == secret
     assert parsed.pools["training"].owner == "@ml-research"
     defaults = load_stack_config("dev", REPO_ROOT)
     assert defaults.guardrails.warn_before == timedelta(minutes=15)
-    assert (defaults.guardrails.chat_webhook_secret, defaults.pools["training"].owner) == (None, None)
+    assert (defaults.guardrails.chat_webhook_secret_arn, defaults.pools["training"].owner) == (None, None)
 
 
 def test_every_problem_is_reported_at_once() -> None:
