@@ -237,14 +237,16 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
         raise InputError(
             f"--instance-type (or PARKBRAKE_INSTANCE_TYPE) is needed to check tenant {tenant}'s budget"
         )
-    from guardrails.durations import parse_duration
     from guardrails.launch import AdmissionRequest
     from guardrails.pricing import priced_region
+    from guardrails.settings import setting_from_environment
+    from guardrails.settings_table import SETTINGS_BY_NAME
     from lambdas.aws.environment import utc_now
     from lambdas.budget import LedgerBudgetGate
     from lambdas.ledger.store import store_from_environment
 
-    default_cap = parse_duration(os.environ.get("PARKBRAKE_DEFAULT_MAX_RUNTIME", "90m"))
+    # The stack's default cap as the Lambdas read it: the table's row, from this host's environment.
+    default_cap = setting_from_environment(SETTINGS_BY_NAME["default_max_runtime"], os.environ)
     store = store_from_environment()
     try:
         admission = LedgerBudgetGate(store, default_cap=default_cap).admit(

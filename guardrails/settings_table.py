@@ -170,6 +170,7 @@ def _rows() -> tuple[Setting, ...]:
 # The Lambdas' settings (one per field of Tuning), then the pools'.
 TUNING: tuple[Setting, ...] = _rows()
 SETTINGS: tuple[Setting, ...] = (*TUNING, AGENT_IDLE_AFTER)
+SETTINGS_BY_NAME = {row.name: row for row in SETTINGS}
 
 
 def tuning_environment(tuning: Tuning) -> dict[str, str]:

@@ -127,6 +127,7 @@ def _pools(
                 ecs_cluster_name=cluster.name if name == serving_pool else None,
                 host_tools=host_tools,
                 owner=pool.owner,
+                agent_idle_after=pool.agent_idle_after,
                 tags=tags,
             ),
         )
@@ -255,8 +256,10 @@ def _inference(
             capacity_provider_association=association,
             host_security_group_id=serving.security_group_id,
             live_colour=config.inference.live_colour,
-            idle_after_seconds=(
-                int(config.inference.idle_after.total_seconds()) if config.inference.idle_after else None
+            scale_to_zero_after_seconds=(
+                int(config.inference.scale_to_zero_after.total_seconds())
+                if config.inference.scale_to_zero_after
+                else None
             ),
             vpc_id=network.vpc_id,
             public_subnet_ids=network.public_subnet_ids,
