@@ -11,8 +11,6 @@ from pathlib import Path
 import click
 
 from cli.host.job_wrapper import ShutdownCommand
-from guardrails.durations import format_duration
-from guardrails.settings_table import AGENT_IDLE_AFTER
 from cli.options import (
     DURATION,
     OPTIONAL_DURATION,
@@ -22,6 +20,8 @@ from cli.options import (
     shutdown_command_option,
     spot_options,
 )
+from guardrails.durations import format_duration
+from guardrails.settings_table import AGENT_IDLE_AFTER
 
 
 @click.command()

@@ -23,6 +23,7 @@ from cli.options import (
     shutdown_command_option,
     spot_options,
 )
+from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
 
@@ -54,13 +55,13 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--tenant",
-    envvar="PARKBRAKE_TENANT",
+    envvar=settings_table.TENANT,
     help="Who pays; with a ledger configured (PARKBRAKE_DATABASE_URL) the job is refused when the "
     "tenant's budget cannot cover it. Also $PARKBRAKE_TENANT.",
 )
 @click.option(
     "--instance-type",
-    envvar="PARKBRAKE_INSTANCE_TYPE",
+    envvar=settings_table.INSTANCE_TYPE,
     help="This host's instance type, to price the job for the budget check. Also $PARKBRAKE_INSTANCE_TYPE.",
 )
 @click.option(

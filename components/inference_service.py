@@ -131,7 +131,9 @@ class InferenceService(pulumi.ComponentResource):
     def _scales_to_zero(self, colour: str) -> bool:
         args = self._args
         return (
-            colour == args.live_colour and args.scale_to_zero_after_seconds is not None and args.desired_per_colour > 0
+            colour == args.live_colour
+            and args.scale_to_zero_after_seconds is not None
+            and args.desired_per_colour > 0
         )
 
     def _endpoint(

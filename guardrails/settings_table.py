@@ -64,7 +64,9 @@ class Setting:
                 return word in TRUE_WORDS
             raise SettingValueError(f"{text!r} is not true or false")
         if SECRET_ARN.fullmatch(text.strip()) is None:
-            raise SettingValueError(f"{text!r} is not a Secrets Manager secret ARN (arn:aws:secretsmanager:...)")
+            raise SettingValueError(
+                f"{text!r} is not a Secrets Manager secret ARN (arn:aws:secretsmanager:...)"
+            )
         return text.strip()
 
     def render(self, value: Any) -> str | None:
@@ -83,7 +85,7 @@ def setting(
     stack_key: str,
     kind: Kind,
     default: Any,
-    help: str,  # noqa: A002 - the table's column
+    help: str,
     *,
     floor: timedelta | None = None,
     ceiling: timedelta | None = None,

@@ -25,7 +25,8 @@ from guardrails.instance_types import is_accelerator, is_instance_type
 from guardrails.owners import owner_problem
 from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
-from guardrails.settings_table import AGENT_IDLE_AFTER
+from guardrails.settings import process_variable
+from guardrails.settings_table import AGENT_IDLE_AFTER, REVISION
 from stacks.guardrails_config import GuardrailsConfig, guardrails_config
 from stacks.service_config import (
     ControlPlaneConfig,
@@ -211,7 +212,7 @@ def parse_stack_config(
         stack=stack,
         region=region,
         parked=root.boolean("parked", False),
-        revision=root.string("revision", os.environ.get("PARKBRAKE_REVISION", "unversioned")),
+        revision=root.string("revision", process_variable(os.environ, REVISION) or "unversioned"),
         tenants=tenants,
         pools=pools,
         nightly=_nightly(root, pools, project_dir),

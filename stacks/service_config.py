@@ -28,7 +28,9 @@ FARGATE_MEMORY = {
 }
 IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
-DEFAULT_SCALE_TO_ZERO_AFTER = timedelta(minutes=15)  # inference.scale_to_zero_after: no request this long, zero tasks
+DEFAULT_SCALE_TO_ZERO_AFTER = timedelta(
+    minutes=15
+)  # inference.scale_to_zero_after: no request this long, zero tasks
 CERTIFICATE_ARN = re.compile(r"arn:aws[\w-]*:acm:[a-z0-9-]+:\d{12}:certificate/[\w-]+")
 ENDPOINT_KEYS = {"internal", "certificate_arn", "requests_per_ip"}
 

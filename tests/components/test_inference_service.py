@@ -259,7 +259,8 @@ def policy_arn(run: OfflineRun, name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "overrides", [{"scale_to_zero_after_seconds": None}, {"scale_to_zero_after_seconds": 900, "desired_per_colour": 0}]
+    "overrides",
+    [{"scale_to_zero_after_seconds": None}, {"scale_to_zero_after_seconds": 900, "desired_per_colour": 0}],
 )
 def test_no_scale_to_zero_when_off_or_parked(overrides: dict[str, Any]) -> None:
     run = build(**overrides)
