@@ -302,11 +302,11 @@ def _default(row: Setting) -> str:
 def docs_table() -> str:
     """The Markdown table of docs/configuration.md, between its markers."""
     lines = [
-        "| stack key (`parkbrake:…`) | variable | type | default | bounds | what it does |",
+        "| stack key | variable | type | default | bounds | what it does |",
         "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| `{row.stack_key}` | `{row.variable}` | {row.kind} | {_default(row)} | {_bounds(row)} | {row.help} |"
+        f"| `parkbrake:{row.stack_key}` | `{row.variable}` | {row.kind} | {_default(row)} | {_bounds(row)} | {row.help} |"
         for row in SETTINGS
     ]
     lines += [
