@@ -209,10 +209,10 @@ DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 SPOT_ACTIONS = ("terminate", "stop")
 
 WIRED: tuple[Variable, ...] = (
-    Variable(STACK, "the stack's name", "the stack whose guardrails these are (the deadline and the launcher require it)"),
-    Variable(REGIONS, "`aws:region`", "comma-separated regions to guard", "`AWS_REGION`"),
+    Variable(STACK, "the program, from the stack's name", "the stack whose guardrails these are (the deadline and the launcher require it)"),
+    Variable(REGIONS, "the program, from `aws:region`", "comma-separated regions to guard", "`AWS_REGION`"),
     Variable(
-        POOL_MAX_RUNTIMES, "`pools.<name>.max_runtime`", "per-pool caps, `training=90m,inference=12h`", "empty"
+        POOL_MAX_RUNTIMES, "the program, from `pools.<name>.max_runtime`", "per-pool caps, `training=90m,inference=12h`", "empty"
     ),
     Variable(SNS_TOPIC_ARN, "the Guardrails component", "where the sweep's notice and budget notices go"),
     Variable(
@@ -240,13 +240,13 @@ WIRED: tuple[Variable, ...] = (
     ),
     Variable(
         DATABASE_URL,
-        "you (the CLI, tests)",
+        "you, for the CLI and tests",
         "the ledger as a URL; without it or the secret, no ledger (the launcher says `\"budget\": \"not checked\"`)",
         in_lambda_environment=False,
     ),
     Variable(
         SPOT_ACTION,
-        "you (no stack key)",
+        "you; no stack key sets it",
         "a stand-alone spot host that is due: `terminate` or `stop` (only a persistent spot request stops)",
         "`terminate`",
         in_lambda_environment=False,
@@ -265,13 +265,13 @@ INSTANCE_TYPE = "PARKBRAKE_INSTANCE_TYPE"
 
 PROCESS: tuple[Variable, ...] = (
     Variable(REVISION, "you, or `parkbrake deploy`", "the revision `parkbrake:revision` tags when the stack file sets none", "`unversioned`", False),
-    Variable(RDS_CA_BUNDLE, "you (a build)", "a PEM file the Lambda layer carries as the RDS CA bundle instead of AWS's", "AWS's bundle", False),
-    Variable(WHEEL_CACHE, "you (a build)", "where the Lambda layer's wheels are cached", "`~/.cache/parkbrake/wheels`", False),
-    Variable(IMDS_ENDPOINT, "you (tests)", "the instance metadata service a host command asks", "IMDS", False),
-    Variable(SHUTDOWN_COMMAND, "you (a host)", "the command `parkbrake run`/`agent` shut the host down with", "`shutdown -h now`", False),
-    Variable(API_STOP_AFTER, "you (a host)", "`--api-stop-after`: stop through the EC2 API when the shutdown has not ended the host", "off", False),
-    Variable(TENANT, "you (a host)", "`parkbrake run --tenant`: who pays", "none", False),
-    Variable(INSTANCE_TYPE, "you (a host)", "`parkbrake run --instance-type`: this host's type, to price the job", "none", False),
+    Variable(RDS_CA_BUNDLE, "you, for a build", "a PEM file the Lambda layer carries as the RDS CA bundle instead of AWS's", "AWS's bundle", False),
+    Variable(WHEEL_CACHE, "you, for a build", "where the Lambda layer's wheels are cached", "`~/.cache/parkbrake/wheels`", False),
+    Variable(IMDS_ENDPOINT, "you, for tests", "the instance metadata service a host command asks", "IMDS", False),
+    Variable(SHUTDOWN_COMMAND, "you, on a host", "the command `parkbrake run`/`agent` shut the host down with", "`shutdown -h now`", False),
+    Variable(API_STOP_AFTER, "you, on a host", "`--api-stop-after`: stop through the EC2 API when the shutdown has not ended the host", "off", False),
+    Variable(TENANT, "you, on a host", "`parkbrake run --tenant`: who pays", "none", False),
+    Variable(INSTANCE_TYPE, "you, on a host", "`parkbrake run --instance-type`: this host's type, to price the job", "none", False),
 )  # fmt: skip
 
 
