@@ -20,15 +20,19 @@ from cli.options import (
     shutdown_command_option,
     spot_options,
 )
+from guardrails.durations import format_duration
+from guardrails.settings_table import AGENT_IDLE_AFTER
 
 
 @click.command()
 @click.option(
     "--idle-after",
     type=DURATION,
-    default="15m",
+    # The settings table's row: a pool that sets its own passes it here (components.gpu_pool).
+    envvar=AGENT_IDLE_AFTER.variable,
+    default=format_duration(AGENT_IDLE_AFTER.default),
     show_default=True,
-    help="Shut down once every GPU has been idle this long (90s, 15m, 1h).",
+    help=f"Shut down once every GPU has been idle this long (90s, 15m, 1h). Also ${AGENT_IDLE_AFTER.variable}.",
 )
 @click.option(
     "--threshold",
@@ -128,7 +132,6 @@ def agent(
         serve_metrics,
     )
     from guardrails.clock import Clock, SystemClock
-    from guardrails.durations import format_duration
     from guardrails.idle import IdlePolicy
 
     policy = IdlePolicy(

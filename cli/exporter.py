@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.options import output_option
+from guardrails import settings_table
 from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
@@ -221,7 +222,7 @@ def serve_exporter(
 )
 @click.option(
     "--stack",
-    envvar="PARKBRAKE_STACK",
+    envvar=settings_table.STACK,
     help="Also serve this stack's guardrail heartbeats (read back from CloudWatch: the Lambdas cannot be "
     "scraped) and the running accelerator hosts of PARKBRAKE_REGIONS without parkbrake:managed=true. "
     "Also $PARKBRAKE_STACK; without it, the exporter reads only the ledger.",

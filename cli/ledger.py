@@ -14,6 +14,7 @@ import click
 
 from cli.options import WHEN, output_option
 from cli.usage.budgets import metering_settings
+from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
 
 MAX_PROBLEMS_SHOWN = 20
@@ -22,7 +23,7 @@ MAX_PROBLEMS_SHOWN = 20
 # Where a change re-arms the tenant's budget crossing check (lambdas.budget.rearm_crossing).
 crossing_options = (
     click.option(
-        "--stack", envvar="PARKBRAKE_STACK",
+        "--stack", envvar=settings_table.STACK,
         help="The stack whose budget Lambda checks the tenant when its spend reaches the limit (re-armed "
         "after the change; also $PARKBRAKE_STACK), e.g. --stack prod.",
     ),

@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from cli.host.shutdown_command import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
+from guardrails import settings_table
 from guardrails.durations import DurationError, parse_duration
 from guardrails.spot import OnRebalance
 
@@ -97,7 +98,7 @@ stack_option = click.option(
     "-s",
     default="dev",
     show_default=True,
-    envvar="PARKBRAKE_STACK",
+    envvar=settings_table.STACK,
     help="Pulumi stack name; its config is Pulumi.<stack>.yaml.",
 )
 project_dir_option = click.option(
@@ -128,7 +129,7 @@ release_from_group_option = click.option(
 api_stop_after_option = click.option(
     "--api-stop-after",
     type=OPTIONAL_DURATION,
-    envvar="PARKBRAKE_API_STOP_AFTER",
+    envvar=settings_table.API_STOP_AFTER,
     default="120s",
     show_default=True,
     help="If the host is still running this long after the OS shutdown (at once if the shutdown "

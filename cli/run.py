@@ -23,6 +23,7 @@ from cli.options import (
     shutdown_command_option,
     spot_options,
 )
+from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
 
@@ -54,13 +55,13 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--tenant",
-    envvar="PARKBRAKE_TENANT",
+    envvar=settings_table.TENANT,
     help="Who pays; with a ledger configured (PARKBRAKE_DATABASE_URL) the job is refused when the "
     "tenant's budget cannot cover it. Also $PARKBRAKE_TENANT.",
 )
 @click.option(
     "--instance-type",
-    envvar="PARKBRAKE_INSTANCE_TYPE",
+    envvar=settings_table.INSTANCE_TYPE,
     help="This host's instance type, to price the job for the budget check. Also $PARKBRAKE_INSTANCE_TYPE.",
 )
 @click.option(
@@ -237,14 +238,16 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
         raise InputError(
             f"--instance-type (or PARKBRAKE_INSTANCE_TYPE) is needed to check tenant {tenant}'s budget"
         )
-    from guardrails.durations import parse_duration
     from guardrails.launch import AdmissionRequest
     from guardrails.pricing import priced_region
+    from guardrails.settings import setting_from_environment
+    from guardrails.settings_table import SETTINGS_BY_NAME
     from lambdas.aws.environment import utc_now
     from lambdas.budget import LedgerBudgetGate
     from lambdas.ledger.store import store_from_environment
 
-    default_cap = parse_duration(os.environ.get("PARKBRAKE_DEFAULT_MAX_RUNTIME", "90m"))
+    # The stack's default cap as the Lambdas read it: the table's row, from this host's environment.
+    default_cap = setting_from_environment(SETTINGS_BY_NAME["default_max_runtime"], os.environ)
     store = store_from_environment()
     try:
         admission = LedgerBudgetGate(store, default_cap=default_cap).admit(

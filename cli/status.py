@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cli.options import output_option
+from guardrails import settings_table
 from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 @click.command()
 @click.option(
-    "--stack", "-s", envvar="PARKBRAKE_STACK", help="Only this Pulumi stack [default: every stack found]."
+    "--stack", "-s", envvar=settings_table.STACK, help="Only this Pulumi stack [default: every stack found]."
 )
 @click.option(
     "--regions",

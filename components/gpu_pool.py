@@ -98,7 +98,8 @@ class GpuPoolArgs:
     root_volume_gb: int = 100  # GPU images are large; the AMI's 30 GB fills with one model image
     # Where the host tools (``parkbrake agent``) come from: the stack's pinned artifact, or a baked AMI.
     host_tools: HostTools | None = None
-    agent_idle_after: timedelta | None = None  # None: the agent's own default
+    # The hosts' agent idle window (``pools.<name>.agent_idle_after``); None: the agent's own default.
+    agent_idle_after: timedelta | None = None
     owner: str | None = None  # who is told about the pool's hosts (their parkbrake:owner tag)
 
 

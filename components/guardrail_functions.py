@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pulumi
@@ -35,6 +35,7 @@ from guardrails import names, settings, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
 from guardrails.durations import format_duration
 from guardrails.schedules import rate_expression
+from guardrails.settings_table import Tuning, tuning_environment
 
 LOG_RETENTION_DAYS = 30
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
@@ -69,9 +70,6 @@ class GuardrailsArgs:
     region: str
     parked: bool
     sweep_every: timedelta
-    default_max_runtime: timedelta
-    max_exemption: timedelta
-    reap_untagged: bool
     alarm_email: str | None
     alarm_topic_arn: str | None
     pool_caps: Mapping[str, timedelta]
@@ -83,13 +81,8 @@ class GuardrailsArgs:
     tags: Mapping[str, str]
     # Layers providing psycopg to the functions that use the ledger database (launcher, meter, budget).
     database_layer_arns: Sequence[pulumi.Input[str]] = ()
-    max_runtime_ceiling: timedelta = timedelta(hours=24)
-    stopped_retention: timedelta = timedelta(days=7)
-    terminate_stopped: bool = False
-    decision_retention: timedelta = settings.DEFAULT_DECISION_RETENTION
-    warn_before: timedelta = settings.DEFAULT_WARN_BEFORE
-    # A Secrets Manager secret holding the chat channel's incoming webhook URL (the sweep may read it).
-    chat_webhook_secret_arn: str | None = None
+    # The settings table's values (guardrails.settings_table): every row goes into the Lambdas' environment.
+    tuning: Tuning = field(default_factory=Tuning)
 
 
 @dataclass(frozen=True)
@@ -149,22 +142,12 @@ def lambda_environment(
     scheduler_role_arn: pulumi.Input[str],
     deadline_dead_letter_arn: pulumi.Input[str],
 ) -> dict[str, pulumi.Input[str]]:
-    """The Lambda environment of docs/architecture.md, read by ``guardrails.settings`` (and by the CLI)."""
-    chat = (
-        {settings.CHAT_WEBHOOK_SECRET_ARN: args.chat_webhook_secret_arn}
-        if args.chat_webhook_secret_arn
-        else {}
-    )
+    """The Lambda environment of docs/configuration.md, read by ``guardrails.settings`` (and by the CLI):
+    every row of the settings table, then what the stack wires in (``settings_table.WIRED``)."""
     return {
+        **tuning_environment(args.tuning),
         settings.STACK: args.stack,
         settings.REGIONS: args.region,
-        settings.DEFAULT_MAX_RUNTIME: format_duration(args.default_max_runtime),
-        settings.MAX_EXEMPTION: format_duration(args.max_exemption),
-        settings.MAX_RUNTIME_CEILING: format_duration(args.max_runtime_ceiling),
-        settings.REAP_UNTAGGED: "true" if args.reap_untagged else "false",
-        settings.STOPPED_RETENTION: format_duration(args.stopped_retention),
-        settings.TERMINATE_STOPPED: "true" if args.terminate_stopped else "false",
-        settings.DECISION_RETENTION: format_duration(args.decision_retention),
         settings.POOL_MAX_RUNTIMES: ",".join(
             f"{pool}={format_duration(cap)}" for pool, cap in args.pool_caps.items()
         ),
@@ -175,8 +158,6 @@ def lambda_environment(
         settings.NOTICES_TABLE: names.notices_table(args.stack),
         # With a ledger, a guardrail outside the VPC relays its decisions to the meter on this bus.
         **({settings.DECISION_BUS: DECISION_BUS} if args.database_secret_arn is not None else {}),
-        settings.WARN_BEFORE: format_duration(args.warn_before),
-        **chat,
     }
 
 
@@ -201,9 +182,9 @@ def grants_output(
         lambda arns: Grants(
             region=args.region,
             stack=args.stack,
-            reap_untagged=args.reap_untagged,
-            terminate_stopped=args.terminate_stopped,
-            chat_webhook_secret_arn=args.chat_webhook_secret_arn,
+            reap_untagged=args.tuning.reap_untagged,
+            terminate_stopped=args.tuning.terminate_stopped,
+            chat_webhook_secret_arn=args.tuning.chat_webhook_secret_arn,
             **{**arns, "autoscaling_group_arns": tuple(arns["autoscaling_group_arns"])},
         )
     )

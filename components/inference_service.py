@@ -64,7 +64,7 @@ class InferenceServiceArgs:
     capacity_provider_association: pulumi.Resource | None = None
     # Scale the live colour to zero after this many seconds without a request, and wake it on the
     # load balancer's 503s (no healthy target); None keeps desired_per_colour always running.
-    idle_after_seconds: int | None = None
+    scale_to_zero_after_seconds: int | None = None
 
 
 def colour_weights(live_colour: str) -> dict[str, int]:
@@ -131,7 +131,9 @@ class InferenceService(pulumi.ComponentResource):
     def _scales_to_zero(self, colour: str) -> bool:
         args = self._args
         return (
-            colour == args.live_colour and args.idle_after_seconds is not None and args.desired_per_colour > 0
+            colour == args.live_colour
+            and args.scale_to_zero_after_seconds is not None
+            and args.desired_per_colour > 0
         )
 
     def _endpoint(
@@ -302,7 +304,7 @@ def scale_to_zero(
     ``HTTPCode_ELB_503_Count`` alarm sets the live colour back to ``desired_per_colour``. The idle
     alarm treats missing data (no requests at all) as idle.
     """
-    assert args.idle_after_seconds is not None
+    assert args.scale_to_zero_after_seconds is not None
     service = names.INFERENCE_SERVICE
     target = aws.appautoscaling.Target(
         service,
@@ -333,7 +335,7 @@ def scale_to_zero(
 
     idle = exact("idle-to-zero", 0, {"metric_interval_upper_bound": "0"})
     wake = exact("wake", args.desired_per_colour, {"metric_interval_lower_bound": "0"})
-    periods = max(1, -(-args.idle_after_seconds // IDLE_PERIOD_SECONDS))
+    periods = max(1, -(-args.scale_to_zero_after_seconds // IDLE_PERIOD_SECONDS))
     common = {
         "namespace": "AWS/ApplicationELB",
         "statistic": "Sum",
@@ -343,7 +345,7 @@ def scale_to_zero(
     }
     aws.cloudwatch.MetricAlarm(
         f"{service}-idle",
-        alarm_description=f"no request for {args.idle_after_seconds}s: scale {service} to zero",
+        alarm_description=f"no request for {args.scale_to_zero_after_seconds}s: scale {service} to zero",
         metric_name="RequestCount",
         comparison_operator="LessThanThreshold",
         threshold=1,

@@ -32,6 +32,8 @@ from typing import Any
 from components.rds_ca import LAYER_PATH as RDS_CA_LAYER_PATH
 from components.rds_ca import rds_ca_bundle
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.settings import process_variable
+from guardrails.settings_table import WHEEL_CACHE
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("guardrails", "lambdas")
@@ -43,7 +45,7 @@ DEFAULT_ARCHITECTURE = "x86_64"
 CODE_ARCHIVE = "guardrails-code.zip"
 DEPENDENCY_LAYER = "layers/guardrails-dependencies.zip"
 MANIFEST = "manifest.json"
-WHEEL_CACHE_VARIABLE = "PARKBRAKE_WHEEL_CACHE"
+WHEEL_CACHE_VARIABLE = WHEEL_CACHE
 EXCLUDED_DIRECTORIES = frozenset({"__pycache__"})
 EXCLUDED_SUFFIXES = frozenset({".pyc", ".pyo"})
 # zip's epoch: every entry carries it, so a rebuild of the same files gives the same bytes.
@@ -190,7 +192,7 @@ def write_zip(path: Path, files: dict[str, bytes]) -> None:
 
 
 def default_wheel_cache() -> Path:
-    configured = os.environ.get(WHEEL_CACHE_VARIABLE)
+    configured = process_variable(os.environ, WHEEL_CACHE_VARIABLE)
     if configured:
         return Path(configured)
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

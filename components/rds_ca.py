@@ -24,12 +24,14 @@ import urllib.request
 from pathlib import Path
 
 from guardrails.errors import ParkbrakeError
+from guardrails.settings import process_variable
+from guardrails.settings_table import RDS_CA_BUNDLE
 
 LAYER_PATH = "rds-ca/global-bundle.pem"
 # Where AWS publishes the certificates of every commercial region's RDS CAs (the RDS user guide's
 # "Using SSL/TLS to encrypt a connection to a DB instance or cluster").
 BUNDLE_URL = "https://truststore.pki.rds.amazonaws.com/global/global-bundle.pem"
-BUNDLE_VARIABLE = "PARKBRAKE_RDS_CA_BUNDLE"
+BUNDLE_VARIABLE = RDS_CA_BUNDLE
 CACHED_NAME = "rds-ca-global-bundle.pem"
 CERTIFICATE = re.compile(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", re.DOTALL)
 DOWNLOAD_TIMEOUT_S = 30
@@ -37,7 +39,7 @@ DOWNLOAD_TIMEOUT_S = 30
 
 def rds_ca_bundle(cache: Path, *, url: str = BUNDLE_URL) -> bytes:
     """The bundle's bytes: from ``PARKBRAKE_RDS_CA_BUNDLE``, else the cache, else ``url`` (then cached)."""
-    configured = os.environ.get(BUNDLE_VARIABLE)
+    configured = process_variable(os.environ, BUNDLE_VARIABLE)
     if configured:
         try:
             return validated(Path(configured).read_bytes(), f"{BUNDLE_VARIABLE}={configured}")

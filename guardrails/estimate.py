@@ -32,6 +32,7 @@ from guardrails import tags
 from guardrails.durations import DurationError, format_duration, parse_duration
 from guardrails.pricing import HOURS_PER_MONTH, PriceTable, load_price_table
 from guardrails.schedules import eventbridge_cron_to_five_fields
+from guardrails.settings_table import DATABASE_SECRET_ARN, DATABASE_URL
 
 # A fixed 730-hour window, so the same cron always gives the same number of runs.
 _WINDOW_START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -40,7 +41,7 @@ _HOUR = Decimal(3600)
 # While awake, an auto-pausing Aurora Serverless v2 instance runs at no less than this.
 AURORA_AWAKE_FLOOR_ACU = Decimal("0.5")
 # The Lambda environment variable that marks a function as a client of the ledger database.
-DATABASE_CLIENT_VARIABLES = ("PARKBRAKE_DATABASE_SECRET_ARN", "PARKBRAKE_DATABASE_URL")
+DATABASE_CLIENT_VARIABLES = (DATABASE_SECRET_ARN, DATABASE_URL)
 # The order items are listed in: what people change most first.
 KINDS = (
     "gpu-pool",

@@ -1,7 +1,10 @@
-"""The guardrails' settings, read from the ``PARKBRAKE_*`` environment of docs/architecture.md.
+"""The guardrails' settings, read once from the ``PARKBRAKE_*`` environment (docs/configuration.md).
 
 The Lambdas read them once per container and ``parkbrake reap`` reads the same variables, so the
-CLI and the Lambda decide alike. Every problem is collected and reported with the variable's name.
+CLI and the Lambda decide alike. What each variable holds, its default and its bounds are the rows
+of ``guardrails.settings_table``; this module only reads them. Every problem is collected and
+reported with the variable's name. It is, with the table, the one place a ``PARKBRAKE_*`` variable
+is read (a convention test holds every other module to it).
 """
 
 from __future__ import annotations
@@ -9,56 +12,52 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
-from guardrails.durations import DEFAULT_CEILING, DurationError, format_duration, parse_duration
+from guardrails import settings_table as table
+from guardrails.durations import DurationError, format_duration, parse_duration
 from guardrails.errors import InputError
+from guardrails.settings_table import (
+    DATABASE_SECRET_ARN,
+    DATABASE_URL,
+    DEADLINE_DEAD_LETTER_ARN,
+    DEADLINE_TARGET_ARN,
+    DECISION_BUS,
+    NOTICES_TABLE,
+    POOL_MAX_RUNTIMES,
+    REGIONS,
+    SCHEDULER_ROLE_ARN,
+    SNS_TOPIC_ARN,
+    SPOT_ACTION,
+    SPOT_ACTIONS,
+    STACK,
+    TUNING,
+    Setting,
+    SettingValueError,
+    Tuning,
+)
 
-STACK = "PARKBRAKE_STACK"
-REGIONS = "PARKBRAKE_REGIONS"
-DEFAULT_MAX_RUNTIME = "PARKBRAKE_DEFAULT_MAX_RUNTIME"
-MAX_EXEMPTION = "PARKBRAKE_MAX_EXEMPTION"
-MAX_RUNTIME_CEILING = "PARKBRAKE_MAX_RUNTIME_CEILING"
-REAP_UNTAGGED = "PARKBRAKE_REAP_UNTAGGED"
-SNS_TOPIC_ARN = "PARKBRAKE_SNS_TOPIC_ARN"
-DEADLINE_TARGET_ARN = "PARKBRAKE_DEADLINE_TARGET_ARN"
-SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
-# Where a deadline schedule's failed delivery goes (an SQS queue with an alarm on its depth).
-DEADLINE_DEAD_LETTER_ARN = "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN"
-# Beyond docs/architecture.md's contracts: per-pool default caps (``training=90m,inference=12h``), used when a host's
-# max-runtime tag is missing or unusable, and what to do with a spot host that is due.
-POOL_MAX_RUNTIMES = "PARKBRAKE_POOL_MAX_RUNTIMES"
-SPOT_ACTION = "PARKBRAKE_SPOT_ACTION"
-# The ledger database: a URL, or a Secrets Manager secret (RDS's JSON, or a URL) the Guardrails component sets.
-DATABASE_URL = "PARKBRAKE_DATABASE_URL"
-DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
-# The DynamoDB table where the sweep records which findings it has notified, so that a finding about
-# the same host reaches people at most once a day (unset: every sweep notifies every finding).
-NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
-# How long before a host's deadline its owner is warned (a one-time schedule beside the deadline's).
-WARN_BEFORE = "PARKBRAKE_WARN_BEFORE"
-# The Secrets Manager secret holding a Slack-compatible incoming webhook URL: notices go there too.
-CHAT_WEBHOOK_SECRET_ARN = "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN"
-# The EventBridge bus a guardrail without the ledger's database relays its decisions on (unset: they
-# are log lines only); the Guardrails component sets it for the reaper and the deadlines of a stack
-# with a ledger.
-DECISION_BUS = "PARKBRAKE_DECISION_BUS"
-# Hosts stopped longer than this are reported with their storage cost; snapshotted and terminated when
-# PARKBRAKE_TERMINATE_STOPPED is on.
-STOPPED_RETENTION = "PARKBRAKE_STOPPED_RETENTION"
-DECISION_RETENTION = "PARKBRAKE_DECISION_RETENTION"
-TERMINATE_STOPPED = "PARKBRAKE_TERMINATE_STOPPED"
+_ROWS = {row.name: row for row in TUNING}
+DEFAULT_MAX_RUNTIME = _ROWS["default_max_runtime"].variable
+MAX_EXEMPTION = _ROWS["max_exemption"].variable
+MAX_RUNTIME_CEILING = _ROWS["max_runtime_ceiling"].variable
+REAP_UNTAGGED = _ROWS["reap_untagged"].variable
+STOPPED_RETENTION = _ROWS["stopped_retention"].variable
+TERMINATE_STOPPED = _ROWS["terminate_stopped"].variable
+DECISION_RETENTION = _ROWS["decision_retention"].variable
+WARN_BEFORE = _ROWS["warn_before"].variable
+CHAT_WEBHOOK_SECRET_ARN = _ROWS["chat_webhook_secret_arn"].variable
+DEFAULT_SPOT_ACTION = SPOT_ACTIONS[0]
 
-DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
-DEFAULT_WARN_BEFORE = timedelta(minutes=15)
-# How long the decision log keeps a decision. Billing-grade audit wants at least 13 months (a month
-# compared with the same month a year before, and a disputed invoice's time to surface): the floor
-# is 13 average months (396d), the default 400d that with a few days' margin. Ten years is a ceiling
-# past which a value is a typo. The database refuses a retention under the floor too.
-DEFAULT_DECISION_RETENTION = timedelta(days=400)
-DECISION_RETENTION_FLOOR = timedelta(days=396)
-DECISION_RETENTION_CEILING = timedelta(days=3653)
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
+__all__ = [
+    "CHAT_WEBHOOK_SECRET_ARN", "DATABASE_SECRET_ARN", "DATABASE_URL", "DEADLINE_DEAD_LETTER_ARN",
+    "DEADLINE_TARGET_ARN", "DECISION_BUS", "DECISION_RETENTION", "DEFAULT_MAX_RUNTIME", "MAX_EXEMPTION",
+    "MAX_RUNTIME_CEILING", "NOTICES_TABLE", "POOL_MAX_RUNTIMES", "REAP_UNTAGGED", "REGIONS",
+    "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TERMINATE_STOPPED",
+    "WARN_BEFORE", "Settings", "SettingsError", "Tuning", "aws_region", "configured_regions",
+    "database_location", "ledger_configured", "process_variable", "setting_from_environment",
+    "settings_from_environment",
+]  # fmt: skip
 
 
 class SettingsError(InputError):
@@ -69,27 +68,20 @@ class SettingsError(InputError):
         self.problems = problems
 
 
-@dataclass(frozen=True)
-class Settings:
+@dataclass(frozen=True, kw_only=True)
+class Settings(Tuning):
+    """What a guardrail runs with: the table's tunable settings, and what the stack wires in."""
+
     stack: str | None
     regions: tuple[str, ...]
-    default_max_runtime: timedelta = timedelta(minutes=90)
-    max_exemption: timedelta = timedelta(hours=24)
-    max_runtime_ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING
-    reap_untagged: bool = False
     pool_max_runtimes: Mapping[str, timedelta] = field(default_factory=dict)
-    spot_action: str = "terminate"
+    spot_action: str = DEFAULT_SPOT_ACTION
     sns_topic_arn: str | None = None
     deadline_target_arn: str | None = None
     scheduler_role_arn: str | None = None
     deadline_dead_letter_arn: str | None = None
     notices_table: str | None = None
-    warn_before: timedelta = DEFAULT_WARN_BEFORE
-    chat_webhook_secret_arn: str | None = None
     decision_bus: str | None = None
-    stopped_retention: timedelta = timedelta(days=7)
-    terminate_stopped: bool = False
-    decision_retention: timedelta = DEFAULT_DECISION_RETENTION
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -105,50 +97,31 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         value = environ.get(name, "").strip()
         return value or None
 
-    def duration(
-        name: str, default: timedelta, *, ceiling: timedelta = DEFAULT_CEILING, floor: timedelta | None = None
-    ) -> timedelta:
-        value = text(name)
-        if value is None:
-            return default
-        try:
-            return parse_duration(value, ceiling=ceiling, floor=floor)
-        except DurationError as error:
-            problems.append(f"{name}: {error}")
-            return default
-
     def arn(name: str) -> str | None:
         value = text(name)
         if value is not None and not value.startswith("arn:"):
             problems.append(f"{name}: {value!r} is not an ARN (arn:aws:...)")
         return value
 
+    tuned = {row.name: _tuned(row, text(row.variable), problems) for row in TUNING}
     regions = _regions(environ, problems)
-    reap_untagged = _boolean(REAP_UNTAGGED, environ.get(REAP_UNTAGGED, ""), problems)
-    terminate_stopped = _boolean(TERMINATE_STOPPED, environ.get(TERMINATE_STOPPED, ""), problems)
-    spot_action = (text(SPOT_ACTION) or "terminate").lower()
-    if spot_action not in ("terminate", "stop"):
+    spot_action = (text(SPOT_ACTION) or DEFAULT_SPOT_ACTION).lower()
+    if spot_action not in SPOT_ACTIONS:
         problems.append(f"{SPOT_ACTION}: {spot_action!r} is neither 'terminate' nor 'stop'")
-    ceiling = duration(MAX_RUNTIME_CEILING, DEFAULT_MAX_RUNTIME_CEILING)
-    default_max_runtime = duration(DEFAULT_MAX_RUNTIME, timedelta(minutes=90))
-    max_exemption = duration(MAX_EXEMPTION, timedelta(hours=24))
+    ceiling: timedelta = tuned["max_runtime_ceiling"]
     pool_caps = _pool_caps(text(POOL_MAX_RUNTIMES), problems)
-    warn_before = duration(WARN_BEFORE, DEFAULT_WARN_BEFORE)
-    if warn_before >= ceiling:
+    if tuned["warn_before"] >= ceiling:
         problems.append(
-            f"{WARN_BEFORE}: {format_duration(warn_before)} is not shorter than {MAX_RUNTIME_CEILING} "
+            f"{WARN_BEFORE}: {format_duration(tuned['warn_before'])} is not shorter than {MAX_RUNTIME_CEILING} "
             f"({format_duration(ceiling)}); no host could run long enough to be warned"
         )
-    problems += _above_ceiling(ceiling, {DEFAULT_MAX_RUNTIME: default_max_runtime}) + _above_ceiling(
+    problems += _above_ceiling(ceiling, {DEFAULT_MAX_RUNTIME: tuned["default_max_runtime"]}) + _above_ceiling(
         ceiling, {f"{POOL_MAX_RUNTIMES}[{pool}]": cap for pool, cap in pool_caps.items()}
     )
     settings = Settings(
+        **tuned,
         stack=text(STACK),
         regions=regions,
-        default_max_runtime=default_max_runtime,
-        max_exemption=max_exemption,
-        max_runtime_ceiling=ceiling,
-        reap_untagged=reap_untagged,
         pool_max_runtimes=pool_caps,
         spot_action=spot_action,
         sns_topic_arn=arn(SNS_TOPIC_ARN),
@@ -156,26 +129,58 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         scheduler_role_arn=arn(SCHEDULER_ROLE_ARN),
         deadline_dead_letter_arn=arn(DEADLINE_DEAD_LETTER_ARN),
         notices_table=text(NOTICES_TABLE),
-        warn_before=warn_before,
-        chat_webhook_secret_arn=arn(CHAT_WEBHOOK_SECRET_ARN),
         decision_bus=text(DECISION_BUS),
-        stopped_retention=duration(STOPPED_RETENTION, timedelta(days=7)),
-        terminate_stopped=terminate_stopped,
-        decision_retention=duration(
-            DECISION_RETENTION,
-            DEFAULT_DECISION_RETENTION,
-            ceiling=DECISION_RETENTION_CEILING,
-            floor=DECISION_RETENTION_FLOOR,
-        ),
     )
     if problems:
         raise SettingsError(problems)
     return settings
 
 
+def _tuned(row: Setting, text: str | None, problems: list[str]) -> Any:
+    """One row's value: unset, its default (the table's, never one written here)."""
+    if text is None:
+        return row.default
+    try:
+        return row.parse(text)
+    except SettingValueError as error:
+        problems.append(f"{row.variable}: {error}")
+        return row.default
+
+
+def setting_from_environment(row: Setting, environ: Mapping[str, str]) -> Any:
+    """One row read alone (the CLI's defaults: ``parkbrake run``'s cap); a bad value raises
+    :class:`SettingsError` naming the variable."""
+    problems: list[str] = []
+    value = _tuned(row, environ.get(row.variable, "").strip() or None, problems)
+    if problems:
+        raise SettingsError(problems)
+    return value
+
+
+def process_variable(environ: Mapping[str, str], name: str) -> str | None:
+    """A variable of ``settings_table.PROCESS`` (a CLI's, a host's or a build's), trimmed; None when unset."""
+    if name not in {item.variable for item in table.PROCESS}:
+        raise KeyError(f"{name} is not declared in guardrails.settings_table.PROCESS")
+    return environ.get(name, "").strip() or None
+
+
+def database_location(environ: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The ledger database's URL and its Secrets Manager secret's ARN, each None when unset."""
+    return (
+        environ.get(DATABASE_URL, "").strip() or None,
+        environ.get(DATABASE_SECRET_ARN, "").strip() or None,
+    )
+
+
+def configured_regions(environ: Mapping[str, str]) -> str | None:
+    """``PARKBRAKE_REGIONS`` as it is written (comma-separated), None when unset."""
+    return environ.get(REGIONS, "").strip() or None
+
+
 def ledger_configured(environ: Mapping[str, str]) -> bool:
     """Whether ``environ`` names a ledger database (and so the process needs psycopg at all)."""
-    return bool(environ.get(DATABASE_URL, "").strip() or environ.get(DATABASE_SECRET_ARN, "").strip())
+    url, secret_arn = database_location(environ)
+    return bool(url or secret_arn)
 
 
 def aws_region(environ: Mapping[str, str]) -> str | None:
@@ -204,15 +209,6 @@ def _regions(environ: Mapping[str, str], problems: list[str]) -> tuple[str, ...]
         problems.append(f"{REGIONS}: not set, and neither is AWS_REGION; name the regions to guard")
         return ()
     return (own,)
-
-
-def _boolean(name: str, value: str, problems: list[str]) -> bool:
-    normalized = value.strip().lower()
-    if normalized in _TRUE:
-        return True
-    if normalized not in _FALSE:
-        problems.append(f"{name}: {value!r} is not true or false")
-    return False
 
 
 def _pool_caps(value: str | None, problems: list[str]) -> dict[str, timedelta]:

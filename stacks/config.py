@@ -25,6 +25,8 @@ from guardrails.instance_types import is_accelerator, is_instance_type
 from guardrails.owners import owner_problem
 from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
+from guardrails.settings import process_variable
+from guardrails.settings_table import AGENT_IDLE_AFTER, REVISION
 from stacks.guardrails_config import GuardrailsConfig, guardrails_config
 from stacks.kubernetes_config import KubernetesConfig, parse_kubernetes
 from stacks.service_config import (
@@ -66,6 +68,9 @@ class GpuPoolConfig:
     owner: str | None = None  # who is told about the pool's hosts: the parkbrake:owner tag they carry
     # Tried in order when AWS lacks capacity for instance_type (the group's prioritized overrides).
     fallback_instance_types: tuple[str, ...] = ()
+    # The hosts' agent idle window (``parkbrake agent --idle-after``); None: the agent's own default,
+    # the settings table's row.
+    agent_idle_after: timedelta | None = None
 
     @property
     def instance_types(self) -> tuple[str, ...]:
@@ -165,6 +170,7 @@ POOL_KEYS = {
     "capacity_type",
     "owner",
     "fallback_instance_types",
+    AGENT_IDLE_AFTER.stack_key.rpartition(".")[2],
 }
 
 
@@ -209,7 +215,7 @@ def parse_stack_config(
         stack=stack,
         region=region,
         parked=root.boolean("parked", False),
-        revision=root.string("revision", os.environ.get("PARKBRAKE_REVISION", "unversioned")),
+        revision=root.string("revision", process_variable(os.environ, REVISION) or "unversioned"),
         tenants=tenants,
         pools=pools,
         nightly=_nightly(root, pools, project_dir),
@@ -273,7 +279,16 @@ def _pool(name: str, section: Section, tenants: dict[str, Tenant], priced: dict[
         capacity_type=section.choice("capacity_type", ("on-demand", "spot"), "on-demand"),  # type: ignore[arg-type]
         owner=_owner(section),
         fallback_instance_types=_fallback_types(section, instance_type, priced),
+        agent_idle_after=_agent_idle_after(section),
     )
+
+
+def _agent_idle_after(section: Section) -> timedelta | None:
+    """The pool's agent idle window, within the settings table's bounds; None when the pool sets none."""
+    key = AGENT_IDLE_AFTER.stack_key.rpartition(".")[2]
+    if not section.has(key):
+        return None
+    return section.duration(key, ceiling=AGENT_IDLE_AFTER.duration_ceiling, floor=AGENT_IDLE_AFTER.floor)
 
 
 def _owner(section: Section) -> str | None:

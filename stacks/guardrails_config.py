@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
-from guardrails import settings as environment
 from guardrails.durations import format_duration
+from guardrails.settings_table import SECRET_ARN, TUNING, Setting, Tuning
 from stacks.validation import Section
 
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -23,44 +24,31 @@ PLACEHOLDER_SUFFIXES = (
     ".example.org",
 )
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
-SECRET_ARN = re.compile(r"arn:aws[\w-]*:secretsmanager:[a-z0-9-]+:\d{12}:secret:[\w/+=.@-]+")
+# The schedule's rate: the stack's alone (no Lambda reads it), so it is not a row of the settings table.
+SWEEP_EVERY = timedelta(minutes=5)
 
 
-@dataclass(frozen=True)
-class GuardrailsConfig:
-    sweep_every: timedelta = timedelta(minutes=5)
-    default_max_runtime: timedelta = timedelta(minutes=90)
-    max_exemption: timedelta = timedelta(hours=24)
-    # No cap may exceed it: a longer parkbrake:max-runtime tag is clamped to it and reported.
-    max_runtime_ceiling: timedelta = timedelta(hours=24)
-    reap_untagged: bool = False
-    # How long before a host's deadline its owner is warned.
-    warn_before: timedelta = timedelta(minutes=15)
-    # A Secrets Manager secret holding a Slack-compatible incoming webhook URL: notices go there too.
-    chat_webhook_secret: str | None = None
+@dataclass(frozen=True, kw_only=True)
+class GuardrailsConfig(Tuning):
+    """The section: the table's tunable settings (``guardrails.settings_table``), and what the stack
+    uses itself: the sweep's rate, the alarms' addresses and the ledger functions' extra layers."""
+
+    sweep_every: timedelta = SWEEP_EVERY
     alarm_email: str | None = None
     alarm_topic_arn: str | None = None
     # Lambda layers providing psycopg to the functions that use the ledger (meter, budget, launcher).
     database_layer_arns: tuple[str, ...] = ()
-    # Hosts stopped longer are reported with their volumes' monthly cost; snapshotted and terminated
-    # when terminate_stopped is on.
-    stopped_retention: timedelta = timedelta(days=7)
-    terminate_stopped: bool = False
-    decision_retention: timedelta = environment.DEFAULT_DECISION_RETENTION  # older decisions are pruned
 
 
-GUARDRAILS_KEYS = {
-    "sweep_every", "default_max_runtime", "max_exemption", "reap_untagged", "alarm_email", "alarm_topic_arn",
-    "database_layer_arns", "max_runtime_ceiling", "stopped_retention", "terminate_stopped",
-    "warn_before", "chat_webhook_secret", "decision_retention",
-}  # fmt: skip
+# The table's rows of this section, by their key in it.
+TUNED_KEYS = {row.stack_key.removeprefix("guardrails."): row for row in TUNING}
+GUARDRAILS_KEYS = {*TUNED_KEYS, "sweep_every", "alarm_email", "alarm_topic_arn", "database_layer_arns"}
 
 
 def guardrails_config(root: Section) -> GuardrailsConfig:
     """The ``guardrails`` section: every duration, switch and address the guardrail functions get."""
     section = root.section("guardrails", GUARDRAILS_KEYS)
-    defaults = GuardrailsConfig()
-    sweep_every = section.duration("sweep_every", defaults.sweep_every, ceiling=timedelta(hours=1))
+    sweep_every = section.duration("sweep_every", SWEEP_EVERY, ceiling=timedelta(hours=1))
     if not section.problems.has(section.at("sweep_every")) and (
         sweep_every < timedelta(minutes=1) or sweep_every.total_seconds() % 60
     ):
@@ -72,30 +60,23 @@ def guardrails_config(root: Section) -> GuardrailsConfig:
         "alarm_topic_arn", None, pattern=re.compile(r"arn:aws[\w-]*:sns:.+"), hint="an SNS topic ARN"
     )
     return GuardrailsConfig(
+        **{row.name: tuned_value(section, key, row) for key, row in TUNED_KEYS.items()},
         sweep_every=sweep_every,
-        default_max_runtime=section.duration("default_max_runtime", defaults.default_max_runtime),
-        max_exemption=section.duration("max_exemption", defaults.max_exemption, ceiling=timedelta(days=7)),
-        max_runtime_ceiling=section.duration("max_runtime_ceiling", defaults.max_runtime_ceiling),
-        reap_untagged=section.boolean("reap_untagged", False),
-        stopped_retention=section.duration("stopped_retention", defaults.stopped_retention),
-        terminate_stopped=section.boolean("terminate_stopped", False),
-        decision_retention=section.duration(
-            "decision_retention",
-            defaults.decision_retention,
-            ceiling=environment.DECISION_RETENTION_CEILING,
-            floor=environment.DECISION_RETENTION_FLOOR,
-        ),
-        warn_before=section.duration("warn_before", defaults.warn_before),
-        chat_webhook_secret=section.string(
-            "chat_webhook_secret", None, pattern=SECRET_ARN, hint="a Secrets Manager secret ARN"
-        )
-        or None,
         database_layer_arns=tuple(
             section.matching_list("database_layer_arns", LAYER_ARN, what="a Lambda layer version ARN")
         ),
         alarm_email=_alarm_email(section, adopts_topic=bool(alarm_topic_arn)),
         alarm_topic_arn=alarm_topic_arn or None,
     )
+
+
+def tuned_value(section: Section, key: str, row: Setting) -> Any:
+    """One row of the table read from the section with the row's own bounds and default."""
+    if row.kind == "duration":
+        return section.duration(key, row.default, ceiling=row.duration_ceiling, floor=row.floor)
+    if row.kind == "boolean":
+        return section.boolean(key, row.default)
+    return section.string(key, None, pattern=SECRET_ARN, hint="a Secrets Manager secret ARN") or row.default
 
 
 def _alarm_email(section: Section, *, adopts_topic: bool) -> str | None:

@@ -133,6 +133,7 @@ def _pools(
                 ecs_cluster_name=cluster.name if name == serving_pool else None,
                 host_tools=host_tools,
                 owner=pool.owner,
+                agent_idle_after=pool.agent_idle_after,
                 tags=tags,
             ),
         )
@@ -261,8 +262,10 @@ def _inference(
             capacity_provider_association=association,
             host_security_group_id=serving.security_group_id,
             live_colour=config.inference.live_colour,
-            idle_after_seconds=(
-                int(config.inference.idle_after.total_seconds()) if config.inference.idle_after else None
+            scale_to_zero_after_seconds=(
+                int(config.inference.scale_to_zero_after.total_seconds())
+                if config.inference.scale_to_zero_after
+                else None
             ),
             vpc_id=network.vpc_id,
             public_subnet_ids=network.public_subnet_ids,
@@ -288,15 +291,8 @@ def _guardrails(
             region=config.region,
             parked=config.parked,
             sweep_every=config.guardrails.sweep_every,
-            default_max_runtime=config.guardrails.default_max_runtime,
-            max_exemption=config.guardrails.max_exemption,
-            max_runtime_ceiling=config.guardrails.max_runtime_ceiling,
-            reap_untagged=config.guardrails.reap_untagged,
-            stopped_retention=config.guardrails.stopped_retention,
-            decision_retention=config.guardrails.decision_retention,
-            terminate_stopped=config.guardrails.terminate_stopped,
-            warn_before=config.guardrails.warn_before,
-            chat_webhook_secret_arn=config.guardrails.chat_webhook_secret,
+            # Every row of the settings table, as the stack file set it or by the table's default.
+            tuning=config.guardrails,
             alarm_email=config.guardrails.alarm_email,
             alarm_topic_arn=config.guardrails.alarm_topic_arn,
             pool_caps={name: pool.max_runtime for name, pool in config.pools.items()},

@@ -28,7 +28,9 @@ FARGATE_MEMORY = {
 }
 IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
 HEALTH_PATH = re.compile(r"/[\w\-./]*")
-DEFAULT_IDLE_AFTER = timedelta(minutes=15)  # inference.idle_after: scale to zero after this long idle
+DEFAULT_SCALE_TO_ZERO_AFTER = timedelta(
+    minutes=15
+)  # inference.scale_to_zero_after: no request this long, zero tasks
 CERTIFICATE_ARN = re.compile(r"arn:aws[\w-]*:acm:[a-z0-9-]+:\d{12}:certificate/[\w-]+")
 ENDPOINT_KEYS = {"internal", "certificate_arn", "requests_per_ip"}
 
@@ -65,7 +67,7 @@ class InferenceConfig:
     # Which colour serves; `parkbrake deploy` flips it after a successful blue-green deploy.
     live_colour: str = "blue"
     # No request for this long → the service (and so its GPU pool) scales to zero; None: never.
-    idle_after: timedelta | None = DEFAULT_IDLE_AFTER
+    scale_to_zero_after: timedelta | None = DEFAULT_SCALE_TO_ZERO_AFTER
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
@@ -146,14 +148,16 @@ def inference(
             "health_path",
             "port",
             "live_colour",
-            "idle_after",
+            "scale_to_zero_after",
             "scale_to_zero",
             *ENDPOINT_KEYS,
         },
     )
     pool_name = section.string("pool", hint="the name of an inference pool")
     # CloudWatch evaluates an alarm over at most a day.
-    idle_after = section.duration("idle_after", DEFAULT_IDLE_AFTER, ceiling=timedelta(days=1))
+    scale_to_zero_after = section.duration(
+        "scale_to_zero_after", DEFAULT_SCALE_TO_ZERO_AFTER, ceiling=timedelta(days=1)
+    )
     pool = pools.get(pool_name)
     gpus = section.integer("gpus_per_task", 1, minimum=1, maximum=16)
     desired = section.integer("desired_per_colour", minimum=1)
@@ -189,7 +193,7 @@ def inference(
         ),
         port=section.integer("port", 8080, minimum=1, maximum=65535),
         live_colour=section.choice("live_colour", COLOURS, "blue"),
-        idle_after=idle_after if section.boolean("scale_to_zero", True) else None,
+        scale_to_zero_after=scale_to_zero_after if section.boolean("scale_to_zero", True) else None,
         endpoint=_endpoint(section),
     )
 

@@ -118,13 +118,18 @@ def test_the_architecture_metric_table_matches_what_the_code_exports() -> None:
     }
 
 
-def test_the_architecture_lambda_environment_table_names_every_variable_of_the_settings() -> None:
+def test_the_settings_table_names_every_variable_of_the_settings() -> None:
+    """Every variable guardrails.settings names is a row of the generated table in configuration.md,
+    which the architecture page's Lambda environment section points to."""
     variables = {
         value
         for name, value in vars(settings).items()
         if name.isupper() and str(value).startswith("PARKBRAKE_")
     }
-    text = (ROOT / "docs" / "architecture.md").read_text()
-    table = text.split("\n## The Lambda environment\n", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    table = text.split("\n## Guardrail settings\n", 1)[1].split("\n## ", 1)[0]
     assert variables
     assert variables <= set(re.findall(r"`(PARKBRAKE_\w+)`", table))
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    section = architecture.split("\n## The Lambda environment\n", 1)[1].split("\n## ", 1)[0]
+    assert "configuration.md#guardrail-settings" in section

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardrails.hosts import AUTOSCALING_GROUP_TAG
+from guardrails.settings import process_variable
+from guardrails.settings_table import IMDS_ENDPOINT
 
-IMDS_ENDPOINT_VARIABLE = "PARKBRAKE_IMDS_ENDPOINT"
+IMDS_ENDPOINT_VARIABLE = IMDS_ENDPOINT
 # The AWS SDKs' own variable for the endpoint, honoured when parkbrake's is not set.
 AWS_IMDS_ENDPOINT_VARIABLE = "AWS_EC2_METADATA_SERVICE_ENDPOINT"
 DEFAULT_IMDS_ENDPOINT = "http://169.254.169.254"
@@ -78,7 +80,7 @@ class InstanceMetadata:
     @classmethod
     def from_environment(cls) -> InstanceMetadata:
         return cls(
-            os.environ.get(IMDS_ENDPOINT_VARIABLE)
+            process_variable(os.environ, IMDS_ENDPOINT_VARIABLE)
             or os.environ.get(AWS_IMDS_ENDPOINT_VARIABLE)
             or DEFAULT_IMDS_ENDPOINT
         )

@@ -45,12 +45,12 @@ def choose_regions(
     from pathlib import Path
 
     from cli.oncall.stack_file import config_region
-    from guardrails.settings import aws_region
+    from guardrails.settings import REGIONS, aws_region, configured_regions
 
     environment = os.environ if environ is None else environ
     sources = (
         (flag, explicit),
-        ("PARKBRAKE_REGIONS", environment.get("PARKBRAKE_REGIONS")),
+        (REGIONS, configured_regions(environment)),
         (f"aws:region in Pulumi.{stack}.yaml", config_region(stack, Path(".")) if stack else None),
         ("AWS_REGION", aws_region(environment)),
     )

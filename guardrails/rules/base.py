@@ -17,6 +17,13 @@ from guardrails.storage import Storage
 
 # "terminate": snapshot every volume, then terminate (hosts stopped too long, when configured).
 Action = Literal["stop", "terminate", "report"]
+# The stop path (lambdas/aws/stop_path.py): which call a stop makes depends on the host (stand-alone:
+# stop; spot: terminate; in an Auto Scaling group: leave it), so a rule that stops needs them all.
+STOP_PATH_PERMISSIONS = (
+    "ec2:StopInstances",
+    "ec2:TerminateInstances",
+    "autoscaling:TerminateInstanceInAutoScalingGroup",
+)
 RUNNING = frozenset({"running"})
 STOPPED = frozenset({"stopped"})
 
@@ -62,6 +69,11 @@ class Rule:
     filter: Callable[[Subject], str | None]
     action: Callable[[SweepPolicy], Action]
     states: frozenset[str] = RUNNING  # the EC2 states of the hosts it judges
+    # Beside the rule, as Cloud Custodian's actions carry theirs: the settings table's rows it reads
+    # (guardrails.settings_table, by name) and the IAM actions its actions need at most (its switches
+    # on). tests/components/test_rule_permissions.py checks the reaper's policy against them.
+    settings: tuple[str, ...] = ()
+    permissions: tuple[str, ...] = ()
 
     def evaluate(self, subject: Subject) -> Finding | None:
         reason = self.filter(subject)

@@ -23,4 +23,5 @@ RULE = Rule(
     description="a host whose parkbrake:max-runtime tag is longer than the stack's ceiling",
     filter=_clamped,
     action=always("report"),
+    settings=("max_runtime_ceiling",),
 )

@@ -25,4 +25,6 @@ RULE = Rule(
     description="a managed host whose max-runtime, exempt-until or owner tag was ignored, or that lacks required tags",
     filter=_malformed,
     action=always("report"),
+    # An exempt-until further ahead than the exemption limit is reported with the malformed tags.
+    settings=("max_exemption",),
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from guardrails.durations import format_duration
-from guardrails.rules.base import Rule, Subject, always, instant
+from guardrails.rules.base import STOP_PATH_PERMISSIONS, Rule, Subject, always, instant
 
 
 def _past_deadline(subject: Subject) -> str | None:
@@ -25,4 +25,7 @@ RULE = Rule(
     description="a managed GPU host that has run longer than its cap since it last started",
     filter=_past_deadline,
     action=always("stop"),
+    # Through the host's deadline: its cap (tag, pool, else the default), exemption and the ceiling.
+    settings=("default_max_runtime", "max_exemption", "max_runtime_ceiling"),
+    permissions=STOP_PATH_PERMISSIONS,
 )

@@ -45,4 +45,14 @@ RULE = Rule(
     filter=_stopped_too_long,
     action=_action,
     states=STOPPED,
+    settings=("stopped_retention", "terminate_stopped"),
+    # Its volumes priced; with terminate_stopped, each snapshotted (tagged as it is created), then
+    # the host terminated.
+    permissions=(
+        "ec2:DescribeVolumes",
+        "ec2:DescribeSnapshots",
+        "ec2:CreateSnapshot",
+        "ec2:CreateTags",
+        "ec2:TerminateInstances",
+    ),
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from guardrails import settings, tags
 from guardrails.durations import format_duration
-from guardrails.rules.base import Action, Rule, Subject, SweepPolicy
+from guardrails.rules.base import STOP_PATH_PERMISSIONS, Action, Rule, Subject, SweepPolicy
 
 
 def _untagged(subject: Subject) -> str | None:
@@ -31,4 +31,7 @@ RULE = Rule(
     description="a GPU host without parkbrake:managed=true",
     filter=_untagged,
     action=_action,
+    settings=("reap_untagged",),
+    # With reap_untagged: tag the host as this stack's (so the stop path may stop it), then stop it.
+    permissions=("ec2:CreateTags", *STOP_PATH_PERMISSIONS),
 )

@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from guardrails.errors import ParkbrakeError
-from guardrails.settings import DATABASE_SECRET_ARN, DATABASE_URL
+from guardrails.settings import DATABASE_SECRET_ARN, DATABASE_URL, database_location
 
 CONNECT_TIMEOUT_S = 5
 
@@ -34,10 +34,9 @@ def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None =
 
     ``secrets`` makes the Secrets Manager client only when it is needed.
     """
-    url = environ.get(DATABASE_URL, "").strip()
+    url, secret_arn = database_location(environ)
     if url:
         return url
-    secret_arn = environ.get(DATABASE_SECRET_ARN, "").strip()
     if not secret_arn:
         raise ParkbrakeError(
             f"no ledger database configured: set {DATABASE_URL} (postgresql://user:password@host/db) "

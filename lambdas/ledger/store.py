@@ -35,7 +35,7 @@ from guardrails.ledger import (
 )
 from guardrails.pricing import HOME_REGION, PriceTable
 from guardrails.runway import Budget, BudgetDecision, TenantRunway
-from guardrails.settings import DATABASE_URL
+from guardrails.settings import database_location
 from guardrails.spot_prices import SpotPrice
 from lambdas.ledger import budgets
 from lambdas.ledger import queries as sql
@@ -461,7 +461,7 @@ def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: 
     if pooled:
         return LedgerStore(PooledConnections(url))
     # Credentials from a secret are read again when a login fails (the secret was rotated).
-    from_secret = not environ.get(DATABASE_URL, "").strip()
+    from_secret = database_location(environ)[0] is None
     return LedgerStore(SingleConnection(url, reread=(lambda: database_url(environ)) if from_secret else None))
 
 

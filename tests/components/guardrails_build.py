@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from components.guardrail_functions import Guardrails, GuardrailsArgs, NightlyStart
+from guardrails.settings_table import TUNING, Tuning
 from stacks.offline import OfflineRun, run_offline
 
 SCHEDULE = "aws:scheduler/schedule:Schedule"
@@ -37,6 +38,7 @@ STOP_ACTIONS = {
     "autoscaling:TerminateInstanceInAutoScalingGroup",
     "autoscaling:SetDesiredCapacity",
 }
+TUNED = {row.name for row in TUNING}
 MANAGED_CONDITION = {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}}
 
 
@@ -46,9 +48,6 @@ def arguments(**overrides: Any) -> GuardrailsArgs:
         "region": "us-east-1",
         "parked": False,
         "sweep_every": timedelta(minutes=5),
-        "default_max_runtime": timedelta(minutes=90),
-        "max_exemption": timedelta(hours=24),
-        "reap_untagged": False,
         "alarm_email": "oncall@example.com",
         "alarm_topic_arn": None,
         "pool_caps": {"training": timedelta(hours=4), "inference": timedelta(hours=24)},
@@ -64,9 +63,11 @@ def arguments(**overrides: Any) -> GuardrailsArgs:
         "vpc_id": "vpc-0abc",
         "subnet_ids": ["subnet-private-a", "subnet-private-b"],
         "tags": {"parkbrake:managed": "true", "parkbrake:stack": "dev", "parkbrake:revision": "3f9c2ab"},
-        **overrides,
+        **{key: value for key, value in overrides.items() if key not in TUNED},
     }
-    return GuardrailsArgs(**fields)
+    # A row of the settings table is overridden by name, as a field of the args' Tuning.
+    tuned = {key: value for key, value in overrides.items() if key in TUNED}
+    return GuardrailsArgs(**fields, tuning=Tuning(**tuned))
 
 
 def build(**overrides: Any) -> OfflineRun:

@@ -208,7 +208,7 @@ ALARM = "aws:cloudwatch/metricAlarm:MetricAlarm"
 
 
 def test_an_idle_service_scales_to_zero_and_a_request_at_zero_wakes_it() -> None:
-    run = build(idle_after_seconds=900)
+    run = build(scale_to_zero_after_seconds=900)
     target = only(run, SCALING_TARGET)
     policies = {policy.name: policy.inputs for policy in run.of_type(SCALING_POLICY)}
     alarms = {alarm.name: alarm.inputs for alarm in run.of_type(ALARM)}
@@ -238,8 +238,8 @@ def test_an_idle_service_scales_to_zero_and_a_request_at_zero_wakes_it() -> None
 @pytest.mark.parametrize(
     ("overrides", "live_ignores"),
     [
-        ({"idle_after_seconds": 900}, ("taskDefinition", "desiredCount")),
-        ({"idle_after_seconds": None}, ("taskDefinition",)),
+        ({"scale_to_zero_after_seconds": 900}, ("taskDefinition", "desiredCount")),
+        ({"scale_to_zero_after_seconds": None}, ("taskDefinition",)),
     ],
 )
 def test_one_owner_of_each_colours_desired_count(
@@ -259,7 +259,8 @@ def policy_arn(run: OfflineRun, name: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "overrides", [{"idle_after_seconds": None}, {"idle_after_seconds": 900, "desired_per_colour": 0}]
+    "overrides",
+    [{"scale_to_zero_after_seconds": None}, {"scale_to_zero_after_seconds": 900, "desired_per_colour": 0}],
 )
 def test_no_scale_to_zero_when_off_or_parked(overrides: dict[str, Any]) -> None:
     run = build(**overrides)

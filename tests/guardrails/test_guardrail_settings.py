@@ -56,12 +56,13 @@ def test_every_problem_is_reported_at_once_by_variable() -> None:
         )
     problems = raised.value.problems
     prefixes = [problem.split(":")[0] for problem in problems]
+    # The settings table's rows first, in its order; then what the stack wires in.
     assert prefixes == [
-        "PARKBRAKE_REGIONS",
-        "PARKBRAKE_REAP_UNTAGGED",
-        "PARKBRAKE_SPOT_ACTION",
         "PARKBRAKE_DEFAULT_MAX_RUNTIME",
         "PARKBRAKE_MAX_EXEMPTION",
+        "PARKBRAKE_REAP_UNTAGGED",
+        "PARKBRAKE_REGIONS",
+        "PARKBRAKE_SPOT_ACTION",
         "PARKBRAKE_POOL_MAX_RUNTIMES[training]",
         "PARKBRAKE_POOL_MAX_RUNTIMES",
         "PARKBRAKE_SNS_TOPIC_ARN",

@@ -141,11 +141,11 @@ def test_owners_warning_and_chat_channel() -> None:
     config["parkbrake:pools"]["training"].update(owner="@ml-research")
     parsed = parse_stack_config("dev", config, "Pulumi.dev.yaml")
     assert parsed.guardrails.warn_before == timedelta(minutes=30)
-    assert parsed.guardrails.chat_webhook_secret == secret
+    assert parsed.guardrails.chat_webhook_secret_arn == secret
     assert parsed.pools["training"].owner == "@ml-research"
     defaults = load_stack_config("dev", REPO_ROOT)
     assert defaults.guardrails.warn_before == timedelta(minutes=15)
-    assert (defaults.guardrails.chat_webhook_secret, defaults.pools["training"].owner) == (None, None)
+    assert (defaults.guardrails.chat_webhook_secret_arn, defaults.pools["training"].owner) == (None, None)
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -235,19 +235,19 @@ def test_pulumi_toolchain_installs_the_project_with_its_dependencies() -> None:
 def test_inference_scales_to_zero_after_idle_after_unless_turned_off() -> None:
     default = parse_stack_config("dev", example(), "Pulumi.dev.yaml").inference
     config = example()
-    config["parkbrake:inference"]["idle_after"] = "1h"
+    config["parkbrake:inference"]["scale_to_zero_after"] = "1h"
     hourly = parse_stack_config("dev", config, "Pulumi.dev.yaml").inference
     config["parkbrake:inference"]["scale_to_zero"] = False
     always_on = parse_stack_config("dev", config, "Pulumi.dev.yaml").inference
-    config["parkbrake:inference"]["idle_after"] = "2d"
+    config["parkbrake:inference"]["scale_to_zero_after"] = "2d"
 
     assert default is not None
-    assert default.idle_after == timedelta(minutes=15)
+    assert default.scale_to_zero_after == timedelta(minutes=15)
     assert hourly is not None
-    assert hourly.idle_after == timedelta(hours=1)
+    assert hourly.scale_to_zero_after == timedelta(hours=1)
     assert always_on is not None
-    assert always_on.idle_after is None
-    assert "inference.idle_after" in problems_of(config)
+    assert always_on.scale_to_zero_after is None
+    assert "inference.scale_to_zero_after" in problems_of(config)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,63 @@
+"""What the components set from the settings table, under the Pulumi mocks: every guardrail Lambda gets
+every variable its settings read, and a pool's agent idle window reaches its hosts' user data."""
+
+from __future__ import annotations
+
+import base64
+from datetime import timedelta
+
+from components.guardrail_functions import FUNCTIONS
+from guardrails.settings import settings_from_environment
+from guardrails.settings_table import DATABASE_SECRET_ARN, TUNING, WIRED
+from stacks.config import parse_stack_config
+from stacks.offline import run_offline
+from stacks.program import build_platform
+from tests.components.guardrails_build import build, environment_of
+from tests.stacks.test_config import example
+
+CHAT_SECRET = "arn:aws:secretsmanager:us-east-1:123456789012:secret:parkbrake/dev/chat-webhook-AbCdEf"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+def test_every_guardrail_gets_every_row_and_every_wired_variable_it_reads() -> None:
+    run = build(chat_webhook_secret_arn=CHAT_SECRET, warn_before=timedelta(minutes=30))
+    wired = {item.variable for item in WIRED if item.in_lambda_environment} - {DATABASE_SECRET_ARN}
+    for function in FUNCTIONS:
+        environment = environment_of(run, function.guardrail)
+        missing = ({row.variable for row in TUNING} | wired) - set(environment)
+        assert not missing, (function.guardrail, missing)
+        assert (DATABASE_SECRET_ARN in environment) is function.uses_database, function.guardrail
+        # What the component wrote, the handlers' reader reads without a problem and as it was set.
+        read = settings_from_environment(environment)
+        assert (read.chat_webhook_secret_arn, read.warn_before) == (CHAT_SECRET, timedelta(minutes=30))
+
+
+def test_a_variable_the_stack_does_not_set_is_left_out_rather_than_written_empty() -> None:
+    run = build(chat_webhook_secret_arn=None, database_secret_arn=None)
+    environment = environment_of(run, "reaper")
+    assert "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN" not in environment
+    assert "PARKBRAKE_DECISION_BUS" not in environment
+    assert all(value for value in environment.values())
+
+
+def _agent_lines(idle_after: str | None) -> dict[str, str]:
+    config = example()
+    if idle_after is not None:
+        config["parkbrake:pools"]["training"]["agent_idle_after"] = idle_after
+    config["parkbrake:hosts"] = {"ami_id": "ami-0f1e2d3c4b5a69788"}
+    stack = parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    run = run_offline(lambda: build_platform(stack), stack="dev", region=stack.region)
+    lines = {}
+    for template in run.of_type(LAUNCH_TEMPLATE):
+        script = base64.b64decode(template.inputs["userData"]).decode()
+        (line,) = [line for line in script.splitlines() if line.startswith("ExecStart=")]
+        lines[template.name.removesuffix("-launch-template")] = line
+    return lines
+
+
+def test_a_pools_agent_idle_after_reaches_its_hosts_agent_and_only_that_pools() -> None:
+    lines = _agent_lines("45m")
+    assert lines["training"] == "ExecStart=/opt/parkbrake/bin/parkbrake agent --idle-after 45m"
+    # A pool that sets none runs the agent with its own default: the settings table's row.
+    assert lines["inference"] == "ExecStart=/opt/parkbrake/bin/parkbrake agent"
+    assert set(_agent_lines(None).values()) == {"ExecStart=/opt/parkbrake/bin/parkbrake agent"}
