@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import output_option
+from cli.options import output_option, wide_option
 from cli.usage.budgets import metering_settings
 from guardrails.errors import InputError, ParkbrakeError
 
@@ -143,6 +143,7 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown"]), default="text",
     show_default=True, help="text for people; csv, json or markdown: the invoice.",
 )  # fmt: skip
+@wide_option
 def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
     """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
     instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
@@ -185,6 +186,7 @@ def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
 @ledger.command()
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to show (repeatable); default: all.")
 @output_option
+@wide_option
 def runway(tenants: tuple[str, ...], output: str) -> None:
     """Each tenant's budget: spent, committed to running hosts' caps, remaining, burn rate, runway.
 

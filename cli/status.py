@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import output_option
+from cli.options import output_option, wide_option
 from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     help="Order of the hosts: action puts overdue and unmanaged first, then the nearest deadline.",
 )
 @output_option
+@wide_option
 def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str) -> None:
     """Every running GPU host and what it costs; services, park state, next nightly start.
 
