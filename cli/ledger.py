@@ -66,7 +66,9 @@ def migrate(output: str) -> None:
     else:
         click.echo(f"applied {', '.join(applied)}" if applied else "the ledger is up to date")
         if priced:
-            click.echo(f"recorded prices of {len(priced)} instance types: {', '.join(priced)}")
+            from cli.usage.ingest_summary import prices_summary
+
+            click.echo(prices_summary(priced))
 
 
 @ledger.command()
@@ -78,8 +80,11 @@ def migrate(output: str) -> None:
     type=click.IntRange(1, 10_000),
     help="Events written per transaction.",
 )
+@click.option(
+    "--verbose", "-v", is_flag=True, help="List every line that was not appended (default: the first 20)."
+)
 @output_option
-def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
+def ingest(events_file: IO[str], batch_size: int, verbose: bool, output: str) -> None:
     """Append EC2 state-change events from EVENTS_FILE (JSON Lines of native EventBridge events; - for stdin).
 
     Each host is looked up in EC2 for its tags and type, as the meter does; events already in the
@@ -111,14 +116,9 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     if output == "json":
         click.echo(json.dumps({"read": len(changes)} | result.as_dict() | {"lines": lines}, indent=2))
     else:
-        for line in lines:
-            if line["outcome"] != "appended":
-                click.echo(f"line {line['line']}: {line['event_id']} {line['outcome']}: {line['reason']}")
-        click.echo(
-            f"read {len(changes)} events: {result.inserted} appended, {result.duplicates} not appended "
-            f"(already in the ledger, or inside a host's closed history), {len(result.skipped)} skipped, "
-            f"{len(result.unattributed)} unknown hosts"
-        )
+        from cli.usage.ingest_summary import ingest_summary
+
+        click.echo("\n".join(ingest_summary(lines, verbose=verbose)))
     if result.unattributed:
         listed = ", ".join(sorted({note["instance_id"] for note in result.unattributed})[:MAX_PROBLEMS_SHOWN])
         raise ParkbrakeError(
