@@ -151,7 +151,8 @@ def report(tenants: tuple[str, ...], output: str, **window: str | None) -> None:
 
     \b
     Example:
-      parkbrake ledger report --tenant research --month 2026-11 --timezone Europe/Berlin --format markdown
+      parkbrake ledger report --tenant research --month 2026-11 \\
+          --timezone Europe/Berlin --format markdown
     """
     from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
@@ -273,7 +274,8 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
 
     \b
     Example:
-      parkbrake ledger admit --tenant research --instance-type g5.xlarge --count 2 --max-runtime 2h
+      parkbrake ledger admit --tenant research --instance-type g5.xlarge \\
+          --count 2 --max-runtime 2h
     """
     from cli.usage.budgets import crossing_line, rearm_or_report
     from guardrails.durations import DurationError, parse_duration
@@ -379,7 +381,8 @@ def set_budget(
 
     \b
     Example:
-      parkbrake ledger budget research --limit-usd 5000 --period month --timezone Europe/Berlin
+      parkbrake ledger budget research --limit-usd 5000 --period month \\
+          --timezone Europe/Berlin
     """
     from cli.usage.budgets import budget_summary, crossing_line, parse_budget, rearm_after_change
     from lambdas.ledger.store import store_from_environment

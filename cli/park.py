@@ -68,12 +68,10 @@ def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def park(**options: Any) -> None:
     """Park a stack: GPU pools and services to zero, nightly starts off, guardrails left running.
 
-    \b
     By default this edits Pulumi.<stack>.yaml — only the value of parkbrake:parked changes — and
     shows what that does: the inputs Pulumi will change, the monthly cost before and after, what
     goes to zero and what stays on. Commit the file; --apply also runs `pulumi up`.
 
-    \b
     --now is for emergencies: it scales every managed Auto Scaling group and ECS service of the
     stack to zero through the AWS API, disables the nightly start schedules (never the reaper's),
     sets the SSM park parameter, and records the capacities it took away in AWS (tags), so that
@@ -91,7 +89,6 @@ def park(**options: Any) -> None:
 def unpark(**options: Any) -> None:
     """Unpark a stack: the reverse of `parkbrake park`, with the same options.
 
-    \b
     By default this sets parkbrake:parked: false in Pulumi.<stack>.yaml (and, with --apply, runs
     `pulumi up`). --now restores exactly what `park --now` recorded in AWS: each group's
     min/desired/max, each service's desired count, the nightly schedules it disabled.
@@ -289,8 +286,8 @@ def _print_plan(plan: ParkPlan) -> None:
     )
     changes = Table(
         "What Pulumi will change",
-        [Column("resource", 0), Column("input", 0), Column("now", 0), Column("after", 0),
-         Column("type", 1, detail=True)],
+        [Column("resource", 0), Column("input", 1, detail=True), Column("now", 0), Column("after", 0),
+         Column("type", 3)],
     )  # fmt: skip
     for change in plan.changes:
         changes.add_row(

@@ -191,7 +191,8 @@ def run_now_command(
 
     \b
     Example:
-      parkbrake schedule run-now parkbrake-dev-nightly-training --stack dev --dry-run
+      parkbrake schedule run-now parkbrake-dev-nightly-training --stack dev \\
+          --dry-run
     """
     from cli.oncall.nightly import run_now
     from lambdas.aws.clients import client

@@ -45,7 +45,8 @@ def verify(
 
     \b
     Example:
-      parkbrake verify inference --stack dev --revision 9e8d7c6 --url https://inference.example.com
+      parkbrake verify inference --stack dev --revision 9e8d7c6 \\
+          --url https://inference.example.com
     """
     from cli.oncall.deploy_runtime import Runtime
     from cli.oncall.revision_checks import verify_revision
