@@ -6,9 +6,10 @@ ellipsis and never folded over lines. When a table is wider than the terminal:
 1. columns are kept in priority order (``priority`` 0 first, then 1, 2, …; left to right among
    equals) while they fit; a column that does not fit is left out, and a narrower one after it may
    still be shown. Priority-0 columns are always shown, however wide;
-2. a ``detail`` column (free text: a reason, a change, a park record) that does not fit is not left
-   out: its value goes on a line of its own under the row (``    why: …``), wrapped at spaces only,
-   so a timestamp or ARN inside it stays whole;
+2. a ``detail`` column (free text: a reason, a change, a park record) is placed after all the
+   others, and where it does not fit it is not left out: its value goes on a line of its own under
+   the row (``    why: …``), wrapped at spaces (and after the commas of a JSON record) only, so a
+   timestamp or ARN inside it stays whole;
 3. the table is followed by a line naming what was left out: ``hidden at this width: type, GPUs;
    --wide or --output json has all``.
 
@@ -79,7 +80,8 @@ def layout(table: Table, width: int | None) -> tuple[list[int], list[int], list[
     beneath: list[int] = []
     hidden: list[int] = []
     used = -len(GAP)
-    for index in sorted(indexes, key=lambda i: (table.columns[i].priority, i)):
+    # Whole columns first, in priority order; a detail goes in line only where room is left after them.
+    for index in sorted(indexes, key=lambda i: (table.columns[i].detail, table.columns[i].priority, i)):
         column = table.columns[index]
         fits = used + len(GAP) + natural[index] <= width
         if fits or (column.priority == 0 and not column.detail):
