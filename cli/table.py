@@ -66,13 +66,18 @@ def _plain(cell: str | Text) -> str:
     return cell.plain if isinstance(cell, Text) else cell
 
 
-def layout(table: Table, width: int | None) -> tuple[list[int], list[int], list[int]]:
-    """Which columns are shown in line, which under their rows, which left out (indexes); ``width``
-    None is ``--wide``: everything in line."""
-    natural = [
+def _natural_widths(table: Table) -> list[int]:
+    """Each column's width with nothing cut: its widest cell, or its header."""
+    return [
         max([cell_len(column.header), *(cell_len(_plain(cells[index])) for cells, _ in table.rows)])
         for index, column in enumerate(table.columns)
     ]
+
+
+def layout(table: Table, width: int | None) -> tuple[list[int], list[int], list[int]]:
+    """Which columns are shown in line, which under their rows, which left out (indexes); ``width``
+    None is ``--wide``: everything in line."""
+    natural = _natural_widths(table)
     indexes = range(len(table.columns))
     if width is None:
         return list(indexes), [], []
@@ -96,15 +101,8 @@ def layout(table: Table, width: int | None) -> tuple[list[int], list[int], list[
 
 def render(table: Table, width: int | None) -> Rendered:
     shown, beneath, hidden = layout(table, width)
-    widths = {
-        index: max(
-            [
-                cell_len(table.columns[index].header),
-                *(cell_len(_plain(cells[index])) for cells, _ in table.rows),
-            ]
-        )
-        for index in shown
-    }
+    natural = _natural_widths(table)
+    widths = {index: natural[index] for index in shown}
     text = Text(no_wrap=True, overflow="ignore")
     text.append(table.title + "\n", style="italic")
     _append_line(text, [table.columns[i].header for i in shown], [table.columns[i] for i in shown],
