@@ -212,3 +212,24 @@ def test_the_ledger_steps_answer_first(demo: Demo) -> None:
     first, second = again.stdout.splitlines()[:2]
     assert re.fullmatch(r"read (\d+) events: \1 duplicate", first)
     assert second.strip().endswith("duplicate: already in the ledger")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_after_park_now_status_shows_every_park_record_whole(demo: Demo, width: int) -> None:
+    """Last in this module: it parks the demo (and unparks it again)."""
+    parked = run(demo, "park", "--now", "--yes", "--stack", STACK)
+    assert parked.returncode == 0, parked.stdout + parked.stderr
+    try:
+        doc = document(demo, "status", "--stack", STACK)
+        records = [item["park_record"] for item in [*doc["groups"], *doc["services"]] if item["park_record"]]
+        assert len(records) == len(doc["groups"]) + len(doc["services"])
+        status, shown = on_terminal(demo, width, "status", "--stack", STACK)
+        assert status == 0, shown
+        for record in records:
+            assert record["at"] in shown  # the instant whole: it used to fold over three lines
+            assert record["by"].rsplit(":", 1)[-1] in shown
+        desired = {service["name"]: service["desired"] for service in doc["services"]}
+        assert set(desired.values()) == {0}
+        assert "desired/running" in shown  # the services' zeros are on screen, not hidden
+    finally:
+        assert run(demo, "unpark", "--now", "--yes", "--stack", STACK).returncode == 0
