@@ -21,6 +21,7 @@ from cli.options import (
     output_option,
     project_dir_option,
     stack_option,
+    wide_option,
     yes_option,
 )
 from guardrails.errors import ParkbrakeError
@@ -87,6 +88,7 @@ def rollout_options(*, canary_takes: str, draining: str) -> Callable[[F], F]:
 @dry_run_option
 @yes_option
 @output_option
+@wide_option
 def deploy(
     *,
     service: str,
@@ -145,6 +147,7 @@ def deploy(
 @dry_run_option
 @yes_option
 @output_option
+@wide_option
 def rollback(
     *,
     service: str,

@@ -53,7 +53,8 @@ def extend(
 
     \b
     Example:
-      parkbrake extend i-0abc123def4567890 --stack dev --by 1h --reason "eval finishing, ETA 40m"
+      parkbrake extend i-0abc123def4567890 --stack dev --by 1h \\
+          --reason "eval finishing, ETA 40m"
     """
     from cli.oncall.deadlines import extend as engine
     from cli.oncall.regions import choose_regions

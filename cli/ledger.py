@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import WHEN, output_option
+from cli.options import WHEN, output_option, wide_option
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
@@ -67,7 +67,9 @@ def migrate(output: str) -> None:
     else:
         click.echo(f"applied {', '.join(applied)}" if applied else "the ledger is up to date")
         if priced:
-            click.echo(f"recorded prices of {len(priced)} instance types: {', '.join(priced)}")
+            from cli.usage.ingest_summary import prices_summary
+
+            click.echo(prices_summary(priced))
 
 
 @ledger.command()
@@ -79,8 +81,11 @@ def migrate(output: str) -> None:
     type=click.IntRange(1, 10_000),
     help="Events written per transaction.",
 )
+@click.option(
+    "--verbose", "-v", is_flag=True, help="List every line that was not appended (default: the first 20)."
+)
 @output_option
-def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
+def ingest(events_file: IO[str], batch_size: int, verbose: bool, output: str) -> None:
     """Append EC2 state-change events from EVENTS_FILE (JSON Lines of native EventBridge events; - for stdin).
 
     Each host is looked up in EC2 for its tags and type, as the meter does; events already in the
@@ -112,14 +117,9 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     if output == "json":
         click.echo(json.dumps({"read": len(changes)} | result.as_dict() | {"lines": lines}, indent=2))
     else:
-        for line in lines:
-            if line["outcome"] != "appended":
-                click.echo(f"line {line['line']}: {line['event_id']} {line['outcome']}: {line['reason']}")
-        click.echo(
-            f"read {len(changes)} events: {result.inserted} appended, {result.duplicates} not appended "
-            f"(already in the ledger, or inside a host's closed history), {len(result.skipped)} skipped, "
-            f"{len(result.unattributed)} unknown hosts"
-        )
+        from cli.usage.ingest_summary import ingest_summary
+
+        click.echo("\n".join(ingest_summary(lines, verbose=verbose)))
     if result.unattributed:
         listed = ", ".join(sorted({note["instance_id"] for note in result.unattributed})[:MAX_PROBLEMS_SHOWN])
         raise ParkbrakeError(
@@ -146,6 +146,7 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
     "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown"]), default="text",
     show_default=True, help="text for people; csv, json or markdown: the invoice.",
 )  # fmt: skip
+@wide_option
 def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
     instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
@@ -153,7 +154,8 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
 
     \b
     Example:
-      parkbrake ledger report --tenant research --month 2026-11 --timezone Europe/Berlin --format markdown
+      parkbrake ledger report --tenant research --month 2026-11 \\
+          --timezone Europe/Berlin --format markdown
     """
     from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
@@ -188,6 +190,7 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
 @ledger.command()
 @click.option("--tenant", "tenants", multiple=True, help="Tenant to show (repeatable); default: all.")
 @output_option
+@wide_option
 def runway(tenants: tuple[str, ...], output: str) -> None:
     """Each tenant's budget: spent, committed to running hosts' caps, remaining, burn rate, runway.
 
@@ -274,7 +277,8 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
 
     \b
     Example:
-      parkbrake ledger admit --tenant research --instance-type g5.xlarge --count 2 --max-runtime 2h
+      parkbrake ledger admit --tenant research --instance-type g5.xlarge \\
+          --count 2 --max-runtime 2h
     """
     from cli.usage.budgets import crossing_line, rearm_or_report
     from guardrails.durations import DurationError, parse_duration
@@ -380,7 +384,8 @@ def set_budget(
 
     \b
     Example:
-      parkbrake ledger budget research --limit-usd 5000 --period month --timezone Europe/Berlin
+      parkbrake ledger budget research --limit-usd 5000 --period month \\
+          --timezone Europe/Berlin
     """
     from cli.usage.budgets import budget_summary, crossing_line, parse_budget, rearm_after_change
     from lambdas.ledger.store import store_from_environment

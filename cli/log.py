@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import WHEN, output_option
+from cli.options import WHEN, output_option, wide_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
     from lambdas.ledger.decisions import LoggedDecision
 
-WIDTH = 80  # the text output fits an 80-column terminal; an id or ARN is never cut, only moved
+NARROWEST = 40  # below this the blocks are laid out as if for 40 columns
 DEFAULT_LIMIT = 200
 
 
@@ -45,6 +45,7 @@ def check_instance_id(instance_id: str | None) -> str | None:
     help="The newest this many decisions (shown oldest first).",
 )
 @output_option
+@wide_option
 def log(
     *,
     instance_id: str | None,
@@ -74,7 +75,9 @@ def log(
     if output == "json":
         click.echo(json.dumps(as_json(entries, limit), indent=2))
     else:
-        click.echo(as_text(entries, limit))
+        from cli.console import console
+
+        click.echo(as_text(entries, limit, width=console().width))
 
 
 def check_kinds(kinds: Sequence[str]) -> list[str]:
@@ -110,15 +113,17 @@ def as_json(entries: Sequence[LoggedDecision], limit: int) -> dict[str, Any]:
     }
 
 
-def as_text(entries: Sequence[LoggedDecision], limit: int) -> str:
-    """One block per decision: when, what and about which host; who; why; the details."""
+def as_text(entries: Sequence[LoggedDecision], limit: int, *, width: int = 80) -> str:
+    """One block per decision: when, what and about which host; who; why; the details; each line
+    fits ``width`` (the terminal's), and an id, ARN or timestamp is never cut, only moved."""
     if not entries:
         return "no decisions match"
+    width = max(width, NARROWEST)
 
     def wrap(text: str) -> list[str]:
         return textwrap.wrap(
             text,
-            WIDTH,
+            width,
             initial_indent="  ",
             subsequent_indent="    ",
             break_long_words=False,
@@ -131,11 +136,11 @@ def as_text(entries: Sequence[LoggedDecision], limit: int) -> str:
         header = [decision.as_dict()["at"], decision.kind, decision.instance_id or "-"]
         header += [f"tenant={decision.tenant}"] if decision.tenant else []
         lines = textwrap.wrap(
-            "  ".join(header), WIDTH, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+            "  ".join(header), width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
         by = f"  by {decision.actor}"
         # An ARN longer than a line gets a line of its own, whole: an id is never cut.
-        lines += [by] if len(by) <= WIDTH else ["  by", decision.actor]
+        lines += [by] if len(by) <= width else ["  by", decision.actor]
         lines += wrap(decision.reason)
         details = " ".join(f"{key}={_plain(value)}" for key, value in sorted(decision.details.items()))
         lines += wrap(details) if details else []

@@ -208,3 +208,27 @@ def confirm_or_abort(question: str, *, assume_yes: bool) -> None:
     if not sys.stdin.isatty():
         raise click.UsageError(f"{question} Refusing without --yes when there is no terminal to ask.")
     click.confirm(question, abort=True)
+
+
+WIDE_KEY = "parkbrake.table.wide"  # where --wide leaves its answer, in the click context's meta
+
+
+def _remember_wide(context: click.Context, _: click.Parameter, value: Any) -> None:
+    context.meta[WIDE_KEY] = bool(value)
+
+
+# For every command that prints a table (cli/table.py): it reads the flag from the context, so the
+# flag need not be passed down through each printing function.
+wide_option = click.option(
+    "--wide",
+    is_flag=True,
+    expose_value=False,
+    callback=_remember_wide,
+    help="Show every column of the tables, however wide the lines get.",
+)
+
+
+def wide_requested() -> bool:
+    """Whether the running command was given ``--wide``."""
+    context = click.get_current_context(silent=True)
+    return bool(context is not None and context.meta.get(WIDE_KEY))

@@ -17,6 +17,7 @@ from cli.options import (
     output_option,
     project_dir_option,
     stack_option,
+    wide_option,
     yes_option,
 )
 
@@ -55,6 +56,7 @@ def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
             dry_run_option,
             yes_option,
             output_option,
+            wide_option,
         ]
     ):
         command = option(command)
@@ -66,12 +68,10 @@ def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def park(**options: Any) -> None:
     """Park a stack: GPU pools and services to zero, nightly starts off, guardrails left running.
 
-    \b
     By default this edits Pulumi.<stack>.yaml — only the value of parkbrake:parked changes — and
     shows what that does: the inputs Pulumi will change, the monthly cost before and after, what
     goes to zero and what stays on. Commit the file; --apply also runs `pulumi up`.
 
-    \b
     --now is for emergencies: it scales every managed Auto Scaling group and ECS service of the
     stack to zero through the AWS API, disables the nightly start schedules (never the reaper's),
     sets the SSM park parameter, and records the capacities it took away in AWS (tags), so that
@@ -89,7 +89,6 @@ def park(**options: Any) -> None:
 def unpark(**options: Any) -> None:
     """Unpark a stack: the reverse of `parkbrake park`, with the same options.
 
-    \b
     By default this sets parkbrake:parked: false in Pulumi.<stack>.yaml (and, with --apply, runs
     `pulumi up`). --now restores exactly what `park --now` recorded in AWS: each group's
     min/desired/max, each service's desired count, the nightly schedules it disabled.
@@ -269,9 +268,10 @@ def _pulumi_echo(output: str) -> Callable[[str], None]:
 
 
 def _print_plan(plan: ParkPlan) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
     from cli.console import console as make_console
+    from cli.table import Column, Table, print_table
 
     console = make_console()
     console.print(
@@ -284,20 +284,24 @@ def _print_plan(plan: ParkPlan) -> None:
         f"Monthly cost: ${plan.monthly_before:,.2f} → ${plan.monthly_after:,.2f} "
         f"({'saves' if saving >= 0 else 'adds'} ${abs(saving):,.2f})"
     )
-    changes = Table(title="What Pulumi will change", title_justify="left")
-    for column in ("resource", "input", "now", "after"):
-        changes.add_column(column)
+    changes = Table(
+        "What Pulumi will change",
+        [Column("resource", 0), Column("input", 1, detail=True), Column("now", 0), Column("after", 0),
+         Column("type", 3)],
+    )  # fmt: skip
     for change in plan.changes:
         changes.add_row(
-            f"{change.name} [dim]{change.type}[/]", change.input, str(change.before), str(change.after)
+            change.name, change.input, str(change.before), str(change.after), Text(change.type, style="dim")
         )
-    console.print(changes)
-    costs = Table(title="Monthly cost by item", title_justify="left")
-    for column, justify in (("item", "left"), ("kind", "left"), ("now", "right"), ("after", "right")):
-        costs.add_column(column, justify=justify)  # type: ignore[arg-type]
+    print_table(console, changes)
+    costs = Table(
+        "Monthly cost by item",
+        [Column("item", 0), Column("now", 0, justify="right"), Column("after", 0, justify="right"),
+         Column("kind", 1)],
+    )  # fmt: skip
     for cost in plan.costs:
-        costs.add_row(cost.name, cost.kind, f"${cost.before:,.2f}", f"${cost.after:,.2f}")
-    console.print(costs)
+        costs.add_row(cost.name, f"${cost.before:,.2f}", f"${cost.after:,.2f}", cost.kind)
+    print_table(console, costs)
     lists = (
         [("Goes to zero", plan.goes_to_zero), ("Switched off", plan.switched)]
         if plan.parked_after
@@ -310,18 +314,19 @@ def _print_plan(plan: ParkPlan) -> None:
 
 
 def _print_emergency(result: EmergencyResult) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
     from cli.console import console as make_console
+    from cli.table import Column, Table, print_table
 
     console = make_console()
     verb = "park --now" if result.parking else "unpark --now"
     title = f"{verb} stack {result.stack} in {result.region}" + (
         " (dry run: nothing changed)" if result.dry_run else ""
     )
-    table = Table(title=title, title_justify="left")
-    for column in ("kind", "name", "change", "status"):
-        table.add_column(column)
+    table = Table(
+        title, [Column("name", 0), Column("status", 0), Column("kind", 1), Column("change", 2, detail=True)]
+    )
     colours = {
         "done": "green",
         "planned": "cyan",
@@ -331,15 +336,14 @@ def _print_emergency(result: EmergencyResult) -> None:
         "drift": "bold yellow",
     }
     for action in result.actions:
-        status = f"[{colours[action.status]}]{action.status}[/]" + (
-            f": {action.error}" if action.error else ""
-        )
-        table.add_row(action.kind, action.name, action.change, status)
-    console.print(table)
+        status = Text(action.status, style=colours[action.status])
+        change = action.change + (f"; {action.status}: {action.error}" if action.error else "")
+        table.add_row(action.name, status, action.kind, change)
+    print_table(console, table)
     for note in result.reconcile:
         console.print(f"[bold]Next pulumi up:[/] {note}")
     if result.failed:
         console.print(
             f"[bold red]{len(result.failed)} action(s) failed or held back[/]; the others went ahead. "
-            "Fix what the status column says, then run the same command again."
+            "Fix what their change says, then run the same command again."
         )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
+from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
 from guardrails.errors import ParkbrakeError
 from guardrails.settings import REGIONS, STACK, settings_from_environment
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 @dry_run_option
 @yes_option
 @output_option
+@wide_option
 def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str) -> None:
     """Run the sweep now: stop every running managed GPU host past its deadline.
 
@@ -151,7 +152,7 @@ def describe_plan_error(error: Mapping[str, str]) -> str:
 
 def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
     from cli.console import console as make_console
-    from cli.oncall.fitted_table import Column, fitted_table
+    from cli.table import Column, Table, print_table
     from guardrails.pricing import load_price_table
     from guardrails.rules.base import instant
 
@@ -169,21 +170,24 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
     if not plan.verdicts:
         console.print("No running GPU hosts.")
     else:
-        columns = [
-            Column("instance", 0, whole=True),
-            Column("verdict", 0, whole=True),
-            Column("deadline", 1, whole=True),
-            Column("why", 2),
-            Column("running", 3, whole=True),
-            Column("$/h", 3, whole=True),
-            Column("tenant", 4),
-            Column("pool", 5),
-            Column("type", 6),
-            Column("region", 7, whole=True),
-        ]
-        verdicts = sorted(plan.verdicts, key=lambda v: (v.action == "skip", v.host.instance_id))
-        rows = [
+        table = Table(
+            "GPU hosts" + (" (dry run: nothing will change)" if dry_run else ""),
             [
+                Column("instance", 0),
+                Column("verdict", 0),
+                Column("deadline", 1),
+                Column("why", 2, detail=True),
+                Column("running", 3),
+                Column("$/h", 3, justify="right"),
+                Column("tenant", 4),
+                Column("pool", 5),
+                Column("type", 6),
+                Column("region", 7),
+            ],
+        )
+        verdicts = sorted(plan.verdicts, key=lambda v: (v.action == "skip", v.host.instance_id))
+        for verdict in verdicts:
+            table.add_row(
                 verdict.host.instance_id,
                 _label(verdict, dry_run=dry_run),
                 instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
@@ -194,17 +198,9 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
                 verdict.host.pool or "-",
                 verdict.host.instance_type,
                 verdict.host.region,
-            ]
-            for verdict in verdicts
-        ]
-        styles = ["bold red" if verdict.action != "skip" else None for verdict in verdicts]
-        title = "GPU hosts" + (" (dry run: nothing will change)" if dry_run else "")
-        fitted = fitted_table(title, columns, rows, console.width, styles)
-        console.print(fitted.table)
-        if fitted.dropped:
-            console.print(
-                f"[dim]  hidden at this width: {', '.join(fitted.dropped)}; --output json has all[/]"
+                style="bold red" if verdict.action != "skip" else None,
             )
+        print_table(console, table)
     if unmanaged:
         console.print(
             f"[yellow]{len(unmanaged)} GPU host(s) without parkbrake:managed=true, burning "

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import click
 
-from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
+from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
 
 region_option = click.option(
     "--region", help="The stack's region [default: aws:region of Pulumi.<stack>.yaml here, else AWS_REGION]."
@@ -38,6 +38,7 @@ def schedule() -> None:
 @stack_option
 @region_option
 @output_option
+@wide_option
 def list_command(stack: str, region: str | None, output: str) -> None:
     """Every schedule of the stack: kind, state, expression, next run, payload.
 
@@ -72,29 +73,35 @@ def list_command(stack: str, region: str | None, output: str) -> None:
         }
         click.echo(json.dumps(document, indent=2))
         return
-    from rich.table import Table
-
     from cli.console import console as make_console
+    from cli.table import Column, Table, print_table
 
     table = Table(
-        title=f"Schedules of stack {stack} ({names.schedule_group(stack)}, {chosen})", title_justify="left"
+        f"Schedules of stack {stack} ({names.schedule_group(stack)}, {chosen})",
+        [
+            Column("name", 0),
+            Column("next run UTC", 0),
+            Column("state", 1),
+            Column("kind", 2),
+            Column("expression", 3, detail=True),
+            Column("timezone", 4),
+            Column("payload", 5, detail=True),
+        ],
     )
-    for column in ("name", "kind", "state", "expression", "timezone", "next run (UTC)", "payload"):
-        table.add_column(column)
     skipped_days: list[str] = []
     for item in schedules:
         upcoming, skipped = item.next_open_run(now, calendars.get(item.calendar or ""))
         table.add_row(
             item.name,
-            item.kind,
+            f"{upcoming:%Y-%m-%d %H:%M}" if upcoming else "-",
             item.state,
+            item.kind,
             item.expression,
             item.timezone,
-            f"{upcoming:%Y-%m-%d %H:%M}" if upcoming else "-",
             json.dumps(item.payload),
         )
         skipped_days += [f"{item.name} skips {day.isoformat()} (closed: {reason})" for day, reason in skipped]
-    make_console().print(table)
+    print_table(make_console(), table)
     for line in skipped_days:
         click.echo(line)
     if not schedules:
@@ -184,7 +191,8 @@ def run_now_command(
 
     \b
     Example:
-      parkbrake schedule run-now parkbrake-dev-nightly-training --stack dev --dry-run
+      parkbrake schedule run-now parkbrake-dev-nightly-training --stack dev \\
+          --dry-run
     """
     from cli.oncall.nightly.schedules import run_now
     from lambdas.aws.clients import client

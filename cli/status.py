@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import output_option
+from cli.options import output_option, wide_option
 from guardrails import settings_table
 from guardrails.errors import ParkbrakeError
 
@@ -44,18 +44,19 @@ if TYPE_CHECKING:
     help="Order of the hosts: action puts overdue and unmanaged first, then the nearest deadline.",
 )
 @output_option
+@wide_option
 def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str) -> None:
     """Every running GPU host and what it costs; services, park state, next nightly start.
 
-    \b
     First a summary: hosts, accelerators, burn per hour, spend today, overdue, unmanaged, exempt,
     parked stacks. Then the hosts, overdue and unmanaged first (deadline, time left, tenant, pool,
     cost), the GPU pools' Auto Scaling capacities and park records (who parked, when), the
     services (what the PRIMARY deployment runs, where the load balancer sends traffic), the
     stacks (SSM park state, next nightly start) and the tenants; with the ledger configured
-    (PARKBRAKE_DATABASE_URL), spend and runway per tenant. Instance ids and timestamps are never
-    cut: at a narrow width, less important columns fold or are left out (and named).
-    Exit 1 when a region could not be read.
+    (PARKBRAKE_DATABASE_URL), spend and runway per tenant. Ids, names, timestamps and amounts are
+    never cut or folded: at a narrow width less important columns are left out (and named) and a
+    park record moves under its row; --wide shows every column. Exit 1 when a region could not be
+    read.
 
     \b
     Example:

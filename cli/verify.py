@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import output_option, stack_option
+from cli.options import output_option, stack_option, wide_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     help="The image built for the revision (an ECR tag or REPO@sha256:…); what runs must be its digest.",
 )
 @output_option
+@wide_option
 def verify(
     *, service: str, revision: str, stack: str, url: str | None, image: str | None, output: str
 ) -> None:
@@ -44,7 +45,8 @@ def verify(
 
     \b
     Example:
-      parkbrake verify inference --stack dev --revision 9e8d7c6 --url https://inference.example.com
+      parkbrake verify inference --stack dev --revision 9e8d7c6 \\
+          --url https://inference.example.com
     """
     from cli.oncall.deploy.revision_checks import verify_revision
     from cli.oncall.deploy.revisions import resolve_image, revision_text
@@ -77,12 +79,15 @@ def verify(
 
 
 def print_checks(console: Console, report: RevisionReport) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
-    table = Table(title=f"{report.service} @ {report.revision}", title_justify="left")
-    for column in ("check", "subject", "result", "detail"):
-        table.add_column(column, overflow="fold" if column == "detail" else "ellipsis")
+    from cli.table import Column, Table, print_table
+
+    table = Table(
+        f"{report.service} @ {report.revision}",
+        [Column("check", 0), Column("result", 0), Column("subject", 1), Column("detail", 2, detail=True)],
+    )
     for check in report.checks:
-        result = "[green]pass[/green]" if check.passed else "[red]FAIL[/red]"
-        table.add_row(check.name, check.subject, result, check.detail)
-    console.print(table)
+        result = Text("pass", style="green") if check.passed else Text("FAIL", style="red")
+        table.add_row(check.name, result, check.subject, check.detail)
+    print_table(console, table)

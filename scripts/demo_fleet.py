@@ -12,7 +12,9 @@ two GPU pools (launch template + Auto Scaling group, whose instances moto starts
 host with an exemption; a CPU instance (which `status` must not list); the ECS cluster with the
 control-plane service (with an Application Auto Scaling target) and the inference service's blue and
 green colours; the schedule group with the nightly start and the reaper's sweep; the alarm topic with
-an e-mail subscription. It refuses to run against anything but a server on this machine: it is a
+an e-mail subscription; and what the Guardrails component deploys that on-call commands reach: the
+deadline schedule group (`extend` moves a host's deadline and warning schedules there), the notices
+table and each guardrail's dead-letter queue (`ledger replay-dlq` reads the meter's). It refuses to run against anything but a server on this machine: it is a
 demo, never a way to touch a real account.
 """
 
@@ -40,6 +42,8 @@ INFERENCE_PORT = 8080  # the port `parkbrake-inference` listens on in its image
 INFERENCE_IMAGE = f"{ACCOUNT}.dkr.ecr.us-east-1.amazonaws.com/parkbrake-inference:0123abcd"
 LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
 ALARM_EMAIL = "gpu-oncall@parkbrake.dev"  # the example stack files' guardrails.alarm_email
+# components/guardrail_functions.py FUNCTIONS: each has a dead-letter queue (GuardrailAlerting).
+GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget", "reconciler")
 Clients = Callable[[str], Any]
 
 
@@ -70,6 +74,9 @@ class Fleet:
     services: dict[str, int]  # ECS service -> desired count
     schedules: dict[str, str]  # "nightly"/"reaper" -> schedule name
     alarm_topic: str  # the alarm topic's ARN, with ALARM_EMAIL subscribed
+    deadline_group: str  # the Scheduler group of the per-host deadline and warning schedules
+    notices_table: str  # the DynamoDB table the sweep records its sent notices in
+    dead_letter_queues: dict[str, str]  # guardrail -> its dead-letter queue's URL
 
 
 def host_tags(stack: str, pool: str, tenant: str, max_runtime: str, **extra: str) -> dict[str, str]:
@@ -112,7 +119,41 @@ def seed_fleet(clients: Clients, *, stack: str, region: str, now: datetime) -> F
     schedules = _create_schedules(clients("scheduler"), stack, region)
     alarm_topic = clients("sns").create_topic(Name=names.alarm_topic(stack))["TopicArn"]
     clients("sns").subscribe(TopicArn=alarm_topic, Protocol="email", Endpoint=ALARM_EMAIL)
-    return Fleet(stack, region, groups, standalone, cpu_host, services, schedules, alarm_topic)
+    deadline_group, notices, queues = _create_guardrail_resources(clients, stack)
+    return Fleet(
+        stack,
+        region,
+        groups,
+        standalone,
+        cpu_host,
+        services,
+        schedules,
+        alarm_topic,
+        deadline_group,
+        notices,
+        queues,
+    )
+
+
+def _create_guardrail_resources(clients: Clients, stack: str) -> tuple[str, str, dict[str, str]]:
+    """What the Guardrails component creates besides the schedules (components/guardrails.py,
+    guardrail_alerting.py), with the same names and keys."""
+    deadline_group = names.deadline_schedule_group(stack)
+    clients("scheduler").create_schedule_group(Name=deadline_group)
+    notices = names.notices_table(stack)
+    clients("dynamodb").create_table(
+        TableName=notices,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "notice", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "notice", "AttributeType": "S"}],
+    )
+    queues = {
+        guardrail: clients("sqs").create_queue(QueueName=names.dead_letter_queue(stack, guardrail))[
+            "QueueUrl"
+        ]
+        for guardrail in GUARDRAILS
+    }
+    return deadline_group, notices, queues
 
 
 def _create_pool(ec2: Any, autoscaling: Any, stack: str, region: str, pool: Pool) -> str:
@@ -336,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  stand-alone exempt GPU host: {fleet.standalone_host}; CPU host: {fleet.cpu_host}")
     print(f"  ECS services in {names.ecs_cluster(fleet.stack)}: {', '.join(fleet.services)}")
     print(f"  schedules in {names.schedule_group(fleet.stack)}: {', '.join(fleet.schedules.values())}")
+    print(
+        f"  deadline schedule group {fleet.deadline_group}; notices table {fleet.notices_table}; "
+        f"dead-letter queues of {', '.join(fleet.dead_letter_queues)}"
+    )
     print(
         f"try: parkbrake status --stack {fleet.stack}; parkbrake park --now --dry-run --stack {fleet.stack}"
     )

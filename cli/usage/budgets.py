@@ -43,15 +43,23 @@ def tenant_runways(
 
 
 def print_runways(statuses: Sequence[TenantRunway]) -> None:
-    from rich.table import Table
-
     from cli.console import console
+    from cli.table import Column, Table, print_table
     from guardrails.durations import format_duration
 
-    table = Table(title="Budgets and runway")
-    columns = ("tenant", "budget", "spent", "committed", "remaining", "burn /h", "runway", "GPUs")
-    for column in columns:
-        table.add_column(column, justify="left" if column == "tenant" else "right")
+    table = Table(
+        "Budgets and runway",
+        [
+            Column("tenant", 0),
+            Column("budget", 2, justify="right"),
+            Column("spent", 3, justify="right"),
+            Column("committed", 4, justify="right"),
+            Column("remaining", 0, justify="right"),
+            Column("burn /h", 1, justify="right"),
+            Column("runway", 0, justify="right"),
+            Column("GPUs", 5, justify="right"),
+        ],
+    )
     for status in statuses:
         limit, remaining, runway_left = status.budget.limit_usd, status.remaining_usd, status.runway
         table.add_row(
@@ -64,7 +72,7 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
             "∞" if runway_left is None else format_duration(runway_left),
             str(status.totals.running_accelerators),
         )
-    console().print(table)
+    print_table(console(), table)
 
 
 def zone_note(budget: Budget) -> str:

@@ -154,20 +154,28 @@ def tenant_invoices(
 
 
 def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
-    from rich.table import Table
+    from rich.text import Text
 
     from cli.console import console
+    from cli.table import Column, Table, print_table
 
-    table = Table(title=f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC")
-    for column in ("tenant", "pool", "instance type", "accelerator-hours", "cost (USD)"):
-        table.add_column(column, justify="right" if "(" in column or "hours" in column else "left")
+    table = Table(
+        f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC",
+        [
+            Column("tenant", 0),
+            Column("pool", 0),
+            Column("instance type", 2),
+            Column("accelerator-hours", 1, justify="right"),
+            Column("cost (USD)", 0, justify="right"),
+        ],
+    )
     for tenant_report in reports:
         for row in tenant_report.rows:
             table.add_row(row.tenant, row.pool, row.instance_type, *_cells(row.usage))
         total = tenant_report.total().get(None)
         if total is not None:
-            table.add_row(tenant_report.tenant, "[b]total[/b]", "", *_cells(total), end_section=True)
-    console().print(table)
+            table.add_row(tenant_report.tenant, Text("total", style="bold"), "", *_cells(total))
+    print_table(console(), table)
 
 
 def _cells(usage: Usage) -> tuple[str, str]:

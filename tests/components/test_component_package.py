@@ -12,8 +12,8 @@ import pytest
 from pulumi.provider.experimental.component import ComponentProvider
 from ruamel.yaml import YAML
 
-from components.package.wrappers import COMPONENTS, PACKAGE
 from components.package.schema import SCHEMA_FILE, package_schema, package_version
+from components.package.wrappers import COMPONENTS, PACKAGE
 from stacks.offline import OfflineRun, run_offline
 
 GROUP = "aws:autoscaling/group:Group"

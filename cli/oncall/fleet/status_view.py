@@ -14,8 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from cli.oncall.fitted_table import Column, fitted_table
 from cli.oncall.fleet.status import FleetStatus, HostStatus, StackStatus
+from cli.table import Column, Table, print_table
 from guardrails import names, tags
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
@@ -107,16 +107,15 @@ def _money(value: Any) -> str:
 
 
 def print_status(console: Console, report: FleetStatus, *, filters: Sequence[str] = ()) -> None:
-    width = console.width
     _print_summary(console, report, filters)
     for error in report.errors:
         console.print(f"[bold red]error:[/] {error}")
-    _print_hosts(console, report, width)
-    _print_stopped(console, report, width)
-    _print_groups(console, report, width)
-    _print_services(console, report, width)
-    _print_stacks(console, report, width)
-    _print_tenants(console, report, width)
+    _print_hosts(console, report)
+    _print_stopped(console, report)
+    _print_groups(console, report)
+    _print_services(console, report)
+    _print_stacks(console, report)
+    _print_tenants(console, report)
 
 
 def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]) -> None:
@@ -172,35 +171,42 @@ def _alarms_line(stack: StackStatus, *, several_regions: bool) -> str:
     return f"[red]{where} → {listed}: nobody is paged until an address confirms[/]"
 
 
-def _print_fitted(console: Console, fitted: Any) -> None:
-    console.print(fitted.table)
-    if fitted.dropped:
-        console.print(f"[dim]  hidden at this width: {', '.join(fitted.dropped)}; --output json has all[/]")
+def _print(
+    console: Console,
+    title: str,
+    columns: Sequence[Column],
+    rows: Sequence[Sequence[str]],
+    styles: Sequence[str | None] | None = None,
+) -> None:
+    table = Table(title, columns)
+    for position, row in enumerate(rows):
+        table.add_row(*row, style=styles[position] if styles else None)
+    print_table(console, table)
 
 
-def _print_hosts(console: Console, report: FleetStatus, width: int) -> None:
+def _print_hosts(console: Console, report: FleetStatus) -> None:
     if not report.hosts:
         console.print("No GPU hosts running.")
         return
     several_regions = len(report.regions) > 1
     columns = [
-        Column("instance", 0, whole=True),
-        Column("state", 0, whole=True),
-        Column("left", 1, whole=True, justify="right"),
+        Column("instance", 0),
+        Column("state", 0),
+        Column("left", 1, justify="right"),
         Column("tenant", 2),
-        Column("deadline UTC", 3, whole=True),
-        Column("stack/pool", 4),
-        Column("$/h", 5, whole=True, justify="right"),
+        Column("deadline UTC", 4),
+        Column("stack/pool", 5),
+        Column("$/h", 1, justify="right"),
         Column("type", 6),
         Column("GPUs", 7, justify="right"),
-        Column("age", 8, whole=True, justify="right"),
-        Column("so far $", 9, whole=True, justify="right"),
-        *([Column("region", 10, whole=True)] if several_regions else []),
+        Column("age", 8, justify="right"),
+        Column("so far $", 3, justify="right"),
+        *([Column("region", 2)] if several_regions else []),
     ]
     rows = [_host_row(host, several_regions) for host in report.hosts]
     styles = [STATE_STYLES.get(host.state) for host in report.hosts]
     title = f"GPU hosts ({len(rows):,}), most urgent first"
-    _print_fitted(console, fitted_table(title, columns, rows, width, styles))
+    _print(console, title, columns, rows, styles)
 
 
 def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
@@ -226,20 +232,20 @@ def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
     return [*row, facts.region] if several_regions else row
 
 
-def _print_stopped(console: Console, report: FleetStatus, width: int) -> None:
+def _print_stopped(console: Console, report: FleetStatus) -> None:
     """Managed GPU hosts stopped past the retention: their volumes still bill every month."""
     if not report.stopped:
         return
     several_regions = len(report.regions) > 1
     columns = [
-        Column("instance", 0, whole=True),
-        Column("stopped", 0, whole=True, justify="right"),
-        Column("$/month", 0, whole=True, justify="right"),
+        Column("instance", 0),
+        Column("stopped", 0, justify="right"),
+        Column("$/month", 0, justify="right"),
         Column("tenant", 1),
-        Column("GB", 2, justify="right"),
-        Column("stack/pool", 3),
-        Column("owner", 4),
-        *([Column("region", 5, whole=True)] if several_regions else []),
+        Column("GB", 3, justify="right"),
+        Column("stack/pool", 4),
+        Column("owner", 5),
+        *([Column("region", 2)] if several_regions else []),
     ]
     rows = []
     for stopped in report.stopped:
@@ -256,18 +262,18 @@ def _print_stopped(console: Console, report: FleetStatus, width: int) -> None:
         rows.append([*row, host.region] if several_regions else row)
     total = sum(stopped.storage.monthly_usd for stopped in report.stopped)
     title = f"Stopped past the retention ({len(rows):,}): their volumes cost ${_money(total)} a month"
-    _print_fitted(console, fitted_table(title, columns, rows, width))
+    _print(console, title, columns, rows)
 
 
-def _print_groups(console: Console, report: FleetStatus, width: int) -> None:
+def _print_groups(console: Console, report: FleetStatus) -> None:
     if not report.groups:
         return
     columns = [
-        Column("Auto Scaling group", 0, whole=True),
-        Column("min/desired/max", 0, whole=True),
+        Column("Auto Scaling group", 0),
+        Column("min/desired/max", 0),
         Column("in service", 1, justify="right"),
-        Column("park record", 2),
-        Column("deploy", 3),
+        Column("park record", 2, detail=True),
+        Column("deploy", 3, detail=True),
     ]
     rows = [
         [
@@ -279,21 +285,21 @@ def _print_groups(console: Console, report: FleetStatus, width: int) -> None:
         ]
         for group in report.groups
     ]
-    _print_fitted(console, fitted_table("GPU pools", columns, rows, width))
+    _print(console, "GPU pools", columns, rows)
 
 
-def _print_services(console: Console, report: FleetStatus, width: int) -> None:
+def _print_services(console: Console, report: FleetStatus) -> None:
     if not report.services:
         return
     columns = [
-        Column("service", 0, whole=True),
-        Column("PRIMARY runs", 1, whole=True),
-        Column("revision", 1, whole=True),
-        Column("traffic", 2),
-        Column("desired/running", 3, whole=True),
+        Column("service", 0),
+        Column("PRIMARY runs", 1),
+        Column("revision", 2),
+        Column("traffic", 3),
+        Column("desired/running", 0),
         Column("rollout", 4),
-        Column("park record", 5),
-        Column("stack", 6),
+        Column("park record", 2, detail=True),
+        Column("stack", 5),
     ]
     rows = [
         [
@@ -309,15 +315,15 @@ def _print_services(console: Console, report: FleetStatus, width: int) -> None:
         ]
         for service in report.services
     ]
-    _print_fitted(console, fitted_table("Services", columns, rows, width))
+    _print(console, "Services", columns, rows)
 
 
-def _print_stacks(console: Console, report: FleetStatus, width: int) -> None:
+def _print_stacks(console: Console, report: FleetStatus) -> None:
     columns = [
-        Column("stack", 0, whole=True),
-        Column("parked", 0, whole=True),
-        Column("next nightly start UTC", 1),
-        Column("region", 2, whole=True),
+        Column("stack", 0),
+        Column("parked", 0),
+        Column("next nightly start UTC", 1, detail=True),
+        Column("region", 2),
     ]
     rows = []
     for stack in report.stacks:
@@ -329,17 +335,17 @@ def _print_stacks(console: Console, report: FleetStatus, width: int) -> None:
             else "none"
         )
         rows.append([stack.stack, parked, when, stack.region])
-    _print_fitted(console, fitted_table("Stacks", columns, rows, width))
+    _print(console, "Stacks", columns, rows)
 
 
-def _print_tenants(console: Console, report: FleetStatus, width: int) -> None:
+def _print_tenants(console: Console, report: FleetStatus) -> None:
     ledger = report.ledger is not None
     columns = [
-        Column("tenant", 0, whole=True),
+        Column("tenant", 0),
         Column("hosts", 1, justify="right"),
-        Column("GPUs", 2, justify="right"),
-        Column("$/h", 1, whole=True, justify="right"),
-        Column("so far $", 3, justify="right"),
+        Column("GPUs", 3, justify="right"),
+        Column("$/h", 1, justify="right"),
+        Column("so far $", 2, justify="right"),
         *(
             [
                 Column("spent $", 2, justify="right"),
@@ -355,7 +361,7 @@ def _print_tenants(console: Console, report: FleetStatus, width: int) -> None:
         cells = [row["tenant"], str(row["hosts"]), str(row["accelerators"]), _money(row["usd_per_hour"]),
                  _money(row["cost_so_far_usd"])]  # fmt: skip
         rows.append(cells + (_ledger_cells(row["ledger"]) if ledger else []))
-    _print_fitted(console, fitted_table("By tenant", columns, rows, width))
+    _print(console, "By tenant", columns, rows)
     if not ledger:
         console.print("[dim]ledger not configured (PARKBRAKE_DATABASE_URL): no spend or runway per tenant[/]")
 
