@@ -418,7 +418,7 @@ def controller(
 
     \b
     Example:
-      parkbrake k8s controller --stack eks \
+      parkbrake k8s controller --stack eks \\
         --server https://127.0.0.1:6443 --token-file t --ca-file ca.crt
     """
     from cli.k8s.check import budget_check, kubernetes_stack

@@ -119,7 +119,7 @@ def park(
 
     \b
     Example:
-      parkbrake k8s park --stack eks --now \
+      parkbrake k8s park --stack eks --now \\
         --server https://127.0.0.1:6443 --token-file t --ca-file ca.crt
     """
     from cli.k8s.check import kubernetes_stack

@@ -41,7 +41,7 @@ def render(*, stack: str, parked: bool | None, project_dir: Path, output: str) -
 
     \b
     Example:
-      parkbrake k8s render --stack eks --parked \
+      parkbrake k8s render --stack eks --parked \\
         | kubectl apply --server-side --dry-run=server -f -
     """
     from stacks.config import load_stack_config
