@@ -97,6 +97,8 @@ def node_pool_items(
             if zones:
                 hourly = min(on_demand, max(zones.values()))
                 note = f"; spot ${hourly}/h (snapshot {prices.spot.taken}), worst case on demand"
+            else:
+                note = "; spot, no price in the snapshot: priced on demand"
         most = limit // per_node
         wanted = always_on.get(name, 0)
         nodes = min(most, -(-wanted // per_node))
