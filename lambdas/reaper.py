@@ -39,6 +39,8 @@ class WarningFailed(RuntimeError):
 def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None]:
     """``(dry_run, instance_ids)`` from the reaper's events; anything else is refused loudly."""
     event = event or {}
+    if not isinstance(event, Mapping):
+        raise ValueError(f"the reaper's event is a JSON object, not {str(event)[:80]!r}")
     if event.get("detail-type") == "Scheduled Event":  # EventBridge's own scheduled-rule payload
         return False, None
     dry_run = event.get("dry_run", False)
