@@ -224,7 +224,20 @@ def handle(
     decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
     """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing twice."""
-    change = parse_state_change(event)
+    try:
+        change = parse_state_change(event)
+    except ValueError as error:
+        # Retried, it would fail the same way: logged, counted and answered. The sweep still judges
+        # the host, whatever its events say.
+        log.error("refused an event: %s", error)
+        heartbeat.count_action(heartbeat.DEADLINE, "refused", "malformed-event")
+        return {
+            "instance_id": None,
+            "state": None,
+            "action": "refused",
+            "reason": str(error),
+            "deadline": None,
+        }
     decisions = decisions or DecisionLog(
         guardrail=heartbeat.DEADLINE, origin=str(event.get("id") or f"deadline-{now.isoformat()}")
     )
@@ -246,5 +259,11 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         settings=container_settings(),
         clients=default_clients,
         now=utc_now(),
-        decisions=decision_log(heartbeat.DEADLINE, str(event.get("id") or "") or None),
+        decisions=decision_log(heartbeat.DEADLINE, _event_id(event)),
     )
+
+
+def _event_id(event: object) -> str | None:
+    """The event's own id, the decision log's key; None for an event without one (or not an object)."""
+    found = event.get("id") if isinstance(event, Mapping) else None
+    return str(found) if isinstance(found, str) and found else None
