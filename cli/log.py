@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import output_option
+from cli.options import TENANT, output_option
 from guardrails.durations import DurationError, parse_duration
 from guardrails.errors import InputError
 
@@ -45,7 +45,9 @@ def check_instance_id(instance_id: str | None) -> str | None:
 
 @click.command(name="log")
 @click.option("--instance", "instance_id", metavar="ID", help="Only this host's decisions (i-…).")
-@click.option("--tenant", metavar="T", help="Only decisions about this tenant's hosts and budget.")
+@click.option(
+    "--tenant", type=TENANT, metavar="T", help="Only decisions about this tenant's hosts and budget."
+)
 @click.option("--since", metavar="WHEN", help="From WHEN on: 7d, 2h (ago) or an ISO-8601 date or time.")
 @click.option(
     "--kind",
