@@ -453,3 +453,25 @@ def test_a_limit_the_ledger_cannot_store_is_one_line_and_exit_2(
     assert "Traceback" not in result.output
     assert "psycopg" not in result.output
     assert invoke("ledger", "budget", "research", "--limit-usd", "999999999999.99").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("postgresql://ana:p@ss:w0rd-7Q@127.0.0.1:9/ledger", 2),  # an '@' psycopg takes for the host's start
+        ("postgresql://ana:ss:w0rd-7Q@127.0.0.1:9/ledger", 1),
+        ("postgresql://ana:p%40ss:w0rd-7Q@127.0.0.1:9/ledger", 1),
+        ("host=127.0.0.1 port=9 user=ana password='p@ss:w0rd-7Q'", 1),
+        ("postgresql://ana:p@ss:w0rd-7Q@[::1/ledger", 2),
+    ],
+)
+def test_a_database_url_is_read_by_psycopg_and_shown_with_the_password_masked(
+    monkeypatch: pytest.MonkeyPatch, url: str, code: int
+) -> None:
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", url)
+    result = invoke("ledger", "runway")
+    assert result.exit_code == code, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    for piece in ("w0rd-7Q", "ss:w0rd", "p%40ss"):
+        assert piece not in result.output
+    assert "Traceback" not in result.output
