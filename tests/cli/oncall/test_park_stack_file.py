@@ -215,7 +215,8 @@ def test_park_edits_a_symlinked_stack_file_where_it_points_and_keeps_the_link_an
     parked = invoke("park", "--yes", "--stack", STACK, "--project-dir", str(project))
 
     assert parked.exit_code == 0, parked.output
-    assert link.is_symlink() and link.resolve() == target.resolve()
+    assert link.is_symlink()
+    assert link.resolve() == target.resolve()
     assert target.read_bytes() == original.replace(b"parkbrake:parked: false", b"parkbrake:parked: true", 1)
     assert target.stat().st_mode & 0o7777 == 0o640
     assert sorted(path.name for path in shared.iterdir()) == [target.name]  # no temporary left behind
