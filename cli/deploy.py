@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from cli.oncall.deploy.abort import AbortResult
+    from cli.oncall.deploy.lease import DeployLease
     from cli.oncall.deploy.phases import DeployResult, DeployTarget
     from cli.oncall.deploy.revisions import TaskDefinitionFacts
     from cli.oncall.deploy.runtime import ServiceAt
@@ -68,6 +70,16 @@ def rollout_options(*, canary_takes: str, draining: str) -> Callable[[F], F]:
     return decorate
 
 
+def steal_lock_option(command: F) -> F:
+    """--steal-lock, shared by deploy (and --abort) and rollback."""
+    return click.option(
+        "--steal-lock",
+        is_flag=True,
+        help="Take over the service's deploy lease when its holder is gone (the lease expired), after "
+        "a confirmation (or --yes). A lease still renewed by a running deploy is never taken.",
+    )(command)
+
+
 @click.command()
 @click.argument("service")
 @click.option(
@@ -84,6 +96,7 @@ def rollout_options(*, canary_takes: str, draining: str) -> Callable[[F], F]:
 @stack_option
 @rollout_options(canary_takes="the new colour", draining="the old one")
 @click.option("--allow-tag", is_flag=True, help="Accept a tag that cannot be resolved to a digest.")
+@steal_lock_option
 @project_dir_option
 @dry_run_option
 @yes_option
@@ -100,6 +113,7 @@ def deploy(
     bake: timedelta,
     timeout: timedelta,
     allow_tag: bool,
+    steal_lock: bool,
     project_dir: Path,
     dry_run: bool,
     yes: bool,
@@ -117,6 +131,10 @@ def deploy(
     another revision to roll the interrupted one back. State is read from AWS, so any engineer can
     resume or abort.
 
+    A deploy, a rollback or an abort holds the service's lease in the stack's guardrails table while
+    it runs; a second one exits 1 naming the holder. --steal-lock takes over a lease whose holder is
+    gone (expired), after a confirmation.
+
     \b
     Example:
       parkbrake deploy inference --stack dev --revision 9e8d7c6 \\
@@ -130,12 +148,12 @@ def deploy(
     if abort:
         if image or revision:
             raise click.UsageError("--abort takes no --image or --revision: it returns to the live colour")
-        _abort(target, timeout=timeout, dry_run=dry_run, yes=yes, output=output)
+        _abort(target, timeout=timeout, dry_run=dry_run, yes=yes, output=output, steal_lock=steal_lock)
         return
     if not image or not revision:
         missing = [flag for flag, value in (("--image", image), ("--revision", revision)) if not value]
         raise click.UsageError(f"missing {' and '.join(missing)} (or pass --abort)")
-    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output)
+    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output, steal_lock)
     _deploy(target, image=image, revision=revision, allow_tag=allow_tag, settings=settings)
 
 
@@ -143,6 +161,7 @@ def deploy(
 @click.argument("service")
 @stack_option
 @rollout_options(canary_takes="the previous revision", draining="the other one")
+@steal_lock_option
 @project_dir_option
 @dry_run_option
 @yes_option
@@ -155,6 +174,7 @@ def rollback(
     canary_percent: int,
     bake: timedelta,
     timeout: timedelta,
+    steal_lock: bool,
     project_dir: Path,
     dry_run: bool,
     yes: bool,
@@ -179,6 +199,8 @@ def rollback(
     target = DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir))
     runtime = Runtime.of(click.get_current_context().obj)
     at = ServiceAt.find(target, runtime, ConsoleProgress(quiet=True))
+    if not dry_run:  # another run's half-done deploy is no ground to pick the previous revision on
+        _lease(at, "rollback", "the previous verified revision").refuse_if_held(steal=steal_lock)
     weights = colour_weights(runtime.clients.elbv2, at.topology)
     live = max(weights, key=lambda colour: weights[colour])
     serving = _serving_facts(at, live)
@@ -196,7 +218,7 @@ def rollback(
             f"({facts.name}, verified {previous.verified_at})",
             err=True,
         )
-    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output)
+    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output, steal_lock, "rollback")
     _deploy(target, image=facts.image, revision=facts.revision_label, allow_tag=False, settings=settings)
 
 
@@ -208,12 +230,31 @@ class DeploySettings:
     dry_run: bool
     yes: bool
     output: str
+    steal_lock: bool = False
+    operation: str = "deploy"  # or "rollback": what the lease says its holder is doing
+
+
+def _lease(at: ServiceAt, operation: str, revision: str) -> DeployLease:
+    """The service's deploy lease, timed by the run's own clock (tests move it themselves)."""
+    from cli.oncall.deploy.lease import DeployLease
+    from lambdas.aws.clients import client
+
+    dynamodb = at.clients.dynamodb if at.clients.dynamodb is not None else client("dynamodb")
+    return DeployLease(
+        dynamodb,
+        stack=at.target.stack,
+        service=at.target.service,
+        operation=operation,
+        revision=revision,
+        now=at.clock.now,
+    )
 
 
 def _deploy(
     target: DeployTarget, *, image: str, revision: str, allow_tag: bool, settings: DeploySettings
 ) -> None:
     from cli.oncall.deploy.blue_green import BlueGreenDeploy
+    from cli.oncall.deploy.lease import RenewingClock, held
     from cli.oncall.deploy.phases import DeployRequest
     from cli.oncall.deploy.revisions import resolve_image, revision_text
     from cli.oncall.deploy.runtime import Runtime, ServiceAt
@@ -236,29 +277,55 @@ def _deploy(
             f"Deploy {revision} ({request.image.image}) to {target.service} in stack {target.stack}?",
             assume_yes=settings.yes,
         )
-        try:
-            result = deployer.run()
-        except KeyboardInterrupt:
-            progress.close()
-            click.echo(
-                "\nInterrupted; the service is still serving. Run the same command again to resume, "
-                f"`parkbrake deploy {target.service} --stack {target.stack} --abort` to undo it, "
-                "or deploy another revision to roll this one back.",
-                err=True,
+        lease = _lease(deployer.at, settings.operation, request.revision)
+        confirm = partial(confirm_or_abort, assume_yes=settings.yes)
+        with held(lease, steal=settings.steal_lock, confirm=confirm):
+            # The lease is renewed before each of the deploy's waits, through its clock.
+            deployer = BlueGreenDeploy(
+                request, replace(deployer.at, clock=RenewingClock(deployer.at.clock, lease))
             )
-            sys.exit(INTERRUPTED_EXIT)
+            try:
+                result = deployer.run()
+            except KeyboardInterrupt:
+                progress.close()
+                click.echo(
+                    "\nInterrupted; the service is still serving. Run the same command again to resume, "
+                    f"`parkbrake deploy {target.service} --stack {target.stack} --abort` to undo it, "
+                    "or deploy another revision to roll this one back.",
+                    err=True,
+                )
+                sys.exit(INTERRUPTED_EXIT)
+        _warn_if_lost(lease)
     _print(result, settings.output)
     if not result.succeeded:
         sys.exit(1)
 
 
-def _abort(target: DeployTarget, *, timeout: timedelta, dry_run: bool, yes: bool, output: str) -> None:
+def _warn_if_lost(lease: DeployLease) -> None:
+    if lease.lost:
+        click.echo(
+            f"warning: the deploy lease could not be renewed ({lease.lost}); check the service", err=True
+        )
+
+
+def _abort(
+    target: DeployTarget,
+    *,
+    timeout: timedelta,
+    dry_run: bool,
+    yes: bool,
+    output: str,
+    steal_lock: bool = False,
+) -> None:
     from cli.oncall.deploy.abort import abort_deploy
+    from cli.oncall.deploy.lease import RenewingClock, held
     from cli.oncall.deploy.runtime import Runtime, ServiceAt
 
     runtime = Runtime.of(click.get_current_context().obj)
     with ConsoleProgress(quiet=output == "json") as progress:
         at = ServiceAt.find(target, runtime, progress)
+        if not dry_run:  # a deploy in flight is the holder's to finish or abort, not ours to plan on
+            _lease(at, "abort", "the live colour").refuse_if_held(steal=steal_lock)
         plan = abort_deploy(at, timeout, dry_run=True)
         if plan.steps and not dry_run:
             if output == "text":
@@ -266,7 +333,12 @@ def _abort(target: DeployTarget, *, timeout: timedelta, dry_run: bool, yes: bool
             confirm_or_abort(
                 f"Abort the deploy of {target.service}, returning it to {plan.live}?", assume_yes=yes
             )
-            result = abort_deploy(at, timeout, dry_run=False)
+            lease = _lease(at, "abort", "the live colour")
+            with held(lease, steal=steal_lock, confirm=partial(confirm_or_abort, assume_yes=yes)):
+                result = abort_deploy(
+                    replace(at, clock=RenewingClock(at.clock, lease)), timeout, dry_run=False
+                )
+            _warn_if_lost(lease)
         else:
             result = plan
     if output == "json":

@@ -69,17 +69,18 @@ def guard_policy(
     from guardrails.guard_policy import permissions_boundary, service_control_policy
     from stacks.config import load_stack_config
 
-    load_stack_config(stack, project_dir)  # the stack must exist and be valid
+    config = load_stack_config(stack, project_dir)  # the stack must exist and be valid
+    ceiling = config.guardrails.max_runtime_ceiling
     for option, roles in (("--deployer-role", deployer_roles), ("--extender-role", extender_roles)):
         bad = [arn for arn in roles if not arn.startswith(ROLE_ARN_PREFIX) or ":role/" not in arn]
         if bad:
             raise InputError(f"{option}: {', '.join(bad)} is not a role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
     documents = {
-        "scp": service_control_policy(stack, deployer_roles, extender_roles),
-        "boundary": permissions_boundary(stack, deployer_roles, extender_roles),
+        "scp": service_control_policy(stack, deployer_roles, extender_roles, ceiling),
+        "boundary": permissions_boundary(stack, deployer_roles, extender_roles, ceiling),
     }
     if document != "both":
-        click.echo(json.dumps(documents[document], indent=2))
+        click.echo(_policy_text(documents[document]))
         return
     if output == "json":
         click.echo(
@@ -94,8 +95,18 @@ def guard_policy(
         )
         return
     click.echo(f"# Service control policy for stack {stack} (attach to the account or OU):")
-    click.echo(json.dumps(documents["scp"], indent=2))
+    click.echo(_policy_text(documents["scp"]))
     click.echo(
         f"\n# Permissions boundary for stack {stack} (attach to the roles and users that launch hosts):"
     )
     click.echo(json.dumps(documents["boundary"], indent=2))
+
+
+def _policy_text(policy: dict[str, object]) -> str:
+    """Indented when that fits AWS Organizations' size limit, else compact: submitted through the API or
+    the CLI, an SCP's whitespace counts against the 5,120 characters (the duration patterns of a
+    long ceiling need the room)."""
+    from guardrails.guard_policy import SCP_SIZE_LIMIT
+
+    indented = json.dumps(policy, indent=2)
+    return indented if len(indented) <= SCP_SIZE_LIMIT else json.dumps(policy, separators=(",", ":"))

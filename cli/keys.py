@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import confirm_or_abort, dry_run_option, output_option, yes_option
+from cli.options import TENANT, confirm_or_abort, dry_run_option, output_option, yes_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
@@ -46,7 +46,11 @@ def keys() -> None:
 
 @keys.command()
 @click.option(
-    "--tenant", "-t", required=True, help="Who pays for this key's requests (the parkbrake:tenant value)."
+    "--tenant",
+    "-t",
+    type=TENANT,
+    required=True,
+    help="Who pays for this key's requests (the parkbrake:tenant value).",
 )
 @output_option
 def create(tenant: str, output: str) -> None:
@@ -65,7 +69,7 @@ def create(tenant: str, output: str) -> None:
 
 
 @keys.command(name="list")
-@click.option("--tenant", "-t", default=None, help="Only this tenant's keys.")
+@click.option("--tenant", "-t", type=TENANT, default=None, help="Only this tenant's keys.")
 @output_option
 def list_keys(tenant: str | None, output: str) -> None:
     """List keys (ids, tenants, when made and revoked); the keys themselves cannot be shown.

@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import WHEN, output_option, wide_option
+from cli.options import TENANT, WHEN, output_option, wide_option
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
@@ -73,7 +73,7 @@ def migrate(output: str) -> None:
 
 
 @ledger.command()
-@click.argument("events_file", type=click.File("r"))
+@click.argument("events_file", type=click.File("rb"))  # bytes: a line that is not UTF-8 is reported by number
 @click.option(
     "--batch-size",
     default=500,
@@ -85,7 +85,7 @@ def migrate(output: str) -> None:
     "--verbose", "-v", is_flag=True, help="List every line that was not appended (default: the first 20)."
 )
 @output_option
-def ingest(events_file: IO[str], batch_size: int, verbose: bool, output: str) -> None:
+def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) -> None:
     """Append EC2 state-change events from EVENTS_FILE (JSON Lines of native EventBridge events; - for stdin).
 
     Each host is looked up in EC2 for its tags and type, as the meter does; events already in the
@@ -129,7 +129,9 @@ def ingest(events_file: IO[str], batch_size: int, verbose: bool, output: str) ->
 
 
 @ledger.command()
-@click.option("--tenant", "tenants", multiple=True, help="Tenant to report (repeatable); default: all.")
+@click.option(
+    "--tenant", "tenants", type=TENANT, multiple=True, help="Tenant to report (repeatable); default: all."
+)
 @click.option(
     "--since",
     type=WHEN,
@@ -188,7 +190,9 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
 
 
 @ledger.command()
-@click.option("--tenant", "tenants", multiple=True, help="Tenant to show (repeatable); default: all.")
+@click.option(
+    "--tenant", "tenants", type=TENANT, multiple=True, help="Tenant to show (repeatable); default: all."
+)
 @output_option
 @wide_option
 def runway(tenants: tuple[str, ...], output: str) -> None:
@@ -252,7 +256,7 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
 
 
 @ledger.command()
-@click.option("--tenant", required=True, help="Who pays.")
+@click.option("--tenant", type=TENANT, required=True, help="Who pays.")
 @click.option("--instance-type", required=True, help="The instance type of the hosts about to start.")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 10_000), help="How many hosts.")
 @click.option("--max-runtime", required=True, help="Each host's cap (90m, 2h): what it can cost at most.")
@@ -351,7 +355,7 @@ def release(reservation_id: int, output: str) -> None:
 
 
 @ledger.command("budget")
-@click.argument("tenant")
+@click.argument("tenant", type=TENANT)
 @click.option("--limit-usd", help="The hard limit for each period, in USD (required unless --remove).")
 @click.option(
     "--period",

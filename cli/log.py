@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import WHEN, output_option, wide_option
+from cli.options import TENANT, WHEN, output_option, wide_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
@@ -28,7 +28,9 @@ def check_instance_id(instance_id: str | None) -> str | None:
 
 @click.command(name="log")
 @click.option("--instance", "instance_id", metavar="ID", help="Only this host's decisions (i-…).")
-@click.option("--tenant", metavar="T", help="Only decisions about this tenant's hosts and budget.")
+@click.option(
+    "--tenant", type=TENANT, metavar="T", help="Only decisions about this tenant's hosts and budget."
+)
 @click.option("--since", type=WHEN, help="From WHEN on: 7d, 12h (ago), a date or an ISO-8601 instant.")
 @click.option(
     "--kind",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import select
 import signal
 import sys
 from collections.abc import Callable
@@ -201,13 +202,74 @@ def spot_options(command: Callable[..., Any]) -> Callable[..., Any]:
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
 
 
+class TenantName(click.ParamType):
+    """A tenant's name by the one rule of guardrails/tenants.py; any other is a usage error (exit 2)."""
+
+    name = "tenant"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from guardrails.tenants import tenant_problem
+
+        problem = tenant_problem(value)
+        if problem is not None:
+            self.fail(problem, param, ctx)
+        return str(value)
+
+
+TENANT = TenantName()
+
+
 def confirm_or_abort(question: str, *, assume_yes: bool) -> None:
     """Ask before a destructive change; with no terminal to ask, refuse rather than guess."""
     if assume_yes:
         return
     if not sys.stdin.isatty():
         raise click.UsageError(f"{question} Refusing without --yes when there is no terminal to ask.")
-    click.confirm(question, abort=True)
+    if not ask_yes_no(question):
+        raise click.Abort()
+
+
+# How often a prompt's wait returns to Python, where a pending Ctrl-C is raised.
+PROMPT_POLL_S = 0.1
+
+
+def ask_yes_no(question: str, *, default: bool = False) -> bool:
+    """A y/N question at the terminal that one Ctrl-C always interrupts (KeyboardInterrupt).
+
+    Not click.confirm: it reads through input(), which writes the prompt and then blocks in read().
+    A SIGINT that lands between the two (the person presses Ctrl-C as the prompt appears; a busy
+    machine widens the gap) is taken by Python's signal handler before read() starts, so read() is
+    never interrupted and the process waits at the prompt, Ctrl-C lost. Here the wait is a select()
+    that returns every PROMPT_POLL_S, and Python runs the pending handler in between.
+    """
+    suffix = "[Y/n]" if default else "[y/N]"
+    while True:
+        click.echo(f"{question} {suffix}: ", nl=False)
+        answer = _interruptible_line().strip().lower()
+        if answer in ("y", "yes"):
+            return True
+        if answer in ("n", "no"):
+            return False
+        if answer == "":
+            return default
+        click.echo("Error: invalid input")
+
+
+def _interruptible_line() -> str:
+    """One line of standard input; EOF is click.Abort, as at click's own prompts."""
+    stream = sys.stdin
+    try:
+        descriptor = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (CliRunner's input): nothing to wait on
+        descriptor = None
+    if descriptor is not None:
+        while not select.select([descriptor], [], [], PROMPT_POLL_S)[0]:
+            pass  # back in Python between waits: a Ctrl-C raises KeyboardInterrupt here
+    line = stream.readline()
+    if not line:
+        click.echo()
+        raise click.Abort()
+    return line
 
 
 WIDE_KEY = "parkbrake.table.wide"  # where --wide leaves its answer, in the click context's meta

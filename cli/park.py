@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.options import (
+    ask_yes_no,
     confirm_or_abort,
     dry_run_option,
     output_option,
@@ -235,7 +236,7 @@ def _run_now(
 
 
 def _ask(question: str) -> bool:
-    return sys.stdin.isatty() and click.confirm(question, default=False)
+    return sys.stdin.isatty() and ask_yes_no(question, default=False)
 
 
 def _parked_by(region: str) -> ParkedBy:

@@ -17,6 +17,7 @@ from cli.options import (
     DURATION,
     OPTIONAL_DURATION,
     SIGNAL,
+    TENANT,
     api_stop_after_option,
     output_option,
     release_from_group_option,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
 @click.option(
     "--tenant",
     envvar=settings_table.TENANT,
+    type=TENANT,
     help="Who pays; with a ledger configured (PARKBRAKE_DATABASE_URL) the job is refused when the "
     "tenant's budget cannot cover it. Also $PARKBRAKE_TENANT.",
 )

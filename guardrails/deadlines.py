@@ -108,16 +108,23 @@ def _exemption(host: Host, max_exemption: timedelta, now: datetime, problems: li
     return exempt_until
 
 
-def parse_instant(text: str) -> datetime:
+def parse_instant(text: object) -> datetime:
     """An ISO-8601 instant with an explicit zone (``2025-01-31T22:00:00Z``), as UTC.
 
     A time without a zone is refused rather than guessed: read in the wrong zone it would exempt a
-    host for hours nobody meant.
+    host for hours nobody meant. Anything else that is not an instant (not text, a date at the end of
+    the calendar that no zone can shift) is the same ValueError, never an OverflowError.
     """
+    shown = repr(text) if len(repr(text)) <= 60 else repr(text)[:60] + "…"
+    if not isinstance(text, str):
+        raise ValueError(f"{shown} is not an ISO-8601 instant such as 2025-01-31T22:00:00Z")
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ValueError(f"{text!r} is not an ISO-8601 instant such as 2025-01-31T22:00:00Z") from None
+        raise ValueError(f"{shown} is not an ISO-8601 instant such as 2025-01-31T22:00:00Z") from None
     if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no timezone; write it in UTC with a trailing Z")
-    return moment.astimezone(UTC)
+        raise ValueError(f"{shown} has no timezone; write it in UTC with a trailing Z")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{shown} is outside the calendar once written in UTC") from None

@@ -2,7 +2,9 @@
 
 The sweep finds and reports what escaped; these documents stop the escape at the API. They deny:
 - ``ec2:RunInstances`` of an accelerator type without ``parkbrake:managed=true`` or without a
-  ``parkbrake:max-runtime`` tag in the request (the tags must be given at launch);
+  ``parkbrake:max-runtime`` tag in the request (the tags must be given at launch), or with a
+  ``parkbrake:max-runtime`` whose shape reaches past the stack's runtime ceiling
+  (:mod:`guardrails.duration_patterns`: IAM compares strings, it cannot parse a duration);
 - creating, changing or deleting any ``parkbrake:*`` tag on an existing instance, volume, launch
   template or Auto Scaling group, except by the stack's own roles (its guardrail functions and
   scheduler, ``parkbrake-<stack>-*``) and the deployer roles named, so nobody can take a host out of
@@ -22,10 +24,16 @@ allow, so it starts with an allow-everything statement that the denies then narr
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from guardrails import names, tags
+from guardrails.duration_patterns import SKIPPED_UNITS, duration_patterns
 from guardrails.instance_types import accelerator_filter_values
+
+# The default of PARKBRAKE_MAX_RUNTIME_CEILING (guardrails/settings.py), spelled here so that this pure
+# module needs no settings.
+DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
 
 VERSION = "2012-10-17"
 TAG_PATTERN = "parkbrake:*"
@@ -40,7 +48,10 @@ def stack_role_pattern(stack: str) -> str:
 
 
 def guard_statements(
-    stack: str, deployer_roles: Sequence[str] = (), extender_roles: Sequence[str] = ()
+    stack: str,
+    deployer_roles: Sequence[str] = (),
+    extender_roles: Sequence[str] = (),
+    ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING,
 ) -> list[dict[str, Any]]:
     """The deny statements shared by the SCP and the permissions boundary."""
     accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
@@ -62,6 +73,30 @@ def guard_statements(
             "Action": "ec2:RunInstances",
             "Resource": "arn:*:ec2:*:*:instance/*",
             "Condition": {**accelerators, "Null": {f"aws:RequestTag/{tags.MAX_RUNTIME}": "true"}},
+        },
+        {
+            # Present is not enough: a cap of 9999999999d, or 900h, is denied at launch.
+            "Sid": "DenyAcceleratorsWithAMaxRuntimeBeyondTheCeiling",
+            "Effect": "Deny",
+            "Action": "ec2:RunInstances",
+            "Resource": "arn:*:ec2:*:*:instance/*",
+            "Condition": {
+                **accelerators,
+                "StringNotLike": {f"aws:RequestTag/{tags.MAX_RUNTIME}": duration_patterns(ceiling)},
+            },
+        },
+        {
+            # What the patterns' "?" cannot tell apart: 9d9m matches ???m (see SKIPPED_UNITS).
+            "Sid": "DenyAcceleratorsWithAMaxRuntimeSkippingUnits",
+            "Effect": "Deny",
+            "Action": "ec2:RunInstances",
+            "Resource": "arn:*:ec2:*:*:instance/*",
+            "Condition": {
+                "StringLike": {
+                    **accelerators["StringLike"],
+                    f"aws:RequestTag/{tags.MAX_RUNTIME}": list(SKIPPED_UNITS),
+                }
+            },
         },
         {
             # Tags given at launch (ec2:CreateAction is set) are what the statements above require.
@@ -111,15 +146,21 @@ def _extender_statements(extender_roles: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def service_control_policy(
-    stack: str, deployer_roles: Sequence[str] = (), extender_roles: Sequence[str] = ()
+    stack: str,
+    deployer_roles: Sequence[str] = (),
+    extender_roles: Sequence[str] = (),
+    ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING,
 ) -> dict[str, Any]:
-    return {"Version": VERSION, "Statement": guard_statements(stack, deployer_roles, extender_roles)}
+    return {"Version": VERSION, "Statement": guard_statements(stack, deployer_roles, extender_roles, ceiling)}
 
 
 def permissions_boundary(
-    stack: str, deployer_roles: Sequence[str] = (), extender_roles: Sequence[str] = ()
+    stack: str,
+    deployer_roles: Sequence[str] = (),
+    extender_roles: Sequence[str] = (),
+    ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING,
 ) -> dict[str, Any]:
     """A boundary grants nothing by itself: the role's own policies still decide what is allowed."""
     allow_within = {"Sid": "AllowWithinTheBoundary", "Effect": "Allow", "Action": "*", "Resource": "*"}
-    statements = guard_statements(stack, deployer_roles, extender_roles)
+    statements = guard_statements(stack, deployer_roles, extender_roles, ceiling)
     return {"Version": VERSION, "Statement": [allow_within, *statements]}

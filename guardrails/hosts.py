@@ -85,9 +85,20 @@ def stopped_since(reason: str | None) -> datetime | None:
         return None
 
 
-def as_utc(value: datetime | str) -> datetime:
-    """boto3 gives tz-aware datetimes; JSON payloads and fixtures give ISO-8601 text."""
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else value
+def as_utc(value: object) -> datetime:
+    """boto3 gives tz-aware datetimes; JSON payloads and fixtures give ISO-8601 text.
+
+    Anything else (a number, a list, a date no zone can shift) is a ValueError the caller reports.
+    """
+    if isinstance(value, str):
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    elif isinstance(value, datetime):
+        moment = value
+    else:
+        raise ValueError(f"{str(value)[:60]!r} is not a time; AWS times are ISO-8601 text")
     if moment.tzinfo is None:
         raise ValueError(f"{value!r} has no timezone; AWS times are always UTC")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value!r} is outside the calendar once written in UTC") from None

@@ -136,6 +136,8 @@ def from_ms(ms: int) -> datetime:
 
 def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
     """Read a native EventBridge event; every problem with it is reported at once."""
+    if not isinstance(event, Mapping):
+        raise MalformedEvent(f"an event is a JSON object, not {type(event).__name__}")
     problems: list[str] = []
     if event.get("detail-type") != STATE_CHANGE:
         problems.append(f"detail-type: expected {STATE_CHANGE!r}, got {event.get('detail-type')!r}")
@@ -152,12 +154,12 @@ def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
         if not isinstance(value, str) or not value:
             problems.append(f"{name}: missing")
     state = detail.get("state")
-    if state not in _STATE_RANK:
+    if not isinstance(state, str) or state not in _STATE_RANK:
         problems.append(f"detail.state: {state!r} is not an EC2 instance state")
     at_ms = 0
     try:
         at_ms = to_ms(datetime.fromisoformat(str(event.get("time")).replace("Z", "+00:00")))
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a date no zone can shift into UTC
         problems.append(f"time: {event.get('time')!r} is not an ISO-8601 UTC time")
     if problems:
         raise MalformedEvent(f"event {event.get('id')!r}: " + "; ".join(problems))

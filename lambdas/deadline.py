@@ -11,6 +11,7 @@ its event arrives is judged at once, through the reaper.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,18 +78,31 @@ class DeadlineResult:
 
 
 def parse_state_change(event: Mapping[str, Any]) -> StateChange:
+    """The state change an event reports; ValueError (quoting at most its first characters) for any
+    event that is not one: the wrong type, a field missing, a field of the wrong JSON type."""
+    shown = json.dumps(event, default=str)[:300] if isinstance(event, Mapping) else repr(event)[:300]
+    if not isinstance(event, Mapping):
+        raise ValueError(f"not an {STATE_CHANGE!r} event: {shown}")
     if event.get("detail-type") != STATE_CHANGE or event.get("source") != "aws.ec2":
-        raise ValueError(f"not an {STATE_CHANGE!r} event from aws.ec2: {dict(event)!r}")
-    detail = event.get("detail") or {}
+        raise ValueError(f"not an {STATE_CHANGE!r} event from aws.ec2: {shown}")
+    detail = event.get("detail")
+    instance_id = detail.get("instance-id") if isinstance(detail, Mapping) else None
+    state = detail.get("state") if isinstance(detail, Mapping) else None
+    region = event.get("region")
+    problems = [
+        f"{name} is not text"
+        for name, value in (("detail.instance-id", instance_id), ("detail.state", state), ("region", region))
+        if not isinstance(value, str) or not value
+    ]
+    if isinstance(instance_id, str) and not instance_id.startswith("i-"):
+        problems.append(f"detail.instance-id {instance_id[:40]!r} is not an instance id")
     try:
-        return StateChange(
-            instance_id=str(detail["instance-id"]),
-            state=str(detail["state"]),
-            time=as_utc(str(event["time"])),
-            region=str(event["region"]),
-        )
-    except (KeyError, ValueError) as error:
-        raise ValueError(f"malformed {STATE_CHANGE} event ({error}): {dict(event)!r}") from None
+        time = as_utc(event.get("time"))
+    except ValueError as error:
+        problems.append(f"time: {error}")
+    if problems:
+        raise ValueError(f"malformed {STATE_CHANGE} event ({'; '.join(problems)}): {shown}")
+    return StateChange(instance_id=str(instance_id), state=str(state), time=time, region=str(region))
 
 
 def require_targets(settings: Settings) -> tuple[str, str, str]:
@@ -210,7 +224,20 @@ def handle(
     decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
     """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing twice."""
-    change = parse_state_change(event)
+    try:
+        change = parse_state_change(event)
+    except ValueError as error:
+        # Retried, it would fail the same way: logged, counted and answered. The sweep still judges
+        # the host, whatever its events say.
+        log.error("refused an event: %s", error)
+        heartbeat.count_action(heartbeat.DEADLINE, "refused", "malformed-event")
+        return {
+            "instance_id": None,
+            "state": None,
+            "action": "refused",
+            "reason": str(error),
+            "deadline": None,
+        }
     decisions = decisions or DecisionLog(
         guardrail=heartbeat.DEADLINE, origin=str(event.get("id") or f"deadline-{now.isoformat()}")
     )
@@ -232,5 +259,11 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         settings=container_settings(),
         clients=default_clients,
         now=utc_now(),
-        decisions=decision_log(heartbeat.DEADLINE, str(event.get("id") or "") or None),
+        decisions=decision_log(heartbeat.DEADLINE, _event_id(event)),
     )
+
+
+def _event_id(event: object) -> str | None:
+    """The event's own id, the decision log's key; None for an event without one (or not an object)."""
+    found = event.get("id") if isinstance(event, Mapping) else None
+    return str(found) if isinstance(found, str) and found else None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -70,6 +71,10 @@ def is_parked(ssm: Any, stack: str) -> bool:
     if normalized not in ("true", "false"):
         raise ParkbrakeError(f"SSM parameter {name} is {value!r}, neither 'true' nor 'false'")
     return normalized == "true"
+
+
+# What a pool may be called (the stack's pool names are YAML keys; the group is parkbrake-<stack>-<pool>).
+POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -245,10 +250,14 @@ def result_of(decision: LaunchDecision) -> dict[str, Any]:
 
 
 def parse_event(event: Mapping[str, Any]) -> LaunchEvent:
+    """The nightly start's payload; ValueError naming the field for anything else."""
+    if not isinstance(event, Mapping):
+        raise ValueError(f'the launcher needs {{"pool": "<name>"}}, got {str(event)[:200]}')
     pool = event.get("pool")
     capacity = event.get("capacity")
-    if not isinstance(pool, str) or not pool:
-        raise ValueError(f'the launcher needs {{"pool": "<name>"}}, got {json.dumps(dict(event))}')
+    if not isinstance(pool, str) or POOL_NAME.fullmatch(pool) is None:
+        shown = json.dumps(dict(event), default=str)[:200]
+        raise ValueError(f'the launcher needs {{"pool": "<name>"}} (letters, digits, - _ .), got {shown}')
     if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
         raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
     calendar = event.get("calendar")
@@ -257,7 +266,7 @@ def parse_event(event: Mapping[str, Any]) -> LaunchEvent:
     timezone = event.get("timezone", "UTC")
     try:
         ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):  # OSError: a name no file can have
         raise ValueError(
             f"timezone must be an IANA time zone such as Europe/Berlin, not {timezone!r}"
         ) from None
@@ -292,7 +301,14 @@ def handle(
     decisions: DecisionLog | None = None,
 ) -> dict[str, Any]:
     """Start the pool; ``decisions`` (by default log lines only) records the start or the refusal."""
-    decision = launch(parse_event(event), settings=settings, clients=clients, gate=gate, now=now)
+    try:
+        parsed = parse_event(event)
+    except ValueError as error:
+        # Retried, it would fail the same way: logged, counted and answered.
+        log.error("refused an event: %s", error)
+        heartbeat.count_action(heartbeat.LAUNCHER, "refuse", "malformed-event")
+        return {"pool": None, "started": 0, "refused": {"kind": "malformed-event", "reason": str(error)}}
+    decision = launch(parsed, settings=settings, clients=clients, gate=gate, now=now)
     decisions = decisions or DecisionLog(guardrail=heartbeat.LAUNCHER, origin=f"launcher-{now.isoformat()}")
     errors = short_notice(decision, settings=settings, clients=clients)
     errors += decisions.record([launch_decision(decision, actor=heartbeat.LAUNCHER, now=now)])

@@ -38,6 +38,7 @@ from lambdas import budget
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
+from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 from lambdas.ledger import decisions
 from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore, container_store
@@ -283,10 +284,13 @@ def account(
 
 def alert_unpriced(
     unpriced: Sequence[Mapping[str, str]], *, settings: Settings, clients: ClientFactory
-) -> None:
-    """Unpriced hosts reach a person: a counted action (metric) and an SNS message naming the fix."""
+) -> list[dict[str, str]]:
+    """Unpriced hosts reach a person: a counted action (metric) and an SNS message naming the fix.
+
+    Returns the notifier's errors (also counted), never raises: the events are metered already, and
+    the heartbeat must not hang on the alert."""
     if not unpriced:
-        return
+        return []
     kinds = sorted({f"{note['instance_type']} in {note['region']}" for note in unpriced})
     heartbeat.count_action(GUARDRAIL, "unpriced", "no-price", len(unpriced))
     owner_names = [owner for owner in dict.fromkeys(note["owner"] for note in unpriced) if owner != "-"]
@@ -299,10 +303,21 @@ def alert_unpriced(
     )
     if settings.sns_topic_arn is None:  # the counted action above still shows on the dashboard
         log.error("cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", message)
-        return
-    notices.publish(
-        settings.sns_topic_arn, "parkbrake: unpriced accelerator hosts", message, owner_names, clients=clients
-    )
+        return []
+    try:
+        notices.publish(
+            settings.sns_topic_arn,
+            "parkbrake: unpriced accelerator hosts",
+            message,
+            owner_names,
+            clients=clients,
+        )
+    except Exception as error:  # the notifier's failure is an error in the result and a metric
+        reason = describe_error(error) if isinstance(error, AWS_ERRORS) else type(error).__name__
+        log.error("could not alert about unpriced hosts: %s", reason)
+        heartbeat.count_action(GUARDRAIL, "error", "notify")
+        return [{"action": "notify", "error": reason}]
+    return []
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
@@ -316,8 +331,8 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     result = meter([change], store=store, clients=default_clients, settings=settings, received_at=now)
     for note in result.unattributed + result.skipped:
         log.warning("not metered: %s", note)
-    alert_unpriced(result.unpriced, settings=settings, clients=default_clients)
-    outcome: dict[str, Any] = result.as_dict()
+    alerted = alert_unpriced(result.unpriced, settings=settings, clients=default_clients)
+    outcome: dict[str, Any] = result.as_dict() | ({"errors": alerted} if alerted else {})
     if result.tenants:
         run = budget.enforce_budgets(
             store,

@@ -39,6 +39,8 @@ class WarningFailed(RuntimeError):
 def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None]:
     """``(dry_run, instance_ids)`` from the reaper's events; anything else is refused loudly."""
     event = event or {}
+    if not isinstance(event, Mapping):
+        raise ValueError(f"the reaper's event is a JSON object, not {str(event)[:80]!r}")
     if event.get("detail-type") == "Scheduled Event":  # EventBridge's own scheduled-rule payload
         return False, None
     dry_run = event.get("dry_run", False)
@@ -93,9 +95,13 @@ def handle(
 ) -> dict[str, Any]:
     """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only)."""
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
-    if event and "warn" in event:
-        return warn(event, settings=settings, clients=clients, now=now, decisions=decisions)
-    dry_run, instance_ids = parse_event(event)
+    try:
+        if isinstance(event, Mapping) and "warn" in event:
+            _instance_ids("warn", event["warn"])
+            return warn(event, settings=settings, clients=clients, now=now, decisions=decisions)
+        dry_run, instance_ids = parse_event(event)
+    except ValueError as error:
+        return refuse(error)
     report = sweep(settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids)
     result = report.as_dict()
     # Recorded after the sweep acted: a ledger that is down never holds a stop back.
@@ -116,6 +122,14 @@ def handle(
             heartbeat.REAPER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
         )
     return result
+
+
+def refuse(error: ValueError) -> dict[str, Any]:
+    """An event the reaper cannot read: logged, counted and answered, never raised (retried, it would fail
+    the same way; the next scheduled sweep judges every host anyway)."""
+    log.error("refused an event: %s", error)
+    heartbeat.count_action(heartbeat.REAPER, "refused", "malformed-event")
+    return {"refused": str(error), "checked": 0, "stopped": [], "skipped": [], "errors": []}
 
 
 def count(report: SweepReport, *, stack: str | None, full_sweep: bool) -> None:

@@ -141,7 +141,10 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     now = utc_now()
     settings = container_settings()
     outcome = run_reconciler(store=container_store(), clients=default_clients, settings=settings, now=now)
-    meter.alert_unpriced(outcome["unpriced"], settings=settings, clients=default_clients)
+    outcome["errors"] = [
+        *outcome.get("errors", []),
+        *meter.alert_unpriced(outcome["unpriced"], settings=settings, clients=default_clients),
+    ]
     heartbeat.record_success(
         GUARDRAIL, stack=settings.stack, cloudwatch=default_clients("cloudwatch", None), now=now
     )

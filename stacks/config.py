@@ -530,7 +530,9 @@ def load_stack_config(stack: str, project_dir: Path, *, config_file: Path | None
         known = ", ".join(available_stacks(project_dir)) or "none"
         raise InputError(f"no config for stack {stack!r}: {path} does not exist (stacks here: {known})")
     try:
-        document = YAML(typ="safe").load(path.read_text())
+        document = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path.name} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
     except YAMLError as error:
         raise InputError(f"{path.name} is not valid YAML: {error}") from None
     config = (document or {}).get("config") if isinstance(document, dict) else None

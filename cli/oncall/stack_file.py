@@ -88,7 +88,10 @@ def set_config_value(path: Path, dotted_key: str, value: ConfigValue, *, write: 
 def _read_text(path: Path) -> str:
     if not path.is_file():
         raise InputError(f"{path} does not exist")
-    return path.read_bytes().decode("utf-8")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path} is not UTF-8 text (byte {error.start}); save it as UTF-8") from None
 
 
 def _safe_load(text: str, path: Path) -> Any:
@@ -208,8 +211,14 @@ def _check_only_value_changed(
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """Write beside the file and rename over it, so a crash never leaves half a stack file."""
-    mode = path.stat().st_mode & 0o777
+    """Write beside the file and rename over it, so a crash never leaves half a stack file.
+
+    A stack file that is a symbolic link (into a shared config repository, say) is edited where the
+    link points: the rename lands on the target, in the target's directory, and the link stays a
+    link. The file keeps its permission bits.
+    """
+    path = path.resolve(strict=True) if path.is_symlink() else path
+    mode = path.stat().st_mode & 0o7777
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:

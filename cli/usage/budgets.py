@@ -80,6 +80,11 @@ def zone_note(budget: Budget) -> str:
     return "" if budget.timezone == "UTC" else f" ({budget.timezone})"
 
 
+# What the ledger stores a limit as: NUMERIC(14, 2) (lambdas/ledger/migrations/0001_ledger.sql).
+CENT = Decimal("0.01")
+LARGEST_LIMIT = Decimal("999999999999.99")
+
+
 def parse_budget(
     tenant: str, *, limit_usd: str | None, period: str | None, soft: str | None, actions: str | None,
     timezone: str | None = "UTC",
@@ -97,6 +102,14 @@ def parse_budget(
             limit = Decimal(limit_usd)
             if not limit.is_finite() or limit <= 0:
                 problems.append(f"--limit-usd: {limit_usd!r} must be a positive amount")
+            elif limit != limit.quantize(CENT):
+                problems.append(
+                    f"--limit-usd: {limit_usd!r} has more than 2 decimals; the ledger keeps whole cents"
+                )
+            elif limit > LARGEST_LIMIT:
+                problems.append(
+                    f"--limit-usd: {limit_usd!r} is above the largest the ledger stores ({LARGEST_LIMIT})"
+                )
     except InvalidOperation:
         problems.append(f"--limit-usd: {limit_usd!r} is not a number")
     try:

@@ -43,13 +43,19 @@ def line_report(numbered: Sequence[tuple[int, StateChange]], result: MeterResult
     return lines
 
 
-def read_events(lines: Iterable[str]) -> list[tuple[int, StateChange]]:
-    """Parse JSON Lines of events (with their line numbers); every malformed line is reported, by
+def read_events(lines: Iterable[str | bytes]) -> list[tuple[int, StateChange]]:
+    """Parse JSON Lines of events (with their line numbers); every malformed line (not UTF-8, not
+    JSON, nested past what the parser takes, not an event, a field of the wrong type) is reported, by
     number, before anything is written."""
     from guardrails.ledger import MalformedEvent, state_change_from_event
 
     changes, problems = [], []
-    for number, line in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        try:
+            line = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        except UnicodeDecodeError as error:
+            problems.append(f"line {number}: not UTF-8 text (byte {error.start + 1} of the line)")
+            continue
         if not line.strip():
             continue
         try:
@@ -59,6 +65,8 @@ def read_events(lines: Iterable[str]) -> list[tuple[int, StateChange]]:
             changes.append((number, state_change_from_event(document)))
         except (json.JSONDecodeError, MalformedEvent) as error:
             problems.append(f"line {number}: {error}")
+        except RecursionError:
+            problems.append(f"line {number}: JSON nested too deep to be an event")
     if problems:
         shown = problems[:MAX_PROBLEMS_SHOWN]
         more = len(problems) - len(shown)

@@ -86,9 +86,10 @@ def notify(
     if settings.sns_topic_arn:
         try:
             publish(settings.sns_topic_arn, subject, body, owner_names, clients=clients)
-        except AWS_ERRORS as error:
-            log.error("could not publish %r: %s", subject, describe_error(error))
-            errors.append({"action": "notify", "error": describe_error(error)})
+        except Exception as error:  # a notifier never takes the sweep's decision log or heartbeat down
+            reason = describe_error(error) if isinstance(error, AWS_ERRORS) else type(error).__name__
+            log.error("could not publish %r: %s", subject, reason)
+            errors.append({"action": "notify", "error": reason})
     return errors + chat.send(settings.chat_webhook_secret_arn, subject, body, clients=clients)
 
 
@@ -106,9 +107,16 @@ def publish(
     message_attributes = owner_attribute(owner_names) | {
         name: {"DataType": "String", "StringValue": value} for name, value in (attributes or {}).items()
     }
-    clients("sns", topic_arn.split(":")[3] or None).publish(
+    clients("sns", topic_region(topic_arn)).publish(
         TopicArn=topic_arn, Subject=subject, Message=body, MessageAttributes=message_attributes
     )
+
+
+def topic_region(topic_arn: str) -> str | None:
+    """The region an ARN names (``arn:aws:sns:REGION:ACCOUNT:NAME``); None (the process's own) when it
+    names none."""
+    parts = topic_arn.split(":")
+    return parts[3] or None if len(parts) >= 6 else None
 
 
 def owner_attribute(owner_names: Sequence[str]) -> dict[str, dict[str, str]]:

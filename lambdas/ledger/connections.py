@@ -19,7 +19,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from guardrails.errors import ParkbrakeError
+from guardrails.errors import InputError, ParkbrakeError
 from guardrails.settings import DATABASE_SECRET_ARN, DATABASE_URL, database_location
 
 CONNECT_TIMEOUT_S = 5
@@ -36,7 +36,7 @@ def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None =
     """
     url, secret_arn = database_location(environ)
     if url:
-        return url
+        return checked_url(url, DATABASE_URL)
     if not secret_arn:
         raise ParkbrakeError(
             f"no ledger database configured: set {DATABASE_URL} (postgresql://user:password@host/db) "
@@ -47,7 +47,54 @@ def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None =
 
         secrets = lambda: client("secretsmanager")  # noqa: E731
     text = secrets().get_secret_value(SecretId=secret_arn)["SecretString"]
-    return url_from_secret(text)
+    return checked_url(url_from_secret(text), DATABASE_SECRET_ARN)
+
+
+def checked_url(url: str, source: str) -> str:
+    """``url`` if psycopg's own parser (``conninfo_to_dict``) reads it as written; an InputError naming
+    ``source`` otherwise, with the password masked.
+
+    A ``postgresql://`` URL whose user or password holds an ``@`` that is not percent-encoded is read
+    by libpq up to its first ``@``: the rest of the password becomes the host, which then appears in
+    every error. Such a URL is refused before anything connects, and the fix (``%40``) named.
+    """
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        raise InputError(
+            f"{source}: {masked_url(url)} is not a PostgreSQL URL or conninfo psycopg can read; "
+            "percent-encode any of @ : / ? # in the user or password"
+        ) from None
+    scheme, separator, rest = url.partition("://")
+    if separator and scheme.lower() in ("postgresql", "postgres"):
+        authority = rest.split("/", 1)[0].split("?", 1)[0]
+        if authority.count("@") > 1:
+            raise InputError(
+                f"{source}: the user or password in {masked_url(url)} holds an '@' that is not "
+                "percent-encoded; write it as %40"
+            )
+    return url
+
+
+def masked_url(url: str) -> str:
+    """The URL (or conninfo) as an error may show it: the password replaced by ``***`` whatever it holds.
+
+    A URL's user information runs to its *last* ``@`` before the host (an unescaped ``@`` in the
+    password is the case that matters), and a conninfo's ``password=`` is masked by psycopg's parser.
+    """
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        authority, slash, path = rest.partition("/")
+        user_info, at, host = authority.rpartition("@")
+        if at:
+            user = user_info.split(":", 1)[0]
+            return f"{scheme}://{user}:***@{host}{slash}{path.split('?', 1)[0]}"
+        return f"{scheme}://{authority}{slash}{path.split('?', 1)[0]}"
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(a conninfo psycopg cannot read)"
+    return " ".join(f"{key}={'***' if key == 'password' else value}" for key, value in parts.items())
 
 
 def url_from_secret(text: str) -> str:
@@ -74,6 +121,12 @@ def describe_target(url: str) -> str:
 
 def _unavailable(url: str, error: Exception) -> LedgerUnavailable:
     detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    try:
+        password = str(conninfo_to_dict(url).get("password") or "")
+    except psycopg.ProgrammingError:
+        password = ""
+    if password:  # libpq's messages may quote what it took for a host or a user; never the password
+        detail = detail.replace(password, "***")
     return LedgerUnavailable(
         f"cannot use the ledger database {describe_target(url)}: {detail}; "
         f"check {DATABASE_URL} (or {DATABASE_SECRET_ARN}) and that the server is up"

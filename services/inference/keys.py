@@ -7,17 +7,16 @@ what GitHub and Stripe use for token lookup; a slow password hash would only slo
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
+from guardrails import tenants
 from guardrails.errors import InputError
 from lambdas.ledger.connections import Connections
 
 KEY_PREFIX = "pbk_"
 ID_PREFIX = "key_"
-_TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True)
@@ -40,12 +39,8 @@ def key_hash(key: str) -> bytes:
 
 
 def validate_tenant(tenant: str) -> str:
-    if not _TENANT.fullmatch(tenant):
-        raise InputError(
-            f"--tenant: {tenant!r} is not a tenant name; use 1-63 letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (the parkbrake:tenant tag's value)"
-        )
-    return tenant
+    """The one tenant rule every command applies (guardrails/tenants.py)."""
+    return tenants.validate_tenant(tenant)
 
 
 class ApiKeyStore:

@@ -67,7 +67,8 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
     for name, fallback in INTEGERS.items():
         text = environ.get(PREFIX + name, str(fallback)).strip()
         minimum = 0 if name == "THREADS" else 1
-        if not text.isdigit() or int(text) < minimum:
+        # ASCII digits, and few of them: "²" is a digit to str.isdigit, and int() refuses 4,300 digits.
+        if not (text.isascii() and text.isdigit() and len(text) <= 12) or int(text) < minimum:
             problems.append(f"{PREFIX}{name}: {text!r} is not a whole number ≥ {minimum}")
         else:
             integers[name] = int(text)

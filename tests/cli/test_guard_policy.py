@@ -11,6 +11,8 @@ from typing import Any
 import parliament
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.main import parkbrake
 from guardrails import tags
@@ -216,3 +218,80 @@ def test_bad_input_is_one_clear_line(arguments: list[str], message: str) -> None
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def launch_denied_by(policy: dict[str, Any], instance_type: str, request_tags: dict[str, str]) -> list[str]:
+    """The Sids of the deny statements that match ``RunInstances`` of ``instance_type`` with these tags."""
+    request = {"ec2:InstanceType": [instance_type]} | {
+        f"aws:RequestTag/{key}": [value] for key, value in request_tags.items()
+    }
+    found = []
+    for statement in policy["Statement"]:
+        if statement["Effect"] != "Deny" or statement["Action"] != "ec2:RunInstances":
+            continue
+        holds = [
+            (not request.get(key)) == (value == "true")
+            if operator == "Null"
+            else _matches(operator, request.get(key, []), value if isinstance(value, list) else [value])
+            for operator, keys in statement.get("Condition", {}).items()
+            for key, value in keys.items()
+        ]
+        if all(holds):
+            found.append(statement["Sid"])
+    return found
+
+
+@pytest.mark.parametrize(
+    ("max_runtime", "denied"),
+    [("90m", False), ("2h", False), ("1h30m", False), ("5400s", False), ("1d", False), ("24h", False),
+     ("1440m", False), ("9999999999d", True), ("900h", True), ("25h", True), ("1441m", True),
+     ("86401s", True), ("2d", True), ("1" * 300 + "h", True), ("", True)],
+)  # fmt: skip
+def test_a_launch_is_denied_unless_its_max_runtime_fits_the_ceiling(max_runtime: str, denied: bool) -> None:
+    policy = service_control_policy("dev", ceiling=timedelta(hours=24))
+    tags_given = {tags.MANAGED: "true", tags.MAX_RUNTIME: max_runtime}
+    found = launch_denied_by(policy, "g5.xlarge", tags_given)
+    assert ("DenyAcceleratorsWithAMaxRuntimeBeyondTheCeiling" in found) is denied, found
+    assert launch_denied_by(policy, "m5.large", tags_given) == []  # not an accelerator: none of this applies
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    ceiling_hours=st.integers(1, 744),
+    value=st.from_regex(r"\A[0-9]{1,7}[dhms]\Z|\A[0-9]{1,4}[dh][0-9]{1,2}[hm]\Z")
+    | st.text("0123456789dhms", max_size=9),
+)
+def test_every_value_the_policy_lets_through_parses_within_the_ceiling_or_not_at_all(
+    ceiling_hours: int, value: str
+) -> None:
+    """Whatever a "?" of the patterns matches (a digit or a unit letter): a launch the policy allows
+    carries a cap within the ceiling, or one the guardrails cannot read (judged under the default)."""
+    from guardrails.durations import DurationError, parse_duration
+
+    ceiling = timedelta(hours=ceiling_hours)
+    policy = service_control_policy("dev", ceiling=ceiling)
+    if launch_denied_by(policy, "p4d.24xlarge", {tags.MANAGED: "true", tags.MAX_RUNTIME: value}):
+        return
+    try:
+        parsed = parse_duration(value, ceiling=None)
+    except DurationError:
+        return
+    assert parsed <= ceiling, (value, ceiling_hours)
+
+
+@pytest.mark.parametrize("ceiling_hours", [1, 24, 168, 744])
+def test_every_one_unit_value_within_the_ceiling_is_let_through(ceiling_hours: int) -> None:
+    from guardrails.duration_patterns import duration_patterns
+
+    patterns = duration_patterns(timedelta(hours=ceiling_hours))
+    minutes = ceiling_hours * 60
+    for value in [f"{n}m" for n in range(1, minutes + 1, 7)] + [f"{n}h" for n in range(1, ceiling_hours + 1)]:
+        assert any(fnmatchcase(value, pattern) for pattern in patterns), value
+
+
+def test_the_scp_of_a_31_day_ceiling_still_fits() -> None:
+    from cli.guard_policy import _policy_text
+
+    document = service_control_policy("prod", [DEPLOYER], [EXTENDERS], ceiling=timedelta(days=31))
+    assert len(_policy_text(document)) <= SCP_SIZE_LIMIT
+    assert json.loads(_policy_text(document)) == document

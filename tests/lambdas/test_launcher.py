@@ -39,12 +39,14 @@ NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 class Gate:
     refusal: str | None = None
     asked: list[tuple[str, Decimal]] = field(default_factory=list)
+    caps: list[timedelta] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
 
     def admit(self, request: AdmissionRequest, now: datetime) -> Admission:
         price = load_price_table().instance(request.instance_type).usd_per_hour
         needed = required_cost(request.hosts, price, request.cap)
         self.asked.append((request.tenant, needed))
+        self.caps.append(request.cap)
         return Admission(self.refusal is None, needed, None, None if self.refusal else 1, self.refusal)
 
     def release(self, reservation_id: int, now: datetime) -> None:

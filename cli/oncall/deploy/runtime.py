@@ -23,13 +23,18 @@ class AwsClients:
     elbv2: Any
     autoscaling: Any
     ecr_in: Callable[[str], Any]  # region → ECR client (an image may live in another region)
+    dynamodb: Any = None  # where the deploy lease lives; None: the environment's (cli/oncall/deploy/lease.py)
 
     @classmethod
     def from_environment(cls) -> AwsClients:
         from lambdas.aws.clients import client
 
         return cls(
-            client("ecs"), client("elbv2"), client("autoscaling"), lambda region: client("ecr", region)
+            client("ecs"),
+            client("elbv2"),
+            client("autoscaling"),
+            lambda region: client("ecr", region),
+            client("dynamodb"),
         )
 
 

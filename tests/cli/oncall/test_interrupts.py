@@ -104,6 +104,20 @@ def test_ctrl_c_in_the_first_aws_call_exits_130(
     assert "Aborted!" not in stderr
 
 
+@pytest.fixture
+def busy_cores() -> Iterator[None]:
+    """Every core busy (a `yes` per core), as on a loaded CI runner: the prompt's Ctrl-C must not depend
+    on an idle machine. A SIGINT that landed between the prompt and the read was lost exactly then."""
+    spinners = [
+        subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(max(2, os.cpu_count() or 2))
+    ]
+    yield
+    for spinner in spinners:
+        spinner.kill()
+        spinner.wait()
+
+
+@pytest.mark.usefixtures("busy_cores")
 def test_ctrl_c_at_a_confirmation_prompt_exits_130(aws: str, tmp_path: Path) -> None:
     seed(aws)
     project = project_copy(tmp_path)

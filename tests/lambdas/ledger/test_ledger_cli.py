@@ -414,3 +414,80 @@ def test_admit_grants_with_an_id_refuses_with_the_numbers_and_release_gives_back
     )
     assert bad.exit_code == 2
     assert "--max-runtime" in bad.output
+
+
+def test_a_line_of_the_wrong_type_or_encoding_is_refused_by_its_number(
+    aws: str, ledger_env: str, tmp_path: Path
+) -> None:
+    good = state_change("i-0123456789abcdef0", "running", at(0))
+    wrong_type = {**good, "detail": {"instance-id": "i-0123456789abcdef0", "state": ["running"]}}
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(
+        json.dumps(good).encode() + b"\n" + json.dumps(wrong_type).encode() + b"\n"
+        + b'{"id": "caf\xe9"}\n' + b"[" * 100_000 + b"\n"
+    )  # fmt: skip
+    result = invoke("ledger", "ingest", str(path))
+    assert result.exit_code == 2, result.output
+    assert "line 2: " in result.output
+    assert "detail.state: ['running'] is not an EC2 instance state" in result.output
+    assert "line 3: not UTF-8 text" in result.output
+    assert "line 4: " in result.output
+    assert "Traceback" not in result.output
+    with psycopg.connect(ledger_env) as connection:
+        assert connection.execute("SELECT count(*) FROM events").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("tenant", [" research", "", "research ", "re\nsearch", "x" * 64])
+def test_a_tenant_no_host_can_carry_is_refused_wherever_a_tenant_is_named(
+    ledger_env: str, tenant: str
+) -> None:
+    for args in (
+        ["ledger", "budget", tenant, "--limit-usd", "100"],
+        ["ledger", "report", "--tenant", tenant],
+        ["ledger", "runway", "--tenant", tenant],
+        ["ledger", "admit", "--tenant", tenant, "--instance-type", "g5.xlarge", "--max-runtime", "1h"],
+        ["keys", "create", "--tenant", tenant],
+        ["log", "--tenant", tenant],
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "is not a tenant name" in result.output
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [("1e12", "above the largest the ledger stores"), ("0.001", "more than 2 decimals"),
+     ("1000000000000", "above the largest"), ("12.345", "more than 2 decimals")],
+)  # fmt: skip
+def test_a_limit_the_ledger_cannot_store_is_one_line_and_exit_2(
+    ledger_env: str, limit: str, message: str
+) -> None:
+    result = invoke("ledger", "budget", "research", "--limit-usd", limit)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert "psycopg" not in result.output
+    assert invoke("ledger", "budget", "research", "--limit-usd", "999999999999.99").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "code"),
+    [
+        ("postgresql://ana:p@ss:w0rd-7Q@127.0.0.1:9/ledger", 2),  # an '@' psycopg takes for the host's start
+        ("postgresql://ana:ss:w0rd-7Q@127.0.0.1:9/ledger", 1),
+        ("postgresql://ana:p%40ss:w0rd-7Q@127.0.0.1:9/ledger", 1),
+        ("host=127.0.0.1 port=9 user=ana password='p@ss:w0rd-7Q'", 1),
+        ("postgresql://ana:p@ss:w0rd-7Q@[::1/ledger", 2),
+    ],
+)
+def test_a_database_url_is_read_by_psycopg_and_shown_with_the_password_masked(
+    monkeypatch: pytest.MonkeyPatch, url: str, code: int
+) -> None:
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", url)
+    result = invoke("ledger", "runway")
+    assert result.exit_code == code, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    for piece in ("w0rd-7Q", "ss:w0rd", "p%40ss"):
+        assert piece not in result.output
+    assert "Traceback" not in result.output

@@ -63,6 +63,7 @@ def aws_clients() -> AwsClients:
         boto3.client("elbv2"),
         boto3.client("autoscaling"),
         lambda region: boto3.client("ecr", region_name=region),
+        boto3.client("dynamodb"),
     )
 
 
@@ -139,6 +140,13 @@ def build_fleet(project_dir: Path, *, desired: int = 1) -> InferenceFleet:
     group_name = _gpu_pool(ec2, clients.autoscaling, subnets, desired)
     cluster = names.ecs_cluster(STACK)
     clients.ecs.create_cluster(clusterName=cluster)
+    # The guardrails' table, where a deploy takes its lease (cli/oncall/deploy/lease.py).
+    clients.dynamodb.create_table(
+        TableName=names.notices_table(STACK),
+        KeySchema=[{"AttributeName": "notice", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "notice", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     group_arn = clients.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])[
         "AutoScalingGroups"
     ][0]["AutoScalingGroupARN"]

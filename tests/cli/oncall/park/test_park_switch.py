@@ -197,3 +197,36 @@ def test_a_nested_value_can_be_set_and_a_duplicate_key_is_refused(tmp_path: Path
     path.write_bytes(b"config:\n  parkbrake:parked: false\n  parkbrake:parked: true\n")
     with pytest.raises(InputError, match='duplicate key "parkbrake:parked"'):
         set_config_value(path, "parkbrake:parked", True)
+
+
+def test_park_edits_a_symlinked_stack_file_where_it_points_and_keeps_the_link_and_the_mode(
+    project: Path, tmp_path: Path
+) -> None:
+    link = project / f"Pulumi.{STACK}.yaml"
+    shared = tmp_path / "shared-config"
+    shared.mkdir()
+    target = shared / f"{STACK}.yaml"
+    target.write_bytes(link.read_bytes())
+    target.chmod(0o640)
+    link.unlink()
+    link.symlink_to(target)
+    original = target.read_bytes()
+
+    parked = invoke("park", "--yes", "--stack", STACK, "--project-dir", str(project))
+
+    assert parked.exit_code == 0, parked.output
+    assert link.is_symlink()
+    assert link.resolve() == target.resolve()
+    assert target.read_bytes() == original.replace(b"parkbrake:parked: false", b"parkbrake:parked: true", 1)
+    assert target.stat().st_mode & 0o7777 == 0o640
+    assert sorted(path.name for path in shared.iterdir()) == [target.name]  # no temporary left behind
+    assert sorted(path.name for path in project.iterdir() if path.name.startswith(".Pulumi")) == []
+
+
+def test_an_edit_keeps_the_files_mode(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text("config:\n  parkbrake:parked: false\n")
+    path.chmod(0o600)
+    set_config_value(path, "parkbrake:parked", True)
+    assert path.stat().st_mode & 0o7777 == 0o600
+    assert "parkbrake:parked: true" in path.read_text()
