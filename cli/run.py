@@ -27,7 +27,7 @@ from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
 
 if TYPE_CHECKING:
-    from cli.host.job_wrapper import HangWatch
+    from cli.host.supervision import HangWatch
     from guardrails.clock import Clock
 
 
@@ -143,7 +143,8 @@ def run(
       parkbrake run --max-runtime 90m -- python train.py
     """
     from cli.host.api_stop import ApiFallback
-    from cli.host.job_wrapper import ShutdownCommand, run_and_shut_down
+    from cli.host.job_wrapper import run_and_shut_down
+    from cli.host.supervision import ShutdownCommand
     from guardrails.job_policy import CapPolicy
 
     policy = CapPolicy(max_runtime=max_runtime, grace=grace)
@@ -202,8 +203,8 @@ def hang_watch(
     after: timedelta | None, threshold: float, interval: timedelta, replay: Path | None
 ) -> Iterator[tuple[HangWatch | None, Clock | None]]:
     """The GPUs --hang-after reads (NVML, or a replay in virtual time), and the clock that goes with them."""
-    from cli.host.job_wrapper import HangWatch
     from cli.host.nvml_agent import NvmlSampler, TimedReplay, load_recording, observation_from
+    from cli.host.supervision import HangWatch
     from guardrails.clock import ManualClock
 
     if after is None:
@@ -241,7 +242,7 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
     from guardrails.launch import AdmissionRequest
     from guardrails.pricing import priced_region
     from lambdas.aws.environment import utc_now
-    from lambdas.budget import LedgerBudgetGate
+    from lambdas.engines.budgeting import LedgerBudgetGate
     from lambdas.ledger.store import store_from_environment
 
     default_cap = parse_duration(os.environ.get("PARKBRAKE_DEFAULT_MAX_RUNTIME", "90m"))
