@@ -19,7 +19,7 @@ from guardrails.errors import InputError, ParkbrakeError
 MAX_PROBLEMS_SHOWN = 20
 
 
-# Where a change re-arms the tenant's budget crossing check (lambdas.budget.rearm_crossing).
+# Where a change re-arms the tenant's budget crossing check (lambdas.engines.budgeting.rearm_crossing).
 crossing_options = (
     click.option(
         "--stack", envvar="PARKBRAKE_STACK",
