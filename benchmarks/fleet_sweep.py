@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from benchmarks.harness import AMI, CUSTODIAN_POLICY, GPU_HOST_TAGS, REGION, STACK, Custodian, Moto
 from guardrails.settings import Settings
-from lambdas.aws import host_sweep
+from lambdas.engines import sweeping
 
 # One sweep over a large fleet ------------------------------------------------------------------------
 
@@ -81,8 +81,8 @@ def sweep_comparison(moto: Moto, custodian: Custodian, size: int) -> list[SweepF
     moto.proxy.clear()
     started = time.perf_counter()
     now = datetime.now(UTC)
-    plan = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_OF_RESERVATIONS)
-    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
+    plan = sweeping.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_OF_RESERVATIONS)
+    report = sweeping.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
     parkbrake_figures = SweepFigures(
         "parkbrake", size, dict(moto.proxy.calls), time.perf_counter() - started, len(report.outcome.acted)
     )

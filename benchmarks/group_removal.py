@@ -27,8 +27,8 @@ from datetime import UTC, datetime, timedelta
 from benchmarks.harness import AMI, GPU_HOST_TAGS, REGION, STACK, Moto
 from guardrails.hosts import Host
 from guardrails.settings import Settings
-from lambdas.aws import host_sweep
 from lambdas.aws.stop_path import GROUP_REMOVAL_WORKERS, StopOutcome, remove_from_groups
+from lambdas.engines import sweeping
 
 GROUP_SIZE = 500
 # moto counts MaxResults in reservations (a group's launch is one): two groups a page are AWS's 1,000.
@@ -137,9 +137,9 @@ def sweep_all(moto: Moto, size: int) -> SweepFigures:
     moto.proxy.clear()
     now = datetime.now(UTC)
     started = time.perf_counter()
-    plan = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=GROUPS_A_PAGE)
+    plan = sweeping.plan_sweep(settings, now=now, clients=clients, page_size=GROUPS_A_PAGE)
     listed = time.perf_counter()
-    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
+    report = sweeping.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
     return SweepFigures(
         size,
         listed - started,

@@ -26,8 +26,9 @@ from typing import Any
 
 from cli.host.api_stop import ApiFallback, ApiStopResult
 from cli.host.group_release import HostIdentity
-from cli.host.job_wrapper import HangWatch, ShutdownCommand, run_and_shut_down
+from cli.host.job_wrapper import run_and_shut_down
 from cli.host.nvml_agent import AgentEvent, GpuMetrics, Recorded, TimedReplay, observation_from, run_agent
+from cli.host.supervision import HangWatch, ShutdownCommand
 from cli.host.watchdog import Charge, take_over
 from guardrails.clock import Clock, ManualClock
 from guardrails.idle import GpuSample, IdlePolicy

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from cli.host.job_wrapper import ShutdownCommand
+from cli.host.supervision import ShutdownCommand
 from cli.options import (
     DURATION,
     OPTIONAL_DURATION,

@@ -20,7 +20,7 @@ from guardrails.errors import InputError, ParkbrakeError
 MAX_PROBLEMS_SHOWN = 20
 
 
-# Where a change re-arms the tenant's budget crossing check (lambdas.budget.rearm_crossing).
+# Where a change re-arms the tenant's budget crossing check (lambdas.engines.budgeting.rearm_crossing).
 crossing_options = (
     click.option(
         "--stack", envvar=settings_table.STACK,
@@ -227,7 +227,7 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
       parkbrake ledger replay-dlq --stack prod
     """
     from lambdas.aws.clients import client
-    from lambdas.ledger.replay import replay_dead_letters
+    from lambdas.engines.replaying import replay_dead_letters
     from lambdas.ledger.store import store_from_environment
 
     store = store_from_environment()

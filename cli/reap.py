@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from guardrails.pricing import InstancePrice
     from guardrails.sweep import Verdict
     from lambdas.aws.environment import ClientFactory
-    from lambdas.aws.host_sweep import SweepPlan, SweepReport
+    from lambdas.engines.sweeping import SweepPlan, SweepReport
 
 
 @click.command()
@@ -87,11 +87,11 @@ def run_reap(
 ) -> SweepReport:
     """List and judge, show the plan, ask, act, show what happened."""
     from cli.oncall.in_process import lambda_quiet
-    from lambdas.aws import host_sweep
+    from lambdas.engines import sweeping
 
     settings = settings_from_environment(environ)
     with lambda_quiet():  # every failure is in the plan or the report, and printed once from there
-        plan = host_sweep.plan_sweep(settings, now=now, clients=clients)
+        plan = sweeping.plan_sweep(settings, now=now, clients=clients)
     if plan.errors and not plan.verdicts:  # nothing was judged: never say "no GPU hosts"
         raise ParkbrakeError("; ".join(describe_plan_error(error) for error in plan.errors))
     if output == "text":
@@ -105,7 +105,7 @@ def run_reap(
         )
         confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}{retiring}?", assume_yes=assume_yes)
     with lambda_quiet():
-        report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
+        report = sweeping.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
         if not dry_run:
             report.errors += record_decisions(report, environ=environ, clients=clients, now=now)
     if output == "json":

@@ -29,7 +29,7 @@ from guardrails.errors import InputError, ParkbrakeError
 from guardrails.job_policy import OnExit
 
 if TYPE_CHECKING:
-    from cli.host.job_wrapper import HangWatch
+    from cli.host.supervision import HangWatch
     from guardrails.clock import Clock
 
 
@@ -146,7 +146,8 @@ def run(
       parkbrake run --max-runtime 90m -- python train.py
     """
     from cli.host.api_stop import ApiFallback
-    from cli.host.job_wrapper import ShutdownCommand, run_and_shut_down
+    from cli.host.job_wrapper import run_and_shut_down
+    from cli.host.supervision import ShutdownCommand
     from guardrails.job_policy import CapPolicy
 
     policy = CapPolicy(max_runtime=max_runtime, grace=grace)
@@ -205,8 +206,8 @@ def hang_watch(
     after: timedelta | None, threshold: float, interval: timedelta, replay: Path | None
 ) -> Iterator[tuple[HangWatch | None, Clock | None]]:
     """The GPUs --hang-after reads (NVML, or a replay in virtual time), and the clock that goes with them."""
-    from cli.host.job_wrapper import HangWatch
     from cli.host.nvml_agent import NvmlSampler, TimedReplay, load_recording, observation_from
+    from cli.host.supervision import HangWatch
     from guardrails.clock import ManualClock
 
     if after is None:
@@ -245,7 +246,7 @@ def refuse_over_budget(tenant: str, instance_type: str | None, cap: timedelta | 
     from guardrails.settings import setting_from_environment
     from guardrails.settings_table import SETTINGS_BY_NAME
     from lambdas.aws.environment import utc_now
-    from lambdas.budget import LedgerBudgetGate
+    from lambdas.engines.budgeting import LedgerBudgetGate
     from lambdas.ledger.store import store_from_environment
 
     # The stack's default cap as the Lambdas read it: the table's row, from this host's environment.

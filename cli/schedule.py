@@ -196,7 +196,7 @@ def run_now_command(
     """
     from cli.oncall.nightly.schedules import run_now
     from lambdas.aws.clients import client
-    from lambdas.launcher import budget_gate
+    from lambdas.engines.launching import budget_gate
 
     scheduler, chosen = _scheduler(stack, region)
     if not dry_run:

@@ -287,14 +287,14 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
                 "StartNightlyPool", ["autoscaling:SetDesiredCapacity"], grants.nightly_group_arn, MANAGED_ONLY
             )
         )
-    # An admission re-arms (or removes) the tenant's budget crossing check (lambdas.budget.rearm_crossing).
+    # An admission re-arms (or removes) the tenant's budget crossing check (lambdas.engines.budgeting.rearm_crossing).
     return document([*statements, *_ledger(grants), *_deadline_schedules(grants, disarms=True)])
 
 
 def meter_policy(grants: Grants) -> PolicyDocument:
     """The usage ledger's meter: attributes each state change from EC2 (the host, its type's accelerators),
     records it, tells people about hosts it cannot price, and checks the changed tenants' budgets at
-    once (lambdas.budget: which may stop hosts, and arms each tenant's budget-crossing check)."""
+    once (lambdas.engines.budgeting: which may stop hosts, and arms each tenant's budget-crossing check)."""
     describe = statement(
         "DescribeHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"
     )  # no resource-level permissions

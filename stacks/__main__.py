@@ -18,7 +18,7 @@ from components.lambda_archive import (
 )
 from guardrails.errors import InputError, ParkbrakeError
 from stacks.config import StackConfig, config_from_engine, parse_stack_config
-from stacks.program import build_platform
+from stacks.platform import build_platform
 
 
 def stack_config() -> StackConfig:

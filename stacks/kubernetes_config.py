@@ -15,15 +15,31 @@ needs on top:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from guardrails.errors import InputError
 from stacks.validation import Section
 
-if TYPE_CHECKING:
-    from stacks.config import GpuPoolConfig, StackConfig, Tenant
+
+class _TenantPool(Protocol):
+    """What this section reads of a pool (stacks.config's GpuPoolConfig): whose it is."""
+
+    @property
+    def tenant(self) -> str: ...
+
+
+class _Stack(Protocol):
+    """What this section reads of a stack (stacks.config's StackConfig, which imports this module)."""
+
+    @property
+    def stack(self) -> str: ...
+
+    @property
+    def kubernetes(self) -> KubernetesConfig | None: ...
+
 
 KUBERNETES_KEYS = {
     "cluster_name", "kubernetes_version", "namespace", "node_role", "prometheus_operator",
@@ -68,7 +84,7 @@ class KubernetesConfig:
 
 
 def parse_kubernetes(
-    root: Section, tenants: dict[str, Tenant], pools: dict[str, GpuPoolConfig]
+    root: Section, tenants: Mapping[str, object], pools: Mapping[str, _TenantPool]
 ) -> KubernetesConfig | None:
     """The section, or None when the stack has none (an AWS stack); problems go to ``root.problems``."""
     if not root.has("kubernetes"):
@@ -115,7 +131,7 @@ def parse_kubernetes(
     )
 
 
-def _tenant(name: str, section: Section, tenants: dict[str, Tenant]) -> KubernetesTenant:
+def _tenant(name: str, section: Section, tenants: Mapping[str, object]) -> KubernetesTenant:
     if tenants and name not in tenants:
         section.problems.add(
             section.path, f'"{name}" is not a tenant; define it under tenants ({", ".join(sorted(tenants))})'
@@ -143,7 +159,7 @@ def _check_namespaces_unique(section: Section, tenants: dict[str, KubernetesTena
             owner[namespace] = tenant.name
 
 
-def kubernetes_config(config: StackConfig) -> KubernetesConfig:
+def kubernetes_config(config: _Stack) -> KubernetesConfig:
     """The stack's Kubernetes section; an InputError (exit 2) for a stack without one."""
     if config.kubernetes is None:
         raise InputError(

@@ -50,7 +50,7 @@ def objects_of(run: OfflineRun) -> list[dict[str, Any]]:
 
 def kubernetes_objects(config: StackConfig) -> list[dict[str, Any]]:
     """Run the stack's program offline (as ``plan`` does) and return the objects it declares."""
-    from stacks.program import build_platform
+    from stacks.platform import build_platform
 
     run = run_offline(lambda: build_platform(config), stack=config.stack, region=config.region)
     return objects_of(run)

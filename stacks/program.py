@@ -26,13 +26,8 @@ from stacks.config import StackConfig
 from stacks.service_config import EndpointConfig, HostsConfig
 
 
-def build_platform(config: StackConfig) -> None:
-    if config.kubernetes is not None:
-        # A Kubernetes stack: the same data stores and guardrails, the GPUs on EKS (stacks/kubernetes_program.py).
-        from stacks.kubernetes_program import build_kubernetes_platform
-
-        build_kubernetes_platform(config)
-        return
+def build_aws_platform(config: StackConfig) -> None:
+    """The AWS stack: GPU pools in Auto Scaling groups, the services on ECS (stacks/platform.py chooses)."""
     tags = base_tags(config.stack, config.revision)
     network = _network(config, tags)
     cluster = aws.ecs.Cluster(

@@ -6,17 +6,30 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from guardrails.capacity import Capacity
 from guardrails.names import COLOURS
 from stacks.validation import Section
 
-if TYPE_CHECKING:
-    from stacks.config import GpuPoolConfig
+
+class ServedPool(Protocol):
+    """What the inference section checks of the pool it names (a :class:`stacks.config.GpuPoolConfig`):
+    a protocol, not an import, because :mod:`stacks.config` imports this module."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def instance_type(self) -> str: ...
+
+    @property
+    def capacity(self) -> Capacity: ...
+
 
 # Fargate's allowed memory (MiB) for each CPU size (units of 1/1024 vCPU).
 FARGATE_MEMORY = {
@@ -133,7 +146,7 @@ def _endpoint(section: Section) -> EndpointConfig:
 
 
 def inference(
-    root: Section, pools: dict[str, GpuPoolConfig], priced: dict[str, Any]
+    root: Section, pools: Mapping[str, ServedPool], priced: dict[str, Any]
 ) -> InferenceConfig | None:
     if not root.has("inference"):
         return None

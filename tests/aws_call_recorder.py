@@ -1,7 +1,8 @@
 """Which AWS calls each guardrail Lambda makes, recorded with a botocore ``before-call`` hook.
 
-A call is attributed to the guardrail whose handler module (``lambdas/<guardrail>.py``) is on the
-Python stack when botocore is about to send it, or, for a call made on a worker thread (the stop
+A call is attributed to the guardrail whose handler module (``lambdas/<guardrail>.py``) or engine
+(``lambdas/engines/<engine>.py``, :data:`ENGINES`) is outermost on the Python stack when botocore is
+about to send it, or, for a call made on a worker thread (the stop
 path's removals from groups), on the main thread's stack, where the handler waits for its workers;
 calls a test makes itself (setting up hosts, reading results) have no handler on the stack and are
 not counted. Loaded as a pytest plugin
@@ -24,7 +25,19 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GUARDRAILS = ("reaper", "deadline", "launcher", "meter", "budget", "reconciler")
-HANDLER_MODULES = {str(REPO_ROOT / "lambdas" / f"{guardrail}.py"): guardrail for guardrail in GUARDRAILS}
+# Each guardrail's engine: a test driving it below the handler makes the guardrail's calls all the same.
+ENGINES = {
+    "reaper": "sweeping",
+    "deadline": "deadlines",
+    "launcher": "launching",
+    "meter": "metering",
+    "budget": "budgeting",
+    "reconciler": "reconciling",
+}
+HANDLER_MODULES = {str(REPO_ROOT / "lambdas" / f"{guardrail}.py"): guardrail for guardrail in GUARDRAILS} | {
+    str(REPO_ROOT / "lambdas" / "engines" / f"{engine}.py"): guardrail
+    for guardrail, engine in ENGINES.items()
+}
 OUTPUT_VARIABLE = "PARKBRAKE_AWS_CALLS"
 RECORDED: dict[str, set[str]] = defaultdict(set)
 

@@ -1,132 +1,50 @@
-"""The job wrapper behind ``parkbrake run``, and the host shutdown it shares with ``parkbrake agent``.
+"""The job wrapper behind ``parkbrake run``: start the job, pass signals on, wait for it under its cap
+(with its watchdog, :mod:`cli.host.watchdog`, when asked), then shut the host down.
 
-The decisions (when to escalate, which exit status) are :mod:`guardrails.job_policy`'s; this module
-only starts the process, passes signals on and waits.
+The decisions (when to escalate, which exit status) are :mod:`guardrails.job_policy`'s; the supervision
+and the host shutdown it shares with its watchdog and ``parkbrake agent`` are :mod:`cli.host.supervision`'s.
 """
 
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
-from types import FrameType
-from typing import Any, Protocol
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 from cli.host.api_stop import ApiFallback, ApiStopResult
-from cli.host.group_release import ReleaseResult, release_from_group
-from cli.host.shutdown_command import DEFAULT_SHUTDOWN_COMMAND
 from cli.host.spot import SpotWatcher
+from cli.host.supervision import (
+    RECHECK_SECONDS,
+    HangWatch,
+    JobProcess,
+    Log,
+    ShutdownCommand,
+    ShutdownResult,
+    SupervisedJob,
+    host_left_running,
+    no_log,
+    shut_down_host,
+    supervise,
+)
+from cli.host.watchdog import Charge, Watchdog
 from guardrails.clock import Clock, SystemClock
-from guardrails.durations import format_duration
-from guardrails.errors import InputError
-from guardrails.idle import IdlePolicy, IdleState, Observation, observe
 from guardrails.job_policy import (
     NOT_EXECUTABLE_STATUS,
     NOT_FOUND_STATUS,
-    Action,
     CapPolicy,
     OnExit,
     exit_status,
-    next_step,
     signal_name,
     wrapper_exit_status,
 )
 
-# `shutdown -h now` returns at once; a command that hangs this long is reported as failed.
-SHUTDOWN_TIMEOUT_SECONDS = 60
 # Signals that would otherwise stop the wrapper and leave the job running without its cap.
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# Re-decide at least this often, so a forwarded SIGTERM starts its grace even for a job with no cap.
-RECHECK_SECONDS = 0.5
-
-Log = Callable[[str], None]
-
-
-def _ignore(_message: str) -> None:
-    """The log of a caller that wants only the result."""
-
-
-@dataclass(frozen=True)
-class ShutdownResult:
-    command: tuple[str, ...]
-    exit_status: int | None
-    error: str | None = None
-    release: ReleaseResult | None = None  # None: leaving the Auto Scaling group was not asked for
-
-    @property
-    def ok(self) -> bool:
-        """Whether the OS command ran; a group that could not be left is reported, not a failure."""
-        return self.error is None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "command": list(self.command),
-            "exit_status": self.exit_status,
-            "ok": self.ok,
-            "error": self.error,
-            "release_from_group": None if self.release is None else self.release.as_json(),
-        }
-
-
-@dataclass(frozen=True)
-class ShutdownCommand:
-    """The OS command that shuts the host down; the launch template makes that a stop or a terminate.
-
-    With ``release_from_group`` the host first leaves its Auto Scaling group with the group's desired
-    capacity lowered (:mod:`cli.host.group_release`), so that the terminate does not bring a replacement.
-    """
-
-    argv: tuple[str, ...]
-    release_from_group: bool = False
-
-    @classmethod
-    def parse(cls, text: str, *, release_from_group: bool = False) -> ShutdownCommand:
-        try:
-            argv = tuple(shlex.split(text))
-        except ValueError as error:
-            raise InputError(f"shutdown command {text!r} cannot be split into words: {error}") from None
-        if not argv:
-            raise InputError(f"the shutdown command is empty; the default is {DEFAULT_SHUTDOWN_COMMAND!r}")
-        return cls(argv, release_from_group)
-
-    def run(self, environment: Mapping[str, str], *, log: Log = _ignore) -> ShutdownResult:
-        """Leave the group if asked, then run the command with ``environment`` added; never raises.
-
-        The command runs whatever leaving the group came to: stopping the bill needs no IAM permission.
-        """
-        release = None
-        if self.release_from_group:
-            release = release_from_group()
-            log(release.describe())
-        return replace(self._run_command(environment), release=release)
-
-    def _run_command(self, environment: Mapping[str, str]) -> ShutdownResult:
-        shown = shlex.join(self.argv)
-        try:
-            completed = subprocess.run(
-                self.argv,
-                env={**os.environ, **environment},
-                stdin=subprocess.DEVNULL,
-                timeout=SHUTDOWN_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except FileNotFoundError:
-            return ShutdownResult(self.argv, None, f"shutdown command not found: {self.argv[0]}")
-        except subprocess.TimeoutExpired:
-            return ShutdownResult(
-                self.argv, None, f"`{shown}` did not finish within {SHUTDOWN_TIMEOUT_SECONDS}s"
-            )
-        except OSError as error:
-            return ShutdownResult(self.argv, None, f"cannot run `{shown}`: {error.strerror or error}")
-        if completed.returncode != 0:
-            status = exit_status(completed.returncode)
-            return ShutdownResult(self.argv, status, f"`{shown}` failed with exit status {status}")
-        return ShutdownResult(self.argv, 0)
 
 
 @dataclass(frozen=True)
@@ -176,18 +94,6 @@ class JobResult:
         }
 
 
-class JobProcess(Protocol):
-    """The job as the wrapper sees it: a process group it can signal and wait for."""
-
-    pid: int
-
-    def wait(self, seconds: float) -> int | None:
-        """The return code once the job has ended, waiting up to ``seconds``; None while it runs."""
-        ...
-
-    def signal_group(self, signum: int) -> None: ...
-
-
 class PopenJob:
     """A child in its own process group; signals go to the whole group, so a shell's children get them too.
 
@@ -219,144 +125,11 @@ class PopenJob:
 StartJob = Callable[[Sequence[str]], JobProcess]
 
 
-@dataclass(frozen=True)
-class HangWatch:
-    """``--hang-after``: the GPUs sampled every ``interval``; the job is hung once all were quiet that long.
-
-    ``sample`` returns the GPUs now, a :class:`SampleFailure`, or None once there is nothing more to
-    read (a replay that ended): the watch then stops and the cap alone applies.
-    """
-
-    sample: Callable[[], Observation | None]
-    after: timedelta
-    threshold_percent: float
-    interval: timedelta
-
-    @property
-    def policy(self) -> IdlePolicy:
-        # Three missed samples in a row: what happened in between is unknown, the window restarts.
-        return IdlePolicy(
-            self.after, self.threshold_percent, max_gap=self.interval * 3, hang_after=self.after
-        )
-
-
-@dataclass
-class SupervisedJob:
-    """The job and what it has been sent; signals before it started are kept for it."""
-
-    clock: Clock
-    process: JobProcess | None = None
-    terminate_sent_at: datetime | None = None
-    killed: bool = False
-    pending: list[int] = field(default_factory=list)  # arrived before the job had started
-    forwarded: list[str] = field(default_factory=list)
-
-    def started(self, process: JobProcess) -> None:
-        self.process = process
-        for signum in self.pending:
-            self.send(signum)
-
-    def send(self, signum: int) -> None:
-        if self.process is None:
-            self.pending.append(signum)
-            return
-        # Bookkeeping first: a job that is already gone must not be asked again and again.
-        if signum == signal.SIGTERM and self.terminate_sent_at is None:
-            self.terminate_sent_at = self.clock.now()
-        if signum == signal.SIGKILL:
-            self.killed = True
-        self.process.signal_group(signum)
-
-    def on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        # Only bookkeeping and a kill(2) here: printing from a handler can re-enter the stream.
-        self.forwarded.append(signal.Signals(signum).name)
-        self.send(signum)
-
-
-@dataclass(frozen=True)
-class Supervised:
-    returncode: int
-    cap_reached: bool
-    hung: bool
-
-
-def supervise(
-    job: SupervisedJob,
-    policy: CapPolicy,
-    *,
-    started: datetime,
-    log: Log = _ignore,
-    hang: HangWatch | None = None,
-    recheck: float | None = RECHECK_SECONDS,
-) -> Supervised:
-    """Wait for the job, escalating at its cap or once it hangs; shared by the wrapper and its watchdog.
-
-    ``recheck`` bounds each wait so a forwarded signal is acted on promptly (None: in virtual time,
-    where nothing happens between two decisions).
-    """
-    assert job.process is not None
-    clock = job.clock
-    cap_reached = hung = False
-    hang_state = IdleState()
-    next_sample = started
-    logged = 0
-    while True:
-        for name in job.forwarded[logged:]:
-            log(f"received {name}; passed it on to the job")
-        logged = len(job.forwarded)
-        now = clock.now()
-        if hang is not None and not hung and now >= next_sample:
-            observation = hang.sample()
-            if observation is None:
-                log("no more GPU samples to read: the hang window is no longer watched")
-                hang = None
-            else:
-                verdict = observe(hang.policy, hang_state, observation, now)
-                hang_state = verdict.state
-                hung = verdict.quiet_for >= hang.after
-                next_sample = now + hang.interval
-        step = next_step(
-            policy,
-            elapsed=now - started,
-            terminating_for=None if job.terminate_sent_at is None else now - job.terminate_sent_at,
-            killed=job.killed,
-            hung=hung and job.terminate_sent_at is None,
-        )
-        if step.action is Action.TERMINATE:
-            if hung:
-                assert hang is not None
-                log(
-                    f"every GPU at or under {hang.threshold_percent:g}% for the hang window of "
-                    f"{format_duration(hang.after)}: the job is hung; SIGTERM sent, SIGKILL in "
-                    f"{format_duration(policy.grace)} if it is still running"
-                )
-            else:
-                cap_reached = True
-                log(
-                    f"the job reached its cap of {format_duration(policy.max_runtime or timedelta(0))}: "
-                    f"SIGTERM sent, SIGKILL in {format_duration(policy.grace)} if it is still running"
-                )
-            job.send(signal.SIGTERM)
-            continue
-        if step.action is Action.KILL:
-            log(f"the job outlived its grace of {format_duration(policy.grace)}: SIGKILL sent")
-            job.send(signal.SIGKILL)
-            continue
-        waits = [seconds for seconds in (recheck,) if seconds is not None]
-        if step.wait is not None:
-            waits.append(step.wait.total_seconds())
-        if hang is not None and not hung:
-            waits.append((next_sample - now).total_seconds())
-        returncode = job.process.wait(min(waits) if waits else RECHECK_SECONDS)
-        if returncode is not None:
-            return Supervised(returncode, cap_reached, hung)
-
-
 def run_job(
     argv: Sequence[str],
     policy: CapPolicy,
     *,
-    log: Log = _ignore,
+    log: Log = no_log,
     clock: Clock | None = None,
     hang: HangWatch | None = None,
     start: StartJob | None = None,
@@ -427,31 +200,13 @@ class RunReport:
         }
 
 
-def shut_down_host(
-    shutdown_command: ShutdownCommand,
-    environment: Mapping[str, str],
-    *,
-    fallback: ApiFallback,
-    clock: Clock,
-    log: Log = _ignore,
-) -> tuple[ShutdownResult, ApiStopResult | None]:
-    """The OS shutdown, then the EC2 API if the host is still up (shared by run, agent and watchdog)."""
-    shutdown = shutdown_command.run(environment, log=log)
-    if shutdown.error is not None:
-        log(f"the host could not shut itself down: {shutdown.error}")
-    api_stop = fallback.after_shutdown(shutdown.ok, clock)
-    if api_stop is not None:
-        log(api_stop.describe())
-    return shutdown, api_stop
-
-
 def run_and_shut_down(
     argv: Sequence[str],
     policy: CapPolicy,
     *,
     on_exit: OnExit,
     shutdown_command: ShutdownCommand,
-    log: Log = _ignore,
+    log: Log = no_log,
     hang: HangWatch | None = None,
     fallback: ApiFallback | None = None,
     clock: Clock | None = None,
@@ -470,8 +225,6 @@ def run_and_shut_down(
         the job on one; a checkpoint hook still running when the job ends is waited for (it is bounded
         by the notice) before the shutdown.
     """
-    from cli.host.watchdog import Charge, Watchdog
-
     fallback = fallback or ApiFallback(after=None)
     guard = (
         Watchdog.spawn(Charge(policy, on_exit, shutdown_command, fallback))
@@ -516,12 +269,3 @@ def run_and_shut_down(
         api_stop,
         None if spot is None else spot.summary(),
     )
-
-
-def host_left_running(shutdown: ShutdownResult | None, api_stop: ApiStopResult | None) -> bool:
-    """Whether a shutdown that was asked for is known not to have happened."""
-    if shutdown is None:
-        return False
-    if api_stop is not None and (api_stop.done or api_stop.on_ec2):
-        return not api_stop.done
-    return not shutdown.ok

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TextIO
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
 from cli.host.api_stop import ApiFallback, ApiStopResult
-from cli.host.job_wrapper import ShutdownCommand, ShutdownResult
+from cli.host.supervision import ShutdownCommand, ShutdownResult, host_left_running
 from guardrails.clock import Clock
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError
@@ -451,8 +451,6 @@ class AgentResult:
 
     @property
     def exit_status(self) -> int:
-        from cli.host.job_wrapper import host_left_running
-
         return 1 if host_left_running(self.shutdown, self.api_stop) else 0
 
 

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from cli.host.api_stop import ApiFallback
-from cli.host.job_wrapper import (
+from cli.host.supervision import (
     JobProcess,
     Log,
     ShutdownCommand,

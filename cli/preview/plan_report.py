@@ -58,7 +58,7 @@ class PlanReport:
 
 def offline_run(config: StackConfig) -> OfflineRun:
     """The stack's resources as the real Pulumi program declares them, without an engine or a cloud."""
-    from stacks.program import build_platform
+    from stacks.platform import build_platform
 
     return run_offline(lambda: build_platform(config), stack=config.stack, region=config.region)
 

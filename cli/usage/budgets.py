@@ -170,7 +170,7 @@ def rearm_after_change(
     account), move it, or remove it when nothing would cross. Without a stack nothing is armed: the
     one-minute rule checks."""
     from lambdas.aws.clients import client
-    from lambdas.budget import AwsEnforcer, crossing_target_of_caller, rearm_crossing
+    from lambdas.engines.budgeting import AwsEnforcer, crossing_target_of_caller, rearm_crossing
 
     if not stack:
         return {"tenant": tenant, "crossing": "not armed", "reason": "no --stack (or PARKBRAKE_STACK)"}

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from guardrails.ledger import StateChange
     from guardrails.settings import Settings
     from lambdas.aws.environment import ClientFactory
+    from lambdas.engines.metering import MeterResult
     from lambdas.ledger.store import LedgerStore
-    from lambdas.meter import MeterResult
 
 MAX_PROBLEMS_SHOWN = 20
 # Events queued between settles: a settle holds appends off while it derives (about 0.5 s per
@@ -108,7 +108,7 @@ def ingest_changes(
     from rich.progress import Progress
 
     from cli.console import console
-    from lambdas.meter import Attributed, account, attribute_changes
+    from lambdas.engines.metering import Attributed, account, attribute_changes
 
     received_at = datetime.now(UTC)
     attributed = Attributed()

@@ -26,7 +26,7 @@ from guardrails import names
 REAPER = "reaper"
 DEADLINE = "deadline"
 LAUNCHER = "launcher"
-# The ledger's guardrails name themselves (lambdas.meter, lambdas.budget); every heartbeat writer, in order.
+# The ledger's guardrails name themselves (lambdas.engines.metering, lambdas.engines.budgeting); every heartbeat writer, in order.
 GUARDRAILS = (REAPER, DEADLINE, LAUNCHER, "meter", "budget")
 # How far back the exporter looks for a guardrail's last success (a day of minute datapoints).
 LOOKBACK = timedelta(days=1)

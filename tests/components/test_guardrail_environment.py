@@ -11,7 +11,7 @@ from guardrails.settings import settings_from_environment
 from guardrails.settings_table import DATABASE_SECRET_ARN, TUNING, WIRED
 from stacks.config import parse_stack_config
 from stacks.offline import run_offline
-from stacks.program import build_platform
+from stacks.platform import build_platform
 from tests.components.guardrails_build import build, environment_of
 from tests.stacks.test_config import example
 

@@ -86,7 +86,7 @@ def test_only_the_functions_that_act_through_the_stop_path_may_stop_hosts() -> N
         if any(actions(statement) & stop_path for statement in statements_of(run, function.name))
     }
     # The deadline stops a host already past its cap when its event arrives; the budget enforces budgets,
-    # and so does the meter for the tenants whose usage an event changed (lambdas.budget, at once).
+    # and so does the meter for the tenants whose usage an event changed (lambdas.engines.budgeting, at once).
     assert may_stop == {"reaper", "deadline", "budget", "meter"}
     assert "ShrinkManagedGroupsOnly" not in by_sid(statements_of(run, "launcher"))
 

@@ -18,7 +18,7 @@ from fnmatch import fnmatchcase
 import pytest
 
 from components.iam_policies import GUARDRAIL_POLICIES, Grants
-from tests.aws_call_recorder import GUARDRAILS, OUTPUT_VARIABLE
+from tests.aws_call_recorder import ENGINES, GUARDRAILS, OUTPUT_VARIABLE
 from tests.conftest import REPO_ROOT
 
 LAMBDA_TESTS = [
@@ -63,13 +63,13 @@ NOT_CALLS = {
 # (stand-alone: stop; spot: terminate; in an Auto Scaling group: leave it, decrementing the capacity),
 # so a guardrail that calls one of them needs them all.
 STOP_PATH = {"ec2:StopInstances", "ec2:TerminateInstances", "autoscaling:TerminateInstanceInAutoScalingGroup"}
-# Calls a guardrail's handler makes that its test suite, driving the function below the handler, does
-# not reach: (guardrail, action) → the call in the handler's source, checked to be there.
+# Calls a guardrail's Lambda run makes that its test suite, driving the functions below it, does not
+# reach: (guardrail, action) → the call in its handler's or its engine's source, checked to be there.
 HANDLER_ONLY = {
     ("meter", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
     ("budget", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
     ("reconciler", "cloudwatch:PutMetricData"): "heartbeat.record_success(",
-    ("reconciler", "sns:Publish"): "meter.alert_unpriced(",
+    ("reconciler", "sns:Publish"): "metering.alert_unpriced(",
     # The decision relay (tests/lambdas/ledger/test_guardrail_decisions.py drives it below the handler).
     ("reaper", "events:PutEvents"): "decision_log(",
     ("deadline", "events:PutEvents"): "decision_log(",
@@ -78,10 +78,17 @@ HANDLER_ONLY = {
 
 # A guardrail that hands its work to another's code makes that one's calls too: (the other, the call).
 DELEGATES = {
-    "deadline": ("reaper", "host_sweep.sweep("),  # a host already past its deadline is swept
-    "meter": ("budget", "budget.enforce_budgets("),  # the changed tenants' budgets are checked at once
-    "reconciler": ("meter", "meter.meter("),  # its repairs are metered (a type's count from EC2 included)
+    "deadline": ("reaper", "sweeping.sweep("),  # a host already past its deadline is swept
+    "meter": ("budget", "budgeting.enforce_budgets("),  # the changed tenants' budgets are checked at once
+    "reconciler": ("meter", "metering.meter("),  # its repairs are metered (a type's count from EC2 included)
 }
+
+
+def run_source(guardrail: str) -> str:
+    """What the guardrail's Lambda runs: its handler and its engine."""
+    handler = REPO_ROOT / "lambdas" / f"{guardrail}.py"
+    engine = REPO_ROOT / "lambdas" / "engines" / f"{ENGINES[guardrail]}.py"
+    return handler.read_text() + engine.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +139,7 @@ def test_every_exemption_is_granted_and_every_handler_only_call_is_in_its_handle
     everything = set().union(*(granted(guardrail) for guardrail in GUARDRAILS))
     assert set(NOT_CALLS) <= everything
     for guardrail, (_, call) in DELEGATES.items():
-        assert call in (REPO_ROOT / "lambdas" / f"{guardrail}.py").read_text(), (guardrail, call)
+        assert call in run_source(guardrail), (guardrail, call)
     for (guardrail, action), call in HANDLER_ONLY.items():
         assert action in granted(guardrail)
-        assert call in (REPO_ROOT / "lambdas" / f"{guardrail}.py").read_text(), (guardrail, call)
+        assert call in run_source(guardrail), (guardrail, call)

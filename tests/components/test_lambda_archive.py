@@ -44,6 +44,14 @@ def test_the_code_archive_holds_the_two_packages_and_their_data_only() -> None:
     files = code_files()
     assert {path.split("/")[0] for path in files} == {"guardrails", "lambdas"}
     assert {"guardrails/__init__.py", "lambdas/reaper.py", "guardrails/prices.json"} <= set(files)
+    # The handlers' engines travel with them: every module of lambdas/engines/ is in the archive.
+    engines = {str(path.relative_to(REPO_ROOT)) for path in (REPO_ROOT / "lambdas" / "engines").glob("*.py")}
+    assert {
+        "lambdas/engines/__init__.py",
+        "lambdas/engines/metering.py",
+        "lambdas/engines/sweeping.py",
+    } <= engines
+    assert engines <= set(files)
     assert not [path for path in files if "__pycache__" in path or path.endswith((".pyc", ".pyo"))]
 
 

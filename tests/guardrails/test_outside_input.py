@@ -23,7 +23,8 @@ from guardrails.durations import LONGEST, DurationError, parse_duration
 from guardrails.hosts import Host, as_utc
 from guardrails.ledger import MalformedEvent, state_change_from_event
 from guardrails.settings import SettingsError, settings_from_environment
-from lambdas import deadline, reaper
+from lambdas import reaper
+from lambdas.engines import deadlines
 from services.inference.settings import settings_from_environment as service_settings
 
 NOW = datetime(2025, 3, 1, 12, tzinfo=UTC)
@@ -203,7 +204,7 @@ def test_any_state_change_event_parses_or_is_refused(
     if isinstance(event.get("detail"), dict):
         event["detail"] = {**event["detail"], **detail}
     try:
-        change = deadline.parse_state_change(event)
+        change = deadlines.parse_state_change(event)
     except ValueError:
         pass
     else:

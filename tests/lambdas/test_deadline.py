@@ -36,6 +36,7 @@ from guardrails.settings import SettingsError
 from lambdas import deadline, reaper
 from lambdas.aws.deadline_schedules import schedule_expression
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import sweeping
 
 
 @pytest.fixture
@@ -248,7 +249,7 @@ def test_a_deadline_stop_that_fails_raises_after_notifying(aws: str) -> None:
         started = launch_time(clients("ec2", REGION), host)
         proxy.fail("StopInstances", "UnauthorizedOperation", "You are not authorized.", status=403)
 
-        with pytest.raises(reaper.DeadlineStopFailed, match=host):
+        with pytest.raises(sweeping.DeadlineStopFailed, match=host):
             reaper.handle(
                 {"instance_ids": [host]},
                 settings=guardrail_settings(sns_topic_arn=topic),

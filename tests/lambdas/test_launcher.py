@@ -31,6 +31,7 @@ from guardrails.pricing import load_price_table
 from lambdas import launcher
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import launching
 
 NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 
@@ -202,7 +203,7 @@ def test_unknown_pool_is_an_error(clients: ClientFactory) -> None:
 )
 def test_malformed_events_are_refused(event: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"pool|capacity"):
-        launcher.parse_event(event)
+        launching.parse_event(event)
 
 
 def test_a_pool_with_fallback_types_is_admitted_at_its_dearest_type_and_says_which(aws: str) -> None:

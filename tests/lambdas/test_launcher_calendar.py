@@ -22,6 +22,7 @@ from guardrails import names
 from guardrails.errors import InputError, ParkbrakeError
 from lambdas import launcher
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import launching
 
 CALENDAR = names.calendar_parameter(STACK)
 
@@ -132,4 +133,4 @@ def test_a_missing_or_broken_calendar_is_an_error_never_an_open_day(clients: Cli
 )
 def test_malformed_calendar_fields_are_refused(field: str, value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        launcher.parse_event(scheduler_event("2025-12-25T00:30:00Z") | {field: value})
+        launching.parse_event(scheduler_event("2025-12-25T00:30:00Z") | {field: value})

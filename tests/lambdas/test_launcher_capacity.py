@@ -32,6 +32,7 @@ from guardrails import names
 from lambdas import launcher
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import launching
 
 NOW = datetime(2025, 3, 1, 1, 0, tzinfo=UTC)
 GROUP = names.autoscaling_group(STACK, "training")
@@ -201,7 +202,7 @@ def test_a_group_short_because_every_type_lacked_capacity_reaches_a_person(
 
 def test_report_wait_must_stay_inside_the_functions_timeout() -> None:
     with pytest.raises(ValueError, match="report_wait_s must be seconds from 0 to 40"):
-        launcher.parse_event({"pool": "training", "report_wait_s": 90})
+        launching.parse_event({"pool": "training", "report_wait_s": 90})
 
 
 def test_a_short_notice_that_cannot_be_published_withholds_the_heartbeat(aws: str) -> None:

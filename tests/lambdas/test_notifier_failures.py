@@ -117,7 +117,7 @@ def test_a_failing_sns_topic_is_an_error_and_a_metric_and_the_decisions_are_logg
 def test_the_meters_unpriced_alert_to_a_gone_topic_is_an_error_and_a_metric(
     clients: ClientFactory, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from lambdas import meter
+    from lambdas.engines import metering
 
     unpriced = [
         {
@@ -129,7 +129,7 @@ def test_the_meters_unpriced_alert_to_a_gone_topic_is_an_error_and_a_metric(
     ]
     settings = guardrail_settings(sns_topic_arn="arn:aws:sns:us-east-1:123456789012:deleted-topic")
 
-    errors = meter.alert_unpriced(unpriced, settings=settings, clients=clients)
+    errors = metering.alert_unpriced(unpriced, settings=settings, clients=clients)
 
     assert [error["action"] for error in errors] == ["notify"]
     out = capsys.readouterr().out

@@ -34,6 +34,7 @@ from guardrails.rules.base import instant
 from lambdas import deadline, reaper
 from lambdas.aws.deadline_schedules import schedule_expression
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import owner_warnings
 
 ANA, BOB = "ana@example.com", "@bob"
 
@@ -178,7 +179,7 @@ def test_a_host_already_stopped_gets_no_warning(clients: ClientFactory) -> None:
 def test_a_warning_that_cannot_be_published_raises_for_a_retry(clients: ClientFactory) -> None:
     host, started, schedule = armed_host(clients, **{tags.OWNER: ANA})
     missing = f"arn:aws:sns:{REGION}:123456789012:no-such-topic"
-    with pytest.raises(reaper.WarningFailed, match=host):
+    with pytest.raises(owner_warnings.WarningFailed, match=host):
         fire(schedule, clients, started + minutes(75), sns_topic_arn=missing)
 
 

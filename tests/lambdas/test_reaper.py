@@ -326,5 +326,5 @@ def test_the_lambda_logs_structured_json_at_info(aws: str) -> None:
     assert {line["service"] for line in lines} == {"parkbrake-reaper"}
     [result] = [line for line in lines if line["message"] == "reaper result"]
     assert result["level"] == "INFO"
-    assert result["name"] == "lambdas.reaper"
+    assert result["name"] == "lambdas.engines.sweeping"  # an engine's logger, set up by its handler
     assert (result["result"]["checked"], result["result"]["dry_run"]) == (1, True)

@@ -11,8 +11,8 @@ import pytest
 from aws_fault_proxy import FaultProxy
 from guardrail_fleet import ACCOUNT, AMI, REGION, client_factory, guardrail_settings, managed_tags, minutes
 
-from lambdas.aws import host_sweep
 from lambdas.aws.stop_path import BATCH_SIZE
+from lambdas.engines import sweeping
 
 RESERVATIONS = 25
 PER_RESERVATION = 100
@@ -65,8 +65,8 @@ def test_a_sweep_over_2500_hosts_costs_pages_not_hosts(proxy: FaultProxy) -> Non
     proxy.clear()
 
     settings = guardrail_settings()
-    plan = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
-    report = host_sweep.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
+    plan = sweeping.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
+    report = sweeping.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
 
     assert report.errors == []
     assert len(plan.verdicts) == 2500
@@ -78,7 +78,7 @@ def test_a_sweep_over_2500_hosts_costs_pages_not_hosts(proxy: FaultProxy) -> Non
     assert sum(proxy.calls.values()) == 3 + 1 + 25 + 1
 
     proxy.clear()
-    again = host_sweep.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
+    again = sweeping.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_SIZE)
     # Stopped hosts fall out of the running filter; the stopped listing pages through them (and who
     # owns them is read), but hosts stopped within the retention are not judged worth a report.
     assert again.verdicts == []

@@ -23,7 +23,7 @@ EXAMPLES = [("dev", False), ("dev", True), ("prod", False), ("prod", True)]
 
 @cache
 def example(stack: str, parked: bool) -> tuple[StackConfig, OfflineRun]:
-    from stacks.program import build_platform
+    from stacks.platform import build_platform
 
     config = load_stack_config(stack, REPO_ROOT).with_parked(parked)
     return config, run_offline(lambda: build_platform(config), stack=config.stack, region=config.region)

@@ -13,7 +13,7 @@ from policies.rule import PolicyContext, Violation
 from policies.rules import gpu_deployments_have_a_revision, gpu_node_pools_expire, gpu_queues_gated_by_budget
 from stacks.config import load_stack_config
 from stacks.offline import OfflineRun, RegisteredResource, run_offline
-from stacks.program import build_platform
+from stacks.platform import build_platform
 from tests.conftest import REPO_ROOT
 
 NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"

@@ -13,7 +13,7 @@ from policies.rule import PolicyContext
 from policies.rules import names_fit_aws
 from stacks.config import load_stack_config
 from stacks.offline import OfflineRun, RegisteredResource, run_offline
-from stacks.program import build_platform
+from stacks.platform import build_platform
 from tests.conftest import REPO_ROOT
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from stacks.config import load_stack_config
 from stacks.offline import OfflineRun, run_offline
-from stacks.program import build_platform
+from stacks.platform import build_platform
 from tests.conftest import REPO_ROOT
 
 # Inputs that give a resource a physical name of the stack's choosing, which AWS keeps unique.

@@ -14,7 +14,7 @@ from ruamel.yaml import YAML
 
 from stacks.config import load_stack_config, parse_stack_config
 from stacks.offline import OfflineRun, run_offline
-from stacks.program import build_platform
+from stacks.platform import build_platform
 from stacks.validation import ConfigError
 from tests.conftest import REPO_ROOT
 

@@ -24,7 +24,7 @@ from guardrails.schedules import eventbridge_cron_to_five_fields
 if TYPE_CHECKING:
     from guardrails.launch import BudgetGate, LaunchDecision
     from lambdas.aws.environment import ClientFactory
-    from lambdas.launcher import LaunchEvent
+    from lambdas.engines.launching import LaunchEvent
 
 ScheduleKind = Literal["nightly", "reaper", "other"]
 ScheduleState = Literal["ENABLED", "DISABLED"]
@@ -113,7 +113,7 @@ def closed_days_of(schedules: list[Schedule], ssm: Any) -> dict[str, ClosedDays]
     parameters = {schedule.calendar for schedule in schedules if schedule.calendar is not None}
     if not parameters:  # most stacks: the launcher's module (and its imports) is not needed
         return {}
-    from lambdas.launcher import read_closed_days
+    from lambdas.engines.launching import read_closed_days
 
     return {parameter: read_closed_days(ssm, parameter) for parameter in sorted(parameters)}
 
@@ -272,7 +272,7 @@ def change_state(
 
 def launcher_payload(schedule: Schedule) -> LaunchEvent:
     """What a nightly start asks the launcher for; only nightly starts can run now."""
-    from lambdas.launcher import parse_event
+    from lambdas.engines.launching import parse_event
 
     if schedule.kind != "nightly" or schedule.payload is None:
         hint = "; run the sweep with `parkbrake reap`" if schedule.kind == "reaper" else ""
@@ -298,7 +298,7 @@ class RunNow:
         return self.decision.refusal is not None
 
     def as_dict(self) -> dict[str, Any]:
-        from lambdas.launcher import result_of
+        from lambdas.engines.launching import result_of
 
         return {
             "schedule": self.schedule,
@@ -328,14 +328,14 @@ def run_now(
 
     from cli.oncall.in_process import lambda_quiet
     from guardrails.settings import REGIONS, STACK, settings_from_environment
-    from lambdas import launcher
+    from lambdas.engines import launching
 
     schedule = get_schedule(scheduler, stack, name)
     event = replace(launcher_payload(schedule), scheduled_time=now)
     payload = schedule.payload or {}
     settings = settings_from_environment({**environ, STACK: stack, REGIONS: region})
-    with lambda_quiet(launcher.__name__):
-        decision = launcher.launch(
+    with lambda_quiet(launching.__name__):
+        decision = launching.launch(
             event,
             settings=settings,
             clients=clients,

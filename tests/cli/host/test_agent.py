@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli.host.job_wrapper import ShutdownCommand
 from cli.host.nvml_agent import (
     AgentEvent,
     GpuMetrics,
@@ -30,6 +29,7 @@ from cli.host.nvml_agent import (
     run_agent,
     serve_metrics,
 )
+from cli.host.supervision import ShutdownCommand
 from guardrails.errors import InputError, ParkbrakeError
 from guardrails.idle import GpuSample, IdlePolicy, SampleFailure
 from tests.cli.host.conftest import RECORDINGS, ShutdownRecorder

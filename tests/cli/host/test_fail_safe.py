@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.host.job_wrapper import ShutdownCommand
 from cli.host.nvml_agent import AgentEvent, GpuMetrics, ReplaySampler, load_recording, run_agent
+from cli.host.supervision import ShutdownCommand
 from guardrails.idle import GpuSample, GpuState, IdlePolicy, IdleState, Observation, SampleFailure, observe
 from tests.cli.host.conftest import RECORDINGS, ShutdownRecorder
 from tests.cli.host.test_agent import agent_command

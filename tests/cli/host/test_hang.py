@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from cli.host.job_wrapper import HangWatch, ShutdownCommand, run_and_shut_down, run_job
+from cli.host.job_wrapper import run_and_shut_down, run_job
 from cli.host.nvml_agent import (
     AgentEvent,
     GpuMetrics,
@@ -26,6 +26,7 @@ from cli.host.nvml_agent import (
     observation_from,
     run_agent,
 )
+from cli.host.supervision import HangWatch, ShutdownCommand
 from guardrails.clock import ManualClock
 from guardrails.idle import GpuSample, IdlePolicy, IdleState, IdleVerdict, Observation, SampleFailure, observe
 from guardrails.job_policy import CapPolicy, OnExit

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.host.job_wrapper import ShutdownCommand, run_and_shut_down, run_job
+from cli.host.job_wrapper import run_and_shut_down, run_job
+from cli.host.supervision import ShutdownCommand
 from guardrails.errors import InputError
 from guardrails.job_policy import CapPolicy, OnExit
 from tests.cli.host.conftest import ShutdownRecorder

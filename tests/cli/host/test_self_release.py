@@ -22,7 +22,7 @@ from aws_fault_proxy import FaultProxy
 from guardrail_fleet import REGION, client_factory, create_pool, group_instances, group_of, launch, states
 
 from cli.host.group_release import InstanceMetadata, ReleaseResult, release_from_group
-from cli.host.job_wrapper import ShutdownCommand
+from cli.host.supervision import ShutdownCommand
 from tests.cli.host.conftest import RECORDINGS, TAGS_PREFIX, FakeImds, ShutdownRecorder
 from tests.conftest import REPO_ROOT
 

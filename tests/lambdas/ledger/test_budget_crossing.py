@@ -25,13 +25,14 @@ from ledger_streams import T0, at, ms, step, who
 
 from guardrails import names
 from guardrails.runway import Budget
-from lambdas import budget, launcher
+from lambdas import launcher
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import budgeting
 from lambdas.ledger.store import LedgerStore
 
 CAP = timedelta(hours=12)
 LIMIT = Decimal(100)
-BUDGET_ARN = budget.budget_function_arn(TARGET_ARN, STACK)
+BUDGET_ARN = budgeting.budget_function_arn(TARGET_ARN, STACK)
 
 
 def armed_at(clients: object, tenant: str) -> datetime:
@@ -66,11 +67,11 @@ def test_the_crossing_is_checked_within_60_seconds_and_the_hosts_are_stopped(
     store.set_budget(Budget("research", LIMIT, "month", actions=frozenset({"stop"})))
     p4d = who("research", "training", "p4d.24xlarge", 12 * 60)
     store.append([step("r1", host, "running", ms(0), p4d)], source="meter", received_at=T0)
-    enforcer = budget.AwsEnforcer(
+    enforcer = budgeting.AwsEnforcer(
         clients=clients, regions=["us-east-1"], topic_arn=None, spot_action="terminate",
-        crossing=budget.CrossingTarget(STACK, BUDGET_ARN, ROLE_ARN),
+        crossing=budgeting.CrossingTarget(STACK, BUDGET_ARN, ROLE_ARN),
     )  # fmt: skip
-    run = budget.enforce_budgets(store, enforcer, now=at(1), default_cap=CAP)
+    run = budgeting.enforce_budgets(store, enforcer, now=at(1), default_cap=CAP)
     assert run.errors == []
     scheduled = armed_at(clients, "research")  # $100 at $32.7726 an hour: about 3 h 3 min
     crossing = first_second_over_the_limit(store, at(1), at(6 * 60))
@@ -78,7 +79,7 @@ def test_the_crossing_is_checked_within_60_seconds_and_the_hosts_are_stopped(
     assert states(clients("ec2", None), [host]) == {host: "running"}
     # A second host starts: the burn doubles and the check moves earlier.
     store.append([step("r2", "i-second", "running", ms(30), p4d)], source="meter", received_at=T0)
-    budget.enforce_budgets(store, enforcer, now=at(30), default_cap=CAP)
+    budgeting.enforce_budgets(store, enforcer, now=at(30), default_cap=CAP)
     moved = armed_at(clients, "research")
     assert moved < scheduled
     # Scheduler fires at the armed instant. A host in its first minute is already billed that minute,
@@ -87,7 +88,7 @@ def test_the_crossing_is_checked_within_60_seconds_and_the_hosts_are_stopped(
     crossing = first_second_over_the_limit(store, at(30), at(6 * 60))
     fired_at = moved
     for _ in range(3):
-        fired = budget.enforce_budgets(store, enforcer, now=fired_at, default_cap=CAP)
+        fired = budgeting.enforce_budgets(store, enforcer, now=fired_at, default_cap=CAP)
         if fired.stopped:
             break
         fired_at = armed_at(clients, "research")
@@ -96,10 +97,10 @@ def test_the_crossing_is_checked_within_60_seconds_and_the_hosts_are_stopped(
     assert states(clients("ec2", None), [host]) == {host: "stopped"}
 
 
-def crossing_enforcer(clients: ClientFactory) -> budget.AwsEnforcer:
-    return budget.AwsEnforcer(
+def crossing_enforcer(clients: ClientFactory) -> budgeting.AwsEnforcer:
+    return budgeting.AwsEnforcer(
         clients=clients, regions=[REGION], topic_arn=None, spot_action="terminate",
-        crossing=budget.CrossingTarget(STACK, BUDGET_ARN, ROLE_ARN),
+        crossing=budgeting.CrossingTarget(STACK, BUDGET_ARN, ROLE_ARN),
     )  # fmt: skip
 
 
@@ -111,7 +112,7 @@ def test_a_budget_change_arms_moves_and_removes_the_crossing_check(aws: str, sto
     store.append([step("r1", "i-one", "running", ms(0), p4d)], source="meter", received_at=T0)
 
     def rearm(minute: float) -> datetime | None:
-        return budget.rearm_crossing(store, enforcer, tenant="research", now=at(minute), default_cap=CAP)
+        return budgeting.rearm_crossing(store, enforcer, tenant="research", now=at(minute), default_cap=CAP)
 
     # A budget set: armed where the spend reaches it ($100 at $32.7726 an hour: about 3 h 3 min).
     store.set_budget(Budget("research", LIMIT, "month", actions=frozenset({"stop"})))
@@ -149,10 +150,10 @@ def test_a_targeted_check_removes_the_crossing_once_nothing_burns(aws: str, stor
     p4d = who("research", "training", "p4d.24xlarge", 12 * 60)
     store.set_budget(Budget("research", LIMIT, "month", actions=frozenset({"stop"})))
     store.append([step("r1", "i-one", "running", ms(0), p4d)], source="meter", received_at=T0)
-    budget.enforce_budgets(store, enforcer, now=at(1), default_cap=CAP, tenants=["research"])
+    budgeting.enforce_budgets(store, enforcer, now=at(1), default_cap=CAP, tenants=["research"])
     assert names.budget_crossing_schedule("research") in deadline_schedules(clients)
     store.append([step("s1", "i-one", "stopped", ms(10), p4d)], source="meter", received_at=T0)
-    run = budget.enforce_budgets(store, enforcer, now=at(10), default_cap=CAP, tenants=["research"])
+    run = budgeting.enforce_budgets(store, enforcer, now=at(10), default_cap=CAP, tenants=["research"])
     assert run.armed == [{"tenant": "research", "at": None}]
     assert names.budget_crossing_schedule("research") not in deadline_schedules(clients)
 
@@ -166,7 +167,7 @@ def test_an_admission_by_the_launcher_arms_the_crossing_check(aws: str, store: L
     )  # fmt: skip
     clients("ssm", REGION).put_parameter(Name=names.park_parameter(STACK), Value="false", Type="String")
     store.set_budget(Budget("research", LIMIT, "month", actions=frozenset({"deny", "stop"})))
-    gate = budget.LedgerBudgetGate(store, default_cap=CAP, enforcer=crossing_enforcer(clients))
+    gate = budgeting.LedgerBudgetGate(store, default_cap=CAP, enforcer=crossing_enforcer(clients))
 
     def start(minute: float, capacity: int) -> dict[str, object]:
         event = {"pool": "training", "capacity": capacity}

@@ -29,8 +29,9 @@ from guardrails import tags
 from guardrails.launch import AdmissionRequest, PoolState, decide_launch
 from guardrails.ledger import state_change_from_event, to_ms
 from guardrails.runway import Budget, StopReport
-from lambdas import budget, launcher, meter
+from lambdas import budget
 from lambdas.aws.environment import ClientFactory, container_settings
+from lambdas.engines import budgeting, launching, metering
 from lambdas.ledger.store import LedgerStore, container_store
 
 ANA, BOB, CARL = "ana@example.com", "@bob", "carl@example.com"
@@ -93,12 +94,14 @@ def owned(tenant: str, owner: str | None) -> dict[str, str]:
     return managed_tags(tenant=tenant) | ({tags.OWNER: owner} if owner else {})
 
 
-def aws_enforcer(clients: ClientFactory, topic_arn: str | None) -> budget.AwsEnforcer:
-    return budget.AwsEnforcer(clients=clients, regions=[REGION], topic_arn=topic_arn, spot_action="terminate")
+def aws_enforcer(clients: ClientFactory, topic_arn: str | None) -> budgeting.AwsEnforcer:
+    return budgeting.AwsEnforcer(
+        clients=clients, regions=[REGION], topic_arn=topic_arn, spot_action="terminate"
+    )
 
 
-def run_budget(store: LedgerStore, enforcer: Any, now: datetime, **options: Any) -> budget.BudgetRun:
-    return budget.enforce_budgets(store, enforcer, now=now, default_cap=CAP, **options)
+def run_budget(store: LedgerStore, enforcer: Any, now: datetime, **options: Any) -> budgeting.BudgetRun:
+    return budgeting.enforce_budgets(store, enforcer, now=now, default_cap=CAP, **options)
 
 
 def start_p4d(
@@ -146,7 +149,7 @@ def test_a_threshold_notice_names_the_owners_of_the_tenants_running_hosts(
     hosts = [launch(ec2, "p4d.24xlarge", owned(tenant, owner))[0]
              for tenant, owner in (("research", ANA), ("research", BOB), ("research", None), ("product", CARL))]  # fmt: skip
     changes = [state_change_from_event(state_change(host, "running", at(0))) for host in hosts]
-    meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    metering.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
     store.set_budget(Budget("research", Decimal(200), "month"))  # 3 hosts' 90-minute caps: $147.47
 
     assert run_budget(store, aws_enforcer(clients, topic[0]), at(1)).notified == [
@@ -202,7 +205,7 @@ def test_the_gate_reserves_what_it_grants_and_refuses_with_the_numbers(store: Le
     store.set_budget(Budget("research", Decimal(100), "month"))
     store.set_budget(Budget("product", Decimal(10), "month", actions=frozenset({"notify"})))
     start_p4d(store, "i-1", 0, cap_minutes=90)  # $49.16 committed
-    gate = budget.LedgerBudgetGate(store, default_cap=CAP)
+    gate = budgeting.LedgerBudgetGate(store, default_cap=CAP)
     p4d = AdmissionRequest("research", "p4d.24xlarge", 1, CAP)
     first = gate.admit(p4d, at(1))
     assert (first.granted, first.needed_usd, first.remaining_usd) == (
@@ -280,7 +283,7 @@ def test_the_nightly_launcher_refuses_a_tenant_whose_runway_cannot_cover_the_cap
     start_p4d(store, "i-1", 0, cap_minutes=90)
     pool = PoolState("training", "parkbrake-test-training", desired=0, max_size=4,
                      instance_type="p4d.24xlarge", tenant="research", cap=CAP)  # fmt: skip
-    gate = budget.LedgerBudgetGate(store, default_cap=CAP)
+    gate = budgeting.LedgerBudgetGate(store, default_cap=CAP)
     one = decide_launch(pool, parked=False, target=1, usd_per_hour=P4D, gate=gate, now=at(1))
     two = decide_launch(pool, parked=False, target=2, usd_per_hour=P4D, gate=gate, now=at(1))
     assert (one.start, one.refusal) == (1, None)
@@ -301,7 +304,7 @@ def test_at_the_hard_limit_the_tenants_hosts_are_stopped_through_the_stop_path(
     changes = [
         state_change_from_event(state_change(i, "running", at(0))) for i in (alone, other_tenant, in_group)
     ]
-    meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    metering.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
     store.set_budget(Budget("research", Decimal(50), "month", actions=frozenset({"notify", "deny", "stop"})))
     enforcer = aws_enforcer(clients, topic[0])
 
@@ -336,7 +339,7 @@ def test_a_budget_stop_tells_the_stopped_hosts_owners_and_a_failed_notice_is_an_
     (anas,) = launch(ec2, "p4d.24xlarge", owned("research", ANA))
     (carls,) = launch(ec2, "p4d.24xlarge", owned("product", CARL))
     changes = [state_change_from_event(state_change(host, "running", at(0))) for host in (anas, carls)]
-    meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    metering.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
     for tenant in ("research", "product"):
         store.set_budget(Budget(tenant, Decimal(10), "month", actions=frozenset({"stop"})))
 
@@ -383,19 +386,19 @@ def test_the_launcher_gets_a_gate_only_when_a_ledger_is_configured(
 ) -> None:
     monkeypatch.delenv("PARKBRAKE_DATABASE_URL", raising=False)
     monkeypatch.delenv("PARKBRAKE_DATABASE_SECRET_ARN", raising=False)
-    assert budget.gate_from_environment(guardrail_settings()) is None
-    assert launcher.budget_gate() is None
+    assert budgeting.gate_from_environment(guardrail_settings()) is None
+    assert launching.budget_gate() is None
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
     container_store.cache_clear()
     try:
-        gate = budget.gate_from_environment(guardrail_settings())
+        gate = budgeting.gate_from_environment(guardrail_settings())
         assert gate is not None
         assert gate.admit(AdmissionRequest("research", "g5.xlarge", 1, CAP), at(0)).granted
         # The nightly Lambda's own entry point picks the same gate up from its environment.
         monkeypatch.setenv("PARKBRAKE_STACK", "dev")
         monkeypatch.setenv("PARKBRAKE_REGIONS", "us-east-1")
         container_settings.cache_clear()
-        assert isinstance(launcher.budget_gate(), budget.LedgerBudgetGate)
+        assert isinstance(launching.budget_gate(), budgeting.LedgerBudgetGate)
     finally:
         container_store().close()
         container_store.cache_clear()

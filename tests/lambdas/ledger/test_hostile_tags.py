@@ -25,7 +25,7 @@ from guardrails import tags
 from guardrails.durations import DurationError, parse_duration
 from guardrails.ledger import state_change_from_event
 from guardrails.runway import Budget
-from lambdas import budget, meter, reconciler
+from lambdas.engines import budgeting, metering, reconciling
 from lambdas.ledger.store import LedgerStore
 
 FEW = settings(
@@ -69,7 +69,7 @@ def test_the_meter_and_the_budget_account_for_every_host_and_cap_the_hostile_one
     store.set_budget(Budget("research", Decimal(100), "month"))
     events = [state_change(host, "running", launch_time(ec2, host)) for host in (bad, good)]
 
-    result = meter.meter(
+    result = metering.meter(
         [state_change_from_event(event) for event in events],
         store=store,
         clients=clients,
@@ -81,7 +81,7 @@ def test_the_meter_and_the_budget_account_for_every_host_and_cap_the_hostile_one
     caps = {interval.instance_id: interval.attribution.cap_ms for interval in store.intervals()}
     assert caps[bad] == DEFAULT_CAP // timedelta(milliseconds=1)
     assert caps[good] == 2 * 3_600_000
-    run = budget.enforce_budgets(
+    run = budgeting.enforce_budgets(
         store,
         CountingEnforcer(),
         now=datetime.now(UTC),
@@ -102,7 +102,7 @@ def test_the_reconciler_repairs_every_host_whatever_one_hosts_tags(
     (bad,) = launch(ec2, "g5.xlarge", managed_tags(max_runtime=None) | hostile)
     (good,) = launch(ec2, "g5.xlarge", managed_tags(max_runtime="2h"))
 
-    outcome = reconciler.run_reconciler(
+    outcome = reconciling.run_reconciler(
         store=store,
         clients=clients,
         settings=guardrail_settings(),

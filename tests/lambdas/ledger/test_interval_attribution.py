@@ -11,7 +11,7 @@ from ledger_streams import T0, at, ms, step, who
 
 from guardrails import tags
 from guardrails.ledger import ON_DEMAND, SPOT, state_change_from_event
-from lambdas import meter
+from lambdas.engines import metering
 from lambdas.ledger.store import LedgerStore
 
 
@@ -26,7 +26,7 @@ def test_the_meter_records_a_hosts_region_pricing_model_and_spot_zone(store: Led
     events = [
         state_change(host, "running", at(0), region="eu-west-1") for host in (spot_host, on_demand_host)
     ]
-    meter.meter(
+    metering.meter(
         [state_change_from_event(event) for event in events],
         store=store,
         clients=clients,
@@ -58,7 +58,7 @@ def test_a_retag_seen_while_running_opens_a_new_interval(store: LedgerStore, aws
 
     def metered(state: str, minutes: int) -> None:
         change = state_change_from_event(state_change(host, state, at(minutes)))
-        meter.meter([change], store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+        metering.meter([change], store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
 
     metered("running", 0)
     ec2.create_tags(Resources=[host], Tags=[{"Key": tags.POOL, "Value": "inference"}])

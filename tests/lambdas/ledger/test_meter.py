@@ -31,7 +31,7 @@ from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_ev
 from guardrails.pricing import load_price_table
 from lambdas import meter
 from lambdas.aws.environment import ClientFactory, container_settings
-from lambdas.ledger import replay
+from lambdas.engines import metering, replaying
 from lambdas.ledger.connections import LedgerUnavailable
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore, container_store
@@ -42,9 +42,13 @@ def clients(aws: str) -> ClientFactory:
     return client_factory(aws)
 
 
-def metered(events: list[dict[str, Any]], *, store: LedgerStore, clients: ClientFactory) -> meter.MeterResult:
+def metered(
+    events: list[dict[str, Any]], *, store: LedgerStore, clients: ClientFactory
+) -> metering.MeterResult:
     changes = [state_change_from_event(event) for event in events]
-    return meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    return metering.meter(
+        changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0
+    )
 
 
 def test_a_gpu_host_is_attributed_from_its_tags_and_type(store: LedgerStore, clients: ClientFactory) -> None:
@@ -207,7 +211,7 @@ def test_a_type_newer_than_the_price_tables_accelerator_counts_is_counted_from_e
     )
     (new,) = launch(clients("ec2", None), "p5e.48xlarge", managed_tags(tenant="research"))
     changes = [state_change_from_event(state_change(new, "running", at(0)))]
-    result = meter.meter(
+    result = metering.meter(
         changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0, prices=older
     )
     assert result.inserted == 1
@@ -219,7 +223,9 @@ def test_an_unpriced_start_reaches_a_person_by_sns(store: LedgerStore, clients: 
     topic, queue = sns_queue(clients)
     (new,) = launch(clients("ec2", None), "p5e.48xlarge", managed_tags())
     result = metered([state_change(new, "running", at(0))], store=store, clients=clients)
-    meter.alert_unpriced(result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients)
+    metering.alert_unpriced(
+        result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients
+    )
     (message,) = published(clients, queue)
     assert "p5e.48xlarge" in message["Message"]
     assert new in message["Message"]
@@ -237,7 +243,9 @@ def test_an_unpriced_notice_names_each_hosts_owner_and_carries_them_as_attribute
     hosts = [launch(ec2, "p5e.48xlarge", managed_tags() | {tags.OWNER: owner})[0]
              for owner in ("ana@example.com", "@bob", "not an owner")]  # fmt: skip
     result = metered([state_change(host, "running", at(0)) for host in hosts], store=store, clients=clients)
-    meter.alert_unpriced(result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients)
+    metering.alert_unpriced(
+        result.unpriced, settings=guardrail_settings(sns_topic_arn=topic), clients=clients
+    )
     (message,) = published(clients, queue)
     assert f"{hosts[0]} (owner ana@example.com)" in message["Message"]
     assert f"{hosts[2]} (owner -)" in message["Message"]  # a malformed owner is never an address
@@ -254,7 +262,7 @@ def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type
     earlier = [state_change(host, "running", launched - timedelta(hours=5)),
                state_change(host, "stopped", launched - timedelta(hours=4)),
                state_change(host, "running", launched)]  # fmt: skip
-    result = meter.meter([state_change_from_event(event) for event in earlier], store=store, clients=clients,
+    result = metering.meter([state_change_from_event(event) for event in earlier], store=store, clients=clients,
                          settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
     reasons = {note["event_id"]: note["reason"] for note in result.skipped}
     assert "before the host's current launch" in reasons[earlier[0]["id"]]
@@ -269,7 +277,7 @@ def test_a_backfill_never_rewrites_a_closed_interval(store: LedgerStore, clients
             store=store, clients=clients)  # fmt: skip
     before = store.intervals()
     inside = state_change(host, "stopping", launched + timedelta(minutes=30))
-    result = meter.meter([state_change_from_event(inside)], store=store, clients=clients,
+    result = metering.meter([state_change_from_event(inside)], store=store, clients=clients,
                          settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
     assert result.skipped == [
         {"event_id": inside["id"], "instance_id": host, "reason": "inside the host's closed history"}
@@ -290,12 +298,12 @@ def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_k
               "requestPayload": state_change(second, "running", at(1))}  # fmt: skip
     for body in (json.dumps(undelivered), json.dumps(failed), "not json"):
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
-    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+    result = replaying.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
                                        settings=guardrail_settings(), max_messages=100)  # fmt: skip
     assert (result.read, result.deleted, result.meter.inserted) == (3, 2, 2)
     assert [problem["reason"] for problem in result.kept] == ["Expecting value: line 1 column 1 (char 0)"]
     assert {interval.instance_id for interval in store.intervals()} == {first, second}
-    again = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+    again = replaying.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
                                       settings=guardrail_settings(), max_messages=100)  # fmt: skip
     assert again.read == 0  # the bad one is invisible for a while, the good ones are gone
 
@@ -311,7 +319,7 @@ def test_replaying_the_dead_letter_queue_appends_relayed_decisions(
     forged = relayed | {"detail": {"origin": "o", "decisions": [{**stop.as_dict(), "actor": "mallory"}]}}
     for body in (json.dumps(relayed), json.dumps(forged)):
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
-    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+    result = replaying.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
                                        settings=guardrail_settings(), max_messages=100)  # fmt: skip
     assert (result.read, result.deleted, result.decisions) == (2, 1, 1)
     assert "decisions by mallory are not relayed" in result.kept[0]["reason"]

@@ -29,8 +29,8 @@ from guardrails.ledger import (
     to_ms,
     transition_ms,
 )
-from lambdas import meter, reconciler
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import metering, reconciling
 from lambdas.ledger.connections import LedgerUnavailable
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
@@ -80,7 +80,7 @@ def clients(aws: str) -> ClientFactory:
 
 def meter_events(events: list[dict[str, Any]], store: LedgerStore, clients: ClientFactory) -> None:
     changes = [state_change_from_event(event) for event in events]
-    meter.meter(
+    metering.meter(
         changes, store=store, clients=clients, settings=guardrail_settings(), received_at=datetime.now(UTC)
     )
 
@@ -112,7 +112,9 @@ def test_after_an_hour_without_the_database_the_ledger_equals_the_exact_answer(
         meter_events(lost, down, clients)
     # It returns an hour later (virtual time); the reconciler runs.
     back = datetime.now(UTC) + timedelta(hours=1)
-    outcome = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
+    outcome = reconciling.run_reconciler(
+        store=store, clients=clients, settings=guardrail_settings(), now=back
+    )
     assert outcome["inserted"] == 5
     truth = {
         a: (to_ms(launch_time(ec2, a)), ended(ec2, a)),
@@ -121,7 +123,7 @@ def test_after_an_hour_without_the_database_the_ledger_equals_the_exact_answer(
         d: (to_ms(launch_time(ec2, d)), ended(ec2, d)),
     }
     assert {i.instance_id: (i.started_ms, i.ended_ms) for i in store.intervals()} == truth
-    again = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
+    again = reconciling.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=back)
     assert (again["inserted"], again["repairs"]) == (0, [])  # nothing left to repair
 
 
@@ -134,13 +136,13 @@ def test_a_host_retagged_while_running_gets_a_new_interval_from_the_reconcilers_
     meter_events([state_change(host, "running", started)], store, clients)
     ec2.create_tags(Resources=[host], Tags=[{"Key": tags.POOL, "Value": "inference"}])
     later = datetime.now(UTC) + timedelta(minutes=15)
-    outcome = reconciler.run_reconciler(
+    outcome = reconciling.run_reconciler(
         store=store, clients=clients, settings=guardrail_settings(), now=later
     )
     assert outcome["repairs"] == [f"reconciler:{host}:running:{to_ms(later)}"]
     spans = [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()]
     assert spans == [("training", to_ms(started), to_ms(later)), ("inference", to_ms(later), None)]
-    again = reconciler.run_reconciler(
+    again = reconciling.run_reconciler(
         store=store, clients=clients, settings=guardrail_settings(), now=later + timedelta(minutes=15)
     )
     assert again["repairs"] == []
@@ -158,14 +160,14 @@ def test_each_run_prunes_the_decision_log_past_the_retention(
             (old, old),
         )
     settings = guardrail_settings(decision_retention=timedelta(days=400))
-    outcome = reconciler.run_reconciler(
+    outcome = reconciling.run_reconciler(
         store=store, clients=clients, settings=settings, now=datetime.now(UTC)
     )
     assert outcome["pruned_decisions"] == 1
     assert [logged.key for logged in DecisionLedger.of(store).read()] == ["recent"]
     longer = guardrail_settings(decision_retention=timedelta(days=3000))
     assert (
-        reconciler.run_reconciler(store=store, clients=clients, settings=longer, now=datetime.now(UTC))[
+        reconciling.run_reconciler(store=store, clients=clients, settings=longer, now=datetime.now(UTC))[
             "pruned_decisions"
         ]
         == 0
@@ -184,7 +186,7 @@ def test_the_reconciler_records_the_spot_price_of_each_spot_hosts_zone_once(
     key = PriceKey.of(interval.attribution)
     assert key.pricing_model == SPOT
     now = datetime.now(UTC)
-    outcome = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=now)
+    outcome = reconciling.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=now)
     assert outcome["spot_prices"] == 1
     _, latest = store.latest_spot_prices([key])
     # moto answers one record per type and zone, dated 2006: the price in effect since the window's start.
@@ -192,7 +194,7 @@ def test_the_reconciler_records_the_spot_price_of_each_spot_hosts_zone_once(
     window_start = to_ms(now - timedelta(hours=23))
     assert window_start - 60_000 <= latest[key].from_ms <= window_start + 60_000
     assert store.prices_at([key], now) == {key: Decimal("0.00001")}
-    again = reconciler.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=now)
+    again = reconciling.run_reconciler(store=store, clients=clients, settings=guardrail_settings(), now=now)
     assert again["spot_prices"] == 0  # no change since: nothing recorded
     (line,) = [
         line

@@ -1,7 +1,8 @@
-"""The sweep's effects, shared by the reaper, the deadlines and ``parkbrake reap``: list and judge every
+"""The sweeping engine, shared by the reaper, the deadlines and ``parkbrake reap``: list and judge every
 accelerator host in the configured regions, stop the ones due through the one stop path, retire the
 managed hosts stopped too long (snapshots, then termination), re-arm the deadlines that moved, and
-publish the sweep's notices.
+publish the sweep's notices; then (:func:`sweep_and_record`, the reaper's run) record its decisions,
+count its actions and findings, and earn the heartbeat.
 
 The decisions are :mod:`guardrails.sweep`'s; this module only talks to AWS.
 """
@@ -9,7 +10,7 @@ The decisions are :mod:`guardrails.sweep`'s; this module only talks to AWS.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -24,8 +25,10 @@ from guardrails.rules.base import SweepPolicy, instant
 from guardrails.settings import Settings
 from guardrails.storage import Storage, storage_of
 from guardrails.sweep import Verdict, judge, owner_stack, policy_from_settings
-from guardrails.sweep_notice import sweep_notices
+from guardrails.sweep_notice import KIND_OF_RULE, sweep_notices
+from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import PAGE_SIZE, list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.notices import Publication, publish_notices
@@ -36,6 +39,10 @@ from lambdas.aws.stopped_hosts import Retirement, list_stopped_hosts, retire_hos
 log = logging.getLogger(__name__)
 # What taking a host off the bill may fail at (a host that could not be tagged was not stopped either).
 STOP_ACTIONS = frozenset({"tag", "stop", "terminate", "remove-from-group", "retire"})
+
+
+class DeadlineStopFailed(RuntimeError):
+    """A host judged at its deadline could not be stopped; raised so that the invocation is retried."""
 
 
 @dataclass
@@ -437,3 +444,60 @@ def _rearm_not_due(report: SweepReport, settings: Settings, *, now: datetime, cl
             )
         else:
             report.rearmed.append(verdict.host.instance_id)
+
+
+def sweep_and_record(
+    settings: Settings,
+    *,
+    now: datetime,
+    clients: ClientFactory,
+    decisions: DecisionLog,
+    dry_run: bool = False,
+    instance_ids: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """The reaper's run: sweep, record what was decided, count it, and (after a full, real sweep with
+    no error) record the heartbeat. Judging given hosts (a deadline), a failed stop raises
+    :class:`DeadlineStopFailed` so that the invocation is retried."""
+    report = sweep(settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids)
+    result = report.as_dict()
+    # Recorded after the sweep acted: a ledger that is down never holds a stop back.
+    recorded = decisions.record(report.decisions(actor=heartbeat.REAPER, now=now))
+    result["errors"] = [*result["errors"], *recorded]
+    log.info("reaper result", extra={"result": {k: v for k, v in result.items() if k != "hosts"}})
+    if dry_run:
+        return result
+    count(report, stack=settings.stack, full_sweep=instance_ids is None)
+    # The chat channel is best effort: its failure is in the result and the notice, never retried for.
+    failed = [error for error in report.errors if error.get("action") != "chat"]
+    if failed and instance_ids is not None:
+        raise DeadlineStopFailed(f"the deadline of {', '.join(instance_ids)} failed: {failed}")
+    # The heartbeat says "the sweep ran and could act": only a full, real, error-free sweep earns it
+    # (and one whose decisions could not be logged pages too).
+    if not report.errors and not recorded and instance_ids is None:
+        heartbeat.record_success(
+            heartbeat.REAPER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+        )
+    return result
+
+
+def count(report: SweepReport, *, stack: str | None, full_sweep: bool) -> None:
+    """Actions by rule, errors by action, and (after a full sweep) how many hosts each finding is about."""
+    actions: Counter[tuple[str, str]] = Counter()
+    findings: Counter[str] = Counter(dict.fromkeys(KIND_OF_RULE.values(), 0))
+    for verdict in report.plan.verdicts:
+        action = report.outcome.action_of(verdict.host.instance_id)
+        if action is not None:
+            actions[action, str(verdict.rule)] += 1
+        for finding in verdict.reports:
+            actions["report", finding.rule] += 1
+            findings[KIND_OF_RULE.get(finding.rule, finding.rule)] += 1
+    for error in report.errors:
+        actions["error", error.get("action", "unknown")] += 1
+    for step in report.rotation.steps if report.rotation else []:
+        actions[f"rotate-{step['step']}", "past-deadline"] += 1
+    for _retired in report.retirement.terminated:
+        actions["retire", "stopped-too-long"] += 1
+    for (action, reason), amount in sorted(actions.items()):
+        heartbeat.count_action(heartbeat.REAPER, action, reason, amount)
+    if full_sweep:
+        heartbeat.record_findings(heartbeat.REAPER, stack=stack, counts=findings)

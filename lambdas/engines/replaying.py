@@ -17,9 +17,9 @@ from guardrails import names
 from guardrails.ledger import MalformedEvent, state_change_from_event
 from guardrails.settings import Settings
 from lambdas.aws.environment import ClientFactory, utc_now
+from lambdas.engines.metering import GUARDRAIL, MeterResult, meter
 from lambdas.ledger import decisions
 from lambdas.ledger.store import LedgerStore
-from lambdas.meter import GUARDRAIL, MeterResult, meter
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""The owner's warning before a deadline: what the warning schedule's ``{"warn": [id]}`` does.
+"""The owner's warning before a deadline: what the warning schedule's ``{"warn": [id]}`` does
+(:func:`warn_and_record`, the reaper's run for that payload).
 
 The host is judged again when the schedule fires: a deadline moved later since (an extension, a new
 exemption) re-arms the warning for it and sends nothing; a host already due, stopped or not this
@@ -19,14 +20,41 @@ from guardrails.settings import Settings
 from guardrails.sweep import owner_stack, policy_from_settings
 from guardrails.sweep_notice import running_cost
 from guardrails.warning import OwnerWarning, warning_decision, warning_timing
+from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.heartbeat import REAPER
-from lambdas.aws.host_sweep import plan_sweep
 from lambdas.aws.notices import notify
 from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.engines.sweeping import plan_sweep
 
 log = logging.getLogger(__name__)
+
+
+class WarningFailed(RuntimeError):
+    """An owner's warning could not be published; raised so that Scheduler retries it (then dead-letters)."""
+
+
+def warn_and_record(
+    instance_ids: Sequence[str],
+    *,
+    settings: Settings,
+    clients: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog,
+) -> dict[str, Any]:
+    """The warning schedule's payload: tell the owners; a warning that could not be published raises."""
+    result, decided = warn_owners(settings, instance_ids=instance_ids, clients=clients, now=now)
+    result["errors"] += decisions.record(decided)
+    if result["warned"]:
+        heartbeat.count_action(REAPER, "warn", "before-deadline", len(result["warned"]))
+    # Retried, a warning would be sent twice: only a publication that failed is worth it. The chat
+    # channel is best effort, and a decision log that could not be written counts its own error.
+    failed = [error for error in result["errors"] if error.get("action") not in ("chat", RECORD_ERROR)]
+    if failed:
+        raise WarningFailed(f"the warning of {', '.join(instance_ids)} failed: {failed}")
+    return result
 
 
 def warn_owners(

@@ -1,0 +1,348 @@
+"""The metering engine: EC2's state changes of accelerator hosts, attributed and appended to the ledger.
+
+Each host is looked up with ``DescribeInstances`` (tags, type, region, pricing model and a spot host's
+zone; what the ledger last knew when EC2 no longer describes it), its accelerator count taken from the
+price table, and the change appended. A database or AWS error raises, so EventBridge delivers again; a
+duplicate is then ignored. After a new event (:func:`meter_event`, the meter Lambda's run) the tenant's
+budget is checked at once (:mod:`lambdas.engines.budgeting`), so a crossed limit does not wait for the
+next minute.
+
+``parkbrake ledger ingest`` backfills files of the same events: :func:`attribute_changes` a batch at a
+time, queued, then :func:`account` once the backfill is settled; the reconciler's repairs and the
+dead-letter replay go through :func:`meter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from guardrails.instance_types import is_accelerator
+from guardrails.ledger import (
+    Attribution,
+    PriceKey,
+    StateChange,
+    Transition,
+    attribution_for,
+    from_ms,
+    to_ms,
+)
+from guardrails.owners import owner_of, owners_line
+from guardrails.price_list import accelerator_info
+from guardrails.pricing import PriceTable, load_price_table
+from guardrails.settings import Settings
+from lambdas.aws import heartbeat, notices
+from lambdas.aws.environment import ClientFactory
+from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.engines import budgeting
+from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY, AppendResult
+from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
+
+log = logging.getLogger(__name__)
+GUARDRAIL = "meter"
+FILTER_VALUES_LIMIT = 200  # ids per DescribeInstances filter
+# Events this long before EC2's LaunchTime still belong to that launch (pending precedes it).
+LAUNCH_SLACK_MS = 60_000
+
+
+@dataclass
+class MeterResult:
+    inserted: int = 0
+    duplicates: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)  # not appended, with the reason
+    unattributed: list[dict[str, str]] = field(default_factory=list)  # unknown to EC2 and the ledger
+    unpriced: list[dict[str, str]] = field(default_factory=list)  # started hosts the ledger cannot price
+    tenants: set[str] = field(default_factory=set)  # whose usage changed
+    outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate, closed-history
+
+    def add(self, other: MeterResult) -> None:
+        self.inserted += other.inserted
+        self.duplicates += other.duplicates
+        self.skipped += other.skipped
+        self.unattributed += other.unattributed
+        self.unpriced += other.unpriced
+        self.tenants |= other.tenants
+        self.outcomes |= other.outcomes
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"tenants": sorted(self.tenants)}
+
+
+@dataclass(frozen=True)
+class Described:
+    """What EC2 says of a host now: its attribution (None: no accelerators), its last launch and owner."""
+
+    attribution: Attribution | None
+    launched_ms: int
+    owner: str | None = None  # the parkbrake:owner tag, when valid
+
+
+def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any) -> dict[str, int]:
+    """The price table's accelerator count of each type (``PriceTable.accelerators``: taken from EC2
+    with the prices); EC2's DescribeInstanceTypes for the rest, read as the price refresh reads it."""
+    counts: dict[str, int] = {}
+    for name in instance_types:
+        known = prices.accelerators(name)
+        if known is not None:
+            counts[name] = known
+    missing = sorted(instance_types - counts.keys())
+    if missing:
+        pages = ec2.get_paginator("describe_instance_types").paginate(
+            Filters=[{"Name": "instance-type", "Values": missing}]
+        )
+        for page in pages:
+            for description in page["InstanceTypes"]:
+                info = accelerator_info(description)
+                if info is not None:
+                    counts[description["InstanceType"]] = int(info["count"])
+    return counts
+
+
+def attribute_instances(
+    instances: Sequence[Mapping[str, Any]], *, region: str, prices: PriceTable, settings: Settings, ec2: Any
+) -> dict[str, Attribution]:
+    """The attribution of each accelerator host among ``DescribeInstances`` entries of ``region``, by id."""
+    accelerated = {item["InstanceType"] for item in instances if is_accelerator(item["InstanceType"])}
+    counts = accelerator_counts(accelerated, prices=prices, ec2=ec2) if accelerated else {}
+    found = {}
+    for instance in instances:
+        kind = instance["InstanceType"]
+        if kind not in counts:
+            continue
+        attribution = attribution_for(
+            kind,
+            {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])},
+            counts[kind],
+            region=region,
+            lifecycle=instance.get("InstanceLifecycle"),
+            zone=instance.get("Placement", {}).get("AvailabilityZone"),
+            pool_caps=settings.pool_max_runtimes,
+            default_cap=settings.default_max_runtime,
+        )
+        if attribution is not None:
+            found[instance["InstanceId"]] = attribution
+    return found
+
+
+def describe_hosts(
+    changes: Sequence[StateChange], *, clients: ClientFactory, prices: PriceTable, settings: Settings
+) -> dict[str, Described]:
+    """What EC2 says now of each host it still describes."""
+    by_region: dict[str, set[str]] = defaultdict(set)
+    for change in changes:
+        by_region[change.region].add(change.instance_id)
+    found: dict[str, Described] = {}
+    for region, instance_ids in sorted(by_region.items()):
+        ordered = sorted(instance_ids)
+        ec2 = clients("ec2", region)
+        instances = []
+        for start in range(0, len(ordered), FILTER_VALUES_LIMIT):
+            chunk = ordered[start : start + FILTER_VALUES_LIMIT]
+            # A filter, not InstanceIds: an id EC2 has forgotten is absent, not an error for all.
+            pages = ec2.get_paginator("describe_instances").paginate(
+                Filters=[{"Name": "instance-id", "Values": chunk}]
+            )
+            instances += [
+                item for page in pages for group in page["Reservations"] for item in group["Instances"]
+            ]
+        attributions = attribute_instances(
+            instances, region=region, prices=prices, settings=settings, ec2=ec2
+        )
+        for instance in instances:
+            found[instance["InstanceId"]] = Described(
+                attributions.get(instance["InstanceId"]),
+                to_ms(instance["LaunchTime"]),
+                owner_of({tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}),
+            )
+    return found
+
+
+@dataclass
+class Attributed:
+    """Changes made transitions (:func:`attribute_changes`), before they are appended."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    result: MeterResult = field(default_factory=MeterResult)  # what was skipped, and why
+    owners: dict[str, str | None] = field(default_factory=dict)  # instance id → parkbrake:owner
+
+    def add(self, other: Attributed) -> None:
+        self.transitions += other.transitions
+        self.result.add(other.result)
+        self.owners |= other.owners
+
+
+def meter(
+    changes: Sequence[StateChange],
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    received_at: datetime,
+    source: str = GUARDRAIL,
+    prices: PriceTable | None = None,
+) -> MeterResult:
+    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written)."""
+    attributed = attribute_changes(changes, store=store, clients=clients, settings=settings, prices=prices)
+    appended = store.append(attributed.transitions, source=source, received_at=received_at)
+    return account(attributed, appended, store=store, received_at=received_at)
+
+
+def attribute_changes(
+    changes: Sequence[StateChange],
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    prices: PriceTable | None = None,
+) -> Attributed:
+    """Each change with its host's attribution, or skipped with the reason.
+
+    A host's attribution is captured when its interval opens: EC2's description applies from the
+    host's current launch on; for earlier events the ledger's own record of the host stands, and a
+    start the ledger cannot attribute (the host may have been resized or retagged since) is skipped.
+    """
+    table = prices or load_price_table()
+    described = describe_hosts(changes, clients=clients, prices=table, settings=settings)
+    launched = {instance_id: host.launched_ms for instance_id, host in described.items()}
+    earlier = [
+        (change.instance_id, change.at_ms)
+        for change in changes
+        if change.at_ms < launched.get(change.instance_id, UNBOUNDED_MS) - LAUNCH_SLACK_MS
+    ]
+    remembered = store.attributions_at(earlier) if earlier else {}
+    attributed = Attributed(owners={instance_id: host.owner for instance_id, host in described.items()})
+    result = attributed.result
+    for change in changes:
+        note = {"event_id": change.event_id, "instance_id": change.instance_id}
+        host = described.get(change.instance_id)
+        attribution = remembered.get((change.instance_id, change.at_ms))
+        if attribution is None and host is not None and change.at_ms >= host.launched_ms - LAUNCH_SLACK_MS:
+            if host.attribution is None:
+                result.skipped.append(note | {"reason": "not an accelerator instance type"})
+                continue
+            attribution = host.attribution
+        if attribution is None and host is not None and change.state != "running":
+            attribution = host.attribution  # a stop never opens an interval: any attribution closes it
+        if attribution is None:
+            if host is None:
+                result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})
+            else:
+                result.skipped.append(
+                    note
+                    | {
+                        "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}: "
+                        "its type and tags then are unknown to EC2 and to the ledger"
+                    }
+                )
+            continue
+        attributed.transitions.append(
+            Transition(change.event_id, change.instance_id, change.state, change.at_ms, attribution)
+        )
+    return attributed
+
+
+def account(
+    attributed: Attributed, appended: AppendResult, *, store: LedgerStore, received_at: datetime
+) -> MeterResult:
+    """The meter's result once ``attributed`` is appended: counts, what the ledger refused, and the
+    hosts that started with no price in effect at ``received_at``."""
+    result = MeterResult()
+    result.add(attributed.result)
+    transitions = attributed.transitions
+    result.inserted, result.duplicates = appended.inserted, appended.duplicates
+    result.tenants = set(appended.tenants)
+    result.outcomes = dict(appended.outcomes)
+    result.skipped += [
+        {"event_id": t.event_id, "instance_id": t.instance_id, "reason": "inside the host's closed history"}
+        for t in transitions
+        if appended.outcomes.get(t.event_id) == CLOSED_HISTORY
+    ]
+    started = [
+        t for t in transitions if t.state == "running" and appended.outcomes.get(t.event_id) == APPENDED
+    ]
+    if started:
+        in_effect = store.prices_at([PriceKey.of(t.attribution) for t in started], received_at)
+        result.unpriced = [
+            {
+                "event_id": t.event_id,
+                "instance_id": t.instance_id,
+                "instance_type": t.attribution.instance_type,
+                "region": t.attribution.region,
+                "tenant": t.attribution.tenant,
+                "owner": attributed.owners.get(t.instance_id) or "-",
+            }
+            for t in started
+            if in_effect.get(PriceKey.of(t.attribution)) is None
+        ]
+    return result
+
+
+def alert_unpriced(
+    unpriced: Sequence[Mapping[str, str]], *, settings: Settings, clients: ClientFactory
+) -> list[dict[str, str]]:
+    """Unpriced hosts reach a person: a counted action (metric) and an SNS message naming the fix.
+
+    Returns the notifier's errors (also counted), never raises: the events are metered already, and
+    the heartbeat must not hang on the alert."""
+    if not unpriced:
+        return []
+    kinds = sorted({f"{note['instance_type']} in {note['region']}" for note in unpriced})
+    heartbeat.count_action(GUARDRAIL, "unpriced", "no-price", len(unpriced))
+    owner_names = [owner for owner in dict.fromkeys(note["owner"] for note in unpriced) if owner != "-"]
+    hosts = ", ".join(f"{note['instance_id']} (owner {note['owner']})" for note in unpriced)
+    message = (
+        f"{len(unpriced)} host(s) of {', '.join(kinds)} started with no price in the ledger: {hosts}. "
+        "They are metered in exact seconds and count toward no budget until priced: run `parkbrake "
+        "pricing refresh`, then `parkbrake ledger migrate` (which records new prices; a type's first "
+        f"price in a region covers its past usage there).\n{owners_line(owner_names)}"
+    )
+    if settings.sns_topic_arn is None:  # the counted action above still shows on the dashboard
+        log.error("cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", message)
+        return []
+    try:
+        notices.publish(
+            settings.sns_topic_arn,
+            "parkbrake: unpriced accelerator hosts",
+            message,
+            owner_names,
+            clients=clients,
+        )
+    except Exception as error:  # the notifier's failure is an error in the result and a metric
+        reason = describe_error(error) if isinstance(error, AWS_ERRORS) else type(error).__name__
+        log.error("could not alert about unpriced hosts: %s", reason)
+        heartbeat.count_action(GUARDRAIL, "error", "notify")
+        return [{"action": "notify", "error": reason}]
+    return []
+
+
+def meter_event(
+    change: StateChange,
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    now: datetime,
+    invoked_function_arn: str | None = None,
+) -> dict[str, Any]:
+    """The meter Lambda's run: meter ``change``, alert about hosts started with no price, check the
+    budgets of the tenants whose usage changed, and record the heartbeat."""
+    result = meter([change], store=store, clients=clients, settings=settings, received_at=now)
+    for note in result.unattributed + result.skipped:
+        log.warning("not metered: %s", note)
+    alerted = alert_unpriced(result.unpriced, settings=settings, clients=clients)
+    outcome: dict[str, Any] = result.as_dict() | ({"errors": alerted} if alerted else {})
+    if result.tenants:
+        run = budgeting.enforce_budgets(
+            store,
+            budgeting.AwsEnforcer.from_settings(settings, clients, invoked_function_arn=invoked_function_arn),
+            now=now,
+            default_cap=settings.default_max_runtime,
+            tenants=sorted(result.tenants),
+        )
+        outcome["budget"] = run.as_dict()
+    heartbeat.record_success(GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now)
+    return outcome

@@ -1,0 +1,152 @@
+"""The reconciling engine: make the ledger agree with what EC2 says of its accelerator hosts.
+
+Events can be lost (the database down longer than EventBridge retries, a dead-letter queue nobody
+replayed). The reconciler lists every accelerator host of the guarded regions, compares it with the
+ledger's latest interval of each (guardrails.ledger.reconcile) and appends the repairs through the
+metering engine, marked ``source=reconciler``. Then it prunes the decision log of decisions older than
+``PARKBRAKE_DECISION_RETENTION`` (in bounded batches: lambdas.ledger.decisions), and records the spot
+prices of the zones its spot hosts run in from EC2's ``DescribeSpotPriceHistory``
+(guardrails.spot_prices: the changes since the ledger's latest of each key, at most 23 hours back).
+Its Lambda's run (:func:`reconcile_ledger`, every 15 minutes) records the heartbeat only after a run
+without errors, so its alarm pages when it stops working.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from guardrails.instance_types import is_accelerator
+from guardrails.ledger import SPOT, Ec2Host, PriceKey, from_ms, reconcile, to_ms, transition_ms
+from guardrails.price_list import SPOT_LINUX_PRODUCTS
+from guardrails.pricing import PriceTable, load_price_table
+from guardrails.settings import Settings
+from guardrails.spot_prices import SpotPrice, history_start_ms, spot_changes
+from lambdas.aws import heartbeat
+from lambdas.aws.environment import ClientFactory
+from lambdas.engines import metering
+from lambdas.ledger.decisions import DecisionLedger
+from lambdas.ledger.store import LedgerStore
+
+log = logging.getLogger(__name__)
+GUARDRAIL = "reconciler"
+WATCHED_STATES = ["running", "stopping", "stopped", "shutting-down", "terminated"]
+
+
+def accelerator_hosts(clients: ClientFactory, *, settings: Settings, prices: PriceTable) -> list[Ec2Host]:
+    """Every accelerator host EC2 describes in the guarded regions (terminated ones stay about an
+    hour), attributed as the meter attributes it."""
+    hosts = []
+    for region in settings.regions:
+        ec2 = clients("ec2", region)
+        pages = ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "instance-state-name", "Values": WATCHED_STATES}]
+        )
+        instances = [
+            instance
+            for page in pages
+            for reservation in page["Reservations"]
+            for instance in reservation["Instances"]
+            if is_accelerator(instance["InstanceType"])
+        ]
+        attributions = metering.attribute_instances(
+            instances, region=region, prices=prices, settings=settings, ec2=ec2
+        )
+        hosts += [
+            Ec2Host(
+                instance["InstanceId"],
+                region,
+                instance["State"]["Name"],
+                to_ms(instance["LaunchTime"]),
+                transition_ms(instance.get("StateTransitionReason", "")),
+                attributions.get(instance["InstanceId"]),
+            )
+            for instance in instances
+        ]
+    return hosts
+
+
+def load_spot_prices(store: LedgerStore, clients: ClientFactory, hosts: Sequence[Ec2Host]) -> int:
+    """Record EC2's spot prices for the (type, region, zone) of every spot host EC2 describes (running,
+    or stopped within about the hour EC2 keeps describing it): one DescribeSpotPriceHistory per zone.
+    Returns how many prices were new."""
+    keys = {
+        PriceKey.of(host.attribution)
+        for host in hosts
+        if host.attribution is not None and host.attribution.pricing_model == SPOT and host.attribution.zone
+    }
+    if not keys:
+        return 0
+    now_ms, latest = store.latest_spot_prices(sorted(keys))
+    by_zone: dict[tuple[str, str], list[PriceKey]] = defaultdict(list)
+    for key in sorted(keys):
+        by_zone[(key.region, str(key.zone))].append(key)
+    history = []
+    for (region, zone), zone_keys in by_zone.items():
+        pages = (
+            clients("ec2", region)
+            .get_paginator("describe_spot_price_history")
+            .paginate(
+                InstanceTypes=[key.instance_type for key in zone_keys],
+                ProductDescriptions=list(SPOT_LINUX_PRODUCTS),
+                Filters=[{"Name": "availability-zone", "Values": [zone]}],
+                StartTime=from_ms(min(history_start_ms(latest.get(key), now_ms) for key in zone_keys)),
+                EndTime=from_ms(now_ms),
+            )
+        )
+        history += [
+            SpotPrice(
+                PriceKey(record["InstanceType"], region, SPOT, record["AvailabilityZone"]),
+                to_ms(record["Timestamp"]),
+                Decimal(record["SpotPrice"]),
+            )
+            for page in pages
+            for record in page["SpotPriceHistory"]
+            if record.get("ProductDescription") in SPOT_LINUX_PRODUCTS
+        ]
+    return store.record_spot_prices(
+        spot_changes([price for price in history if price.key in keys], latest, now_ms=now_ms)
+    )
+
+
+def run_reconciler(
+    *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
+) -> dict[str, Any]:
+    prices = load_price_table()
+    hosts = accelerator_hosts(clients, settings=settings, prices=prices)
+    latest = store.latest_intervals([host.instance_id for host in hosts])
+    repairs = reconcile(hosts, latest, now_ms=to_ms(now), home_region=settings.regions[0])
+    result = metering.meter(repairs, store=store, clients=clients, settings=settings, received_at=now,
+                         source=GUARDRAIL, prices=prices)  # fmt: skip
+    for note in result.unattributed + result.skipped:
+        log.warning("reconciler could not repair: %s", note)
+    heartbeat.count_action(GUARDRAIL, "repair", "missing-event", result.inserted)
+    # After the repairs are in: a pruning that fails raises (no heartbeat) but holds no repair back.
+    pruned = DecisionLedger.of(store).prune(settings.decision_retention)
+    heartbeat.count_action(GUARDRAIL, "prune", "decision-retention", pruned)
+    spot_prices = load_spot_prices(store, clients, hosts)
+    heartbeat.count_action(GUARDRAIL, "price", "spot", spot_prices)
+    return {
+        "hosts": len(hosts),
+        "repairs": [change.event_id for change in repairs],
+        "pruned_decisions": pruned,
+        "spot_prices": spot_prices,
+    } | result.as_dict()
+
+
+def reconcile_ledger(
+    *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
+) -> dict[str, Any]:
+    """The reconciler Lambda's run: :func:`run_reconciler`, then an alert about hosts that started with
+    no price, then the heartbeat (a failure before it raises, and the heartbeat's alarm pages)."""
+    outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now)
+    outcome["errors"] = [
+        *outcome.get("errors", []),
+        *metering.alert_unpriced(outcome["unpriced"], settings=settings, clients=clients),
+    ]
+    heartbeat.record_success(GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now)
+    return outcome
