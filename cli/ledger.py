@@ -116,7 +116,7 @@ def ingest(events_file: IO[str], batch_size: int, output: str) -> None:
                 click.echo(f"line {line['line']}: {line['event_id']} {line['outcome']}: {line['reason']}")
         click.echo(
             f"read {len(changes)} events: {result.inserted} appended, {result.duplicates} not appended "
-            f"(already in the ledger, or inside a host's closed history), {len(result.skipped)} skipped, "
+            f"(already in the ledger), {len(result.skipped)} skipped, "
             f"{len(result.unattributed)} unknown hosts"
         )
     if result.unattributed:

@@ -27,6 +27,7 @@ from guardrails.ledger import (
     Transition,
     attribution_for,
     from_ms,
+    from_the_future,
     state_change_from_event,
     to_ms,
 )
@@ -39,7 +40,7 @@ from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.ledger import decisions
-from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY, AppendResult
+from lambdas.ledger.appends import APPENDED, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore, container_store
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ class MeterResult:
     unattributed: list[dict[str, str]] = field(default_factory=list)  # unknown to EC2 and the ledger
     unpriced: list[dict[str, str]] = field(default_factory=list)  # started hosts the ledger cannot price
     tenants: set[str] = field(default_factory=set)  # whose usage changed
-    outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate, closed-history
+    outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate
 
     def add(self, other: MeterResult) -> None:
         self.inserted += other.inserted
@@ -186,7 +187,9 @@ def meter(
     prices: PriceTable | None = None,
 ) -> MeterResult:
     """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written)."""
-    attributed = attribute_changes(changes, store=store, clients=clients, settings=settings, prices=prices)
+    attributed = attribute_changes(
+        changes, store=store, clients=clients, settings=settings, prices=prices, received_at=received_at
+    )
     appended = store.append(attributed.transitions, source=source, received_at=received_at)
     return account(attributed, appended, store=store, received_at=received_at)
 
@@ -198,14 +201,24 @@ def attribute_changes(
     clients: ClientFactory,
     settings: Settings,
     prices: PriceTable | None = None,
+    received_at: datetime | None = None,
 ) -> Attributed:
-    """Each change with its host's attribution, or skipped with the reason.
+    """Each change with its host's attribution, or skipped with the reason; one more than the clock
+    skew after ``received_at`` is refused as from the future (every path: meter, replay,
+    reconciler, ingest).
 
     A host's attribution is captured when its interval opens: EC2's description applies from the
     host's current launch on; for earlier events the ledger's own record of the host stands, and a
     start the ledger cannot attribute (the host may have been resized or retagged since) is skipped.
     """
     table = prices or load_price_table()
+    future = [] if received_at is None else [
+        {"event_id": c.event_id, "instance_id": c.instance_id, "reason": why}
+        for c in changes if (why := from_the_future(c, received_at)) is not None
+    ]  # fmt: skip
+    if future:
+        refused = {note["event_id"] for note in future}
+        changes = [change for change in changes if change.event_id not in refused]
     described = describe_hosts(changes, clients=clients, prices=table, settings=settings)
     launched = {instance_id: host.launched_ms for instance_id, host in described.items()}
     earlier = [
@@ -216,6 +229,7 @@ def attribute_changes(
     remembered = store.attributions_at(earlier) if earlier else {}
     attributed = Attributed(owners={instance_id: host.owner for instance_id, host in described.items()})
     result = attributed.result
+    result.skipped += future
     for change in changes:
         note = {"event_id": change.event_id, "instance_id": change.instance_id}
         host = described.get(change.instance_id)
@@ -256,11 +270,6 @@ def account(
     result.inserted, result.duplicates = appended.inserted, appended.duplicates
     result.tenants = set(appended.tenants)
     result.outcomes = dict(appended.outcomes)
-    result.skipped += [
-        {"event_id": t.event_id, "instance_id": t.instance_id, "reason": "inside the host's closed history"}
-        for t in transitions
-        if appended.outcomes.get(t.event_id) == CLOSED_HISTORY
-    ]
     started = [
         t for t in transitions if t.state == "running" and appended.outcomes.get(t.event_id) == APPENDED
     ]

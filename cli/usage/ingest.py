@@ -94,9 +94,8 @@ def ingest_changes(
     progress: bool = False,
 ) -> MeterResult:
     """Meter ``changes`` as a backfill: each batch is looked up in EC2 (one lookup per batch) and
-    queued in its own transaction; a settle appends what is outside the hosts' closed history and
-    derives it after every SETTLE_EVERY events, a group of whole hosts, so no event is checked
-    against history this backfill wrote."""
+    queued in its own transaction; a settle appends and derives it after every SETTLE_EVERY
+    events, a group of whole hosts."""
     from rich.progress import Progress
 
     from cli.console import console
@@ -111,7 +110,9 @@ def ingest_changes(
                 store.settle()
             for start in range(0, len(group), batch_size):
                 changes_batch = group[start : start + batch_size]
-                batch = attribute_changes(changes_batch, store=store, clients=clients, settings=settings)
+                batch = attribute_changes(
+                    changes_batch, store=store, clients=clients, settings=settings, received_at=received_at
+                )
                 store.queue_backfill(batch.transitions, received_at=received_at)
                 attributed.add(batch)
                 bar.advance(task, len(changes_batch))

@@ -96,7 +96,7 @@ def test_a_change_of_pricing_model_or_zone_opens_a_new_interval_and_the_same_att
     ]
 
 
-def test_a_late_retag_is_placed_by_its_time_and_a_backfill_never_splits_a_closed_interval(
+def test_a_late_retag_is_placed_by_its_time_from_a_backfill_as_from_the_meter(
     store: LedgerStore,
 ) -> None:
     store.append(
@@ -104,16 +104,18 @@ def test_a_late_retag_is_placed_by_its_time_and_a_backfill_never_splits_a_closed
         source="meter",
         received_at=T0,
     )
+    # A backfilled running inside the closed interval splits it at its time, as if it had come first.
     late = step("r1", "i-1", "running", ms(10), who(pool="inference"))
     outcome = store.append([late], source="ingest", received_at=T0)
-    assert outcome.outcomes == {"r1": "closed-history"}
+    assert outcome.outcomes == {"r1": "appended"}
     store.append([step("r2", "i-1", "running", ms(40)), step("s2", "i-1", "stopped", ms(60))], source="meter",
                  received_at=T0)  # fmt: skip
-    # The meter's late running (not a backfill) is placed by its time: the host's history is derived
-    # again from before it, and the later interval read from its own running.
+    # The meter's late running is placed by its time too: the host's history is derived again from
+    # before it, and the later interval read from its own running.
     store.append([replace(late, event_id="r3", at_ms=ms(45))], source="meter", received_at=T0)
     spans = [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()]
-    assert spans == [("training", ms(0), ms(30)), ("training", ms(40), ms(45)), ("inference", ms(45), ms(60))]
+    assert spans == [("training", ms(0), ms(10)), ("inference", ms(10), ms(30)), ("training", ms(40), ms(45)),
+                     ("inference", ms(45), ms(60))]  # fmt: skip
     # Derived again from the interval that a running closed: that running still opens the next one.
     store.append([replace(late, event_id="r4", at_ms=ms(50))], source="meter", received_at=T0)
     assert [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()] == spans

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +25,7 @@ from guardrail_fleet import (
 )
 from ledger_streams import T0, at, ms, step, who
 
+from cli.usage.ingest import ingest_changes
 from guardrails import names, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
@@ -262,19 +263,24 @@ def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type
     assert (interval.attribution.tenant, interval.started_ms) == ("vision", to_ms(launched))
 
 
-def test_a_backfill_never_rewrites_a_closed_interval(store: LedgerStore, clients: ClientFactory) -> None:
+def test_a_backfilled_stop_inside_a_closed_interval_closes_it_at_its_time(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    # The ledger is a function of its events: the stop EventBridge lost, backfilled later, is where
+    # AWS stopped billing, whenever it arrives.
     (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
     launched = launch_time(clients("ec2", None), host)
     metered([state_change(host, "running", launched), state_change(host, "stopped", launched + timedelta(hours=1))],
             store=store, clients=clients)  # fmt: skip
-    before = store.intervals()
     inside = state_change(host, "stopping", launched + timedelta(minutes=30))
     result = meter.meter([state_change_from_event(inside)], store=store, clients=clients,
                          settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
-    assert result.skipped == [
-        {"event_id": inside["id"], "instance_id": host, "reason": "inside the host's closed history"}
-    ]
-    assert store.intervals() == before
+    assert (result.skipped, result.outcomes) == ([], {inside["id"]: "appended"})
+    (interval,) = store.intervals()
+    assert (interval.started_ms, interval.ended_ms) == (
+        to_ms(launched),
+        to_ms(launched + timedelta(minutes=30)),
+    )
 
 
 def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_keeps_the_bad(
@@ -316,3 +322,55 @@ def test_replaying_the_dead_letter_queue_appends_relayed_decisions(
     assert (result.read, result.deleted, result.decisions) == (2, 1, 1)
     assert "decisions by mallory are not relayed" in result.kept[0]["reason"]
     assert [entry.decision for entry in DecisionLedger.of(store).read()] == [stop]
+
+
+@pytest.mark.parametrize("ahead", [timedelta(minutes=6), timedelta(days=1)])
+@pytest.mark.parametrize("source", ["meter", "ingest"])
+def test_an_event_from_the_future_is_refused_with_the_reason(
+    store: LedgerStore, clients: ClientFactory, source: str, ahead: timedelta
+) -> None:
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    launched = launch_time(clients("ec2", None), host)
+    running, early = state_change(host, "running", launched), state_change(host, "stopped", launched + ahead)
+    changes = [state_change_from_event(event) for event in (running, early)]
+    if source == "ingest":
+        result = ingest_changes(
+            changes, store=store, clients=clients, settings=guardrail_settings(), batch_size=10
+        )
+    else:
+        result = meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(),
+                             received_at=datetime.now(UTC))  # fmt: skip
+    (refused,) = result.skipped
+    assert (refused["event_id"], refused["instance_id"]) == (early["id"], host)
+    assert refused["reason"].startswith("from the future: its time ")
+    assert "more than 0:05:00 after the ledger received it" in refused["reason"]
+    (interval,) = store.intervals()
+    assert interval.is_open  # the stop from the future closed nothing
+
+
+def test_an_event_within_the_clock_skew_is_metered(store: LedgerStore, clients: ClientFactory) -> None:
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    launched = launch_time(clients("ec2", None), host)
+    events = [
+        state_change(host, "running", launched),
+        state_change(host, "stopped", launched + timedelta(minutes=4)),
+    ]
+    result = meter.meter([state_change_from_event(event) for event in events], store=store, clients=clients,
+                         settings=guardrail_settings(), received_at=launched)  # fmt: skip
+    assert (result.inserted, result.skipped) == (2, [])
+
+
+def test_replaying_the_dead_letter_queue_refuses_an_event_from_the_future(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    sqs = clients("sqs", None)
+    queue_url = sqs.create_queue(QueueName=names.dead_letter_queue(STACK, "meter"))["QueueUrl"]
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    future = state_change(host, "running", datetime.now(UTC) + timedelta(hours=2))
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(future))
+    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+                                       settings=guardrail_settings(), max_messages=10)  # fmt: skip
+    assert result.meter.inserted == 0
+    assert [note["event_id"] for note in result.meter.skipped] == [future["id"]]
+    assert result.meter.skipped[0]["reason"].startswith("from the future")
+    assert store.intervals() == []
