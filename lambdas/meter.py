@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from guardrails.instance_types import is_accelerator
 from guardrails.ledger import (
+    UNATTRIBUTED,
     Attribution,
     PriceKey,
     StateChange,
@@ -56,6 +57,8 @@ class MeterResult:
     duplicates: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)  # not appended, with the reason
     unattributed: list[dict[str, str]] = field(default_factory=list)  # unknown to EC2 and the ledger
+    # appended for tenant unattributed (what EC2 and the ledger know does not say whose), with the reason
+    metered_unattributed: list[dict[str, str]] = field(default_factory=list)
     unpriced: list[dict[str, str]] = field(default_factory=list)  # started hosts the ledger cannot price
     tenants: set[str] = field(default_factory=set)  # whose usage changed
     outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate
@@ -65,6 +68,7 @@ class MeterResult:
         self.duplicates += other.duplicates
         self.skipped += other.skipped
         self.unattributed += other.unattributed
+        self.metered_unattributed += other.metered_unattributed
         self.unpriced += other.unpriced
         self.tenants |= other.tenants
         self.outcomes |= other.outcomes
@@ -209,7 +213,8 @@ def attribute_changes(
 
     A host's attribution is captured when its interval opens: EC2's description applies from the
     host's current launch on; for earlier events the ledger's own record of the host stands, and a
-    start the ledger cannot attribute (the host may have been resized or retagged since) is skipped.
+    start the ledger has no record of is metered as the host's current type for tenant and pool
+    ``unattributed`` (``metered_unattributed``, with the reason): it was paid for.
     """
     table = prices or load_price_table()
     future = [] if received_at is None else [
@@ -241,6 +246,18 @@ def attribute_changes(
             attribution = host.attribution
         if attribution is None and host is not None and change.state != "running":
             attribution = host.attribution  # a stop never opens an interval: any attribution closes it
+        if attribution is None and host is not None and host.attribution is not None:
+            # Paid for, so metered: as the host's current type (all EC2 still says of it), for
+            # tenant and pool unattributed, since its tags then are unknown.
+            attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
+            result.metered_unattributed.append(
+                note
+                | {
+                    "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}, "
+                    f"unknown to the ledger: metered as its current type {host.attribution.instance_type} "
+                    f"for tenant {UNATTRIBUTED}"
+                }
+            )
         if attribution is None:
             if host is None:
                 result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})

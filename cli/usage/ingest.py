@@ -23,6 +23,12 @@ MAX_PROBLEMS_SHOWN = 20
 SETTLE_EVERY = 10_000
 
 
+def received_now() -> datetime:
+    """When a backfill is received (its events' ``received_at``): when the command runs. An event
+    more than the clock skew after it is from the future and refused."""
+    return datetime.now(UTC)
+
+
 def line_report(numbered: Sequence[tuple[int, StateChange]], result: MeterResult) -> list[dict[str, Any]]:
     """Per line of the file: what happened to its event (appended, duplicate, skipped, unattributed) and why."""
     notes = {note["event_id"]: ("skipped", note["reason"]) for note in result.skipped}
@@ -101,7 +107,7 @@ def ingest_changes(
     from cli.console import console
     from lambdas.meter import Attributed, account, attribute_changes
 
-    received_at = datetime.now(UTC)
+    received_at = received_now()
     attributed = Attributed()
     with Progress(console=console(stderr=True), disable=not progress) as bar:
         task = bar.add_task("ingesting", total=len(changes))

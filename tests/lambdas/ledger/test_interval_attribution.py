@@ -5,6 +5,7 @@ moto's server, and through the ledger directly."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from guardrail_fleet import client_factory, guardrail_settings, launch, managed_tags, state_change
 from ledger_streams import T0, at, ms, step, who
@@ -13,6 +14,8 @@ from guardrails import tags
 from guardrails.ledger import ON_DEMAND, SPOT, state_change_from_event
 from lambdas import meter
 from lambdas.ledger.store import LedgerStore
+
+DAY = timedelta(days=1)  # the meter receives the virtual clock's events a day later: all in its past
 
 
 def test_the_meter_records_a_hosts_region_pricing_model_and_spot_zone(store: LedgerStore, aws: str) -> None:
@@ -31,7 +34,7 @@ def test_the_meter_records_a_hosts_region_pricing_model_and_spot_zone(store: Led
         store=store,
         clients=clients,
         settings=guardrail_settings(),
-        received_at=T0,
+        received_at=T0 + DAY,
     )
     bought = {i.instance_id: i.attribution for i in store.intervals()}
     assert (bought[spot_host].region, bought[spot_host].pricing_model, bought[spot_host].zone) == (
@@ -58,7 +61,9 @@ def test_a_retag_seen_while_running_opens_a_new_interval(store: LedgerStore, aws
 
     def metered(state: str, minutes: int) -> None:
         change = state_change_from_event(state_change(host, state, at(minutes)))
-        meter.meter([change], store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+        meter.meter(
+            [change], store=store, clients=clients, settings=guardrail_settings(), received_at=T0 + DAY
+        )
 
     metered("running", 0)
     ec2.create_tags(Resources=[host], Tags=[{"Key": tags.POOL, "Value": "inference"}])

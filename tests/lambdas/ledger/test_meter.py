@@ -45,7 +45,9 @@ def clients(aws: str) -> ClientFactory:
 
 def metered(events: list[dict[str, Any]], *, store: LedgerStore, clients: ClientFactory) -> meter.MeterResult:
     changes = [state_change_from_event(event) for event in events]
-    return meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+    # Received a day after the virtual clock starts: the tests' events are all in its past.
+    return meter.meter(changes, store=store, clients=clients, settings=guardrail_settings(),
+                       received_at=T0 + timedelta(days=1))  # fmt: skip
 
 
 def test_a_gpu_host_is_attributed_from_its_tags_and_type(store: LedgerStore, clients: ClientFactory) -> None:
@@ -139,8 +141,9 @@ def lambda_environment(aws: str, ledger_url: str, monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.usefixtures("lambda_environment")
 def test_the_handler_meters_a_native_event_and_checks_the_tenants_budget(aws: str) -> None:
-    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
-    event = state_change(instance_id, "running", at(0))
+    ec2 = client_factory(aws)("ec2", None)
+    (instance_id,) = launch(ec2, "g5.xlarge", managed_tags())
+    event = state_change(instance_id, "running", launch_time(ec2, instance_id))  # the handler's clock is real
     outcome = meter.handler(event, None)
     assert (outcome["inserted"], outcome["tenants"]) == (1, ["research"])
     assert outcome["budget"]["checked"] == ["research"]
@@ -151,8 +154,9 @@ def test_the_handler_meters_a_native_event_and_checks_the_tenants_budget(aws: st
 def test_the_handler_raises_while_the_database_is_down_and_loses_nothing(
     aws: str, ledger_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
-    event = state_change(instance_id, "running", at(0))
+    ec2 = client_factory(aws)("ec2", None)
+    (instance_id,) = launch(ec2, "g5.xlarge", managed_tags())
+    event = state_change(instance_id, "running", launch_time(ec2, instance_id))
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", "postgresql://parkbrake@127.0.0.1:9/ledger")
     with pytest.raises(LedgerUnavailable, match="cannot use the ledger database"):
         meter.handler(event, None)
@@ -246,10 +250,11 @@ def test_an_unpriced_notice_names_each_hosts_owner_and_carries_them_as_attribute
     assert sorted(json.loads(message["MessageAttributes"]["owner"]["Value"])) == ["@bob", "ana@example.com"]
 
 
-def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type(
+def test_a_backfill_meters_an_earlier_launch_it_cannot_attribute_for_nobody(
     store: LedgerStore, clients: ClientFactory
 ) -> None:
-    # The host may have run earlier as another type and tenant: EC2 only describes what it is now.
+    # The host may have run earlier as another tenant: EC2 only describes what it is now. What was
+    # paid for is still metered, as the host's current type, for tenant unattributed.
     (host,) = launch(clients("ec2", None), "p4d.24xlarge", managed_tags(tenant="vision"))
     launched = launch_time(clients("ec2", None), host)
     earlier = [state_change(host, "running", launched - timedelta(hours=5)),
@@ -257,10 +262,26 @@ def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type
                state_change(host, "running", launched)]  # fmt: skip
     result = meter.meter([state_change_from_event(event) for event in earlier], store=store, clients=clients,
                          settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
-    reasons = {note["event_id"]: note["reason"] for note in result.skipped}
-    assert "before the host's current launch" in reasons[earlier[0]["id"]]
-    (interval,) = store.intervals()
-    assert (interval.attribution.tenant, interval.started_ms) == ("vision", to_ms(launched))
+    assert result.skipped == []
+    ((note, reason),) = [(n["event_id"], n["reason"]) for n in result.metered_unattributed]
+    assert note == earlier[0]["id"]
+    assert reason.startswith("before the host's current launch at ")
+    assert reason.endswith("metered as its current type p4d.24xlarge for tenant unattributed")
+    spans = [(i.attribution.tenant, i.attribution.pool, i.attribution.accelerators, i.started_ms, i.ended_ms)
+             for i in store.intervals()]  # fmt: skip
+    assert spans == [
+        (
+            UNATTRIBUTED,
+            UNATTRIBUTED,
+            8,
+            to_ms(launched - timedelta(hours=5)),
+            to_ms(launched - timedelta(hours=4)),
+        ),
+        ("vision", "training", 8, to_ms(launched), None),
+    ]
+    # Visible where spend is read: an hour of 8 accelerators, for nobody yet.
+    usage = store.usage(now=launched, tenants=[UNATTRIBUTED])
+    assert usage[(UNATTRIBUTED, UNATTRIBUTED, "p4d.24xlarge")].accelerator_ms == 8 * 3_600_000
 
 
 def test_a_backfilled_stop_inside_a_closed_interval_closes_it_at_its_time(
@@ -274,7 +295,7 @@ def test_a_backfilled_stop_inside_a_closed_interval_closes_it_at_its_time(
             store=store, clients=clients)  # fmt: skip
     inside = state_change(host, "stopping", launched + timedelta(minutes=30))
     result = meter.meter([state_change_from_event(inside)], store=store, clients=clients,
-                         settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
+                         settings=guardrail_settings(), received_at=launched + timedelta(hours=2), source="ingest")  # fmt: skip
     assert (result.skipped, result.outcomes) == ([], {inside["id"]: "appended"})
     (interval,) = store.intervals()
     assert (interval.started_ms, interval.ended_ms) == (
@@ -291,9 +312,10 @@ def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_k
     ec2 = clients("ec2", None)
     (first,) = launch(ec2, "g5.xlarge", managed_tags())
     (second,) = launch(ec2, "g5.xlarge", managed_tags())
-    undelivered = state_change(first, "running", at(0))  # EventBridge's dead letter: the event itself
+    # EventBridge's dead letter: the event itself (at real times: the replay receives them now)
+    undelivered = state_change(first, "running", launch_time(ec2, first))
     failed = {"requestContext": {"condition": "RetriesExhausted"},  # Lambda's on-failure record
-              "requestPayload": state_change(second, "running", at(1))}  # fmt: skip
+              "requestPayload": state_change(second, "running", launch_time(ec2, second))}  # fmt: skip
     for body in (json.dumps(undelivered), json.dumps(failed), "not json"):
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
     result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
