@@ -145,8 +145,9 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     help="Where the month starts (IANA name); default: the tenants' budgets' zone, else UTC.",
 )
 @click.option(
-    "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown"]), default="text",
-    show_default=True, help="text for people; csv, json or markdown: the invoice.",
+    "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown", "focus"]),
+    default="text", show_default=True,
+    help="text for people; csv, json or markdown: the invoice; focus: the invoice as FOCUS 1.2 CSV.",
 )  # fmt: skip
 @wide_option
 def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
@@ -158,6 +159,8 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     Example:
       parkbrake ledger report --tenant research --month 2026-11 \\
           --timezone Europe/Berlin --format markdown
+      parkbrake ledger report --month 2026-11 --format focus \\
+          > parkbrake-focus-2026-11.csv
     """
     from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
@@ -177,6 +180,10 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         store.close()
     if output == "csv":
         click.echo(invoices_csv(invoices), nl=False)
+    elif output == "focus":
+        from guardrails.focus import invoices_focus
+
+        click.echo(invoices_focus(invoices), nl=False)
     elif output == "markdown":
         click.echo(invoices_markdown(invoices))
     elif output == "json":

@@ -46,6 +46,9 @@ ON_DEMAND = "on-demand"
 SPOT = "spot"
 
 _STATE_RANK = {state: rank for rank, state in enumerate(STATES)}
+# How far after the ledger received it an event's own time may be (the sender's clock running
+# ahead); later than that the event is from the future and refused, never appended.
+CLOCK_SKEW = timedelta(minutes=5)
 
 
 class MalformedEvent(InputError):
@@ -169,6 +172,18 @@ def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
         state=str(state),
         at_ms=at_ms,
         region=str(fields["region"]),
+    )
+
+
+def from_the_future(change: StateChange, received_at: datetime, skew: timedelta = CLOCK_SKEW) -> str | None:
+    """Why ``change`` is refused as from the future (its time more than ``skew`` after
+    ``received_at``), or None when it is not."""
+    received_ms = to_ms(received_at)
+    if change.at_ms - received_ms <= skew // timedelta(milliseconds=1):
+        return None
+    return (
+        f"from the future: its time {from_ms(change.at_ms).isoformat()} is more than {skew} after the "
+        f"ledger received it at {from_ms(received_ms).isoformat()}; check the sender's clock"
     )
 
 

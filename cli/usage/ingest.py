@@ -23,6 +23,12 @@ MAX_PROBLEMS_SHOWN = 20
 SETTLE_EVERY = 10_000
 
 
+def received_now() -> datetime:
+    """When a backfill is received (its events' ``received_at``): when the command runs. An event
+    more than the clock skew after it is from the future and refused."""
+    return datetime.now(UTC)
+
+
 def line_report(numbered: Sequence[tuple[int, StateChange]], result: MeterResult) -> list[dict[str, Any]]:
     """Per line of the file: what happened to its event (appended, duplicate, skipped, unattributed) and why."""
     notes = {note["event_id"]: ("skipped", note["reason"]) for note in result.skipped}
@@ -102,15 +108,14 @@ def ingest_changes(
     progress: bool = False,
 ) -> MeterResult:
     """Meter ``changes`` as a backfill: each batch is looked up in EC2 (one lookup per batch) and
-    queued in its own transaction; a settle appends what is outside the hosts' closed history and
-    derives it after every SETTLE_EVERY events, a group of whole hosts, so no event is checked
-    against history this backfill wrote."""
+    queued in its own transaction; a settle appends and derives it after every SETTLE_EVERY
+    events, a group of whole hosts."""
     from rich.progress import Progress
 
     from cli.console import console
     from lambdas.engines.metering import Attributed, account, attribute_changes
 
-    received_at = datetime.now(UTC)
+    received_at = received_now()
     attributed = Attributed()
     with Progress(console=console(stderr=True), disable=not progress) as bar:
         task = bar.add_task("ingesting", total=len(changes))
@@ -119,7 +124,9 @@ def ingest_changes(
                 store.settle()
             for start in range(0, len(group), batch_size):
                 changes_batch = group[start : start + batch_size]
-                batch = attribute_changes(changes_batch, store=store, clients=clients, settings=settings)
+                batch = attribute_changes(
+                    changes_batch, store=store, clients=clients, settings=settings, received_at=received_at
+                )
                 store.queue_backfill(batch.transitions, received_at=received_at)
                 attributed.add(batch)
                 bar.advance(task, len(changes_batch))

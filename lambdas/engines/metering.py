@@ -17,18 +17,20 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from guardrails.instance_types import is_accelerator
 from guardrails.ledger import (
+    UNATTRIBUTED,
     Attribution,
     PriceKey,
     StateChange,
     Transition,
     attribution_for,
     from_ms,
+    from_the_future,
     to_ms,
 )
 from guardrails.owners import owner_of, owners_line
@@ -39,7 +41,7 @@ from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 from lambdas.engines import budgeting
-from lambdas.ledger.appends import APPENDED, CLOSED_HISTORY, AppendResult
+from lambdas.ledger.appends import APPENDED, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
 
 log = logging.getLogger(__name__)
@@ -55,15 +57,18 @@ class MeterResult:
     duplicates: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)  # not appended, with the reason
     unattributed: list[dict[str, str]] = field(default_factory=list)  # unknown to EC2 and the ledger
+    # appended for tenant unattributed (what EC2 and the ledger know does not say whose), with the reason
+    metered_unattributed: list[dict[str, str]] = field(default_factory=list)
     unpriced: list[dict[str, str]] = field(default_factory=list)  # started hosts the ledger cannot price
     tenants: set[str] = field(default_factory=set)  # whose usage changed
-    outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate, closed-history
+    outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate
 
     def add(self, other: MeterResult) -> None:
         self.inserted += other.inserted
         self.duplicates += other.duplicates
         self.skipped += other.skipped
         self.unattributed += other.unattributed
+        self.metered_unattributed += other.metered_unattributed
         self.unpriced += other.unpriced
         self.tenants |= other.tenants
         self.outcomes |= other.outcomes
@@ -186,7 +191,9 @@ def meter(
     prices: PriceTable | None = None,
 ) -> MeterResult:
     """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written)."""
-    attributed = attribute_changes(changes, store=store, clients=clients, settings=settings, prices=prices)
+    attributed = attribute_changes(
+        changes, store=store, clients=clients, settings=settings, prices=prices, received_at=received_at
+    )
     appended = store.append(attributed.transitions, source=source, received_at=received_at)
     return account(attributed, appended, store=store, received_at=received_at)
 
@@ -198,14 +205,25 @@ def attribute_changes(
     clients: ClientFactory,
     settings: Settings,
     prices: PriceTable | None = None,
+    received_at: datetime | None = None,
 ) -> Attributed:
-    """Each change with its host's attribution, or skipped with the reason.
+    """Each change with its host's attribution, or skipped with the reason; one more than the clock
+    skew after ``received_at`` is refused as from the future (every path: meter, replay,
+    reconciler, ingest).
 
     A host's attribution is captured when its interval opens: EC2's description applies from the
     host's current launch on; for earlier events the ledger's own record of the host stands, and a
-    start the ledger cannot attribute (the host may have been resized or retagged since) is skipped.
+    start the ledger has no record of is metered as the host's current type for tenant and pool
+    ``unattributed`` (``metered_unattributed``, with the reason): it was paid for.
     """
     table = prices or load_price_table()
+    future = [] if received_at is None else [
+        {"event_id": c.event_id, "instance_id": c.instance_id, "reason": why}
+        for c in changes if (why := from_the_future(c, received_at)) is not None
+    ]  # fmt: skip
+    if future:
+        refused = {note["event_id"] for note in future}
+        changes = [change for change in changes if change.event_id not in refused]
     described = describe_hosts(changes, clients=clients, prices=table, settings=settings)
     launched = {instance_id: host.launched_ms for instance_id, host in described.items()}
     earlier = [
@@ -216,6 +234,7 @@ def attribute_changes(
     remembered = store.attributions_at(earlier) if earlier else {}
     attributed = Attributed(owners={instance_id: host.owner for instance_id, host in described.items()})
     result = attributed.result
+    result.skipped += future
     for change in changes:
         note = {"event_id": change.event_id, "instance_id": change.instance_id}
         host = described.get(change.instance_id)
@@ -227,6 +246,18 @@ def attribute_changes(
             attribution = host.attribution
         if attribution is None and host is not None and change.state != "running":
             attribution = host.attribution  # a stop never opens an interval: any attribution closes it
+        if attribution is None and host is not None and host.attribution is not None:
+            # Paid for, so metered: as the host's current type (all EC2 still says of it), for
+            # tenant and pool unattributed, since its tags then are unknown.
+            attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
+            result.metered_unattributed.append(
+                note
+                | {
+                    "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}, "
+                    f"unknown to the ledger: metered as its current type {host.attribution.instance_type} "
+                    f"for tenant {UNATTRIBUTED}"
+                }
+            )
         if attribution is None:
             if host is None:
                 result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})
@@ -256,11 +287,6 @@ def account(
     result.inserted, result.duplicates = appended.inserted, appended.duplicates
     result.tenants = set(appended.tenants)
     result.outcomes = dict(appended.outcomes)
-    result.skipped += [
-        {"event_id": t.event_id, "instance_id": t.instance_id, "reason": "inside the host's closed history"}
-        for t in transitions
-        if appended.outcomes.get(t.event_id) == CLOSED_HISTORY
-    ]
     started = [
         t for t in transitions if t.state == "running" and appended.outcomes.get(t.event_id) == APPENDED
     ]

@@ -16,19 +16,18 @@ from lambdas.ledger import queries as sql
 
 APPENDED = "appended"
 DUPLICATE = "duplicate"
-CLOSED_HISTORY = "closed-history"  # a backfilled event inside a host's closed history: not appended
-QUEUED = "queued"  # a backfilled event, appended or refused by the next settle (backfill_outcomes)
+QUEUED = (
+    "queued"  # a backfilled event, appended (or found a duplicate) by the next settle (backfill_outcomes)
+)
 INGEST = "ingest"  # the backfill's source
 
 
 @dataclass(frozen=True)
 class AppendResult:
     inserted: int
-    duplicates: int  # not appended: duplicates, and backfilled events inside closed history (not queued ones)
+    duplicates: int  # not appended: duplicates (not queued ones)
     tenants: frozenset[str]  # tenants whose usage changed
-    outcomes: Mapping[str, str] = field(
-        default_factory=dict
-    )  # event id → appended, duplicate, closed-history, queued
+    outcomes: Mapping[str, str] = field(default_factory=dict)  # event id → appended, duplicate, queued
 
 
 def append_transitions(
@@ -40,8 +39,8 @@ def append_transitions(
 ) -> AppendResult:
     """Append transitions, pending until the next :func:`settle`: one statement, atomic by itself.
 
-    A duplicate event id is ignored; a backfill (``source="ingest"``) never reaches into a
-    host's closed history (it settles first, holding off other appends until it commits).
+    A duplicate event id is ignored; a backfill (``source="ingest"``) is queued, and the next
+    settle appends it wherever it falls in its hosts' histories.
     """
     unique = list({transition.event_id: transition for transition in reversed(transitions)}.values())
     if not unique:
@@ -64,7 +63,7 @@ def backfill_outcomes(
     connection: psycopg.Connection[Any], transitions: Sequence[Transition], *, received_at: datetime
 ) -> AppendResult:
     """What became of a backfill queued at ``received_at``, once settled: an event it appended is
-    in the ledger with its source and time; one not there was inside its host's closed history."""
+    in the ledger with its source and time; any other was there before it (a duplicate)."""
     unique = _unique(transitions)
     rows = connection.execute(sql.BACKFILL_OUTCOMES, (received_at, [t.event_id for t in unique])).fetchall()
     return _result(transitions, dict(rows))

@@ -57,11 +57,10 @@ SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %
 
 SETTLE = "SELECT ledger_settle()"
 
-# A settled backfill's events (appends.backfill_outcomes): appended by it, there before it, or refused.
+# A settled backfill's events (appends.backfill_outcomes): appended by it, or there before it.
 BACKFILL_OUTCOMES = """
 SELECT q.event_id,
-       CASE WHEN e.source IS NULL THEN 'closed-history'
-            WHEN e.source = 'ingest' AND e.received_at = %s THEN 'appended'
+       CASE WHEN e.source = 'ingest' AND e.received_at = %s THEN 'appended'
             ELSE 'duplicate' END
 FROM unnest(%s::text[]) AS q (event_id)
 LEFT JOIN LATERAL (SELECT x.source, x.received_at FROM events x WHERE x.event_id = q.event_id LIMIT 1) AS e ON true

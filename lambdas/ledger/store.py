@@ -131,14 +131,14 @@ class LedgerStore:
             return append_transitions(connection, transitions, source=source, received_at=received_at)
 
     def queue_backfill(self, transitions: Sequence[Transition], *, received_at: datetime) -> None:
-        """Queue backfilled transitions, checked; the next settle appends those outside their hosts'
-        closed history (without this backfill's own events) and derives them."""
+        """Queue backfilled transitions, checked; the next settle appends them (duplicates ignored)
+        and derives them, each placed by its time."""
         with self._connections.connection() as connection:
             append_transitions(connection, transitions, source=INGEST, received_at=received_at)
 
     def backfill_outcomes(self, transitions: Sequence[Transition], *, received_at: datetime) -> AppendResult:
-        """Settle, then what became of transitions queued at ``received_at``: appended, duplicate or
-        closed-history, per event id."""
+        """Settle, then what became of transitions queued at ``received_at``: appended or duplicate,
+        per event id."""
         with self._settled() as connection:
             return backfill_outcomes(connection, transitions, received_at=received_at)
 

@@ -116,7 +116,9 @@ BEGIN
         FROM intervals i
         JOIN events e ON e.event_id = i.closed_by
         WHERE i.instance_id = host.instance_id AND i.ended_ms < host.earliest_ms
-        ORDER BY i.ended_ms DESC
+        -- The last by its closing event's place, not its time alone: a running that closes an
+        -- interval may open a zero-length one that a stop closes at the same millisecond.
+        ORDER BY i.ended_ms DESC, e.state_rank DESC, i.closed_by COLLATE "C" DESC
         LIMIT 1
     ) AS kept ON true;
     SELECT coalesce(array_agg(ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type,

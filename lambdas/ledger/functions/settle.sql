@@ -24,8 +24,8 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_empty(regclass) FROM PUBLIC;
 
--- Derive what is pending, then append the queued backfill outside its hosts' closed history (which
--- that leaves derived) and derive it; returns how many events were derived. It holds the settle
+-- Derive what is pending, then append the queued backfill (duplicates ignored) and derive it;
+-- returns how many events were derived. It holds the settle
 -- lock exclusively to its commit, so it waits for the appends in flight (they hold it shared) and
 -- derives from a history nothing is still writing to; with nothing pending or queued it returns
 -- without the lock. Each settle takes (empties) the rows it derives, so none is derived twice.
@@ -53,13 +53,12 @@ BEGIN
     SELECT array_agg(ROW(b.*)::events) INTO queued FROM ledger_backfill b;
     IF queued IS NOT NULL THEN
         PERFORM ledger_empty('ledger_backfill');
-        -- Outside the closed history, which is now derived; the first queued of an id wins.
+        -- Every queued event, wherever it falls in its host's history (ledger_derive derives a
+        -- host with a late one again from before it); the first queued of an id wins.
         WITH inserted AS (
             INSERT INTO events
             SELECT q.*
             FROM unnest(queued) AS q
-            WHERE (SELECT true FROM intervals i
-                   WHERE i.instance_id = q.instance_id AND i.ended_ms >= q.at_ms LIMIT 1) IS NULL
             ON CONFLICT (event_id) DO NOTHING
             RETURNING events.*
         )

@@ -5,6 +5,7 @@ moto's server, and through the ledger directly."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 from guardrail_fleet import client_factory, guardrail_settings, launch, managed_tags, state_change
 from ledger_streams import T0, at, ms, step, who
@@ -13,6 +14,8 @@ from guardrails import tags
 from guardrails.ledger import ON_DEMAND, SPOT, state_change_from_event
 from lambdas.engines import metering
 from lambdas.ledger.store import LedgerStore
+
+DAY = timedelta(days=1)  # the meter receives the virtual clock's events a day later: all in its past
 
 
 def test_the_meter_records_a_hosts_region_pricing_model_and_spot_zone(store: LedgerStore, aws: str) -> None:
@@ -31,7 +34,7 @@ def test_the_meter_records_a_hosts_region_pricing_model_and_spot_zone(store: Led
         store=store,
         clients=clients,
         settings=guardrail_settings(),
-        received_at=T0,
+        received_at=T0 + DAY,
     )
     bought = {i.instance_id: i.attribution for i in store.intervals()}
     assert (bought[spot_host].region, bought[spot_host].pricing_model, bought[spot_host].zone) == (
@@ -58,7 +61,9 @@ def test_a_retag_seen_while_running_opens_a_new_interval(store: LedgerStore, aws
 
     def metered(state: str, minutes: int) -> None:
         change = state_change_from_event(state_change(host, state, at(minutes)))
-        metering.meter([change], store=store, clients=clients, settings=guardrail_settings(), received_at=T0)
+        metering.meter(
+            [change], store=store, clients=clients, settings=guardrail_settings(), received_at=T0 + DAY
+        )
 
     metered("running", 0)
     ec2.create_tags(Resources=[host], Tags=[{"Key": tags.POOL, "Value": "inference"}])
@@ -96,7 +101,7 @@ def test_a_change_of_pricing_model_or_zone_opens_a_new_interval_and_the_same_att
     ]
 
 
-def test_a_late_retag_is_placed_by_its_time_and_a_backfill_never_splits_a_closed_interval(
+def test_a_late_retag_is_placed_by_its_time_from_a_backfill_as_from_the_meter(
     store: LedgerStore,
 ) -> None:
     store.append(
@@ -104,16 +109,18 @@ def test_a_late_retag_is_placed_by_its_time_and_a_backfill_never_splits_a_closed
         source="meter",
         received_at=T0,
     )
+    # A backfilled running inside the closed interval splits it at its time, as if it had come first.
     late = step("r1", "i-1", "running", ms(10), who(pool="inference"))
     outcome = store.append([late], source="ingest", received_at=T0)
-    assert outcome.outcomes == {"r1": "closed-history"}
+    assert outcome.outcomes == {"r1": "appended"}
     store.append([step("r2", "i-1", "running", ms(40)), step("s2", "i-1", "stopped", ms(60))], source="meter",
                  received_at=T0)  # fmt: skip
-    # The meter's late running (not a backfill) is placed by its time: the host's history is derived
-    # again from before it, and the later interval read from its own running.
+    # The meter's late running is placed by its time too: the host's history is derived again from
+    # before it, and the later interval read from its own running.
     store.append([replace(late, event_id="r3", at_ms=ms(45))], source="meter", received_at=T0)
     spans = [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()]
-    assert spans == [("training", ms(0), ms(30)), ("training", ms(40), ms(45)), ("inference", ms(45), ms(60))]
+    assert spans == [("training", ms(0), ms(10)), ("inference", ms(10), ms(30)), ("training", ms(40), ms(45)),
+                     ("inference", ms(45), ms(60))]  # fmt: skip
     # Derived again from the interval that a running closed: that running still opens the next one.
     store.append([replace(late, event_id="r4", at_ms=ms(50))], source="meter", received_at=T0)
     assert [(i.attribution.pool, i.started_ms, i.ended_ms) for i in store.intervals()] == spans

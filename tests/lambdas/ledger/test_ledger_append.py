@@ -72,10 +72,11 @@ def test_one_event_has_the_outcomes_a_batch_has(store: LedgerStore) -> None:
     assert outcome(step("start", "i-1", "running", ms(0))) == "appended"
     assert outcome(step("start", "i-1", "running", ms(0))) == "duplicate"
     assert outcome(step("stop", "i-1", "stopped", ms(10))) == "appended"
-    # A backfill settles first, so the host's closed history is known even though nobody read it.
-    assert outcome(step("old", "i-1", "stopped", ms(5)), "ingest") == "closed-history"
+    # A backfill inside the host's closed history is appended and placed by its time: the stop at
+    # 5 minutes closes the interval there.
+    assert outcome(step("old", "i-1", "stopped", ms(5)), "ingest") == "appended"
     assert outcome(step("later", "i-1", "running", ms(20)), "ingest") == "appended"
-    assert [(i.opened_by, i.closed_by) for i in store.intervals()] == [("start", "stop"), ("later", None)]
+    assert [(i.opened_by, i.closed_by) for i in store.intervals()] == [("start", "old"), ("later", None)]
 
 
 def test_an_append_derives_nothing_and_the_next_read_derives_it(store: LedgerStore, ledger_url: str) -> None:
@@ -183,7 +184,7 @@ def test_an_append_finds_rows_by_key_even_with_plans_made_on_an_empty_ledger(
     # The append's and the settle's plans are made once per session, at their first call: here on
     # empty tables, where a join of the batch to events or intervals is cheapest as a scan of the
     # table. The pending events, the hosts' last events and open intervals, the closing update, a
-    # backfill's closed history and duplicates, and the reservations' claims must still be found by key.
+    # backfill's duplicates, and the reservations' claims must still be found by key.
     with (
         psycopg.connect(ledger_url, autocommit=True) as owner,
         psycopg.connect(ledger_url, autocommit=True) as meter,

@@ -1,5 +1,5 @@
-"""A backfill (``source="ingest"``) is queued whole and settled later: the settle appends what is
-outside its hosts' closed history without the backfill's own events, ignores duplicates, and derives."""
+"""A backfill (``source="ingest"``) is queued whole and settled later: the settle appends every
+queued event, ignores duplicates, and derives, placing each event by its time."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_a_backfill_waits_in_its_queue_until_the_next_settle(store: LedgerStore,
     assert again.outcomes == {"start": "duplicate", "stop": "duplicate"}
 
 
-def test_a_backfill_is_checked_against_the_closed_history_before_it(store: LedgerStore) -> None:
+def test_a_backfill_inside_closed_history_is_appended_and_placed_by_its_time(store: LedgerStore) -> None:
     store.append(
         [step("start", "i-1", "running", ms(0)), step("stop", "i-1", "stopped", ms(10)),
          step("open", "i-2", "running", ms(0))],
@@ -39,8 +39,8 @@ def test_a_backfill_is_checked_against_the_closed_history_before_it(store: Ledge
     )  # fmt: skip
     first = [step("inside", "i-1", "running", ms(5)), step("after", "i-1", "running", ms(20)),
              step("after-stop", "i-1", "stopped", ms(40))]  # fmt: skip
-    # "late" is inside the interval the first batch closes: a backfill's own events never refuse
-    # each other, whatever its batches.
+    # "inside" falls in the closed interval (a running while running: it opens nothing), "late"
+    # inside the one the first batch opens; neither is refused.
     second = [step("late", "i-1", "stopped", ms(30)), step("start", "i-1", "running", ms(0)),
               step("before-open", "i-2", "stopped", ms(-5)), step("raced", "i-3", "running", ms(50))]  # fmt: skip
     backfill_at = T0 + timedelta(hours=1)
@@ -49,10 +49,10 @@ def test_a_backfill_is_checked_against_the_closed_history_before_it(store: Ledge
     store.append([step("raced", "i-3", "running", ms(50))], source="meter", received_at=backfill_at)
     settled = store.backfill_outcomes(first + second, received_at=backfill_at)
     assert settled.outcomes == {
-        "inside": "closed-history", "after": "appended", "after-stop": "appended", "late": "appended",
+        "inside": "appended", "after": "appended", "after-stop": "appended", "late": "appended",
         "start": "duplicate", "before-open": "appended", "raced": "duplicate",
     }  # fmt: skip
-    assert (settled.inserted, settled.duplicates) == (4, 3)
+    assert (settled.inserted, settled.duplicates) == (5, 2)
     intervals = sorted((i.instance_id, i.opened_by, i.closed_by) for i in store.intervals())
     assert intervals == [("i-1", "after", "late"), ("i-1", "start", "stop"), ("i-2", "open", None),
                          ("i-3", "raced", None)]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +48,14 @@ def ledger_env(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 def write_events(path: Path, events: list[dict[str, Any]]) -> Path:
     path.write_text("".join(json.dumps(event) + "\n" for event in events))
     return path
+
+
+@pytest.fixture(autouse=True)
+def received_after_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ledger ingest`` receives the files a day after the tests' virtual clock starts (2036): their
+    events are in its past, not from the future."""
+    later = itertools.count()  # each ingest received after the one before (its outcomes are its own)
+    monkeypatch.setattr("cli.usage.ingest.received_now", lambda: at(24 * 60, seconds=next(later)))
 
 
 @pytest.fixture
@@ -491,3 +500,60 @@ def test_a_database_url_is_read_by_psycopg_and_shown_with_the_password_masked(
     for piece in ("w0rd-7Q", "ss:w0rd", "p%40ss"):
         assert piece not in result.output
     assert "Traceback" not in result.output
+
+
+# FOCUS 1.2's types for the columns parkbrake writes: decimals, UTC date-times, JSON tags, and the
+# allowed values of the categorical ones.
+FOCUS_DECIMALS = ("BilledCost", "ContractedCost", "EffectiveCost", "ListCost", "PricingQuantity",
+                  "ConsumedQuantity", "ContractedUnitPrice", "ListUnitPrice")  # fmt: skip
+FOCUS_TIMES = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd")
+FOCUS_VALUES = {
+    "ChargeCategory": {"Usage", "Purchase", "Tax", "Credit", "Adjustment"},
+    "ChargeClass": {"", "Correction"},
+    "ChargeFrequency": {"One-Time", "Recurring", "Usage-Based"},
+    "PricingCategory": {"Standard", "Dynamic", "Committed", "Other"},
+    "ServiceCategory": {"Compute"},
+}
+
+
+def test_report_focus_is_a_focus_dataset_with_the_mandatory_columns_and_types(seeded: dict[str, str]) -> None:
+    from decimal import Decimal, InvalidOperation
+
+    from guardrails.focus import MANDATORY_COLUMNS
+
+    result = invoke("ledger", "report", *WINDOW, "--format", "focus")
+    assert result.exit_code == 0, result.output
+    reader = csv.DictReader(io.StringIO(result.stdout))
+    rows = list(reader)
+    assert set(MANDATORY_COLUMNS) <= set(reader.fieldnames or ())
+    assert len(MANDATORY_COLUMNS) == 22
+    assert sorted((row["BillingAccountId"], row["SkuId"]) for row in rows) == [
+        ("product", "g5.xlarge"), ("research", "p4d.24xlarge")
+    ]  # fmt: skip
+    for row in rows:
+        for column in MANDATORY_COLUMNS:  # mandatory and not nullable, but ChargeClass (null: regular)
+            assert row[column] != "" or column == "ChargeClass", column
+        for column in FOCUS_DECIMALS:
+            try:
+                Decimal(row[column])
+            except InvalidOperation:
+                pytest.fail(f"{column}: {row[column]!r} is not a decimal")
+        for column in FOCUS_TIMES:
+            assert datetime.strptime(row[column], "%Y-%m-%dT%H:%M:%SZ").year == 2036, column
+        for column, allowed in FOCUS_VALUES.items():
+            assert row[column] in allowed, column
+        assert json.loads(row["Tags"]) == {
+            "parkbrake:tenant": row["BillingAccountId"],
+            "parkbrake:pool": row["SubAccountId"],
+        }
+        assert row["BillingCurrency"] == "USD"
+    product = next(row for row in rows if row["BillingAccountId"] == "product")
+    # The same figures as the CSV invoice: 30 s billed 60 s at 1.006 USD/h, one accelerator.
+    assert (product["BilledCost"], product["PricingQuantity"], product["PricingUnit"]) == (
+        "0.016767",
+        "0.016667",
+        "Hours",
+    )
+    assert (product["ConsumedQuantity"], product["ListUnitPrice"]) == ("0.008333", "1.006000")
+    assert product["ChargePeriodStart"] == "2036-05-05T00:00:00Z"
+    assert product["SkuPriceId"] == "g5.xlarge/us-east-1/on-demand/on-demand@first"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +25,7 @@ from guardrail_fleet import (
 )
 from ledger_streams import T0, at, ms, step, who
 
+from cli.usage.ingest import ingest_changes
 from guardrails import names, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from guardrails.ledger import UNATTRIBUTED, MalformedEvent, state_change_from_event, to_ms
@@ -46,9 +47,9 @@ def metered(
     events: list[dict[str, Any]], *, store: LedgerStore, clients: ClientFactory
 ) -> metering.MeterResult:
     changes = [state_change_from_event(event) for event in events]
-    return metering.meter(
-        changes, store=store, clients=clients, settings=guardrail_settings(), received_at=T0
-    )
+    # Received a day after the virtual clock starts: the tests' events are all in its past.
+    return metering.meter(changes, store=store, clients=clients, settings=guardrail_settings(),
+                       received_at=T0 + timedelta(days=1))  # fmt: skip
 
 
 def test_a_gpu_host_is_attributed_from_its_tags_and_type(store: LedgerStore, clients: ClientFactory) -> None:
@@ -142,8 +143,9 @@ def lambda_environment(aws: str, ledger_url: str, monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.usefixtures("lambda_environment")
 def test_the_handler_meters_a_native_event_and_checks_the_tenants_budget(aws: str) -> None:
-    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
-    event = state_change(instance_id, "running", at(0))
+    ec2 = client_factory(aws)("ec2", None)
+    (instance_id,) = launch(ec2, "g5.xlarge", managed_tags())
+    event = state_change(instance_id, "running", launch_time(ec2, instance_id))  # the handler's clock is real
     outcome = meter.handler(event, None)
     assert (outcome["inserted"], outcome["tenants"]) == (1, ["research"])
     assert outcome["budget"]["checked"] == ["research"]
@@ -154,8 +156,9 @@ def test_the_handler_meters_a_native_event_and_checks_the_tenants_budget(aws: st
 def test_the_handler_raises_while_the_database_is_down_and_loses_nothing(
     aws: str, ledger_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (instance_id,) = launch(client_factory(aws)("ec2", None), "g5.xlarge", managed_tags())
-    event = state_change(instance_id, "running", at(0))
+    ec2 = client_factory(aws)("ec2", None)
+    (instance_id,) = launch(ec2, "g5.xlarge", managed_tags())
+    event = state_change(instance_id, "running", launch_time(ec2, instance_id))
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", "postgresql://parkbrake@127.0.0.1:9/ledger")
     with pytest.raises(LedgerUnavailable, match="cannot use the ledger database"):
         meter.handler(event, None)
@@ -253,10 +256,11 @@ def test_an_unpriced_notice_names_each_hosts_owner_and_carries_them_as_attribute
     assert sorted(json.loads(message["MessageAttributes"]["owner"]["Value"])) == ["@bob", "ana@example.com"]
 
 
-def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type(
+def test_a_backfill_meters_an_earlier_launch_it_cannot_attribute_for_nobody(
     store: LedgerStore, clients: ClientFactory
 ) -> None:
-    # The host may have run earlier as another type and tenant: EC2 only describes what it is now.
+    # The host may have run earlier as another tenant: EC2 only describes what it is now. What was
+    # paid for is still metered, as the host's current type, for tenant unattributed.
     (host,) = launch(clients("ec2", None), "p4d.24xlarge", managed_tags(tenant="vision"))
     launched = launch_time(clients("ec2", None), host)
     earlier = [state_change(host, "running", launched - timedelta(hours=5)),
@@ -264,25 +268,46 @@ def test_a_backfill_never_attributes_an_earlier_launch_to_the_hosts_current_type
                state_change(host, "running", launched)]  # fmt: skip
     result = metering.meter([state_change_from_event(event) for event in earlier], store=store, clients=clients,
                          settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
-    reasons = {note["event_id"]: note["reason"] for note in result.skipped}
-    assert "before the host's current launch" in reasons[earlier[0]["id"]]
-    (interval,) = store.intervals()
-    assert (interval.attribution.tenant, interval.started_ms) == ("vision", to_ms(launched))
+    assert result.skipped == []
+    ((note, reason),) = [(n["event_id"], n["reason"]) for n in result.metered_unattributed]
+    assert note == earlier[0]["id"]
+    assert reason.startswith("before the host's current launch at ")
+    assert reason.endswith("metered as its current type p4d.24xlarge for tenant unattributed")
+    spans = [(i.attribution.tenant, i.attribution.pool, i.attribution.accelerators, i.started_ms, i.ended_ms)
+             for i in store.intervals()]  # fmt: skip
+    assert spans == [
+        (
+            UNATTRIBUTED,
+            UNATTRIBUTED,
+            8,
+            to_ms(launched - timedelta(hours=5)),
+            to_ms(launched - timedelta(hours=4)),
+        ),
+        ("vision", "training", 8, to_ms(launched), None),
+    ]
+    # Visible where spend is read: an hour of 8 accelerators, for nobody yet.
+    usage = store.usage(now=launched, tenants=[UNATTRIBUTED])
+    assert usage[(UNATTRIBUTED, UNATTRIBUTED, "p4d.24xlarge")].accelerator_ms == 8 * 3_600_000
 
 
-def test_a_backfill_never_rewrites_a_closed_interval(store: LedgerStore, clients: ClientFactory) -> None:
+def test_a_backfilled_stop_inside_a_closed_interval_closes_it_at_its_time(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    # The ledger is a function of its events: the stop EventBridge lost, backfilled later, is where
+    # AWS stopped billing, whenever it arrives.
     (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
     launched = launch_time(clients("ec2", None), host)
     metered([state_change(host, "running", launched), state_change(host, "stopped", launched + timedelta(hours=1))],
             store=store, clients=clients)  # fmt: skip
-    before = store.intervals()
     inside = state_change(host, "stopping", launched + timedelta(minutes=30))
     result = metering.meter([state_change_from_event(inside)], store=store, clients=clients,
-                         settings=guardrail_settings(), received_at=launched, source="ingest")  # fmt: skip
-    assert result.skipped == [
-        {"event_id": inside["id"], "instance_id": host, "reason": "inside the host's closed history"}
-    ]
-    assert store.intervals() == before
+                         settings=guardrail_settings(), received_at=launched + timedelta(hours=2), source="ingest")  # fmt: skip
+    assert (result.skipped, result.outcomes) == ([], {inside["id"]: "appended"})
+    (interval,) = store.intervals()
+    assert (interval.started_ms, interval.ended_ms) == (
+        to_ms(launched),
+        to_ms(launched + timedelta(minutes=30)),
+    )
 
 
 def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_keeps_the_bad(
@@ -293,9 +318,10 @@ def test_replaying_the_dead_letter_queue_records_both_kinds_of_dead_letter_and_k
     ec2 = clients("ec2", None)
     (first,) = launch(ec2, "g5.xlarge", managed_tags())
     (second,) = launch(ec2, "g5.xlarge", managed_tags())
-    undelivered = state_change(first, "running", at(0))  # EventBridge's dead letter: the event itself
+    # EventBridge's dead letter: the event itself (at real times: the replay receives them now)
+    undelivered = state_change(first, "running", launch_time(ec2, first))
     failed = {"requestContext": {"condition": "RetriesExhausted"},  # Lambda's on-failure record
-              "requestPayload": state_change(second, "running", at(1))}  # fmt: skip
+              "requestPayload": state_change(second, "running", launch_time(ec2, second))}  # fmt: skip
     for body in (json.dumps(undelivered), json.dumps(failed), "not json"):
         sqs.send_message(QueueUrl=queue_url, MessageBody=body)
     result = replaying.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
@@ -324,3 +350,55 @@ def test_replaying_the_dead_letter_queue_appends_relayed_decisions(
     assert (result.read, result.deleted, result.decisions) == (2, 1, 1)
     assert "decisions by mallory are not relayed" in result.kept[0]["reason"]
     assert [entry.decision for entry in DecisionLedger.of(store).read()] == [stop]
+
+
+@pytest.mark.parametrize("ahead", [timedelta(minutes=6), timedelta(days=1)])
+@pytest.mark.parametrize("source", ["meter", "ingest"])
+def test_an_event_from_the_future_is_refused_with_the_reason(
+    store: LedgerStore, clients: ClientFactory, source: str, ahead: timedelta
+) -> None:
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    launched = launch_time(clients("ec2", None), host)
+    running, early = state_change(host, "running", launched), state_change(host, "stopped", launched + ahead)
+    changes = [state_change_from_event(event) for event in (running, early)]
+    if source == "ingest":
+        result = ingest_changes(
+            changes, store=store, clients=clients, settings=guardrail_settings(), batch_size=10
+        )
+    else:
+        result = metering.meter(changes, store=store, clients=clients, settings=guardrail_settings(),
+                             received_at=datetime.now(UTC))  # fmt: skip
+    (refused,) = result.skipped
+    assert (refused["event_id"], refused["instance_id"]) == (early["id"], host)
+    assert refused["reason"].startswith("from the future: its time ")
+    assert "more than 0:05:00 after the ledger received it" in refused["reason"]
+    (interval,) = store.intervals()
+    assert interval.is_open  # the stop from the future closed nothing
+
+
+def test_an_event_within_the_clock_skew_is_metered(store: LedgerStore, clients: ClientFactory) -> None:
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    launched = launch_time(clients("ec2", None), host)
+    events = [
+        state_change(host, "running", launched),
+        state_change(host, "stopped", launched + timedelta(minutes=4)),
+    ]
+    result = metering.meter([state_change_from_event(event) for event in events], store=store, clients=clients,
+                         settings=guardrail_settings(), received_at=launched)  # fmt: skip
+    assert (result.inserted, result.skipped) == (2, [])
+
+
+def test_replaying_the_dead_letter_queue_refuses_an_event_from_the_future(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    sqs = clients("sqs", None)
+    queue_url = sqs.create_queue(QueueName=names.dead_letter_queue(STACK, "meter"))["QueueUrl"]
+    (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
+    future = state_change(host, "running", datetime.now(UTC) + timedelta(hours=2))
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(future))
+    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+                                       settings=guardrail_settings(), max_messages=10)  # fmt: skip
+    assert result.meter.inserted == 0
+    assert [note["event_id"] for note in result.meter.skipped] == [future["id"]]
+    assert result.meter.skipped[0]["reason"].startswith("from the future")
+    assert store.intervals() == []

@@ -204,3 +204,22 @@ def test_the_reconciler_records_the_spot_price_of_each_spot_hosts_zone_once(
         if line.pricing_model == SPOT
     ]
     assert (line.price_basis, line.price_source) == ("spot", "EC2 DescribeSpotPriceHistory")
+
+
+def test_a_repair_from_the_future_is_refused_when_the_reconcilers_clock_is_behind_ec2s(
+    store: LedgerStore, clients: ClientFactory
+) -> None:
+    ec2 = clients("ec2", None)
+    (host,) = launch(ec2, "g5.xlarge", managed_tags())
+    behind = datetime.now(UTC) - timedelta(days=1)  # a clock a day slow: EC2's launch is in its future
+    outcome = reconciling.run_reconciler(
+        store=store, clients=clients, settings=guardrail_settings(), now=behind
+    )
+    assert outcome["inserted"] == 0
+    (refused,) = outcome["skipped"]
+    assert refused["instance_id"] == host
+    assert refused["reason"].startswith("from the future")
+    assert store.intervals() == []
+    on_time = reconciling.run_reconciler(store=store, clients=clients, settings=guardrail_settings(),
+                                        now=datetime.now(UTC))  # fmt: skip
+    assert on_time["inserted"] == 1

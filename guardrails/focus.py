@@ -1,0 +1,111 @@
+"""The invoices as a FOCUS 1.2 cost and usage dataset (the FinOps Foundation's FinOps Open Cost and
+Usage Specification): one row per invoice line, with FOCUS's column names, so finance tools that
+read the clouds' FOCUS exports read parkbrake's chargeback too.
+
+parkbrake is the invoice issuer (it bills tenants for AWS GPU time); AWS is the provider and
+publisher. The billing account is the tenant; tenant and pool travel in ``Tags`` as the hosts'
+own tags name them. Every line is usage (``ChargeCategory`` ``Usage``), billed at the ledger's
+price with no discount, so list, contracted, effective and billed cost are one figure. Times are
+UTC, ISO 8601 with ``Z``; money and quantities exact decimals.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from guardrails import tags
+from guardrails.invoice import CURRENCY, Invoice, InvoiceLine
+from guardrails.ledger import MS_PER_HOUR, SPOT
+
+# FOCUS 1.2's mandatory columns, then the conditional and recommended ones parkbrake can fill.
+MANDATORY_COLUMNS = (
+    "BilledCost", "BillingAccountId", "BillingAccountName", "BillingAccountType", "BillingCurrency",
+    "BillingPeriodEnd", "BillingPeriodStart", "ChargeCategory", "ChargeClass", "ChargeDescription",
+    "ChargePeriodEnd", "ChargePeriodStart", "ContractedCost", "EffectiveCost", "InvoiceIssuerName",
+    "ListCost", "PricingQuantity", "PricingUnit", "ProviderName", "PublisherName", "ServiceCategory",
+    "ServiceName",
+)  # fmt: skip
+OTHER_COLUMNS = (
+    "ChargeFrequency", "ConsumedQuantity", "ConsumedUnit", "ContractedUnitPrice", "ListUnitPrice",
+    "PricingCategory", "RegionId", "RegionName", "ResourceId", "ResourceType", "ServiceSubcategory",
+    "SkuId", "SkuPriceId", "SubAccountId", "SubAccountName", "SubAccountType", "Tags",
+)  # fmt: skip
+COLUMNS = MANDATORY_COLUMNS + OTHER_COLUMNS
+INVOICE_ISSUER = "parkbrake"
+PROVIDER = "AWS"
+SERVICE = "Amazon Elastic Compute Cloud"
+
+
+def focus_time(moment: datetime) -> str:
+    """FOCUS's date-time format: UTC, ISO 8601, ``Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sku_price_id(line: InvoiceLine) -> str:
+    """Which price a line is billed at: its key and the instant that price took effect."""
+    since = focus_time(line.price_valid_from) if line.price_valid_from else "first"
+    return f"{line.instance_type}/{line.region}/{line.pricing_model}/{line.price_basis or 'unpriced'}@{since}"
+
+
+def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
+    billed = str(line.subtotal_usd)
+    unit_price = "" if line.usd_per_hour is None else str(line.usd_per_hour)
+    hours = str(line.instance_hours.quantize(Decimal("0.000001")))
+    priced = f"at {unit_price} {CURRENCY}/h" if unit_price else "unpriced (no price recorded yet)"
+    return {
+        "BilledCost": billed,
+        "BillingAccountId": invoice.tenant,
+        "BillingAccountName": invoice.tenant,
+        "BillingAccountType": "Tenant",
+        "BillingCurrency": CURRENCY,
+        "BillingPeriodEnd": focus_time(invoice.until),
+        "BillingPeriodStart": focus_time(invoice.since),
+        "ChargeCategory": "Usage",
+        "ChargeClass": "",  # null: a regular charge
+        "ChargeDescription": f"{line.instance_type} in {line.region}, {line.pricing_model}, pool {line.pool}, {priced}",
+        "ChargePeriodEnd": focus_time(invoice.until),
+        "ChargePeriodStart": focus_time(invoice.since),
+        "ContractedCost": billed,
+        "EffectiveCost": billed,
+        "InvoiceIssuerName": INVOICE_ISSUER,
+        "ListCost": billed,
+        "PricingQuantity": hours,
+        "PricingUnit": "Hours",
+        "ProviderName": PROVIDER,
+        "PublisherName": PROVIDER,
+        "ServiceCategory": "Compute",
+        "ServiceName": SERVICE,
+        "ChargeFrequency": "Usage-Based",
+        "ConsumedQuantity": str((Decimal(line.accelerator_ms) / MS_PER_HOUR).quantize(Decimal("0.000001"))),
+        "ConsumedUnit": "Accelerator-Hours",
+        "ContractedUnitPrice": unit_price,
+        "ListUnitPrice": unit_price,
+        "PricingCategory": "Dynamic" if line.pricing_model == SPOT else "Standard",
+        "RegionId": line.region,
+        "RegionName": line.region,
+        "ResourceId": "",  # null: a line sums every host of its pool, type, region and price
+        "ResourceType": "",
+        "ServiceSubcategory": "Virtual Machines",
+        "SkuId": line.instance_type,
+        "SkuPriceId": sku_price_id(line),
+        "SubAccountId": line.pool,
+        "SubAccountName": line.pool,
+        "SubAccountType": "Pool",
+        "Tags": json.dumps({tags.TENANT: invoice.tenant, tags.POOL: line.pool}, sort_keys=True),
+    }
+
+
+def invoices_focus(invoices: Sequence[Invoice]) -> str:
+    """The invoices' lines as FOCUS 1.2 CSV rows, header first."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for invoice in invoices:
+        for line in invoice.lines:
+            writer.writerow(focus_row(invoice, line))
+    return buffer.getvalue()
