@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import numpy as np
@@ -234,6 +235,23 @@ def build(base: str, revision: str, image: str) -> float:
 # --- 3. the container --------------------------------------------------------------------------------
 
 
+class Headers(dict[str, str]):
+    """Response headers by name, in any case (RFC 9110: names are case-insensitive; uvicorn sends
+    them lower-case)."""
+
+    def __init__(self, items: Any) -> None:
+        super().__init__((name.lower(), value) for name, value in items)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
+
+
 @dataclass(frozen=True)
 class Reply:
     status: int
@@ -248,9 +266,9 @@ def call(url: str, body: object = None, headers: dict[str, str] | None = None, t
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return Reply(response.status, dict(response.headers.items()), response.read())
+            return Reply(response.status, Headers(response.headers.items()), response.read())
     except urllib.error.HTTPError as error:
-        return Reply(error.code, dict(error.headers.items()), error.read())
+        return Reply(error.code, Headers(error.headers.items()), error.read())
 
 
 @contextmanager
