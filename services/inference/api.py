@@ -148,6 +148,13 @@ def parse_embeddings_request(body: bytes, max_inputs: int) -> tuple[list[str], s
                     "send text that is valid Unicode",
                     "input",
                 ) from None
+    if b"\\u" in body:  # only an escape can make a lone surrogate; most bodies have none
+        try:
+            json.dumps(document, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise BadRequest(
+                "the body holds a lone UTF-16 surrogate (an unpaired \\ud800–\\udfff escape); send valid Unicode"
+            ) from None
     encoding = document.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise BadRequest(f"encoding_format {encoding!r} is not float or base64", "encoding_format")
@@ -219,7 +226,11 @@ class EmbeddingsApi:
         except (RecursionError, UnicodeEncodeError):
             # JSON nested past the decoder's depth, or a lone surrogate the canonical form cannot
             # encode: no request can be made of it, so it is refused before a claim (and not stored).
-            message = "the body is nested too deeply or holds a lone UTF-16 surrogate; send a plain request"
+            try:
+                parse_embeddings_request(request.body, self.settings.max_inputs)
+            except BadRequest as error:  # the field at fault, when it is one the request has
+                return Response.error(error.status, str(error), error.kind, param=error.param)
+            message = "the body holds a lone UTF-16 surrogate (an unpaired \\ud800–\\udfff escape); send valid Unicode"
             return Response.error(400, message, "invalid_request_error")
         scope = Scope(caller.tenant, endpoint, caller.idempotency_key)
         claim = self._store.claim(scope, request_fingerprint, self._now())

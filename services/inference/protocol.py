@@ -59,15 +59,16 @@ class ServiceProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._reading_headers:
-            self._header_bytes += len(data)
-            if self._header_bytes > MAX_HEADER_BYTES:
-                message = f"the request line and headers are over {MAX_HEADER_BYTES} bytes"
-                self._refuse(431, message, "request_header_fields_too_large")
-                return
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
+            # Counted once parsed, so a body that came in the headers' read is not counted: the
+            # headers are bounded to the limit and one read.
+            if self._reading_headers and not self.transport.is_closing():
+                self._header_bytes += len(data)
+                if self._header_bytes > MAX_HEADER_BYTES:
+                    message = f"the request line and headers are over {MAX_HEADER_BYTES} bytes"
+                    self._refuse(431, message, "request_header_fields_too_large")
         except httptools.HttpParserUpgrade:
             self._refuse(
                 400, "protocol upgrades (WebSocket, h2c) are not served here", "invalid_request_error"

@@ -157,6 +157,10 @@ class InferenceServer:
             for sock in self._sockets:
                 sock.close()
 
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Whether :meth:`serve` returned (drained or stopped) within ``timeout`` seconds."""
+        return self._stopped.wait(timeout)
+
     def stop(self) -> None:
         """Stop serving now, without a drain (tests; the drain ends with this too)."""
         self._uvicorn.should_exit = True
