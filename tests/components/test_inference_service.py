@@ -289,7 +289,7 @@ def test_the_load_balancer_cannot_reach_the_metrics_port() -> None:
     environment = {item["name"]: item["value"] for item in container["environment"]}
     metrics_port = int(environment["PARKBRAKE_INFERENCE_METRICS_PORT"])
 
-    assert metrics_port == 9464 != 8080
+    assert metrics_port == 9464
     assert container["portMappings"] == [{"containerPort": 8080, "hostPort": 0, "protocol": "tcp"}]
     assert {group.inputs["port"] for group in run.of_type(TARGET_GROUP)} == {8080}
     assert all(
