@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from services.inference.idempotency import (
     StoredResponse,
     always_fits,
 )
-from services.inference.keys import ApiKeyStore
+from services.inference.keys import ApiKeyStore, key_hash
 from services.inference.leases import LeaseKeeper
 from services.inference.metrics import ServiceMetrics
 from services.inference.model import MAX_TOKENS, MODEL_NAME, Embedder
@@ -94,6 +95,14 @@ class BadRequest(Exception):
         self.param, self.status, self.kind = param, status, kind
 
 
+# How long an API key found valid may be taken as known before a request's body arrives, for a
+# request with an Idempotency-Key: its claim checks the key again, in the same statement, once the
+# body is in (so a revocation still holds at once); a key not seen valid this recently, or not at
+# all, is looked up before the body.
+VERIFIED_FOR_SECONDS = 60.0
+VERIFIED_KEYS = 10_000  # at most this many remembered (the oldest go first)
+
+
 @dataclass(frozen=True)
 class Caller:
     """Who sent a request (from its API key), and its ``Idempotency-Key`` when it has one."""
@@ -101,6 +110,35 @@ class Caller:
     tenant: str
     key_id: str
     idempotency_key: str | None
+    api_key: str = field(default="", repr=False)
+
+
+class VerifiedKeys:
+    """API keys found valid in the last ``VERIFIED_FOR_SECONDS``, by their hash: tenant and key id."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._found: dict[bytes, tuple[str, str, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, api_key: str) -> tuple[str, str] | None:
+        with self._lock:
+            found = self._found.get(key_hash(api_key))
+        if found is None or self._clock() - found[2] > VERIFIED_FOR_SECONDS:
+            return None
+        return found[0], found[1]
+
+    def remember(self, api_key: str, tenant: str, key_id: str) -> None:
+        with self._lock:
+            digest = key_hash(api_key)
+            self._found.pop(digest, None)
+            self._found[digest] = (tenant, key_id, self._clock())
+            while len(self._found) > VERIFIED_KEYS:
+                del self._found[next(iter(self._found))]
+
+    def forget(self, api_key: str) -> None:
+        with self._lock:
+            self._found.pop(key_hash(api_key), None)
 
 
 def parse_embeddings_request(body: bytes, max_inputs: int) -> tuple[list[str], str]:
@@ -180,6 +218,7 @@ class EmbeddingsApi:
         self.metrics, self._now, self._sleep = metrics, now, sleep
         self._limiter = RateLimiter(settings.rate_limit, settings.burst)
         self.leases = LeaseKeeper(store, settings.lease.lease, metrics, now)
+        self.verified = VerifiedKeys()
 
     def handle(self, request: Request) -> Response:
         """The whole request at once: :meth:`authorize`, then :meth:`serve`."""
@@ -196,14 +235,21 @@ class EmbeddingsApi:
         caller, not the request."""
         scheme, _, token = headers.get("authorization", "").partition(" ")
         api_key = token.strip() if scheme.lower() == "bearer" else ""
-        found = self._keys.tenant_of(api_key) if api_key else None
+        raw_key = headers.get(HEADER.lower())
+        # With an Idempotency-Key, a key found valid within VERIFIED_FOR_SECONDS is taken as known
+        # here: the claim after the body checks it again in the same statement (ADMIT), so the
+        # request makes one round trip on its way in, as one without the header does.
+        found = self.verified.get(api_key) if api_key and raw_key is not None else None
+        if found is None and api_key:
+            found = self._keys.tenant_of(api_key)
+            if found is not None:
+                self.verified.remember(api_key, *found)
         if found is None:
             return _unauthorized()
         tenant, key_id = found
         refusal = self._rate_limited(tenant, key_id)
         if refusal is not None:
             return refusal
-        raw_key = headers.get(HEADER.lower())
         try:
             key = None if raw_key is None else parse_key(raw_key)
         except InvalidIdempotencyKey as error:
@@ -214,7 +260,7 @@ class EmbeddingsApi:
                 f"this service requires an {HEADER} header (a UUID per logical request)",
                 "invalid_request_error",
             )
-        return Caller(tenant, key_id, key)
+        return Caller(tenant, key_id, key, api_key)
 
     def serve(self, caller: Caller, request: Request) -> Response:
         """The whole body has arrived: the idempotency layer (with a key), then the model."""
@@ -232,9 +278,14 @@ class EmbeddingsApi:
                 return Response.error(error.status, str(error), error.kind, param=error.param)
             message = "the body holds a lone UTF-16 surrogate (an unpaired \\ud800–\\udfff escape); send valid Unicode"
             return Response.error(400, message, "invalid_request_error")
-        scope = Scope(caller.tenant, endpoint, caller.idempotency_key)
-        claim = self._store.claim(scope, request_fingerprint, self._now())
-        return self._idempotent(scope, request_fingerprint, request.body, claim)
+        admission = self._store.admit(
+            caller.api_key, endpoint, caller.idempotency_key, request_fingerprint, self._now()
+        )
+        if admission is None:  # revoked since it was verified: refused now, nothing claimed
+            self.verified.forget(caller.api_key)
+            return _unauthorized()
+        scope = Scope(admission.tenant, endpoint, caller.idempotency_key)
+        return self._idempotent(scope, request_fingerprint, request.body, admission.claim)
 
     def _rate_limited(self, tenant: str, key_id: str) -> Response | None:
         """A 429 once the key is past its rate: before the idempotency layer, and never stored."""

@@ -73,7 +73,7 @@ class Embeddings:
         finally:
             try:
                 if then is not None:  # also when the client hung up first: its retry gets the replay
-                    await anyio.to_thread.run_sync(self._after_sending, then, limiter=server.workers)
+                    await anyio.to_thread.run_sync(self._after_sending, then, limiter=server.completions)
             finally:
                 server.leave()
 

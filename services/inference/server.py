@@ -101,6 +101,9 @@ class InferenceServer:
         # Bound now, so the URLs are known (and connections queue in the backlog) before serve().
         self._sockets = [listening_socket(host, port), listening_socket(host, settings.metrics_port)]
         self.workers = anyio.CapacityLimiter(settings.workers)
+        # Storing a sent response has threads of its own: requests waiting for that very response
+        # (a retry racing the original) may hold every worker, and must not keep it from being stored.
+        self.completions = anyio.CapacityLimiter(settings.workers)
         config = uvicorn.Config(
             by_port(api_app(self), metrics_app(self), lambda: self.metrics_port),
             http=protocol_for(

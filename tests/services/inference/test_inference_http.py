@@ -8,10 +8,13 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
 
+from lambdas.ledger.connections import PooledConnections
+from services.inference.keys import ApiKeyStore
 from services.inference.server import InferenceServer
 from tests.services.inference.conftest import call, metric, model_passes, settled_metric, wait_ready
 from tests.services.inference.wire import (
@@ -412,3 +415,41 @@ def test_threads_are_not_one_per_connection(start_server, service_database: str)
         for sock in socks:
             sock.close()
     assert during - before < 20
+
+
+def test_a_key_revoked_after_use_is_refused_at_once_with_an_idempotency_key(
+    idempotent_service: InferenceServer, service_database: str
+):
+    """A key verified moments ago is not looked up again before the body; its claim checks it."""
+    connections = PooledConnections(service_database, max_size=1)
+    keys = ApiKeyStore(connections)
+    made = keys.create(f"revoked-{uuid.uuid4().hex[:8]}", datetime.now(UTC))
+    headers = {"Authorization": f"Bearer {made.key}"}
+    before = model_passes(idempotent_service.metrics_url)
+    used = call(
+        idempotent_service.url,
+        "/v1/embeddings",
+        body=TEXT,
+        headers=headers | {"Idempotency-Key": str(uuid.uuid4())},
+    )
+    keys.revoke(made.id, datetime.now(UTC))
+    connections.close()
+    idempotency_key = str(uuid.uuid4())
+    refused = call(
+        idempotent_service.url,
+        "/v1/embeddings",
+        body=TEXT,
+        headers=headers | {"Idempotency-Key": idempotency_key},
+    )
+    refused_again = call(
+        idempotent_service.url,
+        "/v1/embeddings",
+        body=TEXT,
+        headers=headers | {"Idempotency-Key": idempotency_key},
+    )
+    without_key = call(idempotent_service.url, "/v1/embeddings", body=TEXT, headers=headers)
+
+    assert used.status == 200
+    assert assert_openai_error(refused.status, refused.body, 401)["code"] == "invalid_api_key"
+    assert refused_again.status == without_key.status == 401
+    assert model_passes(idempotent_service.metrics_url) - before == 1
