@@ -24,6 +24,13 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
   completion with compression);
 - throughput in embeddings per second through the service (batches of ``--batch`` sentences, two
   clients) against the same ONNX Runtime session called directly in this process, in the same run.
+
+    python -m benchmarks.inference --compare /tmp/inference-baseline --rounds 3
+
+``--compare CHECKOUT`` measures this service against the one in another checkout of the repository
+(a git worktree of an earlier commit, run with ``PYTHONPATH=CHECKOUT``) in the same run: each round
+starts both services in turn, alternating which goes first, and measures throughput, the one-sentence
+latency series and the separate-cores series of each; the figures are this ÷ that, per round.
 """
 
 from __future__ import annotations
@@ -44,8 +51,10 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from psycopg.conninfo import make_conninfo
 
@@ -79,9 +88,23 @@ def database() -> Iterator[str]:
         yield bench_url
 
 
+@dataclass(frozen=True)
+class Endpoints:
+    url: str
+    metrics_url: str  # /metrics: its own port (the API port for a service from before the split)
+
+
 @contextmanager
-def service(database_url: str, onnx_file: Path, *, cpu: int | None = None, **settings: str) -> Iterator[str]:
-    """The service in its own process; on ``cpu`` alone when given (``taskset``, before it starts any thread)."""
+def service(
+    database_url: str,
+    onnx_file: Path,
+    *,
+    cpu: int | None = None,
+    checkout: Path | None = None,
+    **settings: str,
+) -> Iterator[Endpoints]:
+    """The service in its own process; on ``cpu`` alone when given (``taskset``, before it starts any
+    thread); from ``checkout`` (another copy of the repository) when given."""
     environment = (
         os.environ
         | settings
@@ -90,8 +113,10 @@ def service(database_url: str, onnx_file: Path, *, cpu: int | None = None, **set
             "PARKBRAKE_INFERENCE_MODEL": str(onnx_file),
             "PARKBRAKE_INFERENCE_RATE_LIMIT": "100000",
             "PARKBRAKE_INFERENCE_BURST": "100000",
+            "PARKBRAKE_INFERENCE_METRICS_PORT": "0",
             "PARKBRAKE_REVISION": "bench",
         }
+        | ({"PYTHONPATH": str(checkout)} if checkout is not None else {})
     )
     script = Path(sys.executable).with_name("parkbrake-inference")
     pinned = ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []
@@ -100,12 +125,13 @@ def service(database_url: str, onnx_file: Path, *, cpu: int | None = None, **set
     )
     try:
         assert process.stdout is not None
-        url = json.loads(process.stdout.readline())["listening"]
+        listening = json.loads(process.stdout.readline())
+        url = listening["listening"]
         for _ in range(1200):
             if get(url, "/healthz")[0] == 200:
                 break
             time.sleep(0.05)
-        yield url
+        yield Endpoints(url, listening.get("metrics", url))
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -138,8 +164,9 @@ def model_passes(url: str) -> float:
     return 0.0
 
 
-def retry_storm(url: str, api_key: str, unique: int) -> dict[str, float]:
-    before = model_passes(url)
+def retry_storm(endpoints: Endpoints, api_key: str, unique: int) -> dict[str, float]:
+    url = endpoints.url
+    before = model_passes(endpoints.metrics_url)
 
     def one(index: int) -> list[int]:
         key, inputs = str(uuid.uuid4()), [f"{SENTENCE} (request {index})"]
@@ -158,7 +185,7 @@ def retry_storm(url: str, api_key: str, unique: int) -> dict[str, float]:
     with ThreadPoolExecutor(max_workers=4) as pool:
         statuses = [status for result in pool.map(one, range(unique)) for status in result]
     elapsed = time.perf_counter() - started
-    passes = model_passes(url) - before
+    passes = model_passes(endpoints.metrics_url) - before
     return {
         "unique_requests": unique,
         "requests_sent": len(statuses),
@@ -268,6 +295,10 @@ def main() -> None:
     parser.add_argument(
         "--gap-ms", type=float, default=2.0, help="pause after each request of the latency series"
     )
+    parser.add_argument(
+        "--compare", type=Path, default=None, help="another checkout of the repository to measure against"
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds with --compare")
     arguments = parser.parse_args()
     gap = arguments.gap_ms / 1000
     with tempfile.TemporaryDirectory() as folder, database() as database_url:
@@ -277,12 +308,28 @@ def main() -> None:
         api_key = ApiKeyStore(connections).create("bench", datetime.now(UTC)).key
         connections.close()
         embedder = Embedder.load(onnx_file)
-        with service(database_url, onnx_file) as url:
+        if arguments.compare is not None:
+            print(
+                json.dumps(
+                    compare(
+                        arguments=arguments,
+                        database_url=database_url,
+                        onnx_file=onnx_file,
+                        api_key=api_key,
+                        embedder=embedder,
+                        gap=gap,
+                    ),
+                    indent=2,
+                )
+            )
+            return
+        with service(database_url, onnx_file) as endpoints:
+            url = endpoints.url
             figures = {
                 "device": embedder.device,
                 "cpus": os.cpu_count(),
                 "load_average_at_start": os.getloadavg()[0],
-                "retry_storm": retry_storm(url, api_key, arguments.unique),
+                "retry_storm": retry_storm(endpoints, api_key, arguments.unique),
                 "latency": overhead(url, api_key, arguments.samples, 1, gap),
                 "latency_batch_of_16": overhead(url, api_key, max(20, arguments.samples // 4), 16, gap),
                 "store_round_trips": store_costs(database_url, api_key, embedder, arguments.samples),
@@ -306,9 +353,9 @@ def redis_overhead(
         return "skipped: no valkey-server or redis-server installed"
     with (
         redis_server() as redis_url,
-        service(database_url, onnx_file, PARKBRAKE_INFERENCE_REDIS_URL=redis_url) as url,
+        service(database_url, onnx_file, PARKBRAKE_INFERENCE_REDIS_URL=redis_url) as endpoints,
     ):
-        return overhead(url, api_key, samples, 1, gap)
+        return overhead(endpoints.url, api_key, samples, 1, gap)
 
 
 def postgres_server_processes(database_url: str) -> list[int]:
@@ -331,7 +378,13 @@ def parent_of(pid: int) -> int:
 
 
 def separate_cores_overhead(
-    database_url: str, onnx_file: Path, api_key: str, samples: int, gap: float
+    database_url: str,
+    onnx_file: Path,
+    api_key: str,
+    samples: int,
+    gap: float,
+    *,
+    checkout: Path | None = None,
 ) -> dict[str, float] | str:
     """The one-sentence series with the model and the database on separate cores, a model of the
     database on its own machine (as Aurora is in production): the service on CPU 0 with one ONNX
@@ -341,8 +394,79 @@ def separate_cores_overhead(
     for pid in [os.getpid(), *postgres_server_processes(database_url)]:
         with contextlib.suppress(ProcessLookupError):
             os.sched_setaffinity(pid, {1})
-    with service(database_url, onnx_file, cpu=0, PARKBRAKE_INFERENCE_THREADS="1") as url:
-        return overhead(url, api_key, samples, 1, gap)
+    with service(
+        database_url, onnx_file, cpu=0, checkout=checkout, PARKBRAKE_INFERENCE_THREADS="1"
+    ) as endpoints:
+        return overhead(endpoints.url, api_key, samples, 1, gap)
+
+
+def compare(
+    *,
+    arguments: argparse.Namespace,
+    database_url: str,
+    onnx_file: Path,
+    api_key: str,
+    embedder: Embedder,
+    gap: float,
+) -> dict[str, Any]:
+    """This service against ``arguments.compare``'s, round by round, alternating which goes first.
+
+    Shared cores first (throughput, the one-sentence series); then, in a second pass of rounds, the
+    separate-cores series (it pins PostgreSQL and this process to CPU 1 for the rest of the run)."""
+    services = {"this": None, "baseline": arguments.compare.resolve()}
+    rounds: list[dict[str, Any]] = []
+    for index in range(arguments.rounds):
+        order = list(services) if index % 2 == 0 else list(reversed(services))
+        figures: dict[str, Any] = {"order": order, "load_average": os.getloadavg()[0]}
+        for label in order:
+            with service(database_url, onnx_file, checkout=services[label]) as endpoints:
+                figures[label] = {
+                    "throughput": throughput(
+                        endpoints.url, api_key, embedder, arguments.batch, arguments.batches
+                    ),
+                    "latency": overhead(endpoints.url, api_key, arguments.samples, 1, gap),
+                    "retry_storm": retry_storm(endpoints, api_key, arguments.unique),
+                }
+        rounds.append(figures)
+    separate: list[dict[str, Any]] = []
+    for index in range(arguments.rounds):
+        order = list(services) if index % 2 == 0 else list(reversed(services))
+        figures = {"order": order, "load_average": os.getloadavg()[0]}
+        for label in order:
+            figures[label] = separate_cores_overhead(
+                database_url, onnx_file, api_key, arguments.samples, gap, checkout=services[label]
+            )
+        separate.append(figures)
+
+    def ratio(round_: dict[str, Any], *path: str) -> float:
+        this, that = round_["this"], round_["baseline"]
+        for key in path:
+            this, that = this[key], that[key]
+        return round(this / that, 3)
+
+    return {
+        "device": embedder.device,
+        "cpus": os.cpu_count(),
+        "baseline": str(arguments.compare),
+        "rounds": rounds,
+        "separate_cores": separate,
+        "throughput_this_vs_baseline": [
+            ratio(r, "throughput", "embeddings_per_s_through_service") for r in rounds
+        ],
+        "p50_without_key_this_vs_baseline": [
+            ratio(r, "latency", "p50_ms_without_idempotency") for r in rounds
+        ],
+        "p50_with_key_this_vs_baseline": [ratio(r, "latency", "p50_ms_with_idempotency") for r in rounds],
+        "fresh_key_ratio_separate_cores": {
+            label: [r[label]["p50_ratio"] if isinstance(r[label], dict) else r[label] for r in separate]
+            for label in services
+        },
+        "passes_per_unique_request": {
+            label: [r[label]["retry_storm"]["passes_per_unique_request"] for r in rounds]
+            for label in services
+        },
+        "load_average_at_end": os.getloadavg()[0],
+    }
 
 
 if __name__ == "__main__":

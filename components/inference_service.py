@@ -37,6 +37,12 @@ LIVE_WEIGHT = 100
 DRAIN_SECONDS = 60
 STOP_TIMEOUT_SECONDS = DRAIN_SECONDS + 15
 IDLE_PERIOD_SECONDS = 60
+# The service's /metrics port (PARKBRAKE_INFERENCE_METRICS_PORT). Its metrics name tenants, so it is
+# declared in no port mapping: in bridge mode only mapped ports are published on the host, so neither
+# the load balancer (admitted on the dynamic host ports) nor anything else in the VPC can reach it; a
+# scraper on the host reaches it on the container's bridge address, found by the docker label.
+METRICS_PORT = 9464
+METRICS_PORT_LABEL = "parkbrake.metrics-port"
 
 
 @dataclass
@@ -65,6 +71,7 @@ class InferenceServiceArgs:
     # Scale the live colour to zero after this many seconds without a request, and wake it on the
     # load balancer's 503s (no healthy target); None keeps desired_per_colour always running.
     scale_to_zero_after_seconds: int | None = None
+    metrics_port: int = METRICS_PORT
 
 
 def colour_weights(live_colour: str) -> dict[str, int]:
@@ -89,6 +96,11 @@ class InferenceService(pulumi.ComponentResource):
             raise InputError("the inference service needs its GPU pool's ECS capacity provider")
         self._args = args
         colour_weights(args.live_colour)  # refuses an unknown colour before anything is declared
+        if args.metrics_port == args.port:
+            raise InputError(
+                f"the inference metrics port {args.metrics_port} is the serving port; /metrics must be on "
+                f"a port the load balancer does not reach (the default is {METRICS_PORT})"
+            )
         service = names.INFERENCE_SERVICE
         basics = service_basics(
             self, stack=args.stack, service=service, revision=args.revision, base_tags=args.tags
@@ -202,15 +214,20 @@ class InferenceService(pulumi.ComponentResource):
                         "image": args.image,
                         "essential": True,
                         "memoryReservation": args.memory,
+                        # The API port only: the metrics port is not published (METRICS_PORT says why).
                         "portMappings": [{"containerPort": args.port, "hostPort": 0, "protocol": "tcp"}],
                         "resourceRequirements": [{"type": "GPU", "value": str(args.gpus_per_task)}],
                         "environment": [
                             {"name": "PARKBRAKE_STACK", "value": args.stack},
                             {"name": "PARKBRAKE_REVISION", "value": args.revision},
                             {"name": "PARKBRAKE_INFERENCE_DRAIN", "value": f"{DRAIN_SECONDS}s"},
+                            {"name": "PARKBRAKE_INFERENCE_METRICS_PORT", "value": str(args.metrics_port)},
                         ],
                         "stopTimeout": STOP_TIMEOUT_SECONDS,
-                        "dockerLabels": {names.CONTAINER_REVISION_LABEL: args.revision},
+                        "dockerLabels": {
+                            names.CONTAINER_REVISION_LABEL: args.revision,
+                            METRICS_PORT_LABEL: str(args.metrics_port),
+                        },
                         "logConfiguration": basics.awslogs(service),
                     }
                 ]

@@ -11,7 +11,8 @@
 2. The build: ``services/inference/Dockerfile`` on the committed ``HEAD`` (``git archive``: the image
    holds exactly the commit its revision label names), ``--build-arg REVISION=$(git rev-parse HEAD)``,
    on the default bridge network when it reaches PyPI, else the host's.
-3. The container, as built (its command, port 8080 published on 127.0.0.1), against a throwaway
+3. The container, as built (its command; the API's port 8080 and, for this check to read, the metrics
+   port 9464 published on 127.0.0.1, which the task definition never publishes), against a throwaway
    PostgreSQL (``PARKBRAKE_DATABASE_URL`` when set, reachable from the container, else pgserver's
    socket mounted into it), migrated with ``parkbrake ledger migrate``, the service logging in as a role
    granted ``parkbrake_inference``, with a key from ``parkbrake keys create``.
@@ -38,6 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import numpy as np
@@ -234,6 +236,23 @@ def build(base: str, revision: str, image: str) -> float:
 # --- 3. the container --------------------------------------------------------------------------------
 
 
+class Headers(dict[str, str]):
+    """Response headers by name, in any case (RFC 9110: names are case-insensitive; uvicorn sends
+    them lower-case)."""
+
+    def __init__(self, items: Any) -> None:
+        super().__init__((name.lower(), value) for name, value in items)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+
 @dataclass(frozen=True)
 class Reply:
     status: int
@@ -248,9 +267,9 @@ def call(url: str, body: object = None, headers: dict[str, str] | None = None, t
     )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return Reply(response.status, dict(response.headers.items()), response.read())
+            return Reply(response.status, Headers(response.headers.items()), response.read())
     except urllib.error.HTTPError as error:
-        return Reply(error.code, dict(error.headers.items()), error.read())
+        return Reply(error.code, Headers(error.headers.items()), error.read())
 
 
 @contextmanager
@@ -342,11 +361,38 @@ def check_serving(base_url: str, key: str, revision: str, checks: Checks) -> Non
         f"Idempotent-Replayed: {again.headers.get('Idempotent-Replayed')}",
     )
 
+    models = call(base_url + "/v1/models")
+    listed = (
+        [item.get("id") for item in json.loads(models.body).get("data", [])] if models.status == 200 else []
+    )
+    checks.record(
+        "GET /v1/models lists the model", listed == ["all-MiniLM-L6-v2"], f"status {models.status}, {listed}"
+    )
+    server = models.headers.get("Server", "")
+    checks.record(
+        "the Server header names no versions",
+        server == "parkbrake-inference",
+        f"Server: {server}",
+    )
+
     anonymous = call(base_url + "/v1/embeddings", {"model": "all-MiniLM-L6-v2", "input": "hello"})
     checks.record(
         "no API key is 401",
         anonymous.status == 401 and "WWW-Authenticate" in anonymous.headers,
         f"status {anonymous.status}, WWW-Authenticate: {anonymous.headers.get('WWW-Authenticate')}",
+    )
+
+
+def check_metrics_port(base_url: str, metrics_url: str, checks: Checks) -> None:
+    """/metrics names tenants: served on its own port, and not on the one the load balancer routes."""
+    on_api_port = call(base_url + "/metrics")
+    on_metrics_port = call(metrics_url + "/metrics")
+    checks.record(
+        "/metrics is on the metrics port only",
+        on_api_port.status == 404
+        and on_metrics_port.status == 200
+        and b"parkbrake_inference_model_passes_total" in on_metrics_port.body,
+        f"API port: {on_api_port.status}; metrics port: {on_metrics_port.status}",
     )
 
 
@@ -369,14 +415,16 @@ def check_container(container: str, image: str, revision: str, checks: Checks) -
     checks.record("the image's HEALTHCHECK reports healthy", health == "healthy", health)
 
 
-def in_flight(base_url: str) -> float:
-    for line in call(base_url + "/metrics").body.decode().splitlines():
+def in_flight(metrics_url: str) -> float:
+    for line in call(metrics_url + "/metrics").body.decode().splitlines():
         if line.startswith("parkbrake_inference_in_flight_requests "):
             return float(line.split()[1])
     return 0.0
 
 
-def check_drain(container: str, base_url: str, key: str, inputs: int, checks: Checks) -> None:
+def check_drain(  # noqa: PLR0917 (the container's addresses and the check's size)
+    container: str, base_url: str, metrics_url: str, key: str, inputs: int, checks: Checks
+) -> None:
     """SIGTERM (``docker stop``) while a long request runs: it finishes, /healthz turns 503, exit 0.
 
     ``inputs`` long texts make a pass of seconds (about 9 s for 48 on two shared cores) and well
@@ -390,7 +438,7 @@ def check_drain(container: str, base_url: str, key: str, inputs: int, checks: Ch
         )
     )
     long_request.start()
-    while long_request.is_alive() and in_flight(base_url) < 1:
+    while long_request.is_alive() and in_flight(metrics_url) < 1:
         time.sleep(0.01)
     started = time.monotonic()
     stop = subprocess.Popen(
@@ -451,6 +499,8 @@ def check_image(image: str, revision: str, checks: Checks) -> None:
             "-d",
             "-p",
             "127.0.0.1::8080",
+            "-p",
+            "127.0.0.1::9464",
             *(["--gpus", "all"] if on_gpu else []),
             *mounts,
             "-e",
@@ -459,12 +509,14 @@ def check_image(image: str, revision: str, checks: Checks) -> None:
         )
         try:
             base_url = "http://" + run("docker", "port", container, "8080/tcp").splitlines()[0]
-            log(f"container {container[:12]} on {base_url}")
+            metrics_url = "http://" + run("docker", "port", container, "9464/tcp").splitlines()[0]
+            log(f"container {container[:12]} on {base_url}, metrics on {metrics_url}")
             wait_until_ready(base_url, checks)
             check_serving(base_url, key, revision, checks)
+            check_metrics_port(base_url, metrics_url, checks)
             check_container(container, image, revision, checks)
             check_device(container, on_gpu, checks)
-            check_drain(container, base_url, key, 2048 if on_gpu else 48, checks)
+            check_drain(container, base_url, metrics_url, key, 2048 if on_gpu else 48, checks)
         finally:
             log("container log:\n" + container_log(container))
             subprocess.run(["docker", "rm", "-f", container], check=False, capture_output=True)

@@ -1,7 +1,9 @@
 """``POST /v1/embeddings``: authentication, rate limit, the idempotency layer, then the model.
 
 Independent of the HTTP server: a request is method, path, headers and body; a response is status,
-headers and body bytes, exactly what the idempotency store keeps and replays.
+headers and body bytes, exactly what the idempotency store keeps and replays. The server calls
+:meth:`EmbeddingsApi.authorize` with the headers alone, before it reads the body, and
+:meth:`EmbeddingsApi.serve` once the whole body has arrived.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,9 +37,10 @@ from services.inference.idempotency import (
     StoredResponse,
     always_fits,
 )
-from services.inference.keys import ApiKeyStore
+from services.inference.keys import ApiKeyStore, key_hash
+from services.inference.leases import LeaseKeeper
 from services.inference.metrics import ServiceMetrics
-from services.inference.model import MODEL_NAME, Embedder
+from services.inference.model import MAX_TOKENS, MODEL_NAME, Embedder
 from services.inference.ratelimit import RateLimiter
 from services.inference.settings import ServiceSettings
 
@@ -65,7 +69,11 @@ class Response:
 
     @classmethod
     def json(cls, status: int, document: object, **headers: str) -> Response:
-        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+        # backslashreplace: an error message may quote the caller's text, and a lone surrogate
+        # ("\ud800", valid in JSON, not in UTF-8) goes out as the JSON escape it came in as.
+        body = json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode(
+            "utf-8", "backslashreplace"
+        )
         return cls(
             status, body, {"Content-Type": JSON} | {name.replace("_", "-"): v for name, v in headers.items()}
         )
@@ -87,6 +95,52 @@ class BadRequest(Exception):
         self.param, self.status, self.kind = param, status, kind
 
 
+# How long an API key found valid may be taken as known before a request's body arrives, for a
+# request with an Idempotency-Key: its claim checks the key again, in the same statement, once the
+# body is in (so a revocation still holds at once); a key not seen valid this recently, or not at
+# all, is looked up before the body.
+VERIFIED_FOR_SECONDS = 60.0
+VERIFIED_KEYS = 10_000  # at most this many remembered (the oldest go first)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request (from its API key), and its ``Idempotency-Key`` when it has one."""
+
+    tenant: str
+    key_id: str
+    idempotency_key: str | None
+    api_key: str = field(default="", repr=False)
+
+
+class VerifiedKeys:
+    """API keys found valid in the last ``VERIFIED_FOR_SECONDS``, by their hash: tenant and key id."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._found: dict[bytes, tuple[str, str, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, api_key: str) -> tuple[str, str] | None:
+        with self._lock:
+            found = self._found.get(key_hash(api_key))
+        if found is None or self._clock() - found[2] > VERIFIED_FOR_SECONDS:
+            return None
+        return found[0], found[1]
+
+    def remember(self, api_key: str, tenant: str, key_id: str) -> None:
+        with self._lock:
+            digest = key_hash(api_key)
+            self._found.pop(digest, None)
+            self._found[digest] = (tenant, key_id, self._clock())
+            while len(self._found) > VERIFIED_KEYS:
+                del self._found[next(iter(self._found))]
+
+    def forget(self, api_key: str) -> None:
+        with self._lock:
+            self._found.pop(key_hash(api_key), None)
+
+
 def parse_embeddings_request(body: bytes, max_inputs: int) -> tuple[list[str], str]:
     """The inputs and the encoding format, or :class:`BadRequest` naming the field and the fix."""
     try:
@@ -95,11 +149,17 @@ def parse_embeddings_request(body: bytes, max_inputs: int) -> tuple[list[str], s
         raise BadRequest(
             'the body is not JSON; send {"model": "all-MiniLM-L6-v2", "input": "text"}'
         ) from None
+    except RecursionError:  # json's C decoder recurses once per nesting level
+        raise BadRequest(
+            "the body is nested too deeply; a request is an object of strings and lists"
+        ) from None
     if not isinstance(document, dict):
         raise BadRequest('the body must be a JSON object with "model" and "input"')
     model = document.get("model")
     if model is None:
         raise BadRequest(f"model is missing; use {MODEL_NAME!r}", "model")
+    if not isinstance(model, str):
+        raise BadRequest(f"model must be a string; use {MODEL_NAME!r}", "model")
     if model not in MODEL_ALIASES:
         raise BadRequest(
             f"model {model!r} is not served here; use {MODEL_NAME!r}", "model", 404, "model_not_found"
@@ -116,6 +176,23 @@ def parse_embeddings_request(body: bytes, max_inputs: int) -> tuple[list[str], s
     empty = [index for index, item in enumerate(inputs) if not item]
     if empty:
         raise BadRequest(f"input[{empty[0]}] is an empty string; every input needs text", "input")
+    for index, item in enumerate(inputs):
+        if not item.isascii():  # ASCII (nearly every input) cannot hold a surrogate: skip the check
+            try:
+                item.encode()
+            except UnicodeEncodeError:
+                raise BadRequest(
+                    f"input[{index}] holds a lone UTF-16 surrogate (an unpaired \\ud800–\\udfff escape); "
+                    "send text that is valid Unicode",
+                    "input",
+                ) from None
+    if b"\\u" in body:  # only an escape can make a lone surrogate; most bodies have none
+        try:
+            json.dumps(document, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise BadRequest(
+                "the body holds a lone UTF-16 surrogate (an unpaired \\ud800–\\udfff escape); send valid Unicode"
+            ) from None
     encoding = document.get("encoding_format", "float")
     if encoding not in ("float", "base64"):
         raise BadRequest(f"encoding_format {encoding!r} is not float or base64", "encoding_format")
@@ -140,50 +217,74 @@ class EmbeddingsApi:
         self.settings, self._embedder, self._keys, self._store = settings, embedder, keys, store
         self.metrics, self._now, self._sleep = metrics, now, sleep
         self._limiter = RateLimiter(settings.rate_limit, settings.burst)
+        self.leases = LeaseKeeper(store, settings.lease.lease, metrics, now)
+        self.verified = VerifiedKeys()
 
     def handle(self, request: Request) -> Response:
-        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        """The whole request at once: :meth:`authorize`, then :meth:`serve`."""
+        caller = self.authorize(request.headers)
+        if isinstance(caller, Response):
+            return caller
+        return self.serve(caller, request)
+
+    def authorize(self, headers: Mapping[str, str]) -> Caller | Response:
+        """From the headers alone (the body is not read yet): the caller, or the response that refuses it.
+
+        401 for no, a wrong or a revoked API key; 429 past the key's rate; 400 for an invalid (or,
+        where required, a missing) ``Idempotency-Key``. None of these is stored: they are about the
+        caller, not the request."""
+        scheme, _, token = headers.get("authorization", "").partition(" ")
         api_key = token.strip() if scheme.lower() == "bearer" else ""
-        raw_key = request.headers.get(HEADER.lower())
-        endpoint = f"{request.method} {request.path}"
-        key, invalid = None, None
-        try:
-            key = None if raw_key is None else parse_key(raw_key)
-        except InvalidIdempotencyKey as error:
-            invalid = error  # answered with 400 once the caller is known
-        if api_key and key is not None:
-            return self._admitted(request, api_key, endpoint, key)
-        found = self._keys.tenant_of(api_key) if api_key else None
+        raw_key = headers.get(HEADER.lower())
+        # With an Idempotency-Key, a key found valid within VERIFIED_FOR_SECONDS is taken as known
+        # here: the claim after the body checks it again in the same statement (ADMIT), so the
+        # request makes one round trip on its way in, as one without the header does.
+        found = self.verified.get(api_key) if api_key and raw_key is not None else None
+        if found is None and api_key:
+            found = self._keys.tenant_of(api_key)
+            if found is not None:
+                self.verified.remember(api_key, *found)
         if found is None:
             return _unauthorized()
         tenant, key_id = found
         refusal = self._rate_limited(tenant, key_id)
         if refusal is not None:
             return refusal
-        if invalid is not None:
-            return Response.error(400, str(invalid), "invalid_idempotency_key")
-        if self.settings.require_idempotency_key:
+        try:
+            key = None if raw_key is None else parse_key(raw_key)
+        except InvalidIdempotencyKey as error:
+            return Response.error(400, str(error), "invalid_idempotency_key")
+        if key is None and self.settings.require_idempotency_key:
             return Response.error(
                 400,
                 f"this service requires an {HEADER} header (a UUID per logical request)",
                 "invalid_request_error",
             )
-        return self._run(request.body, tenant)
+        return Caller(tenant, key_id, key, api_key)
 
-    def _admitted(self, request: Request, api_key: str, endpoint: str, key: str) -> Response:
-        """A request with an ``Idempotency-Key``: the API key's lookup and the claim in one step (one
-        round trip in PostgreSQL), then the rate limit, which releases a claim it refuses."""
-        request_fingerprint = fingerprint(request.method, request.path, request.body)
-        admission = self._store.admit(api_key, endpoint, key, request_fingerprint, self._now())
-        if admission is None:
+    def serve(self, caller: Caller, request: Request) -> Response:
+        """The whole body has arrived: the idempotency layer (with a key), then the model."""
+        if caller.idempotency_key is None:
+            return self._run(request.body, caller.tenant)
+        endpoint = f"{request.method} {request.path}"
+        try:
+            request_fingerprint = fingerprint(request.method, request.path, request.body)
+        except (RecursionError, UnicodeEncodeError):
+            # JSON nested past the decoder's depth, or a lone surrogate the canonical form cannot
+            # encode: no request can be made of it, so it is refused before a claim (and not stored).
+            try:
+                parse_embeddings_request(request.body, self.settings.max_inputs)
+            except BadRequest as error:  # the field at fault, when it is one the request has
+                return Response.error(error.status, str(error), error.kind, param=error.param)
+            message = "the body holds a lone UTF-16 surrogate (an unpaired \\ud800–\\udfff escape); send valid Unicode"
+            return Response.error(400, message, "invalid_request_error")
+        admission = self._store.admit(
+            caller.api_key, endpoint, caller.idempotency_key, request_fingerprint, self._now()
+        )
+        if admission is None:  # revoked since it was verified: refused now, nothing claimed
+            self.verified.forget(caller.api_key)
             return _unauthorized()
-        scope = Scope(admission.tenant, endpoint, key)
-        refusal = self._rate_limited(admission.tenant, admission.key_id)
-        if refusal is not None:
-            if admission.claim.outcome is Outcome.CLAIMED:
-                assert admission.claim.owner is not None
-                self._store.release(scope, admission.claim.owner)
-            return refusal
+        scope = Scope(admission.tenant, endpoint, caller.idempotency_key)
         return self._idempotent(scope, request_fingerprint, request.body, admission.claim)
 
     def _rate_limited(self, tenant: str, key_id: str) -> Response | None:
@@ -221,25 +322,35 @@ class EmbeddingsApi:
             claim = self._store.claim(scope, request_fingerprint, self._now())
 
     def _run_claimed(self, scope: Scope, owner: Any, body: bytes) -> Response:
+        # Renewed while the pass runs and until the response is stored (after sending), so a
+        # concurrent retry waits for this result instead of taking the claim over and running again.
+        held = self.leases.hold(scope, owner)
         try:
             response = self._run(body, scope.tenant)
         except BaseException:
+            self.leases.drop(held)
             self._store.release(scope, owner)
             raise
         if not is_final(response.status):
+            self.leases.drop(held)
             self._store.release(scope, owner)
             return response
         stored = StoredResponse(
             response.status, {k: v for k, v in response.headers.items() if k in STORED_HEADERS}, response.body
         )
         if not always_fits(len(stored.body), self.settings.max_stored_bytes):
-            return self._store_before_sending(scope, owner, stored)
-        return Response(
-            stored.status,
-            stored.body,
-            dict(stored.headers),
-            then=lambda: self._complete(scope, owner, stored),
-        )
+            try:
+                return self._store_before_sending(scope, owner, stored)
+            finally:
+                self.leases.drop(held)
+
+        def store_after_sending() -> None:
+            try:
+                self._complete(scope, owner, stored)
+            finally:
+                self.leases.drop(held)
+
+        return Response(stored.status, stored.body, dict(stored.headers), then=store_after_sending)
 
     def _store_before_sending(self, scope: Scope, owner: Any, stored: StoredResponse) -> Response:
         """A body that may not fit the store: what the client gets depends on storing it (413 if not)."""
@@ -261,16 +372,33 @@ class EmbeddingsApi:
         except BadRequest as error:
             return Response.error(error.status, str(error), error.kind, param=error.param)
         embedder = self._embedder()
+        ceiling = self.settings.max_request_tokens
+        # Each input is truncated at MAX_TOKENS, so only a request of many inputs can pass the ceiling:
+        # the others are not tokenized twice.
+        if len(inputs) * MAX_TOKENS > ceiling:
+            tokens = embedder.count_tokens(inputs)
+            if tokens > ceiling:
+                message = (
+                    f"input has {tokens} tokens (after truncation at {MAX_TOKENS} per input); at most "
+                    f"{ceiling} per request (PARKBRAKE_INFERENCE_MAX_REQUEST_TOKENS): split it into "
+                    "several requests"
+                )
+                return Response.error(400, message, "invalid_request_error", param="input")
         started = time.perf_counter()
-        result = embedder.embed(inputs)
+        size = self.settings.batch_size
+        # Batches of a configured size: memory and a pass's length are bounded by a batch, and
+        # padding is to the longest input of its batch, not of the whole request.
+        results = [embedder.embed(inputs[start : start + size]) for start in range(0, len(inputs), size)]
         elapsed = time.perf_counter() - started
         self.metrics.model_passes.inc()
         self.metrics.gpu_seconds.labels(tenant, embedder.device).inc(elapsed)
+        vectors = (vector for result in results for vector in result.vectors)
         data = [
             {"object": "embedding", "index": index, "embedding": _encode(vector, encoding)}
-            for index, vector in enumerate(result.vectors)
+            for index, vector in enumerate(vectors)
         ]
-        usage = {"prompt_tokens": result.tokens, "total_tokens": result.tokens}
+        tokens = sum(result.tokens for result in results)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return Response.json(200, {"object": "list", "data": data, "model": MODEL_NAME, "usage": usage})
 
 

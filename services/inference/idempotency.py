@@ -1,6 +1,6 @@
 """Where idempotent responses live: the :class:`IdempotencyStore` interface and its PostgreSQL store.
 
-The interface: admit (the API key's tenant and the claim), claim, complete, release, sweep. The
+The interface: admit (the API key's tenant and the claim), claim, complete, release, renew, sweep. The
 Redis/Valkey store is ``services/inference/redis_store.py``.
 """
 
@@ -94,6 +94,10 @@ class IdempotencyStore(Protocol):
         """Drop an unfinished claim (a 5xx), so a retry runs at once instead of after the lease."""
         ...
 
+    def renew(self, scope: Scope, owner: uuid.UUID, now: datetime) -> bool:
+        """Extend a running claim's lease to a full lease from ``now``; False when it is not ours any more."""
+        ...
+
     def sweep(self, now: datetime, *, batch: int) -> int:
         """Delete up to ``batch`` rows whose retention ended; how many went."""
         ...
@@ -172,6 +176,12 @@ COMPLETE = """
 UPDATE inference_idempotency
 SET state = 'done', status = %(status)s, headers = %(headers)s, body = %(body)s,
     compressed = %(compressed)s, expires_at = %(expires_at)s
+WHERE tenant = %(tenant)s AND endpoint = %(endpoint)s AND key = %(key)s AND owner = %(owner)s
+  AND state = 'running'
+"""
+
+RENEW = """
+UPDATE inference_idempotency SET lease_until = %(lease_until)s
 WHERE tenant = %(tenant)s AND endpoint = %(endpoint)s AND key = %(key)s AND owner = %(owner)s
   AND state = 'running'
 """
@@ -267,6 +277,17 @@ class PostgresIdempotencyStore:
     def release(self, scope: Scope, owner: uuid.UUID) -> None:
         with self.connections.connection() as connection:
             connection.execute(RELEASE, (scope.tenant, scope.endpoint, scope.key, owner))
+
+    def renew(self, scope: Scope, owner: uuid.UUID, now: datetime) -> bool:
+        row = {
+            "tenant": scope.tenant,
+            "endpoint": scope.endpoint,
+            "key": scope.key,
+            "owner": owner,
+            "lease_until": self.lease.lease_until(now),
+        }
+        with self.connections.connection() as connection:
+            return connection.execute(RENEW, row).rowcount == 1
 
     def sweep(self, now: datetime, *, batch: int) -> int:
         with self.connections.connection() as connection:

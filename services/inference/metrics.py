@@ -35,6 +35,22 @@ class ServiceMetrics:
             "Responses sent but not stored for replay (the store failed after the response went out).",
             registry=self.registry,
         )
+        self.lease_renewal_errors = Counter(
+            "parkbrake_inference_idempotency_lease_renewal_errors",
+            "Renewals of a running request's claim that failed (the store was unreachable).",
+            registry=self.registry,
+        )
+        self.lease_renewals = Counter(
+            "parkbrake_inference_idempotency_lease_renewals",
+            "Leases of running requests renewed (a request that ran past a third of the lease).",
+            registry=self.registry,
+        )
+        self.aborted_uploads = Counter(
+            "parkbrake_inference_aborted_uploads",
+            "Requests whose body never arrived whole (the client hung up or stalled): nothing ran.",
+            ["reason"],
+            registry=self.registry,
+        )
         self.rate_limited = Counter(
             "parkbrake_inference_rate_limited",
             "Requests refused with 429.",

@@ -75,6 +75,15 @@ return 0
 """
 
 
+# KEYS[1] the row; ARGV: owner, lease_until (ms).
+RENEW = """
+local held = redis.call('HMGET', KEYS[1], 'owner', 'state')
+if held[1] ~= ARGV[1] or held[2] ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', ARGV[2])
+return 1
+"""
+
+
 def row_key(scope: Scope) -> str:
     """The tenant in clear (tenant names have no ':'), the endpoint and key hashed to a fixed length."""
     digest = hashlib.sha256()
@@ -101,6 +110,7 @@ class RedisIdempotencyStore:
         self._claim = self.client.register_script(CLAIM)
         self._complete = self.client.register_script(COMPLETE)
         self._release = self.client.register_script(RELEASE)
+        self._renew = self.client.register_script(RENEW)
 
     def admit(
         self, api_key: str, endpoint: str, key: str, fingerprint: str, now: datetime
@@ -149,6 +159,9 @@ class RedisIdempotencyStore:
 
     def release(self, scope: Scope, owner: uuid.UUID) -> None:
         self._run(self._release, scope, [str(owner)])
+
+    def renew(self, scope: Scope, owner: uuid.UUID, now: datetime) -> bool:
+        return bool(self._run(self._renew, scope, [str(owner), _ms(self.lease.lease_until(now))]))
 
     def sweep(self, now: datetime, *, batch: int) -> int:
         """Nothing to do: each row's TTL is its retention, and the server deletes it when it ends."""

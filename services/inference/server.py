@@ -1,7 +1,10 @@
-"""The HTTP server: routes, readiness, SIGTERM drain, the retention sweeper, and the console script.
+"""The server: two listening sockets (the API, ``/metrics``), readiness, SIGTERM drain, the
+retention sweeper, and the console script.
 
-A thread per connection (``ThreadingHTTPServer``): the model call releases the GIL inside ONNX Runtime
-and the database calls block on sockets, so threads give real concurrency without an event loop.
+HTTP is uvicorn (httptools' parser, uvloop when installed) serving the Starlette apps of
+``services/inference/app.py`` through the connection limits of ``services/inference/protocol.py``.
+The event loop only moves bytes; the database calls and the model pass run in worker threads
+(ONNX Runtime releases the GIL while it runs), at most ``PARKBRAKE_INFERENCE_WORKERS`` at once.
 """
 
 from __future__ import annotations
@@ -9,33 +12,60 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from types import FrameType
 
+import anyio
 import click
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+import uvicorn
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from guardrails.clock import SystemClock
 from guardrails.errors import ParkbrakeError
 from lambdas.ledger.connections import Connections, LedgerUnavailable, PooledConnections, database_url
-from services.inference.api import EMBEDDINGS_PATH, EmbeddingsApi, Request, Response
+from services.inference.api import EmbeddingsApi
+from services.inference.app import api_app, by_port, metrics_app
 from services.inference.idempotency import IdempotencyStore, PostgresIdempotencyStore
 from services.inference.keys import ApiKeyStore
 from services.inference.metrics import ServiceMetrics
 from services.inference.model import Embedder
+from services.inference.protocol import protocol_for
 from services.inference.redis_store import RedisIdempotencyStore, redis_client
 from services.inference.settings import ServiceSettings, settings_from_environment
 
 log = logging.getLogger("parkbrake.inference")
-NOT_READY_RETRY_AFTER = "5"
 MAX_SWEEP_BATCHES = 100  # per round: a backlog is worked off over several rounds, never in one long lock
+# The listen backlog: a burst of retries opens many connections at once, and past the backlog the
+# kernel resets them.
+LISTEN_BACKLOG = 2048
+# After the drain: what uvicorn gives connections still open before it cancels their tasks.
+CLOSE_SECONDS = 1.0
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn's server, with SIGTERM and SIGINT starting the service's drain instead of its shutdown
+    (which closes the listening socket at once: the load balancer's health check must see 503)."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[], None]) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._on_signal()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(LISTEN_BACKLOG)
+    sock.set_inheritable(True)
+    return sock
 
 
 class InferenceServer:
@@ -68,12 +98,47 @@ class InferenceServer:
         self._in_flight = 0
         self.draining = False
         self._stopped = threading.Event()
-        self.http = _HttpServer((host, port), _handler(self))
+        # Bound now, so the URLs are known (and connections queue in the backlog) before serve().
+        self._sockets = [listening_socket(host, port), listening_socket(host, settings.metrics_port)]
+        self.workers = anyio.CapacityLimiter(settings.workers)
+        # Storing a sent response has threads of its own: requests waiting for that very response
+        # (a retry racing the original) may hold every worker, and must not keep it from being stored.
+        self.completions = anyio.CapacityLimiter(settings.workers)
+        config = uvicorn.Config(
+            by_port(api_app(self), metrics_app(self), lambda: self.metrics_port),
+            http=protocol_for(
+                header_timeout=settings.header_timeout.total_seconds(),
+                max_connections=settings.max_connections,
+            ),
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            # Without versions: the header says what answers, not what to look up exploits for.
+            server_header=False,
+            headers=[("Server", "parkbrake-inference")],
+            timeout_keep_alive=int(settings.keep_alive.total_seconds()),
+            timeout_graceful_shutdown=int(CLOSE_SECONDS),
+            backlog=LISTEN_BACKLOG,
+        )
+        self._uvicorn = _Uvicorn(config, self.begin_drain)
 
     @property
     def url(self) -> str:
-        host, port = self.http.server_address[:2]
+        host, port = self._sockets[0].getsockname()[:2]
         return f"http://{host!s}:{port}"
+
+    @property
+    def metrics_port(self) -> int:
+        return int(self._sockets[1].getsockname()[1])
+
+    @property
+    def metrics_url(self) -> str:
+        host = self._sockets[1].getsockname()[0]
+        return f"http://{host!s}:{self.metrics_port}"
+
+    @property
+    def loaded(self) -> bool:
+        return self._embedder is not None
 
     @property
     def ready(self) -> bool:
@@ -88,10 +153,20 @@ class InferenceServer:
         threading.Thread(target=self._load, name="model-loader", daemon=True).start()
         threading.Thread(target=self._sweep_forever, name="retention-sweeper", daemon=True).start()
         try:
-            self.http.serve_forever(poll_interval=0.1)
+            self._uvicorn.run(sockets=self._sockets)
         finally:
             self._stopped.set()
-            self.http.server_close()
+            self.api.leases.stop()
+            for sock in self._sockets:
+                sock.close()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Whether :meth:`serve` returned (drained or stopped) within ``timeout`` seconds."""
+        return self._stopped.wait(timeout)
+
+    def stop(self) -> None:
+        """Stop serving now, without a drain (tests; the drain ends with this too)."""
+        self._uvicorn.should_exit = True
 
     def _load(self) -> None:
         try:
@@ -100,7 +175,7 @@ class InferenceServer:
         except BaseException as error:  # reported by main() as a non-zero exit
             log.exception("the model failed to load")
             self.load_error = error
-            threading.Thread(target=self.http.shutdown, daemon=True).start()
+            self.stop()
             return
         self._embedder = embedder
         self.metrics.ready.set(0 if self.draining else 1)
@@ -124,7 +199,7 @@ class InferenceServer:
             left = self._in_flight
         if left:
             log.error("drain time over with %d request(s) still in flight; their claims will lapse", left)
-        self.http.shutdown()
+        self.stop()
 
     def enter(self) -> bool:
         """Count a request in, unless draining (checked under the same lock the drain waits on)."""
@@ -170,13 +245,6 @@ def idempotency_store(
     return RedisIdempotencyStore(client, keys, settings.lease, settings.max_stored_bytes)
 
 
-class _HttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    # The socket's listen backlog (socketserver's default is 5): a burst of retries opens many
-    # connections at once, and past the backlog the kernel resets them.
-    request_queue_size = 512
-
-
 def service_connections(url: str, *, pool_size: int) -> PooledConnections:
     """The service's pool. Its writes are idempotency rows only, committed without waiting for the WAL
     flush (``synchronous_commit=off``): a PostgreSQL crash may lose the last fraction of a second of
@@ -186,128 +254,6 @@ def service_connections(url: str, *, pool_size: int) -> PooledConnections:
     parts = conninfo_to_dict(url)
     options = f"{parts.get('options') or ''} -c synchronous_commit=off".strip()
     return PooledConnections(make_conninfo(url, options=options), max_size=pool_size, check=False)
-
-
-def _handler(server: InferenceServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "parkbrake-inference"
-
-        def setup(self) -> None:
-            super().setup()
-            # Headers and body go out in two writes; without this, Nagle's algorithm holds the body
-            # back until the client's delayed ACK (tens of milliseconds on every keep-alive response).
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-        def do_GET(self) -> None:
-            started = time.perf_counter()
-            if self.path == "/healthz":
-                if server.ready:
-                    response = Response.json(200, {"status": "ok"})
-                else:
-                    state = "draining" if server.draining else "loading the model"
-                    response = Response.json(503, {"status": state}, Retry_After=NOT_READY_RETRY_AFTER)
-            elif self.path == "/version":
-                response = Response.json(200, {"revision": server.settings.revision})
-            elif self.path == "/metrics":
-                response = Response(
-                    200, generate_latest(server.metrics.registry), {"Content-Type": CONTENT_TYPE_LATEST}
-                )
-            else:
-                response = Response.error(404, f"no route GET {self.path}", "not_found")
-            self._send(response, started)
-
-        def do_POST(self) -> None:
-            started = time.perf_counter()
-            if self.path != EMBEDDINGS_PATH:
-                self._discard_body()
-                return self._send(Response.error(404, f"no route POST {self.path}", "not_found"), started)
-            if not server.enter():
-                self._discard_body()
-                refusal = Response.error(
-                    503,
-                    "this host is shutting down; retry (another host will answer)",
-                    "draining",
-                    Retry_After="1",
-                )
-                return self._send(refusal, started, close=True)
-            try:
-                response = self._embeddings()
-                try:
-                    self._send(response, started)
-                finally:  # also when the client hung up first: its retry gets the replay
-                    if response.then is not None:
-                        self._after_sending(response.then)
-            finally:
-                server.leave()
-
-        def _after_sending(self, then: Callable[[], None]) -> None:
-            # A failure here leaves the claim running until its lease lapses (a retry within it
-            # waits, then gets 409; after it, runs once): counted and logged.
-            try:
-                then()
-            except Exception:
-                server.metrics.store_errors.inc()
-                log.exception("the response was sent but could not be stored for replays")
-
-        def _embeddings(self) -> Response:
-            length = self.headers.get("Content-Length")
-            if length is None or not length.isdigit():
-                self.close_connection = True
-                return Response.error(411, "Content-Length is required", "invalid_request_error")
-            if int(length) > server.settings.max_request_bytes:
-                self.close_connection = True
-                limit = server.settings.max_request_bytes
-                return Response.error(
-                    413, f"the body is {length} bytes; the limit is {limit}", "request_too_large"
-                )
-            body = self.rfile.read(int(length))
-            if server._embedder is None:
-                return Response.error(
-                    503, "the model is still loading", "not_ready", Retry_After=NOT_READY_RETRY_AFTER
-                )
-            headers = {name.lower(): value for name, value in self.headers.items()}
-            try:
-                return server.api.handle(Request("POST", self.path, headers, body))
-            except LedgerUnavailable as error:
-                log.error("%s", error)
-                return Response.error(
-                    503,
-                    "the service's database is unavailable; retry shortly",
-                    "unavailable",
-                    Retry_After="2",
-                )
-            except Exception:
-                log.exception("request failed")
-                return Response.error(500, "the request failed inside the service; retry", "server_error")
-
-        def _discard_body(self) -> None:
-            length = self.headers.get("Content-Length", "0")
-            if length.isdigit() and int(length) <= server.settings.max_request_bytes:
-                self.rfile.read(int(length))
-            else:
-                self.close_connection = True
-
-        def _send(self, response: Response, started: float, *, close: bool = False) -> None:
-            route = (
-                self.path if self.path in (EMBEDDINGS_PATH, "/healthz", "/version", "/metrics") else "other"
-            )
-            self.send_response(response.status)
-            for name, value in response.headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(response.body)))
-            if close or server.draining:
-                self.send_header("Connection", "close")
-                self.close_connection = True
-            self.end_headers()
-            self.wfile.write(response.body)
-            server.metrics.requests.labels(route, str(response.status)).inc()
-            server.metrics.latency.labels(route).observe(time.perf_counter() - started)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug(format, *args)
-
-    return Handler
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -337,9 +283,9 @@ def main(host: str, port: int) -> None:
         host=host,
         port=port,
     )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: server.begin_drain())
-    click.echo(json.dumps({"listening": server.url, "revision": settings.revision}), nl=True)
+    # SIGTERM and SIGINT start the drain (uvicorn's signal handlers call begin_drain).
+    listening = {"listening": server.url, "metrics": server.metrics_url, "revision": settings.revision}
+    click.echo(json.dumps(listening), nl=True)
     sys.stdout.flush()
     try:
         server.serve()

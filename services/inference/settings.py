@@ -1,4 +1,8 @@
-"""The service's settings, from its environment; every bad value is reported at once, by name."""
+"""The service's settings, from its environment; every bad value is reported at once, by name.
+
+The one module that reads the service's environment: the server, the HTTP layer and the API take a
+:class:`ServiceSettings` and never look at ``os.environ`` themselves.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,11 @@ DURATIONS = {
     "WAIT": "10s",  # a request whose key is in progress waits this long for the result, then 409
     "DRAIN": "30s",  # SIGTERM: in-flight requests get this long to finish (the ALB's deregistration delay)
     "SWEEP_EVERY": "60s",  # the retention sweeper's period
+    "HEADER_TIMEOUT": "10s",  # a connection's request line and headers must arrive within this
+    "BODY_TIMEOUT": "30s",  # and the body within this, once the API key checked out
+    # An idle keep-alive connection is closed after this; above the ALB's 60 s idle timeout, so the
+    # load balancer, not the service, closes idle connections (no race that answers a client 502).
+    "KEEP_ALIVE": "65s",
 }
 INTEGERS = {
     "RATE_LIMIT": 20,  # requests per second per API key (sustained)
@@ -31,7 +40,14 @@ INTEGERS = {
     "SWEEP_BATCH": 1000,
     "DATABASE_POOL": 16,
     "THREADS": 0,  # ONNX Runtime intra-op threads; 0 lets it choose
+    "BATCH_SIZE": 32,  # inputs per model run: a request's memory is bounded by a batch, not its size
+    "MAX_REQUEST_TOKENS": 300_000,  # tokens (after truncation) per request, OpenAI's limit
+    "WORKERS": 32,  # requests doing database or model work at once; more wait their turn
+    "MAX_CONNECTIONS": 1024,  # open connections; past it a new one gets 503 and is closed
+    "METRICS_PORT": 9464,  # /metrics only, never behind the load balancer; 0 picks a free port
 }
+ZERO_ALLOWED = ("THREADS", "METRICS_PORT")
+MAX_PORT = 65535
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,14 @@ class ServiceSettings:
     database_pool: int
     threads: int
     require_idempotency_key: bool
+    batch_size: int = 32
+    max_request_tokens: int = 300_000
+    workers: int = 32
+    max_connections: int = 1024
+    metrics_port: int = 9464
+    header_timeout: timedelta = timedelta(seconds=10)
+    body_timeout: timedelta = timedelta(seconds=30)
+    keep_alive: timedelta = timedelta(seconds=65)
     redis_url: str | None = None  # the idempotency store on Redis/Valkey; None: PostgreSQL
 
 
@@ -63,13 +87,19 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
             durations[name] = parse_duration(value)
         except DurationError as error:
             problems.append(f"{PREFIX}{name}: {error}")
+        except OverflowError:  # past timedelta's range (e.g. 9999999999d)
+            problems.append(
+                f"{PREFIX}{name}: {value!r} is too long a duration; use seconds, minutes, hours or a few days"
+            )
     integers: dict[str, int] = {}
     for name, fallback in INTEGERS.items():
         text = environ.get(PREFIX + name, str(fallback)).strip()
-        minimum = 0 if name == "THREADS" else 1
+        minimum = 0 if name in ZERO_ALLOWED else 1
         # ASCII digits, and few of them: "²" is a digit to str.isdigit, and int() refuses 4,300 digits.
         if not (text.isascii() and text.isdigit() and len(text) <= 12) or int(text) < minimum:
             problems.append(f"{PREFIX}{name}: {text!r} is not a whole number ≥ {minimum}")
+        elif name == "METRICS_PORT" and int(text) > MAX_PORT:
+            problems.append(f"{PREFIX}{name}: {text} is not a TCP port (0–{MAX_PORT})")
         else:
             integers[name] = int(text)
     require = environ.get(PREFIX + "REQUIRE_IDEMPOTENCY_KEY", "false").strip().lower()
@@ -103,4 +133,12 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
         threads=integers["THREADS"],
         require_idempotency_key=require == "true",
         redis_url=redis_url or None,
+        batch_size=integers["BATCH_SIZE"],
+        max_request_tokens=integers["MAX_REQUEST_TOKENS"],
+        workers=integers["WORKERS"],
+        max_connections=integers["MAX_CONNECTIONS"],
+        metrics_port=integers["METRICS_PORT"],
+        header_timeout=durations["HEADER_TIMEOUT"],
+        body_timeout=durations["BODY_TIMEOUT"],
+        keep_alive=durations["KEEP_ALIVE"],
     )

@@ -20,6 +20,7 @@ TARGET_GROUP = "aws:lb/targetGroup:TargetGroup"
 LISTENER = "aws:lb/listener:Listener"
 LOAD_BALANCER = "aws:lb/loadBalancer:LoadBalancer"
 INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 CAPACITY_PROVIDER = "parkbrake-dev-inference"
 
 
@@ -150,7 +151,7 @@ def test_task_definition_asks_for_gpus_and_carries_the_revision() -> None:
     assert inputs["tags"]["parkbrake:revision"] == "9d1e0aa"
     (container,) = json.loads(inputs["containerDefinitions"])
     assert container["resourceRequirements"] == [{"type": "GPU", "value": "4"}]
-    assert container["dockerLabels"] == {"parkbrake.revision": "9d1e0aa"}
+    assert container["dockerLabels"] == {"parkbrake.revision": "9d1e0aa", "parkbrake.metrics-port": "9464"}
     assert container["portMappings"] == [{"containerPort": 8000, "hostPort": 0, "protocol": "tcp"}]
 
 
@@ -278,3 +279,35 @@ def test_the_load_balancer_waits_as_long_as_the_service_drains() -> None:
     assert {group.inputs["deregistrationDelay"] for group in run.of_type(TARGET_GROUP)} == {DRAIN_SECONDS}
     assert environment["PARKBRAKE_INFERENCE_DRAIN"] == f"{DRAIN_SECONDS}s"
     assert container["stopTimeout"] > DRAIN_SECONDS  # SIGKILL only after the drain could finish
+
+
+def test_the_load_balancer_cannot_reach_the_metrics_port() -> None:
+    """/metrics names tenants: the target groups and listener carry the API port only, the metrics
+    port is published on no host port (bridge mode publishes mapped ports only), and neither the
+    load balancer's security group nor its rule into the hosts admits it."""
+    run = build(host_security_group_id="sg-0gpuhosts", port=8080)
+    (container,) = json.loads(only(run, TASK_DEFINITION).inputs["containerDefinitions"])
+    environment = {item["name"]: item["value"] for item in container["environment"]}
+    metrics_port = int(environment["PARKBRAKE_INFERENCE_METRICS_PORT"])
+
+    assert metrics_port == 9464
+    assert container["portMappings"] == [{"containerPort": 8080, "hostPort": 0, "protocol": "tcp"}]
+    assert {group.inputs["port"] for group in run.of_type(TARGET_GROUP)} == {8080}
+    assert all(
+        balancer["containerPort"] == 8080
+        for service in run.of_type(SERVICE)
+        for balancer in service.inputs["loadBalancers"]
+    )
+    (alb_group,) = [group for group in run.of_type(SECURITY_GROUP) if group.name.endswith("-alb")]
+    alb_ports = {(rule["fromPort"], rule["toPort"]) for rule in alb_group.inputs["ingress"]}
+    assert all(not low <= metrics_port <= high for low, high in alb_ports)
+    assert {listener.inputs["port"] for listener in run.of_type(LISTENER)} <= {port for port, _ in alb_ports}
+    # The load balancer's way into the hosts is the dynamic host ports; the metrics port has none.
+    rule = only(run, INGRESS_RULE).inputs
+    assert (rule["fromPort"], rule["toPort"]) == (32768, 65535)
+    assert [m["containerPort"] for m in container["portMappings"]] == [8080]
+
+
+def test_the_metrics_port_may_not_be_the_serving_port() -> None:
+    with pytest.raises(InputError, match="metrics port 8000 is the serving port"):
+        build(metrics_port=8000)

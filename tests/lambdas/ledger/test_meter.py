@@ -396,7 +396,7 @@ def test_replaying_the_dead_letter_queue_refuses_an_event_from_the_future(
     (host,) = launch(clients("ec2", None), "g5.xlarge", managed_tags())
     future = state_change(host, "running", datetime.now(UTC) + timedelta(hours=2))
     sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(future))
-    result = replay.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
+    result = replaying.replay_dead_letters(clients, queue_region=None, stack=STACK, store=store,
                                        settings=guardrail_settings(), max_messages=10)  # fmt: skip
     assert result.meter.inserted == 0
     assert [note["event_id"] for note in result.meter.skipped] == [future["id"]]

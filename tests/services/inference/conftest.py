@@ -33,7 +33,25 @@ FAST_SETTINGS = {
     "PARKBRAKE_INFERENCE_RATE_LIMIT": "1000",
     "PARKBRAKE_INFERENCE_BURST": "1000",
     "PARKBRAKE_INFERENCE_DATABASE_POOL": "8",
+    "PARKBRAKE_INFERENCE_METRICS_PORT": "0",  # a free port each: tests run several servers at once
 }
+
+
+class Headers(dict[str, str]):
+    """Response headers by name, in any case (RFC 9110: names are case-insensitive; uvicorn sends
+    them lower-case)."""
+
+    def __init__(self, items: Any) -> None:
+        super().__init__((name.lower(), value) for name, value in items)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
 
 
 @dataclass(frozen=True)
@@ -61,18 +79,19 @@ def call(
     )
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
-            return Reply(response.status, dict(response.headers.items()), response.read())
+            return Reply(response.status, Headers(response.headers.items()), response.read())
     except urllib.error.HTTPError as error:
-        return Reply(error.code, dict(error.headers.items()), error.read())
+        return Reply(error.code, Headers(error.headers.items()), error.read())
 
 
-def model_passes(url: str) -> float:
-    return metric(url, "parkbrake_inference_model_passes_total")
+def model_passes(metrics_url: str) -> float:
+    return metric(metrics_url, "parkbrake_inference_model_passes_total")
 
 
-def metric(url: str, name: str, labels: str = "") -> float:
-    """A sample's value from /metrics (0 when absent); ``labels`` as Prometheus writes them."""
-    text = call(url, "/metrics").body.decode()
+def metric(metrics_url: str, name: str, labels: str = "") -> float:
+    """A sample's value from /metrics (0 when absent), served on the metrics port; ``labels`` as
+    Prometheus writes them."""
+    text = call(metrics_url, "/metrics").body.decode()
     wanted = f"{name}{{{labels}}}" if labels else name
     for line in text.splitlines():
         sample, _, value = line.rpartition(" ")
@@ -81,10 +100,10 @@ def metric(url: str, name: str, labels: str = "") -> float:
     return 0.0
 
 
-def settled_metric(url: str, name: str, expected: float, *, limit: float = 10.0) -> float:
+def settled_metric(metrics_url: str, name: str, expected: float, *, limit: float = 10.0) -> float:
     """A sample that work after the response moves: polled until it reads ``expected`` or ``limit`` passes."""
     deadline = time.monotonic() + limit
-    while (value := metric(url, name)) != expected and time.monotonic() < deadline:
+    while (value := metric(metrics_url, name)) != expected and time.monotonic() < deadline:
         time.sleep(0.05)
     return value
 
@@ -136,7 +155,7 @@ def start_server(embedder: Embedder) -> Iterator[Callable[..., InferenceServer]]
     yield start
     for server, connections, thread in started:
         if not server.draining:
-            server.http.shutdown()
+            server.stop()
         thread.join(timeout=30)
         connections.close()
 

@@ -79,7 +79,7 @@ def test_a_retry_replays_the_stored_response_byte_for_byte_and_the_model_ran_onc
     idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
 ):
     key, idempotency_key = tenant_key("retry"), str(uuid.uuid4())
-    before = model_passes(idempotent_service.url)
+    before = model_passes(idempotent_service.metrics_url)
     first = embed(idempotent_service.url, key, idempotency_key=idempotency_key)
     second = embed(idempotent_service.url, key, idempotency_key=idempotency_key)
     # Same JSON, other key order and spacing: the canonical fingerprint makes it the same request.
@@ -95,7 +95,7 @@ def test_a_retry_replays_the_stored_response_byte_for_byte_and_the_model_ran_onc
     assert "Idempotent-Replayed" not in first.headers
     assert second.headers["Idempotent-Replayed"] == reordered.headers["Idempotent-Replayed"] == "true"
     assert second.headers["Content-Type"] == "application/json"
-    assert model_passes(idempotent_service.url) - before == 1
+    assert model_passes(idempotent_service.metrics_url) - before == 1
 
 
 def test_fifty_concurrent_requests_with_one_key_run_the_model_once(
@@ -103,7 +103,7 @@ def test_fifty_concurrent_requests_with_one_key_run_the_model_once(
 ):
     key, idempotency_key = tenant_key("storm"), str(uuid.uuid4())
     body = {"model": "all-MiniLM-L6-v2", "input": ["storm"] * 16}
-    before = model_passes(idempotent_service.url)
+    before = model_passes(idempotent_service.metrics_url)
     with ThreadPoolExecutor(max_workers=50) as pool:
         replies = list(
             pool.map(lambda _: embed(idempotent_service.url, key, body, idempotency_key), range(50))
@@ -112,7 +112,7 @@ def test_fifty_concurrent_requests_with_one_key_run_the_model_once(
     assert {reply.status for reply in replies} == {200}
     assert len({reply.body for reply in replies}) == 1
     assert sum(reply.headers.get("Idempotent-Replayed") == "true" for reply in replies) == 49
-    assert model_passes(idempotent_service.url) - before == 1
+    assert model_passes(idempotent_service.metrics_url) - before == 1
 
 
 def test_same_key_different_body_is_422_and_nothing_runs(
@@ -120,19 +120,19 @@ def test_same_key_different_body_is_422_and_nothing_runs(
 ):
     key, idempotency_key = tenant_key("reuse"), str(uuid.uuid4())
     assert embed(idempotent_service.url, key, idempotency_key=idempotency_key).status == 200
-    before = model_passes(idempotent_service.url)
+    before = model_passes(idempotent_service.metrics_url)
     reply = embed(idempotent_service.url, key, TEXT | {"input": "something else"}, idempotency_key)
 
     assert reply.status == 422
     assert idempotency_key in reply.json()["error"]["message"]
-    assert model_passes(idempotent_service.url) == before
+    assert model_passes(idempotent_service.metrics_url) == before
 
 
 def test_a_client_error_is_stored_and_replayed(
     idempotent_service: InferenceServer, tenant_key: Callable[[str], str]
 ):
     key, idempotency_key = tenant_key("bad"), str(uuid.uuid4())
-    before = model_passes(idempotent_service.url)
+    before = model_passes(idempotent_service.metrics_url)
     first = embed(idempotent_service.url, key, {"model": "all-MiniLM-L6-v2", "input": []}, idempotency_key)
     second = embed(idempotent_service.url, key, {"model": "all-MiniLM-L6-v2", "input": []}, idempotency_key)
 
@@ -140,7 +140,7 @@ def test_a_client_error_is_stored_and_replayed(
     assert first.json()["error"]["param"] == "input"
     assert second.body == first.body
     assert second.headers["Idempotent-Replayed"] == "true"
-    assert model_passes(idempotent_service.url) == before
+    assert model_passes(idempotent_service.metrics_url) == before
 
 
 class FailsOnce:
@@ -183,7 +183,7 @@ def test_a_server_error_is_not_stored_and_the_retry_runs_once(
     assert "Idempotent-Replayed" not in retried.headers
     assert replayed.body == retried.body
     assert replayed.headers["Idempotent-Replayed"] == "true"
-    assert model_passes(server.url) == 1
+    assert model_passes(server.metrics_url) == 1
 
 
 def test_tenants_never_see_each_others_results(
@@ -203,9 +203,9 @@ def test_requests_without_a_key_are_served_each_time(
     service: InferenceServer, tenant_key: Callable[[str], str]
 ):
     key = tenant_key("plain")
-    before = model_passes(service.url)
+    before = model_passes(service.metrics_url)
     assert embed(service.url, key).status == embed(service.url, key).status == 200
-    assert model_passes(service.url) - before == 2
+    assert model_passes(service.metrics_url) - before == 2
 
 
 @pytest.mark.parametrize(
@@ -244,10 +244,10 @@ def test_a_request_whose_key_is_still_running_elsewhere_gets_409_with_retry_afte
 
     assert reply.status == 409
     assert 1 <= int(reply.headers["Retry-After"]) <= 60
-    assert model_passes(server.url) == 0
+    assert model_passes(server.metrics_url) == 0
     assert (
         metric(
-            server.url,
+            server.metrics_url,
             "parkbrake_inference_idempotency_conflicts_total",
             f'reason="in_progress",tenant="{tenant[0]}"',
         )
@@ -279,7 +279,7 @@ def test_a_missing_or_wrong_or_revoked_key_is_401(service: InferenceServer, serv
     revoked = store.create("gone", datetime.now(UTC))
     store.revoke(revoked.id, datetime.now(UTC))
     connections.close()
-    before = model_passes(service.url)
+    before = model_passes(service.metrics_url)
 
     no_key = call(service.url, "/v1/embeddings", body=TEXT)
     wrong = embed(service.url, "pbk_not-a-key")
@@ -288,7 +288,7 @@ def test_a_missing_or_wrong_or_revoked_key_is_401(service: InferenceServer, serv
     assert no_key.status == wrong.status == revoked_reply.status == 401
     assert no_key.headers["WWW-Authenticate"] == "Bearer"
     assert wrong.json()["error"]["code"] == "invalid_api_key"
-    assert model_passes(service.url) == before
+    assert model_passes(service.metrics_url) == before
 
 
 def test_a_key_over_its_rate_gets_429_with_retry_after(
@@ -339,7 +339,7 @@ def test_version_and_metrics(service: InferenceServer, tenant_key: Callable[[str
     assert tenant is not None
 
     assert call(service.url, "/version").json() == {"revision": "test-revision"}
-    text = call(service.url, "/metrics").body.decode()
+    text = call(service.metrics_url, "/metrics").body.decode()
     assert f'parkbrake_inference_gpu_seconds_total{{device="cpu",tenant="{tenant[0]}"}}' in text
     assert 'parkbrake_inference_request_duration_seconds_count{route="/v1/embeddings"}' in text
 
@@ -386,10 +386,10 @@ def test_the_servers_sweeper_deletes_expired_responses_and_counts_them(
     claim = service.store.claim(scope, "fp", long_ago)
     assert claim.owner is not None
     service.store.complete(scope, claim.owner, StoredResponse(200, {}, b"{}"), long_ago)
-    before = metric(service.url, "parkbrake_inference_idempotency_swept_total")
+    before = metric(service.metrics_url, "parkbrake_inference_idempotency_swept_total")
 
     assert service.sweep_once() >= 1
-    assert metric(service.url, "parkbrake_inference_idempotency_swept_total") - before >= 1
+    assert metric(service.metrics_url, "parkbrake_inference_idempotency_swept_total") - before >= 1
     assert service.store.claim(scope, "other", service.clock.now()).outcome is Outcome.CLAIMED
 
 
@@ -470,4 +470,4 @@ def test_a_store_failure_after_sending_is_counted_and_the_client_has_its_respons
     assert reply.status == 200
     assert len(reply.json()["data"][0]["embedding"]) == 384
     # The store runs after the response is sent, so the counter can move a moment after the reply arrives.
-    assert settled_metric(server.url, "parkbrake_inference_idempotency_store_errors_total", 1) == 1
+    assert settled_metric(server.metrics_url, "parkbrake_inference_idempotency_store_errors_total", 1) == 1

@@ -26,11 +26,12 @@ SLOW = {"model": "all-MiniLM-L6-v2", "input": [" ".join(["accelerator"] * 300)] 
 @contextmanager
 def service_process(
     database: str, onnx_file: Path, **environment: str
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
+) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
     env = os.environ | {
         "PARKBRAKE_DATABASE_URL": database,
         "PARKBRAKE_INFERENCE_MODEL": str(onnx_file),
         "PARKBRAKE_REVISION": "0123abc",
+        "PARKBRAKE_INFERENCE_METRICS_PORT": "0",
     }
     process = subprocess.Popen(
         [str(CONSOLE_SCRIPT), "--host", "127.0.0.1", "--port", "0"],
@@ -40,12 +41,13 @@ def service_process(
     )
     try:
         assert process.stdout is not None
-        url = json.loads(process.stdout.readline())["listening"]
+        listening = json.loads(process.stdout.readline())
+        url = listening["listening"]
         for _ in range(1200):
             if call(url, "/healthz").status == 200:
                 break
             threading.Event().wait(0.05)
-        yield process, url
+        yield process, url, listening["metrics"]
     finally:
         if process.poll() is None:
             process.kill()
@@ -92,21 +94,21 @@ def test_a_worker_killed_mid_request_leaves_a_claim_that_lapses_and_the_retry_ru
     api_key, idempotency_key = tenant_key("killed"), str(uuid.uuid4())
     headers = {"Authorization": f"Bearer {api_key}", "Idempotency-Key": idempotency_key}
     settings = {"PARKBRAKE_INFERENCE_LEASE": "2s", "PARKBRAKE_INFERENCE_WAIT": "1s"}
-    with service_process(service_database, onnx_file, **settings) as (doomed, url):
+    with service_process(service_database, onnx_file, **settings) as (doomed, url, _):
         threading.Thread(target=send_until_killed, args=(url, headers), daemon=True).start()
         wait_for_claim(service_database, idempotency_key)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(timeout=30)
     assert claim_state(service_database, idempotency_key) == "running"  # killed mid-pass
 
-    with service_process(service_database, onnx_file, **settings) as (_, url):
+    with service_process(service_database, onnx_file, **settings) as (_, url, metrics_url):
         retry = call(url, "/v1/embeddings", body=SLOW, headers=headers)
         for _ in range(20):  # 409 while the 2 s lease has not lapsed (each waits 1 s)
             if retry.status != 409:
                 break
             retry = call(url, "/v1/embeddings", body=SLOW, headers=headers)
         final = call(url, "/v1/embeddings", body=SLOW, headers=headers)
-        passes = model_passes(url)
+        passes = model_passes(metrics_url)
 
     assert retry.status == 200
     assert "Idempotent-Replayed" not in retry.headers
@@ -119,7 +121,7 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(
     service_database: str, onnx_file: Path, tenant_key: Callable[[str], str]
 ):
     api_key, idempotency_key = tenant_key("drain"), str(uuid.uuid4())
-    with service_process(service_database, onnx_file, PARKBRAKE_INFERENCE_DRAIN="60s") as (process, url):
+    with service_process(service_database, onnx_file, PARKBRAKE_INFERENCE_DRAIN="60s") as (process, url, _):
         assert call(url, "/version").json() == {"revision": "0123abc"}
         in_flight = send_in_background(url, api_key, idempotency_key)
         wait_for_claim(service_database, idempotency_key)

@@ -92,6 +92,29 @@ def test_a_lapsed_lease_is_taken_over_once_by_the_same_request_only(store: Idemp
     assert store.complete(SCOPE, taken.owner, OK, T0 + timedelta(seconds=33)) is True
 
 
+def test_a_renewed_lease_is_not_taken_over_and_only_its_owner_renews(store: IdempotencyStore):
+    first = store.claim(SCOPE, "fp", T0)
+    assert first.owner is not None
+    renewed = store.renew(SCOPE, first.owner, T0 + timedelta(seconds=25))
+    not_ours = store.renew(SCOPE, uuid.uuid4(), T0 + timedelta(seconds=26))
+    past_first_lease = store.claim(SCOPE, "fp", T0 + timedelta(seconds=40))
+    past_renewed_lease = store.claim(SCOPE, "fp", T0 + timedelta(seconds=56))
+
+    assert renewed is True
+    assert not_ours is False
+    assert past_first_lease.outcome is Outcome.IN_PROGRESS  # 30 s from the renewal at 25 s
+    assert past_renewed_lease.outcome is Outcome.CLAIMED
+    assert store.renew(SCOPE, first.owner, T0 + timedelta(seconds=57)) is False  # taken over
+
+
+def test_a_completed_claim_is_not_renewed(store: IdempotencyStore):
+    claim = store.claim(SCOPE, "fp", T0)
+    assert claim.owner is not None
+    store.complete(SCOPE, claim.owner, OK, T0)
+    assert store.renew(SCOPE, claim.owner, T0 + timedelta(seconds=5)) is False
+    assert store.claim(SCOPE, "fp", T0 + timedelta(seconds=6)).response == OK
+
+
 def test_a_completed_response_replays_until_its_retention_ends(store: IdempotencyStore):
     claim = store.claim(SCOPE, "fp", T0)
     assert claim.owner is not None
