@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from cli.options import output_option, stack_option
+from cli.options import output_option, project_dir_option, stack_option
 
 
 @click.command()
@@ -32,13 +32,7 @@ from cli.options import output_option, stack_option
     default=None,
     help="Python the layer's wheels are chosen for; default: the stack's runtime's.",
 )
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Folder holding Pulumi.yaml and the stack files.",
-)
+@project_dir_option
 @output_option
 def package(
     *,

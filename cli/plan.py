@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import stack_option
+from cli.options import project_dir_option, stack_option
 
 if TYPE_CHECKING:
     from cli.preview.plan_diff import PlanDiff
@@ -29,13 +29,7 @@ if TYPE_CHECKING:
     default=None,
     help="Preview the stack with the park switch flipped, without editing the file.",
 )
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Folder holding Pulumi.yaml and the stack files.",
-)
+@project_dir_option
 @click.option(
     "--against",
     metavar="REF",

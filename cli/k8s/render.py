@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from cli.options import stack_option
+from cli.options import project_dir_option, stack_option
 
 
 @click.command()
@@ -18,13 +18,7 @@ from cli.options import stack_option
     default=None,
     help="Render the stack with the park switch flipped, without editing the file.",
 )
-@click.option(
-    "--project-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("."),
-    show_default=True,
-    help="Folder holding Pulumi.yaml and the stack files.",
-)
+@project_dir_option
 @click.option(
     "--output",
     "-o",
