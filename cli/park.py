@@ -156,7 +156,9 @@ def _run(
             project_dir=project_dir,
             region=region,
             force=force,
-            cluster=_cluster(stack, project_dir, given, server, token_file, ca_file),
+            cluster=_cluster(
+                stack, project_dir, given, server=server, token_file=token_file, ca_file=ca_file
+            ),
             dry_run=dry_run,
             yes=yes,
             output=output,
@@ -266,7 +268,7 @@ def _run_now(
 
 
 def _cluster(
-    stack: str, project_dir: Path, given: list[str], server: str | None, token_file: Path | None,
+    stack: str, project_dir: Path, given: list[str], *, server: str | None, token_file: Path | None,
     ca_file: Path | None,
 ) -> ClusterBrake | None:  # fmt: skip
     """A Kubernetes stack's brake on its cluster (exit 2 when its API server cannot be named); None for

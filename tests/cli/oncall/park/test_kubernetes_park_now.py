@@ -65,7 +65,8 @@ def test_park_now_parks_aws_and_the_cluster_and_unpark_now_restores_both(
     assert parameter(aws, PARAMETER) == "true"
     assert policies(fake) == ("HoldAndDrain", "HoldAndDrain", None)  # another team's queue left alone
     assert sorted(fake.deleted) == OURS
-    assert "clusterqueue" in parked.output and "nodeclaim" in parked.output  # one table, both kinds
+    assert "clusterqueue" in parked.output  # one table, both kinds
+    assert "nodeclaim" in parked.output
 
     unparked = invoke("unpark", fake, "--yes", "-o", "json")
 
@@ -136,7 +137,8 @@ def test_bad_cluster_options_are_one_line_exit_2_before_anything_changes(
     )
 
     assert without_server.exit_code == 2
-    assert "--server" in without_server.output and "Traceback" not in without_server.output
+    assert "--server" in without_server.output
+    assert "Traceback" not in without_server.output
     assert on_aws_stack.exit_code == 2
     assert "no parkbrake:kubernetes section" in on_aws_stack.output
     assert without_now.exit_code == 2
