@@ -6,6 +6,8 @@ emergency brake beside it: every tenant's ClusterQueue to ``HoldAndDrain`` (Kueu
 every NodeClaim of the stack's NodePools deleted (Karpenter drains and terminates the nodes, and
 launches none for a queue that admits nothing). ``--unpark`` restores each ClusterQueue's stopPolicy as
 it was before (kept in an annotation on the queue itself); the nodes come back as Kueue admits work.
+:func:`park_now` serves this command and ``parkbrake park --now`` on a Kubernetes stack
+(cli/oncall/park/cluster.py) alike.
 """
 
 from __future__ import annotations
@@ -176,8 +178,9 @@ def park(
 ) -> None:  # fmt: skip
     """Park a Kubernetes stack now: ClusterQueues HoldAndDrain, its NodeClaims deleted; --unpark restores.
 
-    The API-server counterpart of `parkbrake park --now` on AWS: run it beside `parkbrake park --stack
-    eks` (which keeps the stack file parked). Exit 1 when any object could not be changed.
+    The Kubernetes-only piece of `parkbrake park --now --stack eks` (which also parks the stack's AWS
+    side, with this in the same table): for a person without AWS credentials. Exit 1 when any object
+    could not be changed.
 
     \b
     Example:
