@@ -23,9 +23,22 @@ from cli.options import (
 )
 
 if TYPE_CHECKING:
-    from cli.oncall.park.emergency import EmergencyResult
+    from cli.oncall.park.emergency import ClusterBrake, EmergencyResult
     from cli.oncall.park.records import ParkedBy
     from cli.oncall.park.switch import ParkPlan
+
+
+def _cluster_options() -> list[Callable[..., Any]]:
+    """``k8s park``'s API-server options, for --now on a stack with a parkbrake:kubernetes section
+    (without --server: the pod's own cluster, as the controller finds it)."""
+    file = click.Path(exists=True, dir_okay=False, path_type=Path)
+    return [
+        click.option("--server", help="With --now on a Kubernetes stack: the API server's URL."),
+        click.option("--token-file", type=file, help="With --server: a bearer token for it."),
+        click.option(
+            "--ca-file", type=file, help="With --server: the CA bundle that signed its certificate."
+        ),
+    ]
 
 
 def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -54,6 +67,7 @@ def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
                 help="With unpark --now: restore the recorded capacities even where someone changed them "
                 "since parking (shown as drift).",
             ),
+            *_cluster_options(),
             dry_run_option,
             yes_option,
             output_option,
@@ -76,7 +90,10 @@ def park(**options: Any) -> None:
     --now is for emergencies: it scales every managed Auto Scaling group and ECS service of the
     stack to zero through the AWS API, disables the nightly start schedules (never the reaper's),
     sets the SSM park parameter, and records the capacities it took away in AWS (tags), so that
-    anyone's `parkbrake unpark --now` restores them exactly.
+    anyone's `parkbrake unpark --now` restores them exactly. On a Kubernetes stack (a
+    parkbrake:kubernetes section) it also sets the tenants' ClusterQueues to HoldAndDrain and
+    deletes the stack's NodeClaims through the API server (--server, --token-file, --ca-file;
+    in a pod, its own cluster), as `parkbrake k8s park --now` does.
 
     \b
     Example:
@@ -92,7 +109,8 @@ def unpark(**options: Any) -> None:
 
     By default this sets parkbrake:parked: false in Pulumi.<stack>.yaml (and, with --apply, runs
     `pulumi up`). --now restores exactly what `park --now` recorded in AWS: each group's
-    min/desired/max, each service's desired count, the nightly schedules it disabled.
+    min/desired/max, each service's desired count, the nightly schedules it disabled; on a
+    Kubernetes stack, each ClusterQueue's stopPolicy as it was before.
 
     \b
     Example:
@@ -110,10 +128,17 @@ def _run(
     now: bool,
     region: str | None,
     force: bool,
+    server: str | None,
+    token_file: Path | None,
+    ca_file: Path | None,
     dry_run: bool,
     yes: bool,
     output: str,
 ) -> None:
+    cluster_options = {"--server": server, "--token-file": token_file, "--ca-file": ca_file}
+    given = [name for name, value in cluster_options.items() if value is not None]
+    if given and not now:
+        raise click.UsageError(f"{given[0]} goes with --now on a Kubernetes stack (its API server)")
     if now and apply:
         raise click.UsageError(
             "--now acts on AWS directly; change the config with a separate run without --now"
@@ -131,6 +156,9 @@ def _run(
             project_dir=project_dir,
             region=region,
             force=force,
+            cluster=_cluster(
+                stack, project_dir, given, server=server, token_file=token_file, ca_file=ca_file
+            ),
             dry_run=dry_run,
             yes=yes,
             output=output,
@@ -192,6 +220,7 @@ def _run_now(
     project_dir: Path,
     region: str | None,
     force: bool,
+    cluster: ClusterBrake | None,
     dry_run: bool,
     yes: bool,
     output: str,
@@ -210,9 +239,12 @@ def _run_now(
             clients=client,
             config_parked=recorded,
             parked_by=_parked_by(region),
+            cluster=cluster,
         )
         if parked
-        else partial(unpark_now, stack, region=region, clients=client, config_parked=recorded)
+        else partial(
+            unpark_now, stack, region=region, clients=client, config_parked=recorded, cluster=cluster
+        )
     )
     if not (dry_run or yes):
         preview = act(dry_run=True) if parked else act(dry_run=True, force=force)
@@ -233,6 +265,27 @@ def _run_now(
         _print_emergency(result)
     if result.failed:
         sys.exit(1)
+
+
+def _cluster(
+    stack: str, project_dir: Path, given: list[str], *, server: str | None, token_file: Path | None,
+    ca_file: Path | None,
+) -> ClusterBrake | None:  # fmt: skip
+    """A Kubernetes stack's brake on its cluster (exit 2 when its API server cannot be named); None for
+    an AWS stack, which refuses the API-server options."""
+    from cli.oncall.park.cluster import cluster_brake, is_kubernetes_stack
+
+    if not is_kubernetes_stack(stack, project_dir):
+        if given:
+            raise click.UsageError(
+                f"{given[0]} goes with a Kubernetes stack; Pulumi.{stack}.yaml has no parkbrake:kubernetes section"
+            )
+        return None
+    from cli.k8s.check import kubernetes_stack
+    from cli.k8s.controller import api_from_options
+
+    config, _ = kubernetes_stack(stack, project_dir)
+    return cluster_brake(api_from_options(server, token_file, ca_file), config)
 
 
 def _ask(question: str) -> bool:

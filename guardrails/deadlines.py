@@ -5,6 +5,8 @@ A tag that cannot be used never lets a host run longer: it falls back to the nex
 reported, and so does an exemption that is malformed or reaches further ahead than policy allows.
 No cap exceeds the stack's ceiling: a longer tag is clamped to it (and the clamp is reported). An
 orphan (a host of no existing stack) is adopted under the stack's default cap, or its own if shorter.
+A Karpenter node is enforced only its reclaim grace after its deadline (guardrails/karpenter.py): until
+then the cluster reclaims it, and the sweep is the backstop.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from guardrails import tags
 from guardrails.durations import DurationError, format_duration, parse_duration
 from guardrails.hosts import Host
+from guardrails.karpenter import is_karpenter_node, reclaim_grace
 
 
 @dataclass(frozen=True)
@@ -25,9 +28,11 @@ class Deadline:
     cap_source: str  # "tag", "pool", "stack", or "ceiling" when a longer tag was clamped
     deadline: datetime  # launch_time + cap
     exempt_until: datetime | None  # a valid exemption (possibly already over)
-    enforce_at: datetime  # max(deadline, exempt_until)
+    enforce_at: datetime  # max(deadline (+ reclaim_grace), exempt_until)
     problems: tuple[str, ...]  # tags that were ignored, and why
     clamped_from: timedelta | None = None  # the tag's cap when the ceiling shortened it
+    # A Karpenter node's: how long past its deadline the cluster has to reclaim it; None for other hosts.
+    reclaim_grace: timedelta | None = None
 
     def due(self, now: datetime) -> bool:
         """A host is due at its deadline exactly: running ``cap`` is allowed, a second more is not."""
@@ -58,7 +63,9 @@ def deadline_for(
         clamped_from, cap, cap_source = cap, ceiling, "ceiling"
     deadline = host.launch_time + cap
     exempt_until = _exemption(host, max_exemption, now, problems)
-    enforce_at = max(deadline, exempt_until) if exempt_until is not None else deadline
+    grace = reclaim_grace(host.tags, ceiling, problems) if is_karpenter_node(host.tags) else None
+    backstop = deadline + grace if grace is not None else deadline
+    enforce_at = max(backstop, exempt_until) if exempt_until is not None else backstop
     return Deadline(
         instance_id=host.instance_id,
         cap=cap,
@@ -68,6 +75,7 @@ def deadline_for(
         enforce_at=enforce_at,
         problems=tuple(problems),
         clamped_from=clamped_from,
+        reclaim_grace=grace,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from guardrails import names, tags
@@ -137,8 +137,16 @@ def judge(
 
 def _not_due(deadline: Deadline, now: datetime) -> str:
     cap = f"{format_duration(deadline.cap)} cap ({deadline.cap_source})"
-    if deadline.enforce_at > deadline.deadline:
+    grace = deadline.reclaim_grace  # a Karpenter node's: the cluster reclaims it first
+    if deadline.enforce_at > deadline.deadline + (grace or timedelta(0)):
         return (
             f"exempt until {instant(deadline.enforce_at)} (its {cap} ended at {instant(deadline.deadline)})"
         )
-    return f"within its {cap}: due at {instant(deadline.deadline)}, in {format_duration(deadline.deadline - now)}"
+    if grace is not None and now >= deadline.deadline:
+        return (
+            f"a Karpenter node past its {cap} since {instant(deadline.deadline)}: left to expireAfter and "
+            f"the budget controller's reclaim until {instant(deadline.enforce_at)} "
+            f"(+{format_duration(grace)}: terminationGracePeriod + one sweep)"
+        )
+    due = f"within its {cap}: due at {instant(deadline.deadline)}, in {format_duration(deadline.deadline - now)}"
+    return due if grace is None else f"{due}; the sweep's backstop at {instant(deadline.enforce_at)}"

@@ -35,6 +35,12 @@ VERIFIED = "parkbrake:verified"
 # (DATABASE_WHILE_HOSTS_RUN), so the estimate knows that clock lets a parked database pause.
 DATABASE_USE = "parkbrake:database-use"
 DATABASE_WHILE_HOSTS_RUN = "while-hosts-run"
+# On a Karpenter node's instance (its EC2NodeClass sets it): how long past its cap the cluster has to
+# reclaim it (terminationGracePeriod + one sweep interval) before the sweep stops it as the backstop.
+RECLAIM_GRACE = "parkbrake:reclaim-grace"
+# What Karpenter itself tags every instance it launches with (restricted: no EC2NodeClass may set them).
+KARPENTER_NODEPOOL = "karpenter.sh/nodepool"
+KARPENTER_NODECLAIM = "karpenter.sh/nodeclaim"
 
 REQUIRED_ON_GPU_HOSTS = (MANAGED, STACK, POOL, TENANT, MAX_RUNTIME, REVISION)
 

@@ -135,6 +135,7 @@ def _node_pools(
                 parked=config.parked,
                 capacity_type=pool.capacity_type,
                 termination_grace_period=cluster.termination_grace_period,
+                sweep_every=config.guardrails.sweep_every,
                 consolidate_after=cluster.consolidate_after,
                 role=pool.role,
                 owner=pool.owner,

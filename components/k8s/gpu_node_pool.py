@@ -10,7 +10,9 @@ The Kubernetes counterpart of ``components.gpu_pool.GpuPool``:
 - the ``nvidia.com/gpu`` taint, so only pods that tolerate it (GPU jobs, the agent) land there;
 - the EC2NodeClass tags every instance with parkbrake's host tags (``parkbrake:managed``, stack, pool,
   tenant, max-runtime, revision), so the meter, the ledger, the sweep and the guard policy see a node as
-  a managed, attributed GPU host, exactly as they see an Auto Scaling group's host.
+  a managed, attributed GPU host, exactly as they see an Auto Scaling group's host — plus
+  ``parkbrake:reclaim-grace`` (terminationGracePeriod + one sweep interval): the sweep leaves a node past
+  its cap to Karpenter and the budget controller that long before it stops it (guardrails/karpenter.py).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class GpuNodePoolArgs:
     parked: bool = False
     capacity_type: Literal["on-demand", "spot"] = "on-demand"
     termination_grace_period: timedelta = timedelta(minutes=30)
+    sweep_every: timedelta = timedelta(minutes=5)  # the guardrails' sweep: one interval more of grace
     consolidate_after: timedelta = timedelta(minutes=15)
     role: Literal["training", "inference"] = "training"
     owner: str | None = None
@@ -92,6 +95,7 @@ def instance_tags(args: GpuNodePoolArgs) -> dict[str, str]:
         tags.TENANT: args.tenant,
         tags.MAX_RUNTIME: format_duration(args.max_runtime),
         tags.REVISION: args.revision,
+        tags.RECLAIM_GRACE: format_duration(args.termination_grace_period + args.sweep_every),
         **({tags.SERVING: "true"} if args.role == "inference" else {}),
         **({tags.OWNER: args.owner} if args.owner else {}),
     }

@@ -1,4 +1,6 @@
-"""Stop a managed accelerator host that has run past its cap (and past any valid exemption)."""
+"""Stop a managed accelerator host that has run past its cap (and past any valid exemption).
+
+Not a Karpenter node: the cluster reclaims those, and karpenter-unreclaimed is the sweep's backstop."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from guardrails.rules.base import STOP_PATH_PERMISSIONS, Rule, Subject, always, 
 def _past_deadline(subject: Subject) -> str | None:
     deadline = subject.deadline
     if deadline is None or not subject.host.accelerator or not deadline.due(subject.now):
+        return None
+    if deadline.reclaim_grace is not None:  # a Karpenter node: karpenter-unreclaimed judges it
         return None
     ran = format_duration(subject.now - subject.host.launch_time)
     reason = (

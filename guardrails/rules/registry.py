@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from guardrails.rules import (
     cap_above_ceiling,
+    karpenter_unreclaimed,
     malformed_tags,
     orphaned,
     past_deadline,
@@ -15,6 +16,7 @@ from guardrails.rules.base import Rule
 
 RULES: tuple[Rule, ...] = (
     past_deadline.RULE,
+    karpenter_unreclaimed.RULE,
     untagged_accelerator.RULE,
     orphaned.RULE,
     cap_above_ceiling.RULE,

@@ -72,7 +72,14 @@ def test_a_cap_of_a_day_or_more_is_spelt_in_hours_as_karpenter_reads_it() -> Non
 
 
 def test_node_class_tags_instances_as_managed_attributed_gpu_hosts() -> None:
-    run = build(pool_args(role="inference", owner="ml-oncall@parkbrake.dev"))
+    run = build(
+        pool_args(
+            role="inference",
+            owner="ml-oncall@parkbrake.dev",
+            termination_grace_period=timedelta(minutes=20),
+            sweep_every=timedelta(minutes=10),
+        )
+    )
 
     node_class = only(run, NODE_CLASS)
     assert node_class.inputs["spec"]["tags"] == {
@@ -82,6 +89,7 @@ def test_node_class_tags_instances_as_managed_attributed_gpu_hosts() -> None:
         "parkbrake:tenant": "research",
         "parkbrake:max-runtime": "8h",
         "parkbrake:revision": "abc123",
+        "parkbrake:reclaim-grace": "30m",  # terminationGracePeriod + one sweep: the sweep's backstop after
         "parkbrake:serving": "true",
         "parkbrake:owner": "ml-oncall@parkbrake.dev",
     }

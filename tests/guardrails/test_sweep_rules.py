@@ -35,6 +35,7 @@ def at(minutes: float) -> datetime:
 def test_registry_lists_each_rule_once_by_name() -> None:
     assert [rule.name for rule in RULES] == [
         "past-deadline",
+        "karpenter-unreclaimed",
         "untagged-accelerator",
         "orphaned",
         "cap-above-ceiling",

@@ -328,3 +328,47 @@ def test_the_lambda_logs_structured_json_at_info(aws: str) -> None:
     assert result["level"] == "INFO"
     assert result["name"] == "lambdas.engines.sweeping"  # an engine's logger, set up by its handler
     assert (result["result"]["checked"], result["result"]["dry_run"]) == (1, True)
+
+
+def karpenter_tags(**extra: str) -> dict[str, str]:
+    """A Karpenter node's instance: the EC2NodeClass's tags (parkbrake's, with the reclaim grace) and
+    the NodePool and NodeClaim tags Karpenter itself adds."""
+    return managed_tags(
+        max_runtime="90m",
+        **{
+            tags.RECLAIM_GRACE: "35m",
+            tags.KARPENTER_NODEPOOL: "research-training",
+            tags.KARPENTER_NODECLAIM: "research-training-x7k2p",
+            **extra,
+        },
+    )
+
+
+def test_a_karpenter_node_is_left_to_the_cluster_until_cap_plus_grace_then_stopped_and_reported(
+    clients: ClientFactory,
+) -> None:
+    ec2 = clients("ec2", REGION)
+    node = launch(ec2, "g5.12xlarge", karpenter_tags())[0]
+    plain = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0]
+    started = latest_launch(ec2, [node, plain])
+    topic, queue_url = sns_queue(clients)
+    settings = guardrail_settings(sns_topic_arn=topic)
+
+    within = reaper.handle({"dry_run": False}, settings=settings, clients=clients, now=started + minutes(124))
+
+    assert within["stopped"] == [plain]  # an EC2 host stops at its cap; the Karpenter node does not
+    skipped = {entry["instance_id"]: entry["reason"] for entry in within["skipped"]}
+    assert "left to expireAfter and the budget controller's reclaim until" in skipped[node]
+    assert states(ec2, [node]) == {node: "running"}
+    published(clients, queue_url)  # the first sweep's notice, read off the queue
+
+    past = reaper.handle({"dry_run": False}, settings=settings, clients=clients, now=started + minutes(126))
+
+    assert past["stopped"] == [node]
+    assert states(ec2, [node]) == {node: "stopped"}
+    row = next(host for host in past["hosts"] if host["instance_id"] == node)
+    assert row["rule"] == "karpenter-unreclaimed"
+    assert "the cluster failed to reclaim" in row["reason"]
+    [message] = [m for m in published(clients, queue_url) if node in m["Message"]]
+    assert "NodeClaim research-training-x7k2p of NodePool research-training" in message["Message"]
+    assert "check Karpenter and the controller" in message["Message"]

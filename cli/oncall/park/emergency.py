@@ -44,7 +44,7 @@ Status = Literal["done", "planned", "unchanged", "skipped", "failed", "drift"]
 
 @dataclass(frozen=True)
 class Action:
-    kind: str  # ssm-parameter, schedule, autoscaling-group, ecs-service
+    kind: str  # ssm-parameter, schedule, autoscaling-group, ecs-service; clusterqueue, nodeclaim
     name: str
     change: str
     status: Status
@@ -84,6 +84,10 @@ class EmergencyResult:
             "failed": len(self.failed),
             "reconcile": self.reconcile,
         }
+
+
+# A Kubernetes stack's brake on its cluster (cli/oncall/park/cluster.py): (parking, dry_run) → actions.
+ClusterBrake = Callable[[bool, bool], list[Action]]
 
 
 class _PartlyDone(Exception):
@@ -154,16 +158,20 @@ def park_now(
     dry_run: bool,
     config_parked: bool | None,
     parked_by: ParkedBy | None = None,
+    cluster: ClusterBrake | None = None,
 ) -> EmergencyResult:
+    """Park on AWS and, for a Kubernetes stack (``cluster``), on its cluster after the AWS actions."""
     result = EmergencyResult(stack, region, parking=True, dry_run=dry_run)
     run = _Run(stack, region, clients, result, parked_by=parked_by)
-    inventory = _inventory(run)
+    inventory = _inventory(run, cluster is not None)
     _set_parameter(run, inventory, "true")
     _disable_nightly(run, inventory)
     for group in inventory.groups:
         _park_group(run, group)
     for service in inventory.services:
         _park_service(run, service, inventory.scalable_targets.get(_resource_id(stack, service)))
+    if cluster is not None:
+        run.result.actions.extend(cluster(True, dry_run))
     run.result.reconcile = reconcile_notes(stack, parking=True, config_parked=config_parked)
     return run.result
 
@@ -176,16 +184,19 @@ def unpark_now(
     dry_run: bool,
     config_parked: bool | None,
     force: bool = False,
+    cluster: ClusterBrake | None = None,
 ) -> EmergencyResult:
     """Restore what parking recorded; the nightly schedules and the SSM flag follow only when every
     group and service came back, so a partial unpark stays parked where the launcher looks."""
     result = EmergencyResult(stack, region, parking=False, dry_run=dry_run)
     run = _Run(stack, region, clients, result, force=force)
-    inventory = _inventory(run)
+    inventory = _inventory(run, cluster is not None)
     for group in inventory.groups:
         _unpark_group(run, group)
     for service in inventory.services:
         _unpark_service(run, service, inventory.scalable_targets.get(_resource_id(stack, service)))
+    if cluster is not None:  # the ClusterQueues too, before the launcher's flag says unparked
+        run.result.actions.extend(cluster(False, dry_run))
     if run.result.failed:
         _stay_parked(run, inventory)
     else:
@@ -197,7 +208,7 @@ def unpark_now(
 
 def _stay_parked(run: _Run, inventory: _Inventory) -> None:
     fix = (
-        f"{len(run.result.failed)} group(s)/service(s) not restored (above): fix them, or pass --force "
+        f"{len(run.result.failed)} group(s)/service(s)/queue(s) not restored (above): fix them, or pass --force "
         "for drift, then run unpark --now again"
     )
     for schedule in inventory.nightly:
@@ -236,7 +247,7 @@ def reconcile_notes(stack: str, *, parking: bool, config_parked: bool | None) ->
 # --- reading -------------------------------------------------------------------------------------
 
 
-def _inventory(run: _Run) -> _Inventory:
+def _inventory(run: _Run, has_cluster: bool = False) -> _Inventory:
     inventory = _Inventory()
     inventory.parameter = park_parameter_value(run.client("ssm"), run.stack)
     readers: list[tuple[str, str, Callable[[], None]]] = [
@@ -253,7 +264,7 @@ def _inventory(run: _Run) -> _Inventory:
             read()
         except ClientError as error:
             run.add(kind, name, "could not list", "failed", describe_error(error))
-    if inventory.empty and not run.result.failed:
+    if inventory.empty and not run.result.failed and not has_cluster:
         raise ParkbrakeError(
             f"found nothing of stack {run.stack!r} in {run.region}: no park parameter "
             f"{names.park_parameter(run.stack)}, no managed Auto Scaling groups, no ECS cluster "
