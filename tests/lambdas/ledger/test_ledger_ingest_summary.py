@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -23,6 +24,10 @@ def invoke(*args: str) -> Result:
 def many_duplicates(aws: str, ledger_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """One GPU host's start, a CPU host's, and 30 repeats of the GPU start: 30 + 1 lines not appended."""
     monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    # Received a day after the virtual clock's start (2036): the events are in its past, not from the
+    # future; each ingest after the one before (an ingest's outcomes are told apart by when it ran).
+    later = itertools.count()
+    monkeypatch.setattr("cli.usage.ingest.received_now", lambda: at(24 * 60, seconds=next(later)))
     ec2 = client_factory(aws)("ec2", None)
     (gpu,) = launch(ec2, "g5.xlarge", managed_tags(tenant="product", pool="inference"))
     (cpu,) = launch(ec2, "m5.large", managed_tags())

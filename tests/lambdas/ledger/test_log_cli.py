@@ -45,7 +45,8 @@ def logged(store: LedgerStore, ledger_url: str, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.mark.usefixtures("logged")
-def test_why_was_this_host_stopped_and_who_extended_it() -> None:
+def test_why_was_this_host_stopped_and_who_extended_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # a pane 80 columns wide (piped output is 240: cli/console.py)
     result = invoke("--instance", HOST)
 
     assert result.exit_code == 0, result.output
