@@ -193,7 +193,7 @@ class PeriodCloses:
                 basis,
                 late,
                 service,
-            )  # fmt: skip
+            )
             for pool, kind, region, model, price, source, valid_from, basis, billed, used, cost, late, service in rows
         ]
 
