@@ -343,16 +343,18 @@ def close_after_grace(
     store: LedgerStore, *, now: datetime, grace: timedelta | None, actor: str = "reconciler"
 ) -> list[CloseOutcome]:
     """The reconciler's step: close, for every tenant, the month before the current one in its zone
-    once ``grace`` has passed since it ended (nothing without a grace). Already closed: unchanged."""
+    once ``grace`` has passed since it ended (nothing without a grace). Those closed already are
+    left alone and not answered for: every run after the grace would find them again."""
     if grace is None:
         return []
     outcomes = []
+    closes = PeriodCloses(store)
+    known = closes.closes()
     by_period: dict[str, dict[str, str]] = defaultdict(dict)
     for tenant, zone in tenant_zones(store, None, now=now).items():
         previous = previous_period(period_of(now, zone))
-        if period_window(previous, zone)[1] + grace <= now:
+        if (tenant, previous) not in known and period_window(previous, zone)[1] + grace <= now:
             by_period[previous][tenant] = zone
-    closes = PeriodCloses(store)
     for period, zones in sorted(by_period.items()):
         reason = f"closed after the grace of {grace} (ledger.close_grace)"
         outcomes += closes.close(period=period, zones=zones, now=now, actor=actor, reason=reason)
