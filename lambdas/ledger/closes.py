@@ -1,6 +1,6 @@
 """Closed periods: a tenant's invoice for a month, kept exactly as it was when the month closed.
 
-``parkbrake ledger close`` (or the reconciler, once ``ledger.close_grace`` has passed) snapshots the
+``parkbrake ledger close`` (or the reconciler, once ``guardrails.close_grace`` has passed) snapshots the
 invoice lines of a month in the tenant's budget time zone into ``period_closes`` and
 ``closed_invoice_lines`` (append-only: migration 0022), and logs a ``period-close`` decision with
 its actor. From then on the month's report is the snapshot, whatever arrives later.
@@ -356,6 +356,6 @@ def close_after_grace(
         if (tenant, previous) not in known and period_window(previous, zone)[1] + grace <= now:
             by_period[previous][tenant] = zone
     for period, zones in sorted(by_period.items()):
-        reason = f"closed after the grace of {grace} (ledger.close_grace)"
+        reason = f"closed after the grace of {grace} (guardrails.close_grace)"
         outcomes += closes.close(period=period, zones=zones, now=now, actor=actor, reason=reason)
     return outcomes
