@@ -186,7 +186,7 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
 
             period = window["month"] or f"{start:%Y-%m}"
             invoices, reports = with_closes(
-                store, invoices, reports, period=period, zone=str(start.tzinfo), now=now
+                store, invoices, reports, tenants=tenants, period=period, window=(start, end), now=now
             )
     finally:
         store.close()

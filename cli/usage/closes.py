@@ -69,37 +69,33 @@ def with_closes(
     invoices: Sequence[Invoice],
     reports: Sequence[TenantReport],
     *,
+    tenants: Sequence[str],
     period: str,
-    zone: str,
+    window: tuple[datetime, datetime],
     now: datetime,
 ) -> tuple[list[Invoice], list[TenantReport]]:
     """A month's invoices as closing decides them: each closed tenant's is its snapshot (and its usage
-    rows the snapshot's own lines), each open one's carries the late lines of closed months before it."""
+    rows the snapshot's own lines), each open one's carries the late lines of closed months before it
+    (a tenant with nothing but late lines this month included)."""
     from dataclasses import replace
 
     from cli.usage.invoices import TenantReport
+    from guardrails.invoice import Invoice
     from guardrails.ledger import Usage
     from lambdas.ledger.closes import PeriodCloses
     from lambdas.ledger.store import UsageRow
 
     closes = PeriodCloses(store)
-    known = closes.closes([invoice.tenant for invoice in invoices] or None)
+    known = closes.closes(list(tenants) or None)
     if not known:
         return list(invoices), list(reports)
-    closed_reports = {}
-    result = []
-    tenants = sorted(
-        {invoice.tenant for invoice in invoices} | {tenant for tenant, p in known if p == period}
-    )
     by_tenant = {invoice.tenant: invoice for invoice in invoices}
-    for tenant in tenants:
-        invoice, close = closes.invoice(tenant=tenant, period=period, zone=zone, now=now, closes=known)
-        if close is None and tenant in by_tenant:  # open: the live invoice (its forecast), plus late lines
-            live = by_tenant[tenant]
-            late = tuple(line for line in invoice.lines if line.late)
-            own = tuple(replace(line, service_period=period) for line in live.lines)
-            invoice = replace(live, lines=own + late)
-        elif close is not None:
+    report_of = {report.tenant: report for report in reports}
+    result = []
+    for tenant in sorted(set(by_tenant) | {owner for owner, _ in known}):
+        close = known.get((tenant, period))
+        if close is not None:
+            invoice = closes.snapshot(close)
             rows = [
                 UsageRow(
                     tenant, line.pool, line.instance_type, Usage(line.accelerator_ms, line.usd_hour_ms), 0
@@ -107,10 +103,19 @@ def with_closes(
                 for line in invoice.lines
                 if not line.late
             ]
-            closed_reports[tenant] = TenantReport(tenant, _merged(rows))
-        result.append(invoice)
-    merged_reports = [closed_reports.pop(report.tenant, report) for report in reports]
-    return result, sorted([*merged_reports, *closed_reports.values()], key=lambda report: report.tenant)
+            report_of[tenant] = TenantReport(tenant, _merged(rows))
+            result.append(invoice)
+            continue
+        late = closes.late_lines_for(tenant=tenant, period=period, now=now, closes=known)
+        live = by_tenant.get(tenant)
+        if live is None:  # nothing of its own this month: shown for its late lines only
+            if not late:
+                continue
+            live = Invoice(tenant, *window, ())
+            report_of.setdefault(tenant, TenantReport(tenant, []))
+        own = tuple(replace(line, service_period=period) for line in live.lines)
+        result.append(replace(live, lines=own + tuple(late)))
+    return result, [report_of[tenant] for tenant in sorted(report_of)]
 
 
 def _merged(rows: Sequence[UsageRow]) -> list[UsageRow]:

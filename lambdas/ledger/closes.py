@@ -219,12 +219,21 @@ class PeriodCloses:
         since, until = period_window(period, zone)
         own = self._store.invoice_lines(now=now, since=since, until=until, tenants=[tenant])
         lines = [replace(line, service_period=period) for line in own]
+        lines += self.late_lines_for(tenant=tenant, period=period, now=now, closes=closes)
+        return Invoice(tenant, since, until, tuple(lines)), None
+
+    def late_lines_for(
+        self, *, tenant: str, period: str, now: datetime, closes: dict[tuple[str, str], PeriodClose]
+    ) -> list[InvoiceLine]:
+        """The late lines the open ``period`` bills: for each closed month whose first open month it
+        is, that month live (in its close's own bounds) minus everything billed for it."""
+        lines = []
         for (owner, service), close in sorted(closes.items()):
             if owner != tenant or service >= period or _first_open_after(tenant, service, closes) != period:
                 continue
             live = self._store.invoice_lines(now=now, since=close.since, until=close.until, tenants=[tenant])
             lines += late_lines(live, self._lines(BILLED_FOR, tenant, service), service)
-        return Invoice(tenant, since, until, tuple(lines)), None
+        return lines
 
     def close(
         self,

@@ -107,3 +107,16 @@ def test_closing_asks_first_and_refuses_bad_or_unfinished_months(november: Ledge
     hours_on(november, "i-more", 11, 1)  # the month is still open: the report is live
     later = json.loads(invoke("ledger", "report", "--period", "2036-11", "--format", "json").stdout)
     assert later["tenants"][0]["accelerator_seconds"] == report["tenants"][0]["accelerator_seconds"] + 3600
+
+
+def test_a_tenant_with_nothing_but_late_usage_this_month_is_still_billed_it(november: LedgerStore) -> None:
+    assert invoke("ledger", "close", "--period", "2036-11", "--yes").exit_code == 0
+    hours_on(november, "i-late", 20, 3)  # November's, after the close; research has no December usage
+    december = json.loads(invoke("ledger", "report", "--period", "2036-12", "--format", "json").stdout)
+    (research,) = december["tenants"]
+    assert research["tenant"] == "research"
+    assert research["accelerator_seconds"] == 0.0  # December's own usage: none
+    assert [(line["late"], line["subtotal_usd"]) for line in research["invoice"]["lines"]] == [
+        (True, "3.018000")
+    ]
+    assert research["invoice"]["period_start"] == "2036-12-01T00:00:00+00:00"
