@@ -23,6 +23,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from guardrails.decisions import Decision
+from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.invoice import Invoice, InvoiceLine
 from guardrails.runway import DEFAULT_TIMEZONE, period_bounds
@@ -365,6 +366,6 @@ def close_after_grace(
         if (tenant, previous) not in known and period_window(previous, zone)[1] + grace <= now:
             by_period[previous][tenant] = zone
     for period, zones in sorted(by_period.items()):
-        reason = f"closed after the grace of {grace} (guardrails.close_grace)"
+        reason = f"closed after the grace of {format_duration(grace)} (guardrails.close_grace)"
         outcomes += closes.close(period=period, zones=zones, now=now, actor=actor, reason=reason)
     return outcomes

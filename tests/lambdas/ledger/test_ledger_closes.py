@@ -252,3 +252,21 @@ def test_every_invoice_sums_to_the_live_total_and_a_closed_month_never_changes(
     )
     assert sum(ms for ms, _ in billed) == sum(line.accelerator_ms for line in live)
     assert sum((usd for _, usd in billed), Decimal(0)) == sum((line.usd_hour_ms for line in live), Decimal(0))
+
+
+def test_the_reconcilers_run_closes_last_month_after_the_stacks_grace(store: LedgerStore, aws: str) -> None:
+    from guardrail_fleet import client_factory, guardrail_settings
+
+    from lambdas.engines import reconciling
+
+    hours_on(store, "i-a", "research", nov(3), 1)
+    clients = client_factory(aws)
+    run = {"store": store, "clients": clients, "now": datetime(2036, 12, 4, 1, tzinfo=UTC)}
+    assert (
+        reconciling.run_reconciler(settings=guardrail_settings(), **run)["closed_periods"] == []
+    )  # no grace
+    outcome = reconciling.run_reconciler(settings=guardrail_settings(close_grace=timedelta(days=3)), **run)
+    assert outcome["closed_periods"] == ["research 2036-11"]
+    (logged,) = DecisionLedger.of(store).read(kinds=[CLOSE_KIND])
+    assert (logged.decision.actor, logged.decision.tenant) == ("reconciler", "research")
+    assert logged.decision.reason == "closed after the grace of 3d (guardrails.close_grace)"
