@@ -15,7 +15,9 @@ Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway
   transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second;
 - the latency of one tenant's runway query (``LedgerStore.runways``) and month report
   (``LedgerStore.usage_rows``) with ``--events`` events generated in SQL (``generate_series``)
-  across ``--tenants`` tenants, and of a full exporter read (every tenant).
+  across ``--tenants`` tenants, and of a full exporter read (every tenant);
+- closed months (``--late N``, default 1,000; 0 skips): a month closed for every tenant, then N
+  late events into it against N in-order ones, and a closed month's report (benchmarks.ledger_late).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from benchmarks.ledger_late import LargeLedger, late_event_figures, print_late
 from guardrails.ledger import Attribution, Transition, to_ms
 from guardrails.pricing import load_price_table
 from lambdas.ledger.store import LedgerStore
@@ -243,6 +246,17 @@ def generate_large_ledger(url: str, events: int, tenants: int) -> dict[str, floa
     return timings
 
 
+def large_layout(events: int, tenants: int) -> LargeLedger:
+    """Where generate_large_ledger put each host's events (the late-event figures need them)."""
+    prices = load_price_table()
+    hosts = tenants * HOSTS_PER_TENANT
+    per_host = max(2, events // hosts)
+    return LargeLedger(
+        tenants, hosts, per_host, NOW - EVENT_SPACING * per_host, EVENT_SPACING, TYPES,
+        [prices.instance(name).accelerators for name in TYPES], int(CAP.total_seconds() * 1000), NOW,
+    )  # fmt: skip
+
+
 def latencies_ms(call: Callable[[], object], repeats: int) -> dict[str, float]:
     samples = []
     for _ in range(repeats):
@@ -309,6 +323,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         seed_prices(large_url)
         results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
         results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
+        if args.late:
+            results["large"]["closed_months"] = late_event_figures(
+                large_url, large_layout(args.events, args.tenants), late=args.late, repeats=args.repeats
+            )
     results["single_vs_ceiling"] = (
         results["ingest_single_events_per_s"] / results["ceiling_single_rows_per_s"]
     )
@@ -353,6 +371,8 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
         figures = large[name]
         print(f"  {name:<26} p50 {figures['p50_ms']:8.2f} ms   p95 {figures['p95_ms']:8.2f} ms"
               f"   p99 {figures['p99_ms']:8.2f} ms   max {figures['max_ms']:8.2f} ms")  # fmt: skip
+    if "closed_months" in large:
+        print_late(large["closed_months"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -363,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batched", type=int, default=100_000, help="events appended in batches")
     parser.add_argument("--batch-size", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=200, help="runway queries to time")
+    parser.add_argument("--late", type=int, default=1_000, help="late events into a closed month (0: skip)")
     parser.add_argument("--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
     results = run(args)

@@ -1,4 +1,5 @@
-"""``parkbrake ledger``: migrate the ledger database, backfill events, report usage, set budgets.
+"""``parkbrake ledger``: migrate the ledger database, backfill events, report usage, close months,
+set budgets.
 
 The database is ``PARKBRAKE_DATABASE_URL`` (or ``PARKBRAKE_DATABASE_SECRET_ARN``), as for the Lambdas.
 """
@@ -12,7 +13,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import TENANT, WHEN, output_option, wide_option
+from cli.options import TENANT, WHEN, output_option, wide_option, yes_option
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
@@ -138,7 +139,11 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     help="Start: 7d, 12h (ago), a date or an ISO-8601 instant; default: this month's start.",
 )
 @click.option("--until", type=WHEN, help="End, exclusive (as --since); default: now.")
-@click.option("--month", help="A calendar month, YYYY-MM, in --timezone (instead of --since/--until).")
+@click.option(
+    "--month", "--period", "month",
+    help="A calendar month, YYYY-MM, in --timezone (instead of --since/--until); a closed month prints as "
+    "it was closed.",
+)  # fmt: skip
 @click.option(
     "--timezone",
     "zone",
@@ -176,6 +181,13 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         invoices = tenant_invoices(
             store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
         )
+        if window["month"] or not (window["since"] or window["until"]):  # a month: closes count
+            from cli.usage.closes import with_closes
+
+            period = window["month"] or f"{start:%Y-%m}"
+            invoices, reports = with_closes(
+                store, invoices, reports, tenants=tenants, period=period, window=(start, end), now=now
+            )
     finally:
         store.close()
     if output == "csv":
@@ -193,7 +205,50 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
             json.dumps({"since": start.isoformat(), "until": end.isoformat(), "tenants": document}, indent=2)
         )
     else:
-        print_report(reports, start, end)
+        print_report(
+            reports, start, end, late=[line for invoice in invoices for line in invoice.lines if line.late]
+        )
+
+
+@ledger.command()
+@click.option("--period", required=True, help="The month to close, YYYY-MM, in each tenant's budget zone.")
+@click.option(
+    "--tenant", "tenants", type=TENANT, multiple=True, help="Tenant to close (repeatable); default: all."
+)
+@click.option("--dry-run", is_flag=True, help="Show what would be closed; record nothing.")
+@yes_option
+@output_option
+def close(period: str, tenants: tuple[str, ...], dry_run: bool, yes: bool, output: str) -> None:
+    """Close a month: keep each tenant's invoice exactly as it is now; usage that arrives for it later
+    is billed in the next open month, marked late. Closing again changes nothing.
+
+    \b
+    Example:
+      parkbrake ledger close --period 2026-11 --dry-run
+      parkbrake ledger close --period 2026-11 --yes
+    """
+    from cli.options import confirm_or_abort
+    from cli.usage.closes import caller_actor, close_periods, close_summary, closing_now
+    from lambdas.aws.environment import default_clients
+    from lambdas.ledger.closes import parse_period
+    from lambdas.ledger.store import store_from_environment
+
+    period = parse_period(period)
+    if not dry_run:
+        whom = ", ".join(tenants) if tenants else "every tenant"
+        confirm_or_abort(f"Close {period} for {whom}? A closed month never changes.", assume_yes=yes)
+    store = store_from_environment()
+    try:
+        actor = "dry run" if dry_run else caller_actor(default_clients)
+        outcomes = close_periods(
+            store, period=period, tenants=tenants, actor=actor, dry_run=dry_run, now=closing_now()
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps([outcome.as_dict() for outcome in outcomes], indent=2))
+    else:
+        click.echo("\n".join(close_summary(outcomes)))
 
 
 @ledger.command()

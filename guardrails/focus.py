@@ -4,7 +4,8 @@ read the clouds' FOCUS exports read parkbrake's chargeback too.
 
 parkbrake is the invoice issuer (it bills tenants for AWS GPU time); AWS is the provider and
 publisher. The billing account is the tenant; tenant and pool travel in ``Tags`` as the hosts'
-own tags name them. Every line is usage (``ChargeCategory`` ``Usage``), billed at the ledger's
+own tags name them. A late line (usage of a closed month that arrived after it closed) is a
+``ChargeClass`` ``Correction``. Every line is usage (``ChargeCategory`` ``Usage``), billed at the ledger's
 price with no discount, so list, contracted, effective and billed cost are one figure. Times are
 UTC, ISO 8601 with ``Z``; money and quantities exact decimals.
 """
@@ -66,8 +67,10 @@ def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
         "BillingPeriodEnd": focus_time(invoice.until),
         "BillingPeriodStart": focus_time(invoice.since),
         "ChargeCategory": "Usage",
-        "ChargeClass": "",  # null: a regular charge
-        "ChargeDescription": f"{line.instance_type} in {line.region}, {line.pricing_model}, pool {line.pool}, {priced}",
+        # null: a regular charge; a late line corrects an earlier, closed month (FOCUS's Correction)
+        "ChargeClass": "Correction" if line.late else "",
+        "ChargeDescription": f"{line.instance_type} in {line.region}, {line.pricing_model}, pool {line.pool}, {priced}"
+        + (f", late usage of {line.service_period}" if line.late else ""),
         "ChargePeriodEnd": focus_time(invoice.until),
         "ChargePeriodStart": focus_time(invoice.since),
         "ContractedCost": billed,

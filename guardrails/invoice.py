@@ -22,7 +22,7 @@ FALLBACK = "on-demand fallback"  # the price basis of spot time priced on demand
 CSV_COLUMNS = (
     "tenant", "period_start", "period_end", "pool", "instance_type", "region", "pricing_model",
     "instance_hours", "accelerator_seconds", "unit_price_usd_per_hour", "price_source", "price_valid_from",
-    "price_basis", "currency", "subtotal_usd",
+    "price_basis", "currency", "subtotal_usd", "late", "service_period",
 )  # fmt: skip
 
 
@@ -42,6 +42,12 @@ class InvoiceLine:
     # Which price: on-demand, spot (the zone's), or "on-demand fallback" (spot time the zone had no
     # spot price for, priced on demand); None: unpriced.
     price_basis: str | None = None
+    # A late line bills usage of an earlier, closed month (its service period, YYYY-MM) that arrived
+    # after the close: the difference between what that month billed and what it bills now
+    # (lambdas.ledger.closes). A regular line's service period is its invoice's month (None: a window
+    # that is not a month).
+    late: bool = False
+    service_period: str | None = None
 
     @property
     def instance_hours(self) -> Decimal:
@@ -65,6 +71,8 @@ class InvoiceLine:
             "price_basis": self.price_basis,
             "currency": CURRENCY,
             "subtotal_usd": str(self.subtotal_usd),
+            "late": self.late,
+            "service_period": self.service_period,
         }
 
 
@@ -114,9 +122,13 @@ def invoices_csv(invoices: Sequence[Invoice]) -> str:
             fields = line.as_dict()
             writer.writerow(
                 [invoice.tenant, invoice.since.isoformat(), invoice.until.isoformat()]
-                + [fields[column] for column in CSV_COLUMNS[3:]]
+                + [_csv_cell(fields[column]) for column in CSV_COLUMNS[3:]]
             )
     return buffer.getvalue()
+
+
+def _csv_cell(value: Any) -> Any:
+    return str(value).lower() if isinstance(value, bool) else value
 
 
 def invoices_json(invoices: Sequence[Invoice]) -> str:
@@ -129,7 +141,7 @@ def invoices_markdown(invoices: Sequence[Invoice]) -> str:
         parts.append(
             f"## {invoice.tenant}: {invoice.since:%Y-%m-%d %H:%M %Z} to {invoice.until:%Y-%m-%d %H:%M %Z}\n\n"
             "| pool | instance type | region | pricing | instance-hours | accelerator-seconds | unit price (USD/h) "
-            "| price source (from) | subtotal (USD) |\n|---|---|---|---|--:|--:|--:|---|--:|"
+            "| price source (from) | subtotal (USD) | late (service period) |\n|---|---|---|---|--:|--:|--:|---|--:|---|"
         )
         for line in invoice.lines:
             fields = line.as_dict()
@@ -139,7 +151,8 @@ def invoices_markdown(invoices: Sequence[Invoice]) -> str:
                 source += f", {FALLBACK}"
             parts.append(
                 f"| {line.pool} | {line.instance_type} | {line.region} | {line.pricing_model} | {fields['instance_hours']} "
-                f"| {fields['accelerator_seconds']} | {price} | {source} | {fields['subtotal_usd']} |"
+                f"| {fields['accelerator_seconds']} | {price} | {source} | {fields['subtotal_usd']} "
+                f"| {f'late ({line.service_period})' if line.late else ''} |"
             )
         parts.append(f"\n**Total: {invoice.total_usd} {CURRENCY}**")
         if invoice.unpriced_hours:

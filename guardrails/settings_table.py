@@ -142,6 +142,13 @@ class Tuning:
         "([ledger.md](ledger.md#decision-log-retention))",
         floor=DECISION_RETENTION_FLOOR, ceiling=DECISION_RETENTION_CEILING,
     )  # fmt: skip
+    close_grace: timedelta | None = setting(
+        "PARKBRAKE_CLOSE_GRACE", "guardrails.close_grace", "duration", None,
+        "how long after a month ends (in each tenant's budget time zone) the reconciler closes it: its "
+        "invoice is kept as it is, later usage billed in the next month, marked late; unset: months are "
+        "closed by `parkbrake ledger close` only ([ledger.md](ledger.md#closed-periods))",
+        ceiling=timedelta(days=60),
+    )  # fmt: skip
     warn_before: timedelta = setting(
         "PARKBRAKE_WARN_BEFORE", "guardrails.warn_before", "duration", timedelta(minutes=15),
         "how long before a host's deadline its owner is warned (a `warn-<instance-id>` schedule "

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
-    from guardrails.invoice import Invoice
+    from guardrails.invoice import Invoice, InvoiceLine
     from guardrails.ledger import Usage
     from lambdas.ledger.store import LedgerStore, UsageRow
 
@@ -153,11 +153,15 @@ def tenant_invoices(
     return invoices
 
 
-def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime) -> None:
+def print_report(
+    reports: Sequence[TenantReport], start: datetime, end: datetime, *, late: Sequence[InvoiceLine] = ()
+) -> None:
+    """The usage table; ``late``: late lines of closed months (lambdas.ledger.closes), after the rest."""
     from rich.text import Text
 
     from cli.console import console
     from cli.table import Column, Table, print_table
+    from guardrails.ledger import Usage
 
     table = Table(
         f"GPU usage {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC",
@@ -175,6 +179,11 @@ def print_report(reports: Sequence[TenantReport], start: datetime, end: datetime
         total = tenant_report.total().get(None)
         if total is not None:
             table.add_row(tenant_report.tenant, Text("total", style="bold"), "", *_cells(total))
+    for line in late:
+        usage = Usage(line.accelerator_ms, line.usd_hour_ms)
+        table.add_row(
+            line.tenant, f"{line.pool} (late, {line.service_period})", line.instance_type, *_cells(usage)
+        )
     print_table(console(), table)
 
 

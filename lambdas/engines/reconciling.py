@@ -7,6 +7,8 @@ metering engine, marked ``source=reconciler``. Then it prunes the decision log o
 ``PARKBRAKE_DECISION_RETENTION`` (in bounded batches: lambdas.ledger.decisions), and records the spot
 prices of the zones its spot hosts run in from EC2's ``DescribeSpotPriceHistory``
 (guardrails.spot_prices: the changes since the ledger's latest of each key, at most 23 hours back).
+With ``PARKBRAKE_CLOSE_GRACE`` set, it then closes each tenant's last month once the grace after it
+is over (lambdas.ledger.closes; the decision's actor is ``reconciler``).
 Its Lambda's run (:func:`reconcile_ledger`, every 15 minutes) records the heartbeat only after a run
 without errors, so its alarm pages when it stops working.
 """
@@ -29,6 +31,7 @@ from guardrails.spot_prices import SpotPrice, history_start_ms, spot_changes
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory
 from lambdas.engines import metering
+from lambdas.ledger.closes import close_after_grace
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
 
@@ -130,11 +133,18 @@ def run_reconciler(
     heartbeat.count_action(GUARDRAIL, "prune", "decision-retention", pruned)
     spot_prices = load_spot_prices(store, clients, hosts)
     heartbeat.count_action(GUARDRAIL, "price", "spot", spot_prices)
+    # Last month, once the grace after it is over (lambdas.ledger.closes): after the repairs, so that
+    # what the reconciler found missing is in the month it closes.
+    closed = [
+        o for o in close_after_grace(store, now=now, grace=settings.close_grace) if o.outcome == "closed"
+    ]
+    heartbeat.count_action(GUARDRAIL, "close", "period", len(closed))
     return {
         "hosts": len(hosts),
         "repairs": [change.event_id for change in repairs],
         "pruned_decisions": pruned,
         "spot_prices": spot_prices,
+        "closed_periods": [f"{o.close.tenant} {o.close.period}" for o in closed],
     } | result.as_dict()
 
 

@@ -20,7 +20,9 @@ LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
 
 
 def test_every_guardrail_gets_every_row_and_every_wired_variable_it_reads() -> None:
-    run = build(chat_webhook_secret_arn=CHAT_SECRET, warn_before=timedelta(minutes=30))
+    run = build(
+        chat_webhook_secret_arn=CHAT_SECRET, warn_before=timedelta(minutes=30), close_grace=timedelta(days=3)
+    )
     wired = {item.variable for item in WIRED if item.in_lambda_environment} - {DATABASE_SECRET_ARN}
     for function in FUNCTIONS:
         environment = environment_of(run, function.guardrail)
@@ -30,6 +32,7 @@ def test_every_guardrail_gets_every_row_and_every_wired_variable_it_reads() -> N
         # What the component wrote, the handlers' reader reads without a problem and as it was set.
         read = settings_from_environment(environment)
         assert (read.chat_webhook_secret_arn, read.warn_before) == (CHAT_SECRET, timedelta(minutes=30))
+        assert read.close_grace == timedelta(days=3)
 
 
 def test_a_variable_the_stack_does_not_set_is_left_out_rather_than_written_empty() -> None:
@@ -37,6 +40,7 @@ def test_a_variable_the_stack_does_not_set_is_left_out_rather_than_written_empty
     environment = environment_of(run, "reaper")
     assert "PARKBRAKE_CHAT_WEBHOOK_SECRET_ARN" not in environment
     assert "PARKBRAKE_DECISION_BUS" not in environment
+    assert "PARKBRAKE_CLOSE_GRACE" not in environment  # no grace: months close by hand only
     assert all(value for value in environment.values())
 
 

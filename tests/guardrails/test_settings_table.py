@@ -41,7 +41,7 @@ def test_every_row_names_its_variable_stack_key_help_and_a_default_within_its_bo
     assert row.stack_key.startswith(("guardrails.", "pools.<name>."))
     assert len(row.help) > 20
     assert row.help[0].islower(), "help is a phrase the docs' table can show"
-    if row.kind == "duration":
+    if row.kind == "duration" and row.default is not None:  # None: unset, off (close_grace)
         assert (row.floor or timedelta(seconds=1)) <= row.default <= row.duration_ceiling
     rendered = row.render(row.default)
     # The default reads back as itself: what the component writes, the Lambda reads.
@@ -117,6 +117,7 @@ def test_a_stack_files_settings_reach_the_lambdas_environment_and_read_back_the_
         decision_retention="500d",
         warn_before="30m",
         chat_webhook_secret=SECRET,
+        close_grace="3d",
     )
     parsed = parse_stack_config("dev", config, "Pulumi.dev.yaml").guardrails
     environment = tuning_environment(parsed)
@@ -127,7 +128,7 @@ def test_a_stack_files_settings_reach_the_lambdas_environment_and_read_back_the_
     # Not the defaults, so a row read back as its default (a dropped variable) would show.
     assert {row.name for row in TUNING if getattr(read, row.name) != row.default} >= {
         "default_max_runtime", "max_exemption", "max_runtime_ceiling", "reap_untagged", "stopped_retention",
-        "terminate_stopped", "decision_retention", "warn_before", "chat_webhook_secret_arn",
+        "terminate_stopped", "decision_retention", "warn_before", "chat_webhook_secret_arn", "close_grace",
     }  # fmt: skip
 
 

@@ -172,7 +172,7 @@ def test_report_csv_is_an_invoice_for_one_tenant(seeded: dict[str, str]) -> None
         "pool": "inference", "instance_type": "g5.xlarge", "region": "us-east-1", "pricing_model": "on-demand",
         "instance_hours": "0.016667", "accelerator_seconds": "30.000", "unit_price_usd_per_hour": "1.006000",
         "price_source": "prices.json", "price_valid_from": "", "price_basis": "on-demand", "currency": "USD",
-        "subtotal_usd": "0.016767",
+        "subtotal_usd": "0.016767", "late": "false", "service_period": "",  # a window, not a month
     }]  # fmt: skip
 
 

@@ -1,0 +1,129 @@
+"""``parkbrake ledger close`` and the closed months in ``ledger report`` (lambdas.ledger.closes): a
+closed month's report is its snapshot; an open month's invoice carries the late lines of the closed
+months before it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cli.usage.invoices import TenantReport
+    from guardrails.invoice import Invoice
+    from lambdas.aws.environment import ClientFactory
+    from lambdas.ledger.closes import CloseOutcome
+    from lambdas.ledger.store import LedgerStore, UsageRow
+
+
+def closing_now() -> datetime:
+    """When a close happens (a function, so that tests can close months of their virtual clock)."""
+    return datetime.now(UTC)
+
+
+def caller_actor(clients: ClientFactory) -> str:
+    """Who closes: the caller's ARN, as for every decision a person makes."""
+    from lambdas.aws.stop_path import AWS_ERRORS
+
+    try:
+        return str(clients("sts", None).get_caller_identity()["Arn"])
+    except AWS_ERRORS:
+        return "an unknown caller of parkbrake ledger close"
+
+
+def close_periods(
+    store: LedgerStore,
+    *,
+    period: str,
+    tenants: Sequence[str],
+    actor: str,
+    dry_run: bool,
+    now: datetime,
+) -> list[CloseOutcome]:
+    """Close ``period`` for ``tenants`` (default: every tenant the ledger knows), each in its budget's zone."""
+    from lambdas.ledger.closes import PeriodCloses, tenant_zones
+
+    zones = tenant_zones(store, list(tenants), now=now)
+    return PeriodCloses(store).close(period=period, zones=zones, now=now, actor=actor, dry_run=dry_run)
+
+
+def close_summary(outcomes: Sequence[CloseOutcome]) -> list[str]:
+    if not outcomes:
+        return ["no tenant to close: the ledger knows none"]
+    said = {"closed": "closed", "already-closed": "already closed", "would-close": "would close"}
+    return [
+        f"{o.close.tenant} {o.close.period} ({o.close.zone}): {said[o.outcome]}, "
+        f"{len(o.invoice.lines)} lines ({sum(line.late for line in o.invoice.lines)} late), "
+        f"{o.invoice.total_usd} USD"
+        + (
+            f"; by {o.close.actor} at {o.close.closed_at.isoformat()}"
+            if o.outcome == "already-closed"
+            else ""
+        )
+        for o in outcomes
+    ]
+
+
+def with_closes(
+    store: LedgerStore,
+    invoices: Sequence[Invoice],
+    reports: Sequence[TenantReport],
+    *,
+    tenants: Sequence[str],
+    period: str,
+    window: tuple[datetime, datetime],
+    now: datetime,
+) -> tuple[list[Invoice], list[TenantReport]]:
+    """A month's invoices as closing decides them: each closed tenant's is its snapshot (and its usage
+    rows the snapshot's own lines), each open one's carries the late lines of closed months before it
+    (a tenant with nothing but late lines this month included)."""
+    from dataclasses import replace
+
+    from cli.usage.invoices import TenantReport
+    from guardrails.invoice import Invoice
+    from guardrails.ledger import Usage
+    from lambdas.ledger.closes import PeriodCloses
+    from lambdas.ledger.store import UsageRow
+
+    closes = PeriodCloses(store)
+    known = closes.closes(list(tenants) or None)
+    if not known:
+        return list(invoices), list(reports)
+    by_tenant = {invoice.tenant: invoice for invoice in invoices}
+    report_of = {report.tenant: report for report in reports}
+    result = []
+    for tenant in sorted(set(by_tenant) | {owner for owner, _ in known}):
+        close = known.get((tenant, period))
+        if close is not None:
+            invoice = closes.snapshot(close)
+            rows = [
+                UsageRow(
+                    tenant, line.pool, line.instance_type, Usage(line.accelerator_ms, line.usd_hour_ms), 0
+                )
+                for line in invoice.lines
+                if not line.late
+            ]
+            report_of[tenant] = TenantReport(tenant, _merged(rows))
+            result.append(invoice)
+            continue
+        late = closes.late_lines_for(tenant=tenant, period=period, now=now, closes=known)
+        live = by_tenant.get(tenant)
+        if live is None:  # nothing of its own this month: shown for its late lines only
+            if not late:
+                continue
+            live = Invoice(tenant, *window, ())
+            report_of.setdefault(tenant, TenantReport(tenant, []))
+        own = tuple(replace(line, service_period=period) for line in live.lines)
+        result.append(replace(live, lines=own + tuple(late)))
+    return result, [report_of[tenant] for tenant in sorted(report_of)]
+
+
+def _merged(rows: Sequence[UsageRow]) -> list[UsageRow]:
+    """One row per pool and instance type (a snapshot has a line per region and price)."""
+    from lambdas.ledger.store import UsageRow
+
+    sums: dict[tuple[str, str, str], UsageRow] = {}
+    for row in rows:
+        before = sums.get(row.key)
+        sums[row.key] = row if before is None else UsageRow(*row.key, before.usage + row.usage, 0)
+    return [sums[key] for key in sorted(sums)]
