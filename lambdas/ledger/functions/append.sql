@@ -62,11 +62,15 @@ BEGIN
                                           origin, received);
         RETURN;
     END IF;
+    -- In event id order: two meters appending overlapping batches (EventBridge delivers at least
+    -- once, to concurrent Lambdas) then wait on each other's ids in one order, never in a circle
+    -- (inserted in the batch's own order, each could hold an id the other waits for: a deadlock).
     WITH inserted AS (
         INSERT INTO events
         SELECT * FROM ledger_batch_events(event_ids, instance_ids, states, times_ms, attributed, tenant_names, pools,
                                           instance_types, accelerator_counts, caps, regions, pricing_models, zones,
                                           origin, received)
+        ORDER BY event_id
         ON CONFLICT (event_id) DO NOTHING
         RETURNING events.event_id
     )
