@@ -52,6 +52,7 @@ KINDS: Mapping[str, str] = {
     "workload-retry": "a Kueue Workload sent back to wait: runway short, ledger unreachable, or budget stop",
     "workload-rejected": "a Kueue Workload rejected by the budget check: the budget cannot cover it",
     "workload-released": "a Kueue Workload's reservation given back: it finished, was evicted or deleted",
+    "attribute": "a host's unattributed usage attributed to a tenant by a person, with their reason",
 }
 
 

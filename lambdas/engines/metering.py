@@ -244,8 +244,10 @@ def attribute_changes(
                 result.skipped.append(note | {"reason": "not an accelerator instance type"})
                 continue
             attribution = host.attribution
-        if attribution is None and host is not None and change.state != "running":
-            attribution = host.attribution  # a stop never opens an interval: any attribution closes it
+        if attribution is None and host is not None and change.state != "running" and host.attribution:
+            # A stop never opens an interval: any attribution closes it. Not the current launch's
+            # tenant, though: an event with a tenant says whose its launch was (docs/ledger.md).
+            attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
         if attribution is None and host is not None and host.attribution is not None:
             # Paid for, so metered: as the host's current type (all EC2 still says of it), for
             # tenant and pool unattributed, since its tags then are unknown.
