@@ -13,6 +13,7 @@ from typing import IO, Any
 import click
 
 from cli.options import TENANT, WHEN, output_option, wide_option
+from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
@@ -40,6 +41,9 @@ def with_crossing_options(command: Any) -> Any:
 @click.group()
 def ledger() -> None:
     """The usage ledger: exact accelerator-seconds and cost per tenant, budgets and runway."""
+
+
+ledger.add_command(attribute)  # cli/usage/attributions.py
 
 
 @ledger.command()

@@ -238,7 +238,8 @@ def test_a_function_file_list_that_disagrees_with_the_folder_is_refused(
 
 
 def test_the_shipped_migrations_explain_their_missing_numbers() -> None:
-    assert unused_numbers() == {8, 9, 18, 19}
+    # 0022: a parallel change's (closed periods), listed until it is merged beside 0023 (attributions).
+    assert unused_numbers() == {8, 9, 18, 19, 22}
     numbers = {migration.version for migration in NUMBERED}
     assert numbers | unused_numbers() == set(range(1, max(numbers) + 1))
 
