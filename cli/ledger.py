@@ -168,6 +168,7 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     """
     from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
+    from lambdas.ledger.attributions import attribute_hint, unattributed_hosts
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
@@ -180,6 +181,8 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         invoices = tenant_invoices(
             store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
         )
+        listed = output == "text" and (not tenants or "unattributed" in tenants)
+        unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
     finally:
         store.close()
     if output == "csv":
@@ -198,6 +201,8 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         )
     else:
         print_report(reports, start, end)
+        if unattributed:  # usage metered for no tenant, with the command that attributes it
+            click.echo(attribute_hint(unattributed))
 
 
 @ledger.command()
