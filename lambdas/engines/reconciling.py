@@ -141,12 +141,14 @@ def run_reconciler(
 def reconcile_ledger(
     *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
 ) -> dict[str, Any]:
-    """The reconciler Lambda's run: :func:`run_reconciler`, then an alert about hosts that started with
-    no price, then the heartbeat (a failure before it raises, and the heartbeat's alarm pages)."""
+    """The reconciler Lambda's run: :func:`run_reconciler`, then alerts about hosts that started with
+    no price and about usage metered for no tenant, then the heartbeat (a failure before it raises,
+    and the heartbeat's alarm pages)."""
     outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now)
     outcome["errors"] = [
         *outcome.get("errors", []),
         *metering.alert_unpriced(outcome["unpriced"], settings=settings, clients=clients),
+        *metering.alert_unattributed(outcome["metered_unattributed"], settings=settings, clients=clients),
     ]
     heartbeat.record_success(GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now)
     return outcome
