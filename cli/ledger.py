@@ -168,7 +168,12 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     """
     from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
-    from lambdas.ledger.attributions import attribute_hint, unattributed_hosts
+    from lambdas.ledger.attributions import (
+        attribute_hint,
+        unattributed_hosts,
+        waiting_stops,
+        waiting_stops_line,
+    )
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
@@ -183,6 +188,7 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         )
         listed = output == "text" and (not tenants or "unattributed" in tenants)
         unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
+        waiting = waiting_stops(store, now=now) if listed else []
     finally:
         store.close()
     if output == "csv":
@@ -203,6 +209,8 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         print_report(reports, start, end)
         if unattributed:  # usage metered for no tenant, with the command that attributes it
             click.echo(attribute_hint(unattributed))
+        if waiting:  # stops that close nothing yet: their starts are missing
+            click.echo(waiting_stops_line(waiting))
 
 
 @ledger.command()

@@ -60,7 +60,8 @@ def attribute(
       parkbrake ledger attribute i-0abc123def4567890 --tenant research \\
           --since 2026-11-03 --reason "backfill of November; OPS-42"
     """
-    from lambdas.ledger.attributions import AttributionRequest, attribute as record, log_attribution
+    from lambdas.ledger.attributions import AttributionRequest, log_attribution
+    from lambdas.ledger.attributions import attribute as record
     from lambdas.ledger.store import store_from_environment
 
     request = AttributionRequest(instance_id, tenant, since, until, pool, caller_arn(), reason)
@@ -72,7 +73,9 @@ def attribute(
         if dry_run:
             _report(output, request, preview, dry_run=True)
             return
-        confirm_or_abort(f"Attribute {instance_id}'s usage from {since.isoformat()} to {tenant}?", assume_yes=yes)
+        confirm_or_abort(
+            f"Attribute {instance_id}'s usage from {since.isoformat()} to {tenant}?", assume_yes=yes
+        )
         changed = record(store, request, dry_run=False)
         log_attribution(store, request, changed, now=datetime.now(UTC))
     finally:
@@ -86,7 +89,8 @@ def _describe(request: Any, changed: list[Any]) -> str:
         f"{request.instance_id}: {len(changed)} interval(s), {seconds:,.0f} accelerator-s "
         f"from {request.since.isoformat()}"
         + (f" until {request.until.isoformat()}" if request.until else "")
-        + f" → tenant {request.tenant}" + (f", pool {request.pool}" if request.pool else "")
+        + f" → tenant {request.tenant}"
+        + (f", pool {request.pool}" if request.pool else "")
     ]
     lines += [
         f"  {item.as_dict()['started']} – {item.as_dict()['ended'] or 'running'}: "

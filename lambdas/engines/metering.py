@@ -258,7 +258,7 @@ def attribute_changes(
                     "at": from_ms(change.at_ms).isoformat(),
                     "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}, "
                     f"unknown to the ledger: metered as its current type {host.attribution.instance_type} "
-                    f"for tenant {UNATTRIBUTED}"
+                    f"for tenant {UNATTRIBUTED}",
                 }
             )
         if attribution is None:
@@ -329,7 +329,7 @@ def alert_unpriced(
         "pricing refresh`, then `parkbrake ledger migrate` (which records new prices; a type's first "
         f"price in a region covers its past usage there).\n{owners_line(owner_names)}"
     )
-    return _alert("unpriced accelerator hosts", message, owner_names, settings=settings, clients=clients)
+    return alert("unpriced accelerator hosts", message, owner_names, settings=settings, clients=clients)
 
 
 def alert_unattributed(
@@ -353,11 +353,11 @@ def alert_unattributed(
         "attributes it by itself; else attribute it: `parkbrake ledger attribute "
         f"{instance_id} --tenant TENANT --since {since} --reason TEXT` (and so for each host)."
     )
-    return _alert("usage metered for no tenant", message, [], settings=settings, clients=clients)
+    return alert("usage metered for no tenant", message, settings=settings, clients=clients)
 
 
-def _alert(
-    what: str, message: str, owner_names: list[str], *, settings: Settings, clients: ClientFactory
+def alert(
+    what: str, message: str, owner_names: Sequence[str] = (), *, settings: Settings, clients: ClientFactory
 ) -> list[dict[str, str]]:
     """Publish an alert to the stack's topic; the notifier's errors (counted), never raised."""
     if settings.sns_topic_arn is None:  # the counted action still shows on the dashboard

@@ -29,6 +29,7 @@ from guardrails.spot_prices import SpotPrice, history_start_ms, spot_changes
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory
 from lambdas.engines import metering
+from lambdas.ledger.attributions import waiting_stops, waiting_stops_line
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
 
@@ -150,5 +151,12 @@ def reconcile_ledger(
         *metering.alert_unpriced(outcome["unpriced"], settings=settings, clients=clients),
         *metering.alert_unattributed(outcome["metered_unattributed"], settings=settings, clients=clients),
     ]
+    stops = waiting_stops(store, now=now)
+    outcome["waiting_stops"] = [stop.as_dict() for stop in stops]
+    if stops:
+        heartbeat.count_action(GUARDRAIL, "waiting", "stop-without-start", len(stops))
+        outcome["errors"] += metering.alert(
+            "stops waiting for their start", waiting_stops_line(stops), settings=settings, clients=clients
+        )
     heartbeat.record_success(GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now)
     return outcome

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -33,6 +33,29 @@ GROUP BY instance_id
 ORDER BY instance_id
 """
 
+# Stops that close nothing yet: a host's first events before any `running` (its start has not
+# arrived), older than ``before_ms``. One index probe per host: the hosts are walked by a skip scan
+# of events_by_instance, never by reading every event.
+WAITING_STOPS = """
+WITH RECURSIVE hosts AS (
+    (SELECT instance_id FROM events ORDER BY instance_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.instance_id FROM events e WHERE e.instance_id > h.instance_id ORDER BY e.instance_id LIMIT 1)
+    FROM hosts h
+    WHERE h.instance_id IS NOT NULL
+)
+SELECT h.instance_id, s.event_id, s.state, s.at_ms
+FROM hosts h
+CROSS JOIN LATERAL (
+    SELECT e.event_id, e.state, e.at_ms FROM events e
+    WHERE e.instance_id = h.instance_id AND e.state <> 'pending'
+    ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C" LIMIT 1
+) AS s
+WHERE h.instance_id IS NOT NULL AND s.state <> 'running' AND s.at_ms < %(before_ms)s
+ORDER BY h.instance_id
+"""
+WAITING_AFTER = timedelta(days=1)  # a stop waits this long for its start before it is reported
+
 
 @dataclass(frozen=True)
 class AttributionRequest:
@@ -46,7 +69,9 @@ class AttributionRequest:
 
     def __post_init__(self) -> None:
         if self.tenant == UNATTRIBUTED:
-            raise InputError(f"--tenant: {UNATTRIBUTED} is what the usage is now; name the tenant it belongs to")
+            raise InputError(
+                f"--tenant: {UNATTRIBUTED} is what the usage is now; name the tenant it belongs to"
+            )
         if not self.reason.strip():
             raise InputError("--reason: say why the usage is this tenant's, e.g. --reason 'ticket OPS-42'")
         if self.until is not None and to_ms(self.until) <= to_ms(self.since):
@@ -89,11 +114,10 @@ def attribute(store: LedgerStore, request: AttributionRequest, *, dry_run: bool)
         request.actor,
         request.reason,
     )
-    with store.connections.connection() as connection:
-        with connection.transaction() as transaction:
-            rows = connection.execute(ATTRIBUTE, parameters).fetchall()
-            if dry_run:
-                raise psycopg.Rollback(transaction)
+    with store.connections.connection() as connection, connection.transaction() as transaction:
+        rows = connection.execute(ATTRIBUTE, parameters).fetchall()
+        if dry_run:
+            raise psycopg.Rollback(transaction)
     return [Reattributed(row[0], int(row[1]), row[2], int(row[3]), *row[4:]) for row in rows]
 
 
@@ -146,10 +170,49 @@ def unattributed_hosts(
 
 def attribute_hint(hosts: Sequence[UnattributedHost]) -> str:
     """The line that names the fix for usage held as unattributed."""
-    listed = ", ".join(f"{host.instance_id} ({host.accelerator_ms / 1000:,.0f} accelerator-s)" for host in hosts)
+    listed = ", ".join(
+        f"{host.instance_id} ({host.accelerator_ms / 1000:,.0f} accelerator-s)" for host in hosts
+    )
     first = hosts[0]
     return (
         f"unattributed: {len(hosts)} host(s) metered for no tenant: {listed}; attribute each with "
         f"`parkbrake ledger attribute {first.instance_id} --tenant TENANT "
         f"--since {from_ms(first.first_ms).isoformat()} --reason TEXT`"
+    )
+
+
+@dataclass(frozen=True)
+class WaitingStop:
+    """A stop the ledger holds with no start before it: it closes nothing until its start arrives."""
+
+    instance_id: str
+    event_id: str
+    state: str
+    at_ms: int
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "instance_id": self.instance_id,
+            "event_id": self.event_id,
+            "state": self.state,
+            "at": from_ms(self.at_ms).isoformat(),
+        }
+
+
+def waiting_stops(store: LedgerStore, *, now: datetime) -> list[WaitingStop]:
+    """Stops older than :data:`WAITING_AFTER` that still wait for their start (each host's first)."""
+    with store.connections.connection() as connection:
+        rows = connection.execute(WAITING_STOPS, {"before_ms": to_ms(now - WAITING_AFTER)}).fetchall()
+    return [WaitingStop(row[0], row[1], row[2], int(row[3])) for row in rows]
+
+
+def waiting_stops_line(stops: Sequence[WaitingStop]) -> str:
+    """What ``ledger report`` and the reconciler's alert say of them."""
+    listed = ", ".join(
+        f"{stop.instance_id} ({stop.state} at {from_ms(stop.at_ms).isoformat()})" for stop in stops
+    )
+    return (
+        f"waiting: {len(stops)} stop(s) older than a day with no start in the ledger: {listed}; each closes "
+        "nothing until its host's running arrives (`parkbrake ledger ingest` the missing events, e.g. "
+        "from the EventBridge archive)"
     )

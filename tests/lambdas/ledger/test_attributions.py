@@ -24,6 +24,8 @@ from lambdas.ledger.attributions import (
     attribution_decision,
     log_attribution,
     unattributed_hosts,
+    waiting_stops,
+    waiting_stops_line,
 )
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
@@ -38,7 +40,9 @@ def order(event: Transition) -> tuple[int, int, str]:
     return event.at_ms, RANK[event.state], event.event_id
 
 
-def resolved(events: list[Transition], operator: list[tuple[str, int, int, str, str | None]]) -> list[Transition]:
+def resolved(
+    events: list[Transition], operator: list[tuple[str, int, int, str, str | None]]
+) -> list[Transition]:
     """The reference: each unattributed event with its launch's attribution (the latest event with a
     tenant at or before it, else the earliest after it, between the host's stops that bound the
     launch), else the operator's (the latest-starting one covering it)."""
@@ -72,15 +76,26 @@ def resolved(events: list[Transition], operator: list[tuple[str, int, int, str, 
         )
         if covering:
             _, tenant, pool = covering[-1]
-            out.append(replace(event, attribution=replace(event.attribution, tenant=tenant, pool=pool or event.attribution.pool)))
+            out.append(
+                replace(
+                    event,
+                    attribution=replace(
+                        event.attribution, tenant=tenant, pool=pool or event.attribution.pool
+                    ),
+                )
+            )
         else:
             out.append(event)
     return out
 
 
-def request(instance_id: str, tenant: str, since_ms: int, *, until_ms: int | None = None, pool: str | None = None) -> AttributionRequest:
+def request(
+    instance_id: str, tenant: str, since_ms: int, *, until_ms: int | None = None, pool: str | None = None
+) -> AttributionRequest:
     until = None if until_ms is None else from_ms(until_ms)
-    return AttributionRequest(instance_id, tenant, from_ms(since_ms), until, pool, "arn:aws:iam::123456789012:user/ops", "OPS-42")
+    return AttributionRequest(
+        instance_id, tenant, from_ms(since_ms), until, pool, "arn:aws:iam::123456789012:user/ops", "OPS-42"
+    )
 
 
 def unattributed_launches(rng: random.Random, history: list[Transition]) -> list[Transition]:
@@ -161,7 +176,11 @@ def test_an_event_of_the_same_launch_attributes_its_unattributed_intervals(
     store: LedgerStore, arrival: str
 ) -> None:
     run, stopping, stopped, later = launch_of_november()
-    ordered = [run, stopped, later, stopping] if arrival == "unattributed-first" else [stopping, later, stopped, run]
+    ordered = (
+        [run, stopped, later, stopping]
+        if arrival == "unattributed-first"
+        else [stopping, later, stopped, run]
+    )
     for event in ordered:
         store.append([event], source="replay", received_at=RECEIVED)
         store.settle()
@@ -173,10 +192,14 @@ def test_an_event_of_the_same_launch_attributes_its_unattributed_intervals(
     assert not [key for key in usage if key[0] == UNATTRIBUTED]
 
 
-def test_a_stop_between_ends_the_launch_so_a_later_event_attributes_nothing_before_it(store: LedgerStore) -> None:
-    run, stopping, stopped, later = launch_of_november()
+def test_a_stop_between_ends_the_launch_so_a_later_event_attributes_nothing_before_it(
+    store: LedgerStore,
+) -> None:
+    run, _stopping, stopped, later = launch_of_november()
     store.append([run, later], source="replay", received_at=RECEIVED)
-    assert store.intervals()[0].attribution.tenant == "vision"  # no stop between: one launch, as far as it knows
+    assert (
+        store.intervals()[0].attribution.tenant == "vision"
+    )  # no stop between: one launch, as far as it knows
     store.append([stopped], source="replay", received_at=RECEIVED)
     first = store.intervals()[0]
     assert (first.attribution.tenant, first.ended_ms) == (UNATTRIBUTED, ms(61))
@@ -199,7 +222,10 @@ def test_an_operator_attribution_given_before_or_after_the_events_gives_the_same
     else:
         store.append(events, source="reconciler", received_at=RECEIVED)
         preview = attribute(store, ask, dry_run=True)
-        assert [i.attribution.tenant for i in store.intervals()] == [UNATTRIBUTED, UNATTRIBUTED]  # a dry run keeps
+        assert [i.attribution.tenant for i in store.intervals()] == [
+            UNATTRIBUTED,
+            UNATTRIBUTED,
+        ]  # a dry run keeps
         changed = attribute(store, ask, dry_run=False)
         assert changed == preview
         assert [(c.opened_by, c.tenant_before, c.tenant_after, c.pool_after) for c in changed] == [
@@ -216,7 +242,10 @@ def test_an_operator_attribution_given_before_or_after_the_events_gives_the_same
     totals = {row.key: row.usage for row in store.usage_totals(now=from_ms(ms(200)))}
     assert totals[("research", "training", "g4dn.xlarge")].accelerator_ms == 60 * 60_000  # the rollups moved
     assert totals[(UNATTRIBUTED, UNATTRIBUTED, "g4dn.xlarge")].accelerator_ms == 30 * 60_000
-    assert [h.instance_id for h in unattributed_hosts(store, now=from_ms(ms(200)), since=T0, until=from_ms(ms(200)))] == [BACKFILLED]
+    assert [
+        h.instance_id
+        for h in unattributed_hosts(store, now=from_ms(ms(200)), since=T0, until=from_ms(ms(200)))
+    ] == [BACKFILLED]
 
 
 def test_a_later_attribution_from_the_same_instant_replaces_the_earlier(store: LedgerStore) -> None:
@@ -224,7 +253,9 @@ def test_a_later_attribution_from_the_same_instant_replaces_the_earlier(store: L
                  source="reconciler", received_at=RECEIVED)  # fmt: skip
     attribute(store, request(BACKFILLED, "research", ms(0)), dry_run=False)
     changed = attribute(store, request(BACKFILLED, "vision", ms(0)), dry_run=False)
-    assert [(c.tenant_before, c.tenant_after, c.pool_after) for c in changed] == [("research", "vision", UNATTRIBUTED)]
+    assert [(c.tenant_before, c.tenant_after, c.pool_after) for c in changed] == [
+        ("research", "vision", UNATTRIBUTED)
+    ]
     assert store.usage(now=from_ms(ms(20)), tenants=["research"]) == {}
 
 
@@ -250,4 +281,23 @@ def test_an_attribution_is_logged_as_a_decision_with_its_actor_and_reason(store:
     assert (decision.actor, decision.reason, decision.tenant, decision.instance_id) == (
         "arn:aws:iam::123456789012:user/ops", "OPS-42", "research", BACKFILLED,
     )  # fmt: skip
-    assert decision.details["intervals"] == ["r"] and decision.details["accelerator_seconds"] == 600.0
+    assert decision.details["intervals"] == ["r"]
+    assert decision.details["accelerator_seconds"] == 600.0
+
+
+def test_a_stop_waiting_for_its_start_is_reported_once_older_than_a_day(store: LedgerStore) -> None:
+    alone = step("alone-stop", BACKFILLED, "stopped", ms(0), GUESS)
+    other = "i-0bbbbbbbbbbbbbbb2"
+    store.append([alone, step("o-run", other, "running", ms(0)), step("o-stop", other, "stopped", ms(5))],
+                 source="replay", received_at=RECEIVED)  # fmt: skip
+    assert waiting_stops(store, now=from_ms(ms(0)) + timedelta(hours=23)) == []  # not a day yet
+    (waiting,) = waiting_stops(store, now=from_ms(ms(0)) + timedelta(days=1, seconds=1))
+    assert (waiting.instance_id, waiting.event_id, waiting.state) == (BACKFILLED, "alone-stop", "stopped")
+    assert "waiting: 1 stop(s) older than a day with no start in the ledger: i-0aaaaaaaaaaaaaaa1" in (
+        waiting_stops_line([waiting])
+    )
+    store.append(
+        [step("start", BACKFILLED, "running", ms(-30), GUESS)], source="replay", received_at=RECEIVED
+    )
+    assert waiting_stops(store, now=from_ms(ms(0)) + timedelta(days=2)) == []  # its start arrived
+    assert store.intervals()[0].ended_ms == ms(0)
