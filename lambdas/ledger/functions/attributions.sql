@@ -121,6 +121,7 @@ BEGIN
     ON CONFLICT (instance_id, since_ms) DO UPDATE
     SET until_ms = excluded.until_ms, tenant = excluded.tenant, pool = excluded.pool, actor = excluded.actor,
         reason = excluded.reason, recorded_at = excluded.recorded_at;
+    INSERT INTO tenants (tenant) VALUES (new_tenant) ON CONFLICT (tenant) DO NOTHING;  -- a known tenant now
     PERFORM ledger_refresh_intervals(ARRAY[host], ARRAY[since]);
     RETURN QUERY
     SELECT b.opened_by, b.started_ms, b.ended_ms,

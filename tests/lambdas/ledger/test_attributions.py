@@ -242,6 +242,9 @@ def test_an_operator_attribution_given_before_or_after_the_events_gives_the_same
     totals = {row.key: row.usage for row in store.usage_totals(now=from_ms(ms(200)))}
     assert totals[("research", "training", "g4dn.xlarge")].accelerator_ms == 60 * 60_000  # the rollups moved
     assert totals[(UNATTRIBUTED, UNATTRIBUTED, "g4dn.xlarge")].accelerator_ms == 30 * 60_000
+    runways = {r.tenant: r for r in store.runways(now=from_ms(ms(200)), default_cap=timedelta(hours=1))}
+    assert runways["research"].spent_usd > 0  # runway counts it at once
+    assert runways[UNATTRIBUTED].spent_usd > 0  # the first launch is still nobody's, and shown
     assert [
         h.instance_id
         for h in unattributed_hosts(store, now=from_ms(ms(200)), since=T0, until=from_ms(ms(200)))
