@@ -14,6 +14,7 @@ from typing import IO, Any
 import click
 
 from cli.options import TENANT, WHEN, output_option, wide_option, yes_option
+from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
@@ -41,6 +42,9 @@ def with_crossing_options(command: Any) -> Any:
 @click.group()
 def ledger() -> None:
     """The usage ledger: exact accelerator-seconds and cost per tenant, budgets and runway."""
+
+
+ledger.add_command(attribute)  # cli/usage/attributions.py
 
 
 @ledger.command()
@@ -169,6 +173,12 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     """
     from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
     from guardrails.invoice import invoices_csv, invoices_markdown
+    from lambdas.ledger.attributions import (
+        attribute_hint,
+        unattributed_hosts,
+        waiting_stops,
+        waiting_stops_line,
+    )
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
@@ -188,6 +198,9 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
             invoices, reports = with_closes(
                 store, invoices, reports, tenants=tenants, period=period, window=(start, end), now=now
             )
+        listed = output == "text" and (not tenants or "unattributed" in tenants)
+        unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
+        waiting = waiting_stops(store, now=now) if listed else []
     finally:
         store.close()
     if output == "csv":
@@ -208,6 +221,10 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
         print_report(
             reports, start, end, late=[line for invoice in invoices for line in invoice.lines if line.late]
         )
+        if unattributed:  # usage metered for no tenant, with the command that attributes it
+            click.echo(attribute_hint(unattributed))
+        if waiting:  # stops that close nothing yet: their starts are missing
+            click.echo(waiting_stops_line(waiting))
 
 
 @ledger.command()

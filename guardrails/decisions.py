@@ -53,6 +53,7 @@ KINDS: Mapping[str, str] = {
     "workload-rejected": "a Kueue Workload rejected by the budget check: the budget cannot cover it",
     "workload-released": "a Kueue Workload's reservation given back: it finished, was evicted or deleted",
     "period-close": "a tenant's invoice for a month closed: its lines kept as they were, late usage billed later",
+    "attribute": "a host's unattributed usage attributed to a tenant by a person, with their reason",
 }
 
 

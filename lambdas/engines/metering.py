@@ -244,8 +244,10 @@ def attribute_changes(
                 result.skipped.append(note | {"reason": "not an accelerator instance type"})
                 continue
             attribution = host.attribution
-        if attribution is None and host is not None and change.state != "running":
-            attribution = host.attribution  # a stop never opens an interval: any attribution closes it
+        if attribution is None and host is not None and change.state != "running" and host.attribution:
+            # A stop never opens an interval: any attribution closes it. Not the current launch's
+            # tenant, though: an event with a tenant says whose its launch was (docs/ledger.md).
+            attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
         if attribution is None and host is not None and host.attribution is not None:
             # Paid for, so metered: as the host's current type (all EC2 still says of it), for
             # tenant and pool unattributed, since its tags then are unknown.
@@ -253,9 +255,10 @@ def attribute_changes(
             result.metered_unattributed.append(
                 note
                 | {
+                    "at": from_ms(change.at_ms).isoformat(),
                     "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}, "
                     f"unknown to the ledger: metered as its current type {host.attribution.instance_type} "
-                    f"for tenant {UNATTRIBUTED}"
+                    f"for tenant {UNATTRIBUTED}",
                 }
             )
         if attribution is None:
@@ -326,20 +329,45 @@ def alert_unpriced(
         "pricing refresh`, then `parkbrake ledger migrate` (which records new prices; a type's first "
         f"price in a region covers its past usage there).\n{owners_line(owner_names)}"
     )
-    if settings.sns_topic_arn is None:  # the counted action above still shows on the dashboard
-        log.error("cannot alert about unpriced hosts: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", message)
+    return alert("unpriced accelerator hosts", message, owner_names, settings=settings, clients=clients)
+
+
+def alert_unattributed(
+    metered: Sequence[Mapping[str, str]], *, settings: Settings, clients: ClientFactory
+) -> list[dict[str, str]]:
+    """Usage metered for tenant ``unattributed`` (``MeterResult.metered_unattributed``) reaches a
+    person as unpriced hosts do: a counted action and an SNS message naming the fix, ``parkbrake
+    ledger attribute``. Returns the notifier's errors, never raises."""
+    if not metered:
+        return []
+    heartbeat.count_action(GUARDRAIL, "unattributed", "no-tenant", len(metered))
+    first: dict[str, str] = {}
+    for note in sorted(metered, key=lambda item: item.get("at", "")):
+        first.setdefault(note["instance_id"], note.get("at", ""))
+    hosts = ", ".join(f"{instance_id} (from {at})" for instance_id, at in sorted(first.items()))
+    instance_id, since = min(first.items())
+    message = (
+        f"{len(metered)} start(s) of {len(first)} host(s) metered for tenant {UNATTRIBUTED}: {hosts}. "
+        "Each ran before its host's current launch and the ledger has no record of whose it was; the "
+        "usage counts toward no tenant's budget. An event of the same launch that names its tenant "
+        "attributes it by itself; else attribute it: `parkbrake ledger attribute "
+        f"{instance_id} --tenant TENANT --since {since} --reason TEXT` (and so for each host)."
+    )
+    return alert("usage metered for no tenant", message, settings=settings, clients=clients)
+
+
+def alert(
+    what: str, message: str, owner_names: Sequence[str] = (), *, settings: Settings, clients: ClientFactory
+) -> list[dict[str, str]]:
+    """Publish an alert to the stack's topic; the notifier's errors (counted), never raised."""
+    if settings.sns_topic_arn is None:  # the counted action still shows on the dashboard
+        log.error("cannot alert about %s: PARKBRAKE_SNS_TOPIC_ARN is not set. %s", what, message)
         return []
     try:
-        notices.publish(
-            settings.sns_topic_arn,
-            "parkbrake: unpriced accelerator hosts",
-            message,
-            owner_names,
-            clients=clients,
-        )
+        notices.publish(settings.sns_topic_arn, f"parkbrake: {what}", message, owner_names, clients=clients)
     except Exception as error:  # the notifier's failure is an error in the result and a metric
         reason = describe_error(error) if isinstance(error, AWS_ERRORS) else type(error).__name__
-        log.error("could not alert about unpriced hosts: %s", reason)
+        log.error("could not alert about %s: %s", what, reason)
         heartbeat.count_action(GUARDRAIL, "error", "notify")
         return [{"action": "notify", "error": reason}]
     return []
@@ -360,6 +388,7 @@ def meter_event(
     for note in result.unattributed + result.skipped:
         log.warning("not metered: %s", note)
     alerted = alert_unpriced(result.unpriced, settings=settings, clients=clients)
+    alerted += alert_unattributed(result.metered_unattributed, settings=settings, clients=clients)
     outcome: dict[str, Any] = result.as_dict() | ({"errors": alerted} if alerted else {})
     if result.tenants:
         run = budgeting.enforce_budgets(

@@ -31,6 +31,7 @@ from guardrails.spot_prices import SpotPrice, history_start_ms, spot_changes
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import ClientFactory
 from lambdas.engines import metering
+from lambdas.ledger.attributions import waiting_stops, waiting_stops_line
 from lambdas.ledger.closes import close_after_grace
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
@@ -151,12 +152,21 @@ def run_reconciler(
 def reconcile_ledger(
     *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
 ) -> dict[str, Any]:
-    """The reconciler Lambda's run: :func:`run_reconciler`, then an alert about hosts that started with
-    no price, then the heartbeat (a failure before it raises, and the heartbeat's alarm pages)."""
+    """The reconciler Lambda's run: :func:`run_reconciler`, then alerts about hosts that started with
+    no price and about usage metered for no tenant, then the heartbeat (a failure before it raises,
+    and the heartbeat's alarm pages)."""
     outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now)
     outcome["errors"] = [
         *outcome.get("errors", []),
         *metering.alert_unpriced(outcome["unpriced"], settings=settings, clients=clients),
+        *metering.alert_unattributed(outcome["metered_unattributed"], settings=settings, clients=clients),
     ]
+    stops = waiting_stops(store, now=now)
+    outcome["waiting_stops"] = [stop.as_dict() for stop in stops]
+    if stops:
+        heartbeat.count_action(GUARDRAIL, "waiting", "stop-without-start", len(stops))
+        outcome["errors"] += metering.alert(
+            "stops waiting for their start", waiting_stops_line(stops), settings=settings, clients=clients
+        )
     heartbeat.record_success(GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now)
     return outcome

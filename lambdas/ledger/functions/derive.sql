@@ -26,11 +26,12 @@ LANGUAGE sql STABLE AS $$
                            x.pricing_model, x.zone)) OVER by_time
                        IS DISTINCT FROM ROW(x.tenant, x.pool, x.instance_type, x.accelerators, x.cap_ms,
                                             x.region, x.pricing_model, x.zone) AS attribution_changed
-            FROM events x
-            WHERE x.instance_id = cut.instance_id
-              AND (x.at_ms, x.state_rank, x.event_id COLLATE "C")
+            FROM events stored
+            CROSS JOIN LATERAL ledger_attributed(stored) AS x  -- attributions.sql
+            WHERE stored.instance_id = cut.instance_id
+              AND (stored.at_ms, stored.state_rank, stored.event_id COLLATE "C")
                   >= (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
-              AND x.state <> 'pending'
+              AND stored.state <> 'pending'
             WINDOW by_time AS (ORDER BY x.at_ms, x.state_rank, x.event_id COLLATE "C")
         ) AS e
     ), boundaries AS (
@@ -164,6 +165,8 @@ DECLARE
     ended ledger_interval[];
     opened ledger_interval[];
 BEGIN
+    -- Each as deriving counts it: an unattributed one with its launch's or an operator's attribution.
+    fresh := ARRAY(SELECT ledger_attributed(f) FROM unnest(fresh) AS f);
     INSERT INTO tenants (tenant)
     SELECT DISTINCT f.tenant FROM unnest(fresh) AS f ORDER BY f.tenant
     ON CONFLICT (tenant) DO NOTHING;
@@ -188,19 +191,25 @@ BEGIN
         WHERE i.instance_id = h.instance_id AND i.ended_ms IS NULL
         LIMIT 1
     ) AS running ON true;
-    -- Hosts with an event at or before their last derived one are derived again from before it.
+    -- Hosts with an event at or before their last derived one are derived again from before it;
+    -- so are hosts whose new events join a launch with unattributed events (from the first of those).
     SELECT array_agg(n.instance_id), array_agg(n.earliest_ms)
     INTO late, late_ms
     FROM (
-        SELECT f.instance_id, min(f.at_ms) AS earliest_ms
-        FROM unnest(fresh) AS f
-        JOIN unnest(heads) AS h ON h.instance_id = f.instance_id
-        WHERE (h.last).at_ms IS NOT NULL
-          AND (f.at_ms, f.state_rank, f.event_id COLLATE "C")
-              <= ((h.last).at_ms, (h.last).state_rank, (h.last).event_id COLLATE "C")
-        GROUP BY f.instance_id
-        ORDER BY f.instance_id
-    ) AS n;
+        SELECT g.instance_id, least(g.late_ms, ledger_attribution_reach(g.instance_id, g.first_ms)) AS earliest_ms
+        FROM (
+            SELECT f.instance_id, min(f.at_ms) AS first_ms,
+                   min(f.at_ms) FILTER (WHERE (h.last).at_ms IS NOT NULL
+                                          AND (f.at_ms, f.state_rank, f.event_id COLLATE "C")
+                                              <= ((h.last).at_ms, (h.last).state_rank, (h.last).event_id COLLATE "C"))
+                       AS late_ms
+            FROM unnest(fresh) AS f
+            JOIN unnest(heads) AS h ON h.instance_id = f.instance_id
+            GROUP BY f.instance_id
+        ) AS g
+        ORDER BY g.instance_id
+    ) AS n
+    WHERE n.earliest_ms IS NOT NULL;
     steady := heads;
     steady_fresh := fresh;
     IF late IS NOT NULL THEN
