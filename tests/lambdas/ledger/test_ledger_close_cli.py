@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from ledger_streams import step, who
 
 from cli.main import parkbrake
+from guardrails.focus_spec import row_problems
 from guardrails.ledger import to_ms
 from lambdas.ledger.store import LedgerStore
 
@@ -85,6 +86,11 @@ def test_a_closed_november_prints_the_same_after_late_usage_which_december_bills
     )
     assert [row["ChargeClass"] for row in focus] == ["", "Correction"]
     assert "late usage of 2036-11" in focus[1]["ChargeDescription"]
+    assert [row_problems(row) for row in focus] == [[], []]  # FOCUS 1.2's rules (guardrails.focus_spec)
+    assert [(row["ChargePeriodStart"], row["BillingPeriodStart"]) for row in focus] == [
+        ("2036-12-01T00:00:00Z", "2036-12-01T00:00:00Z"),
+        ("2036-11-01T00:00:00Z", "2036-12-01T00:00:00Z"),  # charged in November, billed in December
+    ]
     text = invoke("ledger", "report", "--period", "2036-12", "--wide").stdout
     assert "training (late, 2036-11)" in text
 
