@@ -211,7 +211,7 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
 
         click.echo(invoices_focus(invoices), nl=False)
         if unpriced := unpriced_lines(invoices):
-            hours = sum(line.instance_hours for line in unpriced).quantize(Decimal("0.000001"))
+            hours = sum((line.instance_hours for line in unpriced), Decimal(0)).quantize(Decimal("0.000001"))
             click.echo(
                 f"{len(unpriced)} unpriced line(s), {hours} instance-hours, left out until priced", err=True
             )
