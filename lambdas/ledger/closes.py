@@ -28,7 +28,7 @@ from guardrails.errors import InputError
 from guardrails.invoice import Invoice, InvoiceLine
 from guardrails.runway import DEFAULT_TIMEZONE, period_bounds
 from lambdas.ledger.decisions import DecisionLedger
-from lambdas.ledger.store import LedgerStore
+from lambdas.ledger.store import LedgerStore, invoice_line
 
 CLOSE_KIND = "period-close"
 PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
@@ -178,25 +178,7 @@ class PeriodCloses:
     def _lines(self, query: str, tenant: str, period: str) -> list[InvoiceLine]:
         with self._store.connections.connection() as connection:
             rows = connection.execute(query, (tenant, period)).fetchall()
-        return [
-            InvoiceLine(
-                tenant,
-                pool,
-                kind,
-                region,
-                model,
-                price,
-                source,
-                valid_from,
-                int(billed),
-                int(used),
-                Decimal(cost),
-                basis,
-                late,
-                service,
-            )
-            for pool, kind, region, model, price, source, valid_from, basis, billed, used, cost, late, service in rows
-        ]
+        return [invoice_line(tenant, row) for row in rows]
 
     def snapshot(self, close: PeriodClose) -> Invoice:
         """The invoice exactly as it was closed."""
