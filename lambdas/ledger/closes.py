@@ -218,6 +218,20 @@ class PeriodCloses:
             lines += late_lines(live, self._lines(BILLED_FOR, tenant, service), service)
         return lines
 
+    def close_empty_with(
+        self, tenant: str, close: PeriodClose, *, now: datetime, actor: str, reason: str
+    ) -> bool:
+        """Close ``close``'s month for ``tenant`` too, as that close billed it: nothing (the tenant had
+        no usage of it then). For usage moved to ``tenant`` after the month closed for the tenant it
+        was billed to: the month stays as it was billed, and ``tenant``'s first open month bills the
+        usage late. False: closed already."""
+        latecomer = replace(close, tenant=tenant, closed_at=now, actor=actor)
+        empty = Invoice(tenant, close.since, close.until, ())
+        if not self._record(latecomer, empty):
+            return False
+        self._log([CloseOutcome(latecomer, empty, "closed")], reason=reason)
+        return True
+
     def close(
         self,
         *,
