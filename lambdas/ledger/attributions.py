@@ -34,9 +34,11 @@ GROUP BY instance_id
 ORDER BY instance_id
 """
 
-# Stops that close nothing yet: a host's first events before any `running` (its start has not
-# arrived), older than ``before_ms``. One index probe per host: the hosts are walked by a skip scan
-# of events_by_instance, never by reading every event.
+# Stops that close nothing yet, older than ``before_ms``: a stop with no `running` before it since
+# its host's previous stop of a later or the same state (stops of one launch go forward: stopping,
+# stopped, shutting-down, terminated), so a new launch's stop whose `running` has not arrived, at
+# the start of a host's history or after an earlier launch. The hosts are walked by a skip scan of
+# events_by_instance; each host's events are read in the index's order.
 WAITING_STOPS = """
 WITH RECURSIVE hosts AS (
     (SELECT instance_id FROM events ORDER BY instance_id LIMIT 1)
@@ -48,12 +50,18 @@ WITH RECURSIVE hosts AS (
 SELECT h.instance_id, s.event_id, s.state, s.at_ms
 FROM hosts h
 CROSS JOIN LATERAL (
-    SELECT e.event_id, e.state, e.at_ms FROM events e
-    WHERE e.instance_id = h.instance_id AND e.state <> 'pending'
-    ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C" LIMIT 1
+    SELECT o.event_id, o.state, o.at_ms FROM (
+        SELECT e.event_id, e.state, e.at_ms, e.state_rank,
+               lag(e.state) OVER w AS before_state, lag(e.state_rank) OVER w AS before_rank
+        FROM events e
+        WHERE e.instance_id = h.instance_id AND e.state <> 'pending'
+        WINDOW w AS (ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C")
+    ) AS o
+    WHERE o.state <> 'running'
+      AND (o.before_state IS NULL OR (o.before_state <> 'running' AND o.before_rank >= o.state_rank))
 ) AS s
-WHERE h.instance_id IS NOT NULL AND s.state <> 'running' AND s.at_ms < %(before_ms)s
-ORDER BY h.instance_id
+WHERE h.instance_id IS NOT NULL AND s.at_ms < %(before_ms)s
+ORDER BY h.instance_id, s.at_ms, s.event_id COLLATE "C"
 """
 WAITING_AFTER = timedelta(days=1)  # a stop waits this long for its start before it is reported
 
@@ -248,7 +256,8 @@ class WaitingStop:
 
 
 def waiting_stops(store: LedgerStore, *, now: datetime) -> list[WaitingStop]:
-    """Stops older than :data:`WAITING_AFTER` that still wait for their start (each host's first)."""
+    """Stops older than :data:`WAITING_AFTER` that still wait for their start (a host's first, or a
+    later launch's whose `running` is missing)."""
     with store.connections.connection() as connection:
         rows = connection.execute(WAITING_STOPS, {"before_ms": to_ms(now - WAITING_AFTER)}).fetchall()
     return [WaitingStop(row[0], row[1], row[2], int(row[3])) for row in rows]
