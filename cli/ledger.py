@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import IO, Any
 
 import click
@@ -206,9 +207,14 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     if output == "csv":
         click.echo(invoices_csv(invoices), nl=False)
     elif output == "focus":
-        from guardrails.focus import invoices_focus
+        from guardrails.focus import invoices_focus, unpriced_lines
 
         click.echo(invoices_focus(invoices), nl=False)
+        if unpriced := unpriced_lines(invoices):
+            hours = sum((line.instance_hours for line in unpriced), Decimal(0)).quantize(Decimal("0.000001"))
+            click.echo(
+                f"{len(unpriced)} unpriced line(s), {hours} instance-hours, left out until priced", err=True
+            )
     elif output == "markdown":
         click.echo(invoices_markdown(invoices))
     elif output == "json":

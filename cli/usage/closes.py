@@ -96,6 +96,9 @@ def with_closes(
         close = known.get((tenant, period))
         if close is not None:
             invoice = closes.snapshot(close)
+            if not invoice.lines:  # closed with nothing billed: not shown, as an open month's idle tenant
+                report_of.pop(tenant, None)
+                continue
             rows = [
                 UsageRow(
                     tenant, line.pool, line.instance_type, Usage(line.accelerator_ms, line.usd_hour_ms), 0

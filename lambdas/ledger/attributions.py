@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -18,6 +18,7 @@ import psycopg
 from guardrails.decisions import Decision
 from guardrails.errors import InputError
 from guardrails.ledger import UNATTRIBUTED, from_ms, to_ms
+from lambdas.ledger.closes import PeriodClose, PeriodCloses
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
 
@@ -33,9 +34,11 @@ GROUP BY instance_id
 ORDER BY instance_id
 """
 
-# Stops that close nothing yet: a host's first events before any `running` (its start has not
-# arrived), older than ``before_ms``. One index probe per host: the hosts are walked by a skip scan
-# of events_by_instance, never by reading every event.
+# Stops that close nothing yet, older than ``before_ms``: a stop with no `running` before it since
+# its host's previous stop of a later or the same state (stops of one launch go forward: stopping,
+# stopped, shutting-down, terminated), so a new launch's stop whose `running` has not arrived, at
+# the start of a host's history or after an earlier launch. The hosts are walked by a skip scan of
+# events_by_instance; each host's events are read in the index's order.
 WAITING_STOPS = """
 WITH RECURSIVE hosts AS (
     (SELECT instance_id FROM events ORDER BY instance_id LIMIT 1)
@@ -47,12 +50,18 @@ WITH RECURSIVE hosts AS (
 SELECT h.instance_id, s.event_id, s.state, s.at_ms
 FROM hosts h
 CROSS JOIN LATERAL (
-    SELECT e.event_id, e.state, e.at_ms FROM events e
-    WHERE e.instance_id = h.instance_id AND e.state <> 'pending'
-    ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C" LIMIT 1
+    SELECT o.event_id, o.state, o.at_ms FROM (
+        SELECT e.event_id, e.state, e.at_ms, e.state_rank,
+               lag(e.state) OVER w AS before_state, lag(e.state_rank) OVER w AS before_rank
+        FROM events e
+        WHERE e.instance_id = h.instance_id AND e.state <> 'pending'
+        WINDOW w AS (ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C")
+    ) AS o
+    WHERE o.state <> 'running'
+      AND (o.before_state IS NULL OR (o.before_state <> 'running' AND o.before_rank >= o.state_rank))
 ) AS s
-WHERE h.instance_id IS NOT NULL AND s.state <> 'running' AND s.at_ms < %(before_ms)s
-ORDER BY h.instance_id
+WHERE h.instance_id IS NOT NULL AND s.at_ms < %(before_ms)s
+ORDER BY h.instance_id, s.at_ms, s.event_id COLLATE "C"
 """
 WAITING_AFTER = timedelta(days=1)  # a stop waits this long for its start before it is reported
 
@@ -114,11 +123,58 @@ def attribute(store: LedgerStore, request: AttributionRequest, *, dry_run: bool)
         request.actor,
         request.reason,
     )
+    empty_before = [] if dry_run else _closed_months_empty_for(store, request)
     with store.connections.connection() as connection, connection.transaction() as transaction:
         rows = connection.execute(ATTRIBUTE, parameters).fetchall()
         if dry_run:
             raise psycopg.Rollback(transaction)
-    return [Reattributed(row[0], int(row[1]), row[2], int(row[3]), *row[4:]) for row in rows]
+    changed = [Reattributed(row[0], int(row[1]), row[2], int(row[3]), *row[4:]) for row in rows]
+    _close_with_billed_months(store, request, changed, empty_before)
+    return changed
+
+
+def _closed_months_empty_for(store: LedgerStore, request: AttributionRequest) -> list[PeriodClose]:
+    """The closes of other tenants' months the request's span overlaps that ``request.tenant`` has
+    no close of and no usage in (before the attribution): one per month."""
+    closes = PeriodCloses(store).closes()
+    found: dict[str, PeriodClose] = {}
+    for (owner, period), close in sorted(closes.items()):
+        if owner == request.tenant or (request.tenant, period) in closes or period in found:
+            continue
+        if close.until <= request.since or (request.until is not None and close.since >= request.until):
+            continue
+        if not store.invoice_lines(
+            now=close.until, since=close.since, until=close.until, tenants=[request.tenant]
+        ):
+            found[period] = close
+    return list(found.values())
+
+
+def _close_with_billed_months(
+    store: LedgerStore,
+    request: AttributionRequest,
+    changed: Sequence[Reattributed],
+    candidates: Sequence[PeriodClose],
+) -> None:
+    """Usage moved out of a month closed for the tenant it was billed to stays billed as it was: the
+    month is closed (empty) for ``request.tenant`` too, so its first open month bills the usage late
+    (a credit for the tenant before, a charge for the new one) and the closed month's report does
+    not change."""
+    closes = PeriodCloses(store)
+    billed = closes.closes()
+    for close in candidates:
+        moved = any(
+            (item.tenant_before, close.period) in billed
+            and item.started_ms < to_ms(close.until)
+            and (item.ended_ms is None or item.ended_ms > to_ms(close.since))
+            for item in changed
+        )
+        if moved:
+            closes.close_empty_with(
+                request.tenant, close, now=max(datetime.now(UTC), close.closed_at), actor=request.actor,
+                reason=f"usage of the closed {close.period} attributed to {request.tenant} afterwards "
+                f"({request.instance_id}; {request.reason})",
+            )  # fmt: skip
 
 
 def attribution_decision(
@@ -200,7 +256,8 @@ class WaitingStop:
 
 
 def waiting_stops(store: LedgerStore, *, now: datetime) -> list[WaitingStop]:
-    """Stops older than :data:`WAITING_AFTER` that still wait for their start (each host's first)."""
+    """Stops older than :data:`WAITING_AFTER` that still wait for their start (a host's first, or a
+    later launch's whose `running` is missing)."""
     with store.connections.connection() as connection:
         rows = connection.execute(WAITING_STOPS, {"before_ms": to_ms(now - WAITING_AFTER)}).fetchall()
     return [WaitingStop(row[0], row[1], row[2], int(row[3])) for row in rows]

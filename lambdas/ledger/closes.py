@@ -28,7 +28,7 @@ from guardrails.errors import InputError
 from guardrails.invoice import Invoice, InvoiceLine
 from guardrails.runway import DEFAULT_TIMEZONE, period_bounds
 from lambdas.ledger.decisions import DecisionLedger
-from lambdas.ledger.store import LedgerStore
+from lambdas.ledger.store import LedgerStore, invoice_line
 
 CLOSE_KIND = "period-close"
 PERIOD = re.compile(r"[0-9]{4}-(0[1-9]|1[0-2])")
@@ -178,25 +178,7 @@ class PeriodCloses:
     def _lines(self, query: str, tenant: str, period: str) -> list[InvoiceLine]:
         with self._store.connections.connection() as connection:
             rows = connection.execute(query, (tenant, period)).fetchall()
-        return [
-            InvoiceLine(
-                tenant,
-                pool,
-                kind,
-                region,
-                model,
-                price,
-                source,
-                valid_from,
-                int(billed),
-                int(used),
-                Decimal(cost),
-                basis,
-                late,
-                service,
-            )
-            for pool, kind, region, model, price, source, valid_from, basis, billed, used, cost, late, service in rows
-        ]
+        return [invoice_line(tenant, row) for row in rows]
 
     def snapshot(self, close: PeriodClose) -> Invoice:
         """The invoice exactly as it was closed."""
@@ -235,6 +217,20 @@ class PeriodCloses:
             live = self._store.invoice_lines(now=now, since=close.since, until=close.until, tenants=[tenant])
             lines += late_lines(live, self._lines(BILLED_FOR, tenant, service), service)
         return lines
+
+    def close_empty_with(
+        self, tenant: str, close: PeriodClose, *, now: datetime, actor: str, reason: str
+    ) -> bool:
+        """Close ``close``'s month for ``tenant`` too, as that close billed it: nothing (the tenant had
+        no usage of it then). For usage moved to ``tenant`` after the month closed for the tenant it
+        was billed to: the month stays as it was billed, and ``tenant``'s first open month bills the
+        usage late. False: closed already."""
+        latecomer = replace(close, tenant=tenant, closed_at=now, actor=actor)
+        empty = Invoice(tenant, close.since, close.until, ())
+        if not self._record(latecomer, empty):
+            return False
+        self._log([CloseOutcome(latecomer, empty, "closed")], reason=reason)
+        return True
 
     def close(
         self,

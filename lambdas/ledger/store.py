@@ -68,6 +68,28 @@ class UsageRow:
         return self.usage + self.open_usage
 
 
+def invoice_line(tenant: str, row: Sequence[Any]) -> InvoiceLine:
+    """One of ``tenant``'s invoice lines from a query's row: pool, instance type, region, pricing
+    model, price, its source and start, price basis, billed ms, used ms, cost, and (a close's rows
+    only) late and service period. The invoice query and the closes' queries share it."""
+    pool, kind, region, model, price, source, valid_from, basis, billed, used, cost, *closed = row
+    return InvoiceLine(
+        tenant,
+        pool,
+        kind,
+        region,
+        model,
+        price,
+        source,
+        valid_from,
+        int(billed),
+        int(used),
+        Decimal(cost),
+        basis,
+        *closed,
+    )
+
+
 class LedgerStore:
     def __init__(self, connections: Connections) -> None:
         self._connections = connections
@@ -316,23 +338,7 @@ class LedgerStore:
         }
         with self._settled() as connection:
             rows = connection.execute(sql.INVOICE_LINES, parameters).fetchall()
-        return [
-            InvoiceLine(
-                tenant,
-                pool,
-                kind,
-                region,
-                model,
-                price,
-                source,
-                valid_from,
-                int(billed),
-                int(used),
-                Decimal(cost),
-                basis,
-            )
-            for tenant, pool, kind, region, model, price, source, valid_from, basis, billed, used, cost in rows
-        ]
+        return [invoice_line(row[0], row[1:]) for row in rows]
 
     def usage_totals(self, *, now: datetime) -> list[UsageRow]:
         """All-time usage per tenant, pool and instance type: what the exporter serves.

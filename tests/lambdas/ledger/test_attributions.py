@@ -304,3 +304,48 @@ def test_a_stop_waiting_for_its_start_is_reported_once_older_than_a_day(store: L
     )
     assert waiting_stops(store, now=from_ms(ms(0)) + timedelta(days=2)) == []  # its start arrived
     assert store.intervals()[0].ended_ms == ms(0)
+
+
+@pytest.mark.parametrize(
+    ("history", "waiting"),
+    [
+        # an earlier launch, then a stop whose running is missing: reported
+        (
+            (
+                ("r1", "running", 0),
+                ("s1", "stopping", 5),
+                ("t1", "stopped", 6),
+                ("s2", "stopping", 50),
+                ("t2", "stopped", 51),
+            ),
+            ["s2"],
+        ),
+        # a stopped host terminated: one launch going forward, nothing waits
+        (
+            (
+                ("r1", "running", 0),
+                ("t1", "stopped", 6),
+                ("d1", "shutting-down", 40),
+                ("x1", "terminated", 41),
+            ),
+            [],
+        ),
+        # a second stopped after a stopped, with a pending between and no running: reported
+        ((("r1", "running", 0), ("t1", "stopped", 6), ("p2", "pending", 40), ("t2", "stopped", 50)), ["t2"]),
+        # every launch has its running: nothing waits
+        ((("r1", "running", 0), ("t1", "stopped", 6), ("r2", "running", 40), ("t2", "stopped", 50)), []),
+    ],
+)
+def test_a_stop_after_an_earlier_launch_waits_for_its_missing_running(
+    store: LedgerStore, history: tuple[tuple[str, str, int], ...], waiting: list[str]
+) -> None:
+    events = [step(event_id, BACKFILLED, state, ms(minute), GUESS) for event_id, state, minute in history]
+    store.append(events, source="replay", received_at=RECEIVED)
+    later = from_ms(ms(60)) + timedelta(days=1, seconds=1)
+    assert [stop.event_id for stop in waiting_stops(store, now=later)] == waiting
+    if waiting:  # the missing running arrives: nothing waits any more, and the stop ends its interval
+        store.append(
+            [step("r2", BACKFILLED, "running", ms(45), GUESS)], source="replay", received_at=RECEIVED
+        )
+        assert waiting_stops(store, now=later) == []
+        assert [interval.ended_ms for interval in store.intervals()][-1] == ms(50)

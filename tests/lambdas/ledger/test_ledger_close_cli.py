@@ -13,6 +13,7 @@ from click.testing import CliRunner, Result
 from ledger_streams import step, who
 
 from cli.main import parkbrake
+from guardrails.focus_spec import row_problems
 from guardrails.ledger import to_ms
 from lambdas.ledger.store import LedgerStore
 
@@ -85,6 +86,11 @@ def test_a_closed_november_prints_the_same_after_late_usage_which_december_bills
     )
     assert [row["ChargeClass"] for row in focus] == ["", "Correction"]
     assert "late usage of 2036-11" in focus[1]["ChargeDescription"]
+    assert [row_problems(row) for row in focus] == [[], []]  # FOCUS 1.2's rules (guardrails.focus_spec)
+    assert [(row["ChargePeriodStart"], row["BillingPeriodStart"]) for row in focus] == [
+        ("2036-12-01T00:00:00Z", "2036-12-01T00:00:00Z"),
+        ("2036-11-01T00:00:00Z", "2036-12-01T00:00:00Z"),  # charged in November, billed in December
+    ]
     text = invoke("ledger", "report", "--period", "2036-12", "--wide").stdout
     assert "training (late, 2036-11)" in text
 
@@ -120,3 +126,18 @@ def test_a_tenant_with_nothing_but_late_usage_this_month_is_still_billed_it(nove
         (True, "3.018000")
     ]
     assert research["invoice"]["period_start"] == "2036-12-01T00:00:00+00:00"
+
+
+def test_focus_leaves_out_an_unpriced_line_and_says_so(november: LedgerStore) -> None:
+    start = to_ms(NOVEMBER + timedelta(days=3))
+    unpriced = who("research", instance_type="p4d.24xlarge", region="af-south-1")  # no price recorded there
+    november.append(
+        [step("u-run", "i-u", "running", start, unpriced), step("u-stop", "i-u", "stopped", start + 3_600_000, unpriced)],
+        source="meter", received_at=AFTER_ALL,
+    )  # fmt: skip
+    result = CliRunner().invoke(parkbrake, ["ledger", "report", "--period", "2036-11", "-o", "focus"])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert [row["SkuId"] for row in rows] == ["g5.xlarge"]  # i-a's; the unpriced p4d.24xlarge left out
+    assert [row_problems(row) for row in rows] == [[]]
+    assert "1 unpriced line(s), 1.000000 instance-hours, left out until priced" in result.stderr
