@@ -23,7 +23,7 @@ from cli.options import (
 )
 
 if TYPE_CHECKING:
-    from cli.oncall.park.emergency import ClusterBrake, EmergencyResult
+    from cli.oncall.park.actions import ClusterBrake, EmergencyResult
     from cli.oncall.park.records import ParkedBy
     from cli.oncall.park.switch import ParkPlan
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+from ruamel.yaml import YAML
 
 OUT = Path(__file__).resolve().parent.parent / "components" / "k8s" / "schemas"
 
@@ -108,6 +108,14 @@ def structure(node: Any) -> Any:
     return kept
 
 
+def load_crd(text: str) -> Any:
+    """The CRD document as plain data. YAML 1.1 resolution, as Kubernetes' own reader (go-yaml v2) and
+    the PyYAML this script used before read it: unquoted yes/no/on/off are booleans, 010 is octal."""
+    loader = YAML(typ="safe", pure=True)
+    loader.version = (1, 1)
+    return loader.load(text)
+
+
 def git_show(git_dir: Path, tag: str, path: str) -> str:
     return subprocess.run(
         ["git", "--git-dir", str(git_dir), "show", f"{tag}:{path}"],
@@ -123,7 +131,7 @@ def vendor(repositories: dict[str, Path]) -> list[str]:
     for option, upstream, tag, licence, paths, versions in SOURCES:
         notice.append(f"- {upstream} {tag} ({licence}): " + ", ".join(Path(path).name for path in paths))
         for path in paths:
-            crd = yaml.safe_load(git_show(repositories[option], tag, path))
+            crd = load_crd(git_show(repositories[option], tag, path))
             spec = crd["spec"]
             for version in spec["versions"]:
                 if version["name"] not in versions:

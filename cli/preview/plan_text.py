@@ -8,6 +8,7 @@ is listed under the table (wrapped whole at any width) rather than squeezed into
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -20,6 +21,10 @@ from cli.console import console as make_console
 from cli.preview.plan_diff import PlanDiff
 from cli.preview.plan_markdown import largest_total_change, money, signed
 from cli.preview.plan_report import PlanReport, how, worst_cases
+
+# Rich pads every table cell to its column's width, the last one too; a line's trailing spaces (before
+# any closing colour codes) are dropped so what is copied or diffed carries none.
+TRAILING_SPACES = re.compile(r"[ \t]+((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 
 WORST_CASE_MEANS = "every pool at its maximum all month, on demand"
 
@@ -64,7 +69,7 @@ def plan_text(report: PlanReport, diff: PlanDiff | None, *, tree: bool = True, s
             if tree:
                 console.print()
                 console.print(resource_tree(report, Tree(f"{len(report.resources)} resources")))
-    return captured.get()
+    return TRAILING_SPACES.sub(r"\1", captured.get())
 
 
 def headline(report: PlanReport) -> list[str]:

@@ -29,6 +29,22 @@ class LedgerUnavailable(ParkbrakeError):
     """The database cannot be reached or used; nothing was written."""
 
 
+class LedgerNotMigrated(LedgerUnavailable):
+    """The database answers but lacks the ledger's tables or functions (never migrated, or migrated by
+    an older parkbrake): the user runs the migration. A LedgerUnavailable still, so a meter fails and its
+    event is delivered again once the schema is there."""
+
+    exit_code = 2
+
+
+# What a statement meets in a database without the ledger's schema, or with an older one.
+MISSING_SCHEMA = (
+    psycopg.errors.UndefinedFunction,
+    psycopg.errors.UndefinedTable,
+    psycopg.errors.UndefinedColumn,
+)
+
+
 def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None = None) -> str:
     """``PARKBRAKE_DATABASE_URL``, else the Secrets Manager secret ``PARKBRAKE_DATABASE_SECRET_ARN``.
 
@@ -133,6 +149,12 @@ def _unavailable(url: str, error: Exception) -> LedgerUnavailable:
     )
 
 
+def _not_migrated(url: str) -> LedgerNotMigrated:
+    return LedgerNotMigrated(
+        f"the ledger at {masked_url(url)} has no schema (or an older one): run parkbrake ledger migrate"
+    )
+
+
 class Connections(Protocol):
     def connection(self) -> Any:
         """A context manager yielding an autocommit ``psycopg.Connection``."""
@@ -176,6 +198,8 @@ class SingleConnection:
             if self._connection is None or self._connection.closed or self._connection.broken:
                 self._connection = self._connect()
             yield self._connection
+        except MISSING_SCHEMA as error:
+            raise _not_migrated(self.url) from error
         except psycopg.OperationalError as error:
             raise _unavailable(self.url, error) from error
 
@@ -215,6 +239,8 @@ class PooledConnections:
         try:
             with self._pool.connection() as connection:
                 yield connection
+        except MISSING_SCHEMA as error:
+            raise _not_migrated(self.url) from error
         except (psycopg.OperationalError, PoolTimeout) as error:
             raise _unavailable(self.url, error) from error
 

@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from ruamel.yaml import YAML
 
 from cli.main import parkbrake
+from cli.preview.plan_text import TRAILING_SPACES
 from tests.conftest import REPO_ROOT
 
 DEV = REPO_ROOT / "Pulumi.dev.yaml"
@@ -187,9 +188,7 @@ def test_the_answer_comes_first_and_item_names_are_whole_at_80_columns(
     assert "cache-replication-group" in names
     assert "…" not in "\n".join(table[:20])
     # the tree comes last: after the verdict table
-    assert lines.index(next(line for line in lines if line.startswith("Policies "))) < lines.index(
-        "182 resources"
-    )
+    assert lines.index("Policies") < lines.index("182 resources")
 
 
 def test_a_narrow_terminal_stacks_the_items_rather_than_dropping_a_figure(
@@ -199,6 +198,27 @@ def test_a_narrow_terminal_stacks_the_items_rather_than_dropping_a_figure(
     output = plan("--project-dir", str(REPO_ROOT), "--no-tree").output
     assert " cache-replication-group (cache)\n   unparked 18.69  parked 18.69  worst case 18.69\n" in output
     assert "   unparked 849.83  parked 105.85  worst case 11,034.77\n" in output
+
+
+@pytest.mark.parametrize("columns", ["60", "80", "120"])
+@pytest.mark.parametrize("stack", ["dev", "eks"])
+def test_no_line_of_the_plan_ends_in_a_space(
+    stack: str, columns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    result = CliRunner().invoke(parkbrake, ["plan", "--stack", stack, "--project-dir", str(REPO_ROOT)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.startswith("Cost items") for line in lines)
+    padded = [line for line in lines if line != line.rstrip()]
+    assert padded == []
+
+
+def test_trailing_spaces_go_before_a_lines_closing_colour_codes() -> None:
+    coloured = "\x1b[1mtotal\x1b[0m  \x1b[1m849.83\x1b[0m   \x1b[0m\n  \x1b[2mkept\x1b[0m\nplain   \n"
+    assert TRAILING_SPACES.sub(r"\1", coloured) == (
+        "\x1b[1mtotal\x1b[0m  \x1b[1m849.83\x1b[0m\x1b[0m\n  \x1b[2mkept\x1b[0m\nplain\n"
+    )
 
 
 def test_summary_and_no_tree_leave_out_what_they_say() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cli.oncall.park.emergency import Action, ClusterBrake
+from cli.oncall.park.actions import Action, ClusterBrake
 from cli.oncall.stack_file import read_config_value
 from guardrails.errors import InputError
 

@@ -18,11 +18,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from cli.oncall.nightly.schedules import Schedule, list_schedules, set_state
+from cli.oncall.park.actions import (
+    ClusterBrake,
+    EmergencyResult,
+    PartlyDone,
+    Run,
+    drift_message,
+    write_record,
+)
 from cli.oncall.park.records import ParkedBy, decode_record, encode_record
 from cli.oncall.stack_inventory import (
     ECS_DESIRED_COUNT,
@@ -37,96 +45,6 @@ from guardrails import names, tags
 from guardrails.errors import ParkbrakeError
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.stop_path import describe_error
-
-# drift: changed by hand since parking, so not restored without --force
-Status = Literal["done", "planned", "unchanged", "skipped", "failed", "drift"]
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: str  # ssm-parameter, schedule, autoscaling-group, ecs-service; clusterqueue, nodeclaim
-    name: str
-    change: str
-    status: Status
-    error: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "change": self.change,
-            "status": self.status,
-            "error": self.error,
-        }
-
-
-@dataclass
-class EmergencyResult:
-    stack: str
-    region: str
-    parking: bool  # True for park --now, False for unpark --now
-    dry_run: bool
-    actions: list[Action] = field(default_factory=list)
-    reconcile: list[str] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[Action]:
-        """Actions that failed or were held back (drift): each needs a person."""
-        return [action for action in self.actions if action.status in ("failed", "drift")]
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "stack": self.stack,
-            "region": self.region,
-            "command": "park --now" if self.parking else "unpark --now",
-            "dry_run": self.dry_run,
-            "actions": [action.as_dict() for action in self.actions],
-            "failed": len(self.failed),
-            "reconcile": self.reconcile,
-        }
-
-
-# A Kubernetes stack's brake on its cluster (cli/oncall/park/cluster.py): (parking, dry_run) → actions.
-ClusterBrake = Callable[[bool, bool], list[Action]]
-
-
-class _PartlyDone(Exception):
-    """The change was made, but something that goes with it (its record) was not: report it as failed."""
-
-
-@dataclass
-class _Run:
-    """One park/unpark: the clients of one region, and the actions so far."""
-
-    stack: str
-    region: str
-    clients: ClientFactory
-    result: EmergencyResult
-    parked_by: ParkedBy | None = None
-    force: bool = False  # unpark: restore the record even over capacities changed since parking
-
-    def record_fields(self) -> dict[str, str]:
-        return self.parked_by.fields() if self.parked_by else {}
-
-    def client(self, service: str) -> Any:
-        return self.clients(service, self.region)
-
-    def add(self, kind: str, name: str, change: str, status: Status, error: str | None = None) -> None:
-        self.result.actions.append(Action(kind, name, change, status, error))
-
-    def attempt(self, kind: str, name: str, change: str, operation: Callable[[], object]) -> None:
-        """Run ``operation`` (not in a dry run); an API error is recorded against this resource only."""
-        if self.result.dry_run:
-            self.add(kind, name, change, "planned")
-            return
-        try:
-            operation()
-        except ClientError as error:
-            self.add(kind, name, change, "failed", describe_error(error))
-        except _PartlyDone as problem:
-            self.add(kind, name, change, "failed", str(problem))
-        else:
-            self.add(kind, name, change, "done")
 
 
 @dataclass
@@ -162,7 +80,7 @@ def park_now(
 ) -> EmergencyResult:
     """Park on AWS and, for a Kubernetes stack (``cluster``), on its cluster after the AWS actions."""
     result = EmergencyResult(stack, region, parking=True, dry_run=dry_run)
-    run = _Run(stack, region, clients, result, parked_by=parked_by)
+    run = Run(stack, region, clients, result, parked_by=parked_by)
     inventory = _inventory(run, cluster is not None)
     _set_parameter(run, inventory, "true")
     _disable_nightly(run, inventory)
@@ -189,7 +107,7 @@ def unpark_now(
     """Restore what parking recorded; the nightly schedules and the SSM flag follow only when every
     group and service came back, so a partial unpark stays parked where the launcher looks."""
     result = EmergencyResult(stack, region, parking=False, dry_run=dry_run)
-    run = _Run(stack, region, clients, result, force=force)
+    run = Run(stack, region, clients, result, force=force)
     inventory = _inventory(run, cluster is not None)
     for group in inventory.groups:
         _unpark_group(run, group)
@@ -206,7 +124,7 @@ def unpark_now(
     return run.result
 
 
-def _stay_parked(run: _Run, inventory: _Inventory) -> None:
+def _stay_parked(run: Run, inventory: _Inventory) -> None:
     fix = (
         f"{len(run.result.failed)} group(s)/service(s)/queue(s) not restored (above): fix them, or pass --force "
         "for drift, then run unpark --now again"
@@ -247,7 +165,7 @@ def reconcile_notes(stack: str, *, parking: bool, config_parked: bool | None) ->
 # --- reading -------------------------------------------------------------------------------------
 
 
-def _inventory(run: _Run, has_cluster: bool = False) -> _Inventory:
+def _inventory(run: Run, has_cluster: bool = False) -> _Inventory:
     inventory = _Inventory()
     inventory.parameter = park_parameter_value(run.client("ssm"), run.stack)
     readers: list[tuple[str, str, Callable[[], None]]] = [
@@ -273,7 +191,7 @@ def _inventory(run: _Run, has_cluster: bool = False) -> _Inventory:
     return inventory
 
 
-def _read_services(run: _Run, inventory: _Inventory) -> None:
+def _read_services(run: Run, inventory: _Inventory) -> None:
     cluster = names.ecs_cluster(run.stack)
     inventory.services = cluster_services(run.client("ecs"), cluster)
     resource_ids = [service_resource_id(cluster, service["serviceName"]) for service in inventory.services]
@@ -283,7 +201,7 @@ def _read_services(run: _Run, inventory: _Inventory) -> None:
         )
 
 
-def _read_schedules(run: _Run, inventory: _Inventory) -> None:
+def _read_schedules(run: Run, inventory: _Inventory) -> None:
     scheduler = run.client("scheduler")
     inventory.schedules = list_schedules(scheduler, run.stack)
     if not inventory.schedules:
@@ -313,7 +231,7 @@ def _resource_id(stack: str, service: dict[str, Any]) -> str:
 # --- the park parameter ----------------------------------------------------------------------------
 
 
-def _set_parameter(run: _Run, inventory: _Inventory, value: str) -> None:
+def _set_parameter(run: Run, inventory: _Inventory, value: str) -> None:
     name = names.park_parameter(run.stack)
     if inventory.parameter is None:
         run.add(
@@ -339,7 +257,7 @@ def _set_parameter(run: _Run, inventory: _Inventory, value: str) -> None:
 # --- schedules -------------------------------------------------------------------------------------
 
 
-def _disable_nightly(run: _Run, inventory: _Inventory) -> None:
+def _disable_nightly(run: Run, inventory: _Inventory) -> None:
     if not inventory.nightly:
         return
     scheduler = run.client("scheduler")
@@ -368,7 +286,7 @@ def _disable_nightly(run: _Run, inventory: _Inventory) -> None:
         )
 
 
-def _enable_recorded(run: _Run, inventory: _Inventory) -> None:
+def _enable_recorded(run: Run, inventory: _Inventory) -> None:
     if not inventory.nightly:
         return
     scheduler = run.client("scheduler")
@@ -412,19 +330,10 @@ def _enable_recorded(run: _Run, inventory: _Inventory) -> None:
         )
 
 
-def _record(write: Callable[[], object]) -> str | None:
-    """Write a record; an error is returned, not raised: in an emergency the scale-down goes ahead anyway."""
-    try:
-        write()
-    except ClientError as error:
-        return describe_error(error)
-    return None
-
-
 # --- Auto Scaling groups ---------------------------------------------------------------------------
 
 
-def _park_group(run: _Run, group: dict[str, Any]) -> None:
+def _park_group(run: Run, group: dict[str, Any]) -> None:
     autoscaling = run.client("autoscaling")
     name = group["AutoScalingGroupName"]
     current = {"min": group["MinSize"], "desired": group["DesiredCapacity"], "max": group["MaxSize"]}
@@ -442,7 +351,7 @@ def _park_group(run: _Run, group: dict[str, Any]) -> None:
         unrecorded = (
             None
             if recorded
-            else _record(
+            else write_record(
                 lambda: autoscaling.create_or_update_tags(
                     Tags=[
                         {
@@ -459,14 +368,12 @@ def _park_group(run: _Run, group: dict[str, Any]) -> None:
         if not at_zero:
             autoscaling.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
         if unrecorded:
-            raise _PartlyDone(
-                f"scaled to 0, but could not record {record} ({unrecorded}); restore it by hand"
-            )
+            raise PartlyDone(f"scaled to 0, but could not record {record} ({unrecorded}); restore it by hand")
 
     run.attempt("autoscaling-group", name, change, operation)
 
 
-def _unpark_group(run: _Run, group: dict[str, Any]) -> None:
+def _unpark_group(run: Run, group: dict[str, Any]) -> None:
     autoscaling = run.client("autoscaling")
     name = group["AutoScalingGroupName"]
     text = tags.as_dict(group.get("Tags")).get(tags.PARKED_CAPACITY)
@@ -486,7 +393,7 @@ def _unpark_group(run: _Run, group: dict[str, Any]) -> None:
         f"{key} {left[key]}→{current[key]}" for key in ("min", "desired", "max") if current[key] != left[key]
     ]
     if drift and not run.force:
-        run.add("autoscaling-group", name, change, "drift", _drift_message(drift))
+        run.add("autoscaling-group", name, change, "drift", drift_message(drift))
         return
 
     def operation() -> None:
@@ -503,17 +410,10 @@ def _unpark_group(run: _Run, group: dict[str, Any]) -> None:
     run.attempt("autoscaling-group", name, change, operation)
 
 
-def _drift_message(drift: list[str]) -> str:
-    return (
-        f"changed since parking ({', '.join(drift)}); not restored: check who changed it, then "
-        "unpark --now --force restores the record over it"
-    )
-
-
 # --- ECS services ----------------------------------------------------------------------------------
 
 
-def _park_service(run: _Run, service: dict[str, Any], target: dict[str, Any] | None) -> None:
+def _park_service(run: Run, service: dict[str, Any], target: dict[str, Any] | None) -> None:
     ecs, scaling = run.client("ecs"), run.client("application-autoscaling")
     name, arn, desired = service["serviceName"], service["serviceArn"], service["desiredCount"]
     scaling_min = None if target is None else target["MinCapacity"]
@@ -534,7 +434,7 @@ def _park_service(run: _Run, service: dict[str, Any], target: dict[str, Any] | N
         unrecorded = (
             None
             if recorded
-            else _record(
+            else write_record(
                 lambda: ecs.tag_resource(
                     resourceArn=arn, tags=[{"key": tags.PARKED_CAPACITY, "value": record}]
                 )
@@ -550,14 +450,12 @@ def _park_service(run: _Run, service: dict[str, Any], target: dict[str, Any] | N
         if desired:
             ecs.update_service(cluster=names.ecs_cluster(run.stack), service=name, desiredCount=0)
         if unrecorded:
-            raise _PartlyDone(
-                f"scaled to 0, but could not record {record} ({unrecorded}); restore it by hand"
-            )
+            raise PartlyDone(f"scaled to 0, but could not record {record} ({unrecorded}); restore it by hand")
 
     run.attempt("ecs-service", name, change, operation)
 
 
-def _unpark_service(run: _Run, service: dict[str, Any], target: dict[str, Any] | None) -> None:
+def _unpark_service(run: Run, service: dict[str, Any], target: dict[str, Any] | None) -> None:
     ecs, scaling = run.client("ecs"), run.client("application-autoscaling")
     name, arn = service["serviceName"], service["serviceArn"]
     text = ecs_tags(service).get(tags.PARKED_CAPACITY)
@@ -576,7 +474,7 @@ def _unpark_service(run: _Run, service: dict[str, Any], target: dict[str, Any] |
     )
     if service["desiredCount"] and not run.force:
         drift = [f"desired 0→{service['desiredCount']}"]
-        run.add("ecs-service", name, change, "drift", _drift_message(drift))
+        run.add("ecs-service", name, change, "drift", drift_message(drift))
         return
 
     def operation() -> None:

@@ -219,6 +219,34 @@ def test_with_the_ledger_configured_spend_and_runway_per_tenant(
     assert "ledger not configured" not in text.output
 
 
+def test_with_an_unmigrated_ledger_one_line_says_to_migrate(
+    aws: str, fleet: Any, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    import psycopg
+    from psycopg.conninfo import make_conninfo
+
+    from lambdas.ledger.connections import masked_url
+
+    name = f"parkbrake_unmigrated_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        empty = make_conninfo(database_url, dbname=name)
+        monkeypatch.setenv("PARKBRAKE_DATABASE_URL", empty)
+        result = invoke("--stack", STACK)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert result.output.strip().splitlines() == [
+        f"Error: the ledger at {masked_url(empty)} has no schema (or an older one): run parkbrake ledger migrate"
+    ]
+
+
 def test_the_process_clients_serve_regions_concurrently(aws: str, fleet: Any) -> None:
     # The CLI's own client factory, shared by one thread per region.
     settings = Settings(stack=None, regions=(REGION, OTHER_REGION))
