@@ -9,6 +9,7 @@ from policies.rules import (
     gpu_deployments_have_a_revision,
     gpu_hosts_have_a_cap,
     gpu_hosts_locked_down,
+    gpu_jobs_carry_exec_time,
     gpu_node_pools_expire,
     gpu_pool_size_ceiling,
     gpu_queues_gated_by_budget,
@@ -33,6 +34,7 @@ RULES: tuple[PolicyRule, ...] = (
     public_endpoints_https_behind_waf.RULE,
     gpu_node_pools_expire.RULE,
     gpu_queues_gated_by_budget.RULE,
+    gpu_jobs_carry_exec_time.RULE,
     gpu_deployments_have_a_revision.RULE,
     cost_within_budgets.RULE,
 )

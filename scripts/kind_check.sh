@@ -117,6 +117,12 @@ wait_state() { # job state
   echo "kind_check: $1 never reached $2 (now: $(check_state "$1"))" >&2; tail -20 "$WORK/controller.log" >&2; exit 1
 }
 
+say "0. a GPU job without kueue.x-k8s.io/max-exec-time-seconds is refused by the API server (the stack's policy)"
+if job unlabelled 1 60 0 | sed 's/, kueue.x-k8s.io\/max-exec-time-seconds: "0"//' | kubectl apply -f - 2>"$WORK/refused"; then
+  echo "kind_check: a job without max-exec-time-seconds was admitted" >&2; exit 1
+fi
+grep -q "max-exec-time-seconds" "$WORK/refused" && cat "$WORK/refused"
+
 say "1. a job within budget (4 GPUs, 1 h: \$5.67 of \$30) is admitted"
 job small 4 600 3600 | kubectl apply -f -
 wait_state small Ready

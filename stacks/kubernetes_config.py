@@ -48,7 +48,8 @@ KUBERNETES_KEYS = {
 }  # fmt: skip
 TENANT_KEYS = {"namespaces", "gpu_quota"}
 # The versions kubernetes-validate carries schemas for that EKS still supports (standard or extended).
-SUPPORTED_VERSIONS = ("1.29", "1.30", "1.31", "1.32", "1.33", "1.34")
+# From 1.30: the execution-time policy is a ValidatingAdmissionPolicy of admissionregistration.k8s.io/v1.
+SUPPORTED_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34")
 # A DNS-1123 label: what a namespace name must be.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")

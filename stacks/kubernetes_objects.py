@@ -15,6 +15,7 @@ from stacks.offline import OfflineRun, jsonable, run_offline
 
 APPLY_ORDER = (
     "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     "EC2NodeClass", "NodePool", "ResourceFlavor", "AdmissionCheck", "WorkloadPriorityClass", "ClusterQueue",
     "LocalQueue", "Service", "Deployment", "DaemonSet", "PodMonitor", "ServiceMonitor",
 )  # fmt: skip

@@ -16,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components.common import base_tags
 from components.k8s.budget_controller import BudgetController, BudgetControllerArgs
+from components.k8s.execution_time_limit import ExecutionTimeLimit, ExecutionTimeLimitArgs, TenantCaps
 from components.k8s.gpu_agent import GpuAgent, GpuAgentArgs
 from components.k8s.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
 from components.k8s.service_deployment import ServiceDeployment, ServiceDeploymentArgs
@@ -51,6 +52,7 @@ def build_kubernetes_platform(config: StackConfig) -> None:
     node_role = _node_role(config, cluster, tags)
     node_pools = _node_pools(config, cluster, node_role, on_cluster)
     TenantQueues("queues", _queues(config, cluster), opts=on_cluster)
+    ExecutionTimeLimit("execution-time", _execution_time(config, cluster), opts=on_cluster)
     system = k8s.core.v1.Namespace(
         "system", metadata={"name": cluster.namespace, "labels": {"app.kubernetes.io/managed-by": "parkbrake"}},
         opts=on_cluster,
@@ -167,6 +169,19 @@ def _queues(config: StackConfig, cluster: KubernetesConfig) -> TenantQueuesArgs:
             for tenant in cluster.tenants.values()
         ],
     )
+
+
+def _execution_time(config: StackConfig, cluster: KubernetesConfig) -> ExecutionTimeLimitArgs:
+    """Each tenant's caps by instance type, from its training pools (the types its ClusterQueue admits)."""
+    tenants = []
+    for tenant in cluster.tenants.values():
+        caps: dict[str, int] = {}
+        for pool in config.pools.values():
+            if pool.tenant == tenant.name and pool.role == "training":
+                seconds = int(pool.max_runtime.total_seconds())
+                caps[pool.instance_type] = min(seconds, caps.get(pool.instance_type, seconds))
+        tenants.append(TenantCaps(tenant.name, caps))
+    return ExecutionTimeLimitArgs(stack=config.stack, tenants=tenants)
 
 
 def _services(

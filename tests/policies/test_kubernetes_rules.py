@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from policies.rule import PolicyContext, Violation
-from policies.rules import gpu_deployments_have_a_revision, gpu_node_pools_expire, gpu_queues_gated_by_budget
+from policies.rules import (
+    gpu_deployments_have_a_revision,
+    gpu_jobs_carry_exec_time,
+    gpu_node_pools_expire,
+    gpu_queues_gated_by_budget,
+)
 from stacks.config import load_stack_config
 from stacks.offline import OfflineRun, RegisteredResource, run_offline
 from stacks.platform import build_platform
@@ -20,6 +25,8 @@ NODE_POOL = "kubernetes:karpenter.sh/v1:NodePool"
 CLUSTER_QUEUE = "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"
 ADMISSION_CHECK = "kubernetes:kueue.x-k8s.io/v1beta2:AdmissionCheck"
 DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+POLICY = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+BINDING = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +57,7 @@ def test_the_eks_stack_passes_all_three(eks_run: OfflineRun) -> None:
     for rule in (
         gpu_node_pools_expire.RULE,
         gpu_queues_gated_by_budget.RULE,
+        gpu_jobs_carry_exec_time.RULE,
         gpu_deployments_have_a_revision.RULE,
     ):
         assert list(rule.check(eks_run.resources, context)) == [], rule.name
@@ -131,3 +139,60 @@ def test_a_gpu_deployment_without_a_revision_label_fails_and_a_cpu_one_need_not(
         "requests GPUs but its pod template has no parkbrake.dev/revision label; label the pods with the revision"
     ]
     assert cpu == []
+
+
+def _without_binding(run: OfflineRun) -> list[RegisteredResource]:
+    return [
+        resource
+        for resource in run.resources
+        if not (
+            resource.type == BINDING
+            and resource.inputs["metadata"]["name"] == "parkbrake-max-exec-time-research"
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("broken", "what"),
+    [
+        (_without_binding, "no binding"),
+        (
+            lambda run: changed(
+                run,
+                BINDING,
+                "parkbrake-max-exec-time-research",
+                lambda i: i["spec"].update(validationActions=["Warn"]),
+            ),
+            "a binding that only warns",
+        ),
+        (
+            lambda run: changed(
+                run,
+                POLICY,
+                "parkbrake-max-exec-time-research",
+                lambda i: i["spec"].update(failurePolicy="Ignore"),
+            ),
+            "a policy that fails open",
+        ),
+        (
+            lambda run: changed(
+                run,
+                POLICY,
+                "parkbrake-max-exec-time-research",
+                lambda i: i["spec"]["matchConstraints"]["resourceRules"][0].update(resources=["cronjobs"]),
+            ),
+            "a policy that does not cover Jobs",
+        ),
+    ],
+)
+def test_a_gpu_queues_namespaces_without_the_execution_time_policy_fail(
+    eks_run: OfflineRun, broken: Any, what: str
+) -> None:
+    found = messages(gpu_jobs_carry_exec_time.RULE.check(broken(eks_run), PolicyContext()))
+
+    # research's queue admits two namespaces; product's queue covers no GPU type, so it is not judged.
+    assert [message.split(",")[0] for message in found] == [
+        "admits GPU jobs from namespace research",
+        "admits GPU jobs from namespace research-batch",
+    ], what
+    assert "declare the stack's ExecutionTimeLimit" in found[0]

@@ -53,7 +53,7 @@ def test_an_aws_stack_is_not_a_kubernetes_stack() -> None:
 def test_every_bad_value_is_named_by_its_path() -> None:
     config = eks()
     section = config["parkbrake:kubernetes"]
-    section["kubernetes_version"] = "1.21"
+    section["kubernetes_version"] = "1.29"  # no ValidatingAdmissionPolicy v1
     section["cluster_name"] = "not a name"
     section["tenants"]["product"]["namespaces"] = ["Product_NS"]
     section["tenants"]["research"]["gpu_quota"] = -1

@@ -33,6 +33,8 @@ def test_the_stack_declares_every_kind_it_should(rendered: dict[bool, list[dict[
     counts = counts_by_kind(rendered[False])
 
     assert counts == {
+        "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy": 2,  # one per tenant
+        "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding": 2,
         "apps/v1 DaemonSet": 1,
         "apps/v1 Deployment": 3,  # control plane, inference, budget controller
         "karpenter.k8s.aws/v1 EC2NodeClass": 3,
