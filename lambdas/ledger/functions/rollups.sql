@@ -42,12 +42,21 @@ LANGUAGE sql STABLE AS $$
         FROM closed c
         CROSS JOIN LATERAL generate_series(c.started_ms / 86400000 * 86400000, c.billed_until_ms - 1,
                                            86400000::bigint) AS day (ms)
+    ), keys AS (  -- each key's prices read once, joined to its parts by hash (not part by part)
+        SELECT DISTINCT c.instance_type, c.region, coalesce(c.pricing_model, 'on-demand') AS pricing_model,
+               coalesce(c.zone, '') AS zone
+        FROM closed c
+    ), ranges AS MATERIALIZED (
+        SELECT k.instance_type, k.region, k.pricing_model, k.zone, r.from_ms, r.until_ms, r.usd_per_hour
+        FROM keys k
+        CROSS JOIN LATERAL ledger_prices_for(k.instance_type, k.region, k.pricing_model, k.zone) AS r
     )
     SELECT x.tenant, x.day_ms, x.instance_type,
            sum(p.usd_per_hour * (least(x.billed_until_ms, x.day_ms + 86400000, p.until_ms)
                                  - greatest(x.started_ms, x.day_ms, p.from_ms)))
     FROM parts x
-    CROSS JOIN LATERAL ledger_prices_for(x.instance_type, x.region, x.pricing_model, x.zone) AS p
+    JOIN ranges p ON p.instance_type = x.instance_type AND p.region = x.region
+                 AND p.pricing_model = coalesce(x.pricing_model, 'on-demand') AND p.zone = coalesce(x.zone, '')
     WHERE p.from_ms < least(x.billed_until_ms, x.day_ms + 86400000)
       AND p.until_ms > greatest(x.started_ms, x.day_ms)
     GROUP BY x.tenant, x.day_ms, x.instance_type

@@ -33,7 +33,6 @@ CREATE OR REPLACE FUNCTION ledger_settle() RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     fresh events[];
-    queued events[];
     backfilled events[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM ledger_pending) AND NOT EXISTS (SELECT 1 FROM ledger_backfill) THEN
@@ -50,19 +49,19 @@ BEGIN
         PERFORM ledger_empty('ledger_pending');
         PERFORM ledger_derive(fresh);
     END IF;
-    SELECT array_agg(ROW(b.*)::events) INTO queued FROM ledger_backfill b;
-    IF queued IS NOT NULL THEN
-        PERFORM ledger_empty('ledger_backfill');
+    IF EXISTS (SELECT 1 FROM ledger_backfill) THEN
         -- Every queued event, wherever it falls in its host's history (ledger_derive derives a
-        -- host with a late one again from before it); the first queued of an id wins.
+        -- host with a late one again from before it); the first queued of an id wins. Straight
+        -- from the queue (an array of it first cost a third of a second per 100k events).
         WITH inserted AS (
             INSERT INTO events
             SELECT q.*
-            FROM unnest(queued) AS q
+            FROM ledger_backfill AS q
             ON CONFLICT (event_id) DO NOTHING
             RETURNING events.*
         )
         SELECT array_agg(ROW(n.*)::events) INTO backfilled FROM inserted n;
+        PERFORM ledger_empty('ledger_backfill');
         IF backfilled IS NOT NULL THEN
             PERFORM ledger_derive(backfilled);
         END IF;
