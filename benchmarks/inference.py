@@ -30,7 +30,9 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
 ``--compare CHECKOUT`` measures this service against the one in another checkout of the repository
 (a git worktree of an earlier commit, run with ``PYTHONPATH=CHECKOUT``) in the same run: each round
 starts both services in turn, alternating which goes first, and measures throughput, the one-sentence
-latency series and the separate-cores series of each; the figures are this ÷ that, per round.
+latency series and the separate-cores series of each; the figures are this ÷ that, per round. Each
+round also reads each service's own CPU time (``/proc/PID/stat``) per request (``GET /healthz``, and
+the one-sentence series): less stretched by the machine's load than wall-clock latency.
 """
 
 from __future__ import annotations
