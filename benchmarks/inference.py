@@ -30,7 +30,9 @@ against one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgse
 ``--compare CHECKOUT`` measures this service against the one in another checkout of the repository
 (a git worktree of an earlier commit, run with ``PYTHONPATH=CHECKOUT``) in the same run: each round
 starts both services in turn, alternating which goes first, and measures throughput, the one-sentence
-latency series and the separate-cores series of each; the figures are this ÷ that, per round.
+latency series and the separate-cores series of each; the figures are this ÷ that, per round. Each
+round also reads each service's own CPU time (``/proc/PID/stat``) per request (``GET /healthz``, and
+the one-sentence series): less stretched by the machine's load than wall-clock latency.
 """
 
 from __future__ import annotations
@@ -92,6 +94,30 @@ def database() -> Iterator[str]:
 class Endpoints:
     url: str
     metrics_url: str  # /metrics: its own port (the API port for a service from before the split)
+    pid: int = 0  # the service's process (taskset execs it: the same pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far, all its threads, user and system (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_per_request(endpoints: Endpoints, api_key: str, samples: int, gap: float) -> dict[str, float]:
+    """The service's own CPU time per request, which the machine's load does not stretch as it does
+    wall-clock latency: ``GET /healthz`` (the HTTP stack alone) and the one-sentence latency series
+    (4 requests a sample: without a key, with a fresh one, its retry, a replay; the model included)."""
+    before = cpu_seconds(endpoints.pid)
+    for _ in range(samples):
+        get(endpoints.url, "/healthz")
+    middle = cpu_seconds(endpoints.pid)
+    overhead(endpoints.url, api_key, samples, 1, gap)
+    after = cpu_seconds(endpoints.pid)
+    sent = 4 * samples + 11  # the series' own warm-up: one replay key, five pairs
+    return {
+        "cpu_ms_per_healthz": round((middle - before) * 1000 / samples, 3),
+        "cpu_ms_per_embeddings_request": round((after - middle) * 1000 / sent, 3),
+    }
 
 
 @contextmanager
@@ -131,7 +157,7 @@ def service(
             if get(url, "/healthz")[0] == 200:
                 break
             time.sleep(0.05)
-        yield Endpoints(url, listening.get("metrics", url))
+        yield Endpoints(url, listening.get("metrics", url), process.pid)
     finally:
         process.terminate()
         process.wait(timeout=60)
@@ -426,6 +452,7 @@ def compare(
                     ),
                     "latency": overhead(endpoints.url, api_key, arguments.samples, 1, gap),
                     "retry_storm": retry_storm(endpoints, api_key, arguments.unique),
+                    "cpu": cpu_per_request(endpoints, api_key, arguments.samples, gap),
                 }
         rounds.append(figures)
     separate: list[dict[str, Any]] = []
@@ -457,6 +484,10 @@ def compare(
             ratio(r, "latency", "p50_ms_without_idempotency") for r in rounds
         ],
         "p50_with_key_this_vs_baseline": [ratio(r, "latency", "p50_ms_with_idempotency") for r in rounds],
+        "cpu_ms_per_healthz_this_vs_baseline": [ratio(r, "cpu", "cpu_ms_per_healthz") for r in rounds],
+        "cpu_ms_per_embeddings_request_this_vs_baseline": [
+            ratio(r, "cpu", "cpu_ms_per_embeddings_request") for r in rounds
+        ],
         "fresh_key_ratio_separate_cores": {
             label: [r[label]["p50_ratio"] if isinstance(r[label], dict) else r[label] for r in separate]
             for label in services

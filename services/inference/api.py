@@ -233,6 +233,17 @@ class EmbeddingsApi:
         401 for no, a wrong or a revoked API key; 429 past the key's rate; 400 for an invalid (or,
         where required, a missing) ``Idempotency-Key``. None of these is stored: they are about the
         caller, not the request."""
+        answer = self._authorize(headers, cached_only=False)
+        assert answer is not None
+        return answer
+
+    def authorize_cached(self, headers: Mapping[str, str]) -> Caller | Response | None:
+        """:meth:`authorize` when it needs no database round trip (no key, or an Idempotency-Key with
+        a key verified within VERIFIED_FOR_SECONDS), else None: the event loop calls this first, so
+        such a request skips a worker-thread hop (the lookup, when needed, runs in a worker)."""
+        return self._authorize(headers, cached_only=True)
+
+    def _authorize(self, headers: Mapping[str, str], *, cached_only: bool) -> Caller | Response | None:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         api_key = token.strip() if scheme.lower() == "bearer" else ""
         raw_key = headers.get(HEADER.lower())
@@ -241,6 +252,8 @@ class EmbeddingsApi:
         # request makes one round trip on its way in, as one without the header does.
         found = self.verified.get(api_key) if api_key and raw_key is not None else None
         if found is None and api_key:
+            if cached_only:
+                return None
             found = self._keys.tenant_of(api_key)
             if found is not None:
                 self.verified.remember(api_key, *found)
@@ -410,4 +423,5 @@ def _unauthorized() -> Response:
 def _encode(vector: Any, encoding: str) -> list[float] | str:
     if encoding == "base64":  # OpenAI's: little-endian float32 bytes
         return base64.b64encode(vector.astype("<f4").tobytes()).decode()
-    return [float(value) for value in vector]
+    # tolist() converts the float32 values to the same Python floats as float() on each, in one C loop.
+    return vector.tolist()

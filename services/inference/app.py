@@ -118,7 +118,12 @@ class Embeddings:
                 503, "the model is still loading", "not_ready", Retry_After=NOT_READY_RETRY_AFTER
             )
             return refusal, False
-        caller = await self._in_worker(server.api.authorize, headers)
+        try:
+            caller = server.api.authorize_cached(headers)
+        except Exception as error:
+            caller = _failure(error)
+        if caller is None:  # the key must be looked up: a database round trip, in a worker
+            caller = await self._in_worker(server.api.authorize, headers)
         if not isinstance(caller, Caller):
             return caller, False
         body = await self._read_body(receive, int(length))
@@ -132,14 +137,8 @@ class Embeddings:
     async def _in_worker(self, work: Callable[..., Response | Caller], *arguments: Any) -> Any:
         try:
             return await anyio.to_thread.run_sync(work, *arguments, limiter=self.server.workers)
-        except LedgerUnavailable as error:
-            log.error("%s", error)
-            return Response.error(
-                503, "the service's database is unavailable; retry shortly", "unavailable", Retry_After="2"
-            )
-        except Exception:
-            log.exception("request failed")
-            return Response.error(500, "the request failed inside the service; retry", "server_error")
+        except Exception as error:
+            return _failure(error)
 
     async def _read_body(self, receive: Receive, length: int) -> bytes | None:
         """The whole body, or None when it did not arrive (hung up, stalled, or short of ``length``)."""
@@ -174,6 +173,17 @@ class Embeddings:
 
     async def _send(self, send: Send, response: Response, started: float, *, close: bool) -> None:
         await send_response(self.server, send, response, EMBEDDINGS_PATH, started, close=close)
+
+
+def _failure(error: Exception) -> Response:
+    """The response for a request whose work raised (called inside the ``except`` that caught it)."""
+    if isinstance(error, LedgerUnavailable):
+        log.error("%s", error)
+        return Response.error(
+            503, "the service's database is unavailable; retry shortly", "unavailable", Retry_After="2"
+        )
+    log.exception("request failed")
+    return Response.error(500, "the request failed inside the service; retry", "server_error")
 
 
 async def send_response(
