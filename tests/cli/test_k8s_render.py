@@ -21,7 +21,7 @@ def test_yaml_is_one_document_per_object_namespaces_first() -> None:
 
     assert code == 0, output
     documents = list(YAML(typ="safe").load_all(output))
-    assert len(documents) == 31
+    assert len(documents) == 35
     assert documents[0]["kind"] == "Namespace"
     assert documents[-1]["kind"] == "PodMonitor"
 
