@@ -18,7 +18,7 @@ import psycopg
 from guardrails.decisions import Decision
 from guardrails.errors import InputError
 from guardrails.ledger import UNATTRIBUTED, from_ms, to_ms
-from lambdas.ledger.closes import PeriodClose, PeriodCloses
+from lambdas.ledger.closes import PeriodCloses
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
 
@@ -123,58 +123,40 @@ def attribute(store: LedgerStore, request: AttributionRequest, *, dry_run: bool)
         request.actor,
         request.reason,
     )
-    empty_before = [] if dry_run else _closed_months_empty_for(store, request)
+    if not dry_run:
+        # Before the attribution, not after: a run cut between the two then leaves the months
+        # closed (a repeat finds them so), never usage moved into a month that no close holds.
+        _keep_closed_months_as_billed(store, request)
     with store.connections.connection() as connection, connection.transaction() as transaction:
         rows = connection.execute(ATTRIBUTE, parameters).fetchall()
         if dry_run:
             raise psycopg.Rollback(transaction)
-    changed = [Reattributed(row[0], int(row[1]), row[2], int(row[3]), *row[4:]) for row in rows]
-    _close_with_billed_months(store, request, changed, empty_before)
-    return changed
+    return [Reattributed(row[0], int(row[1]), row[2], int(row[3]), *row[4:]) for row in rows]
 
 
-def _closed_months_empty_for(store: LedgerStore, request: AttributionRequest) -> list[PeriodClose]:
-    """The closes of other tenants' months the request's span overlaps that ``request.tenant`` has
-    no close of and no usage in (before the attribution): one per month."""
-    closes = PeriodCloses(store).closes()
-    found: dict[str, PeriodClose] = {}
+def _keep_closed_months_as_billed(store: LedgerStore, request: AttributionRequest) -> None:
+    """Close, empty, for ``request.tenant`` every month the request's span overlaps that is closed for
+    another tenant and that ``request.tenant`` has no close of and no usage in: usage moved to it out
+    of such a month stays billed as the month was closed, and its first open month bills the usage
+    late (a credit for the tenant before, a charge for the new one), so no closed report changes."""
+    period_closes = PeriodCloses(store)
+    closes = period_closes.closes()
+    done: set[str] = set()
     for (owner, period), close in sorted(closes.items()):
-        if owner == request.tenant or (request.tenant, period) in closes or period in found:
+        if owner == request.tenant or (request.tenant, period) in closes or period in done:
             continue
         if close.until <= request.since or (request.until is not None and close.since >= request.until):
             continue
-        if not store.invoice_lines(
+        if store.invoice_lines(
             now=close.until, since=close.since, until=close.until, tenants=[request.tenant]
         ):
-            found[period] = close
-    return list(found.values())
-
-
-def _close_with_billed_months(
-    store: LedgerStore,
-    request: AttributionRequest,
-    changed: Sequence[Reattributed],
-    candidates: Sequence[PeriodClose],
-) -> None:
-    """Usage moved out of a month closed for the tenant it was billed to stays billed as it was: the
-    month is closed (empty) for ``request.tenant`` too, so its first open month bills the usage late
-    (a credit for the tenant before, a charge for the new one) and the closed month's report does
-    not change."""
-    closes = PeriodCloses(store)
-    billed = closes.closes()
-    for close in candidates:
-        moved = any(
-            (item.tenant_before, close.period) in billed
-            and item.started_ms < to_ms(close.until)
-            and (item.ended_ms is None or item.ended_ms > to_ms(close.since))
-            for item in changed
-        )
-        if moved:
-            closes.close_empty_with(
-                request.tenant, close, now=max(datetime.now(UTC), close.closed_at), actor=request.actor,
-                reason=f"usage of the closed {close.period} attributed to {request.tenant} afterwards "
-                f"({request.instance_id}; {request.reason})",
-            )  # fmt: skip
+            continue
+        done.add(period)
+        period_closes.close_empty_with(
+            request.tenant, close, now=max(datetime.now(UTC), close.closed_at), actor=request.actor,
+            reason=f"usage of the closed {close.period} may be attributed to {request.tenant} "
+            f"({request.instance_id}; {request.reason})",
+        )  # fmt: skip
 
 
 def attribution_decision(
