@@ -65,3 +65,20 @@ def test_after_the_migration_the_same_read_works(
     assert result.exit_code == 0, result.output
     with psycopg.connect(empty_database_url) as connection:
         assert connection.execute("SELECT count(*) FROM ledger_migrations").fetchone() == (len(migrations()),)
+
+
+def test_a_migration_that_fails_on_its_own_sql_names_its_file_not_the_migrate_command(
+    empty_database_url: str,
+) -> None:
+    from lambdas.ledger.schema import FunctionFile, LedgerError
+
+    store = LedgerStore.connect(empty_database_url)
+    broken = FunctionFile("broken.sql", "SELECT * FROM no_such_ledger_table;")
+    try:
+        with pytest.raises(LedgerError) as raised:
+            store.migrate(migrations()[:1], functions=(broken,))
+    finally:
+        store.close()
+
+    assert str(raised.value).startswith('functions/broken.sql failed: relation "no_such_ledger_table"')
+    assert "run parkbrake ledger migrate" not in str(raised.value)
