@@ -7,6 +7,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STACK ?= dev
+# The suite runs on every core, a test file to a worker (module fixtures are made once); each worker
+# starts its own moto server and PostgreSQL. `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= auto
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
@@ -27,7 +30,7 @@ plan: $(RUNTIME_STAMP)
 	$(BIN)/parkbrake plan --stack $(STACK)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

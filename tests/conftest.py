@@ -16,6 +16,11 @@ from tests.tls_authority import ca_bundle_pem
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_REGION = "us-east-1"
+# Every test sees the terminal a CI log gives, whoever runs it: pytest-xdist's workers inherit
+# COLUMNS=80 and LINES=24, a developer's shell may export others, and the commands size their output
+# by COLUMNS (cli/console.py). A test that means a width sets it.
+for _variable in ("COLUMNS", "LINES"):
+    os.environ.pop(_variable, None)
 
 
 @pytest.fixture(scope="session")
