@@ -1,6 +1,6 @@
 """The ledger benchmark's closed-month figures (``python -m benchmarks.ledger --late N``): on the large
 ledger, close a month for every tenant, then append N late events into it (each as the meter
-appends one: append, then settle) against N in-order events, and time a closed month's report and
+appends one: appended and settled in one call) against N in-order events, and time a closed month's report and
 the next month's (live, with the late lines).
 
 A late event costs work proportional to its host's events, not to the ledger's: the target is a
@@ -121,9 +121,8 @@ def late_event_figures(url: str, ledger: LargeLedger, *, late: int, repeats: int
     def meter_one(events: list[Transition]) -> Callable[[], object]:
         feed = iter(events)
 
-        def append_and_settle() -> object:
-            store.append([next(feed)], source="meter", received_at=ledger.now)
-            return store.settle()
+        def append_and_settle() -> object:  # in one call, as the meter appends
+            return store.append([next(feed)], source="meter", received_at=ledger.now, settled=True)
 
         return append_and_settle
 

@@ -194,7 +194,8 @@ def meter(
     attributed = attribute_changes(
         changes, store=store, clients=clients, settings=settings, prices=prices, received_at=received_at
     )
-    appended = store.append(attributed.transitions, source=source, received_at=received_at)
+    # Settled in the same call: the budget check that follows reads the runway at once.
+    appended = store.append(attributed.transitions, source=source, received_at=received_at, settled=True)
     return account(attributed, appended, store=store, received_at=received_at)
 
 

@@ -36,23 +36,32 @@ def append_transitions(
     *,
     source: str,
     received_at: datetime,
+    settled: bool = False,
 ) -> AppendResult:
     """Append transitions, pending until the next :func:`settle`: one statement, atomic by itself.
 
     A duplicate event id is ignored; a backfill (``source="ingest"``) is queued, and the next
-    settle appends it wherever it falls in its hosts' histories.
+    settle appends it wherever it falls in its hosts' histories. With ``settled`` (not for a
+    backfill) the transitions are derived in the same transaction, one event in the same call.
     """
     unique = list({transition.event_id: transition for transition in reversed(transitions)}.values())
     if not unique:
         return AppendResult(0, 0, frozenset())
+    settled = settled and source != INGEST
     if len(unique) == 1:  # the meter's case: scalar arguments cost a fraction of one-element arrays
         (only,) = unique
-        row = connection.execute(sql.APPEND_EVENT, (*_row(only), source, received_at)).fetchone()
+        statement = sql.APPEND_SETTLED_EVENT if settled else sql.APPEND_EVENT
+        row = connection.execute(statement, (*_row(only), source, received_at)).fetchone()
         outcomes = {only.event_id: row[0] if row else APPENDED}
     else:
         parameters = _columns(unique) | {"source": source, "received_at": received_at}
-        # Only the events not appended come back.
-        refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+        if settled:  # one transaction: the append and its settle
+            with connection.transaction():
+                connection.execute(sql.SETTLE_LOCK)
+                refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+                settle(connection)
+        else:  # only the events not appended come back
+            refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
         outcomes = {
             t.event_id: refused.get(t.event_id, QUEUED if source == INGEST else APPENDED) for t in unique
         }

@@ -55,7 +55,14 @@ SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %
                            %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::timestamptz)
 """
 
+# The same, and settled in the same call (the meter's whole path).
+APPEND_SETTLED_EVENT = APPEND_EVENT.replace("ledger_append_event(", "ledger_append_settled_event(")
+
 SETTLE = "SELECT ledger_settle()"
+# Taken first by a batch appended and settled in one transaction: its append takes the lock shared
+# and its settle exclusively, and two such transactions holding it shared would each wait for the
+# other to let go (a deadlock).
+SETTLE_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0))"
 
 # A settled backfill's events (appends.backfill_outcomes): appended by it, or there before it.
 BACKFILL_OUTCOMES = """

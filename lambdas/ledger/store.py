@@ -138,19 +138,23 @@ class LedgerStore:
             )
 
     def append(
-        self, transitions: Sequence[Transition], *, source: str, received_at: datetime
+        self, transitions: Sequence[Transition], *, source: str, received_at: datetime, settled: bool = False
     ) -> AppendResult:
         """Append transitions (:func:`append_transitions`); readers derive them (:meth:`settle`).
 
-        One statement, so one round trip: the function call is atomic by itself (autocommit). A
-        backfill (``source="ingest"``) is queued, settled and answered for; a backfill of many
-        batches queues them all (:meth:`queue_backfill`), then settles once (:meth:`backfill_outcomes`).
+        One statement, so one round trip: the function call is atomic by itself (autocommit). With
+        ``settled`` they are derived in the same transaction (one event: in the same call), as a
+        caller about to read the runway wants. A backfill (``source="ingest"``) is queued, settled
+        and answered for; a backfill of many batches queues them all (:meth:`queue_backfill`), then
+        settles once (:meth:`backfill_outcomes`).
         """
         if source == INGEST:
             self.queue_backfill(transitions, received_at=received_at)
             return self.backfill_outcomes(transitions, received_at=received_at)
         with self._connections.connection() as connection:
-            return append_transitions(connection, transitions, source=source, received_at=received_at)
+            return append_transitions(
+                connection, transitions, source=source, received_at=received_at, settled=settled
+            )
 
     def queue_backfill(self, transitions: Sequence[Transition], *, received_at: datetime) -> None:
         """Queue backfilled transitions, checked; the next settle appends them (duplicates ignored)

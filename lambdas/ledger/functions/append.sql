@@ -101,6 +101,30 @@ REVOKE EXECUTE ON FUNCTION ledger_append_events(text[], text[], text[], bigint[]
 GRANT EXECUTE ON FUNCTION ledger_append_events(text[], text[], text[], bigint[], integer[], text[], text[],
     text[], integer[], bigint[], text[], text[], text[], text, timestamptz) TO parkbrake_app;
 
+-- Store one event that passed the checks (none here), or NULL for a duplicate id: the insert both
+-- one-event appends share.
+CREATE OR REPLACE FUNCTION ledger_store_event(
+    new_event_id text, new_instance_id text, new_state text, new_ms bigint, new_tenant text, new_pool text,
+    new_instance_type text, new_accelerators integer, new_cap_ms bigint, new_region text, new_pricing_model text,
+    new_zone text, origin text, received timestamptz
+) RETURNS events
+LANGUAGE plpgsql AS $$
+DECLARE
+    stored events;
+BEGIN
+    INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators,
+                        cap_ms, region, source, received_at, at_ms, state_rank, pricing_model, zone)
+    VALUES (new_event_id, new_instance_id, new_state, 'epoch'::timestamptz + new_ms * interval '1 millisecond',
+            new_tenant, new_pool, new_instance_type, new_accelerators, new_cap_ms, new_region, origin, received,
+            new_ms, ledger_state_rank(new_state), new_pricing_model, new_zone)
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING events.* INTO stored;
+    RETURN stored;
+END
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_store_event(text, text, text, bigint, text, text, text, integer, bigint, text,
+    text, text, text, timestamptz) FROM PUBLIC;
+
 -- One event, as the meter appends it: the same append with scalar arguments, which cost a client and
 -- the server a fraction of one-element arrays; its time in milliseconds. A backfill, and an event
 -- the checks refuse, take the batch function (its checks, its messages; a backfill is answered
@@ -112,9 +136,9 @@ CREATE OR REPLACE FUNCTION ledger_append_event(
 ) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
-    rank integer := ledger_state_rank(new_state);
+    stored events;
 BEGIN
-    IF origin NOT IN ('meter', 'reconciler', 'replay') OR rank IS NULL
+    IF origin NOT IN ('meter', 'reconciler', 'replay') OR ledger_state_rank(new_state) IS NULL
        OR new_pricing_model IS DISTINCT FROM 'on-demand' AND new_pricing_model IS DISTINCT FROM 'spot' THEN
         RETURN coalesce((SELECT a.outcome FROM ledger_append_events(
             ARRAY[new_event_id], ARRAY[new_instance_id], ARRAY[new_state], ARRAY[new_ms], ARRAY[1], ARRAY[new_tenant],
@@ -123,13 +147,10 @@ BEGIN
             CASE origin WHEN 'ingest' THEN 'queued' ELSE 'appended' END);
     END IF;
     PERFORM pg_advisory_xact_lock_shared(hashtextextended('parkbrake settle', 0));
-    INSERT INTO events (event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators,
-                        cap_ms, region, source, received_at, at_ms, state_rank, pricing_model, zone)
-    VALUES (new_event_id, new_instance_id, new_state, 'epoch'::timestamptz + new_ms * interval '1 millisecond',
-            new_tenant, new_pool, new_instance_type, new_accelerators, new_cap_ms, new_region, origin, received,
-            new_ms, rank, new_pricing_model, new_zone)
-    ON CONFLICT (event_id) DO NOTHING;
-    IF NOT FOUND THEN
+    stored := ledger_store_event(new_event_id, new_instance_id, new_state, new_ms, new_tenant, new_pool,
+                                 new_instance_type, new_accelerators, new_cap_ms, new_region, new_pricing_model,
+                                 new_zone, origin, received);
+    IF stored.event_id IS NULL THEN
         RETURN 'duplicate';
     END IF;
     INSERT INTO ledger_pending (event_id) VALUES (new_event_id);
@@ -149,3 +170,55 @@ REVOKE EXECUTE ON FUNCTION ledger_append_event(text, text, text, bigint, text, t
     text, text, text, text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ledger_append_event(text, text, text, bigint, text, text, text, integer, bigint,
     text, text, text, text, timestamptz) TO parkbrake_app;
+
+-- One event appended and settled, in one call and one transaction: the meter's whole path, as its
+-- budget check reads the runway after every append. The settle lock is taken exclusively first
+-- (two of these holding it shared while each waits to take it exclusively would deadlock), so
+-- concurrent meters queue here as their settles would. What else is pending is settled first; the
+-- event is then stored and derived at once, never pending (ledger_derive_next, else ledger_derive).
+-- An event the checks refuse, or a backfill, takes ledger_append_event (its messages, its queue).
+CREATE OR REPLACE FUNCTION ledger_append_settled_event(
+    new_event_id text, new_instance_id text, new_state text, new_ms bigint, new_tenant text, new_pool text,
+    new_instance_type text, new_accelerators integer, new_cap_ms bigint, new_region text, new_pricing_model text,
+    new_zone text, origin text, received timestamptz
+) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    outcome text;
+    stored events;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
+    PERFORM ledger_settle();  -- settle.sql
+    IF origin NOT IN ('meter', 'reconciler', 'replay') OR ledger_state_rank(new_state) IS NULL
+       OR new_pricing_model IS DISTINCT FROM 'on-demand' AND new_pricing_model IS DISTINCT FROM 'spot' THEN
+        outcome := ledger_append_event(new_event_id, new_instance_id, new_state, new_ms, new_tenant, new_pool,
+                                       new_instance_type, new_accelerators, new_cap_ms, new_region,
+                                       new_pricing_model, new_zone, origin, received);
+        PERFORM ledger_settle();
+        RETURN outcome;
+    END IF;
+    stored := ledger_store_event(new_event_id, new_instance_id, new_state, new_ms, new_tenant, new_pool,
+                                 new_instance_type, new_accelerators, new_cap_ms, new_region, new_pricing_model,
+                                 new_zone, origin, received);
+    IF stored.event_id IS NULL THEN
+        RETURN 'duplicate';
+    END IF;
+    IF NOT ledger_derive_next(stored) THEN  -- derive.sql
+        PERFORM ledger_derive(ARRAY[stored]);
+    END IF;
+    RETURN 'appended';
+END
+$$;
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, '
+                   'integer, bigint, text, text, text, text, timestamptz) SET search_path = %I, pg_temp',
+                   current_schema());
+END
+$$;
+ALTER FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer, bigint, text,
+    text, text, text, timestamptz) SET plan_cache_mode = force_generic_plan;
+REVOKE EXECUTE ON FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer,
+    bigint, text, text, text, text, timestamptz) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer,
+    bigint, text, text, text, text, timestamptz) TO parkbrake_app;

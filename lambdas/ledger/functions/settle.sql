@@ -47,7 +47,9 @@ BEGIN
     CROSS JOIN LATERAL (SELECT x.* FROM events x WHERE x.event_id = t.event_id LIMIT 1) AS e;
     IF fresh IS NOT NULL THEN
         PERFORM ledger_empty('ledger_pending');
-        PERFORM ledger_derive(fresh);
+        IF cardinality(fresh) > 1 OR NOT ledger_derive_next(fresh[1]) THEN  -- derive.sql
+            PERFORM ledger_derive(fresh);
+        END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM ledger_backfill) THEN
         -- Every queued event, wherever it falls in its host's history (ledger_derive derives a

@@ -314,3 +314,78 @@ def test_an_events_time_is_stored_to_the_millisecond_it_was_sent(
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         stored = owner.execute("SELECT event_time, at_ms FROM events ORDER BY event_id").fetchall()
     assert stored == [(from_ms(moment), moment) for moment in moments]
+
+
+def test_meters_appending_and_settling_at_once_neither_deadlock_nor_lose_an_interval(ledger_url: str) -> None:
+    # Each append takes the settle lock shared and each settle exclusively: an append settled in
+    # the same transaction must take it exclusively first, or two of them wait on each other.
+    hosts = [f"i-{n}" for n in range(6)]
+    histories = {
+        host: [
+            step(f"{host}-{k}", host, "running" if k % 2 == 0 else "stopped", ms(k * 10 + n))
+            for k in range(30)
+        ]
+        for n, host in enumerate(hosts)
+    }
+    failures: list[BaseException] = []
+
+    def meter(mine: list[str], batched: bool) -> None:
+        store = LedgerStore.connect(ledger_url)
+        try:
+            for k in range(0, 30, 2):
+                events = [e for host in mine for e in histories[host][k : k + 2]]
+                if batched:
+                    store.append(events, source="meter", received_at=T0, settled=True)
+                else:
+                    for event in events:
+                        store.append([event], source="meter", received_at=T0, settled=True)
+        except BaseException as error:  # a deadlock is a psycopg error raised in the thread
+            failures.append(error)
+        finally:
+            store.close()
+
+    threads = [
+        threading.Thread(target=meter, args=(hosts[0:3], True)),
+        threading.Thread(target=meter, args=(hosts[2:5], True)),  # overlapping: i-2 from both
+        threading.Thread(target=meter, args=(hosts[4:6], False)),
+        threading.Thread(target=meter, args=(hosts[0:2], False)),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert failures == []
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        pending = owner.execute("SELECT count(*) FROM ledger_pending").fetchone()
+        rows = owner.execute("SELECT opened_by, closed_by FROM intervals ORDER BY opened_by").fetchall()
+    assert pending == (0,)  # each append settled itself
+    assert rows == sorted((f"{host}-{k}", f"{host}-{k + 1}") for host in hosts for k in range(0, 30, 2))
+
+
+def test_an_event_appended_and_settled_in_one_call_is_derived_by_key(ledger_url: str) -> None:
+    # The meter's whole path (ledger_append_settled_event: one event after its host's last, derived
+    # by ledger_derive_next) with plans made on an empty ledger: every row it reads found by key.
+    with psycopg.connect(ledger_url, autocommit=True) as meter:
+        for n in range(50):
+            append_transitions(
+                meter,
+                [step(f"start-{n}", f"i-{n}", "running", ms(n))],
+                source="meter",
+                received_at=T0,
+                settled=True,
+            )
+        with meter.transaction():
+            for n in range(50):
+                result = append_transitions(
+                    meter, [step(f"stop-{n}", f"i-{n}", "stopped", ms(100 + n))], source="meter", received_at=T0,
+                    settled=True,
+                )  # fmt: skip
+                assert result.outcomes == {f"stop-{n}": "appended"}
+            scans = meter.execute(SCANS).fetchall()
+            pending = meter.execute("SELECT count(*) FROM ledger_pending").fetchone()
+        assert scans == [("events", 0), ("intervals", 0)]
+        assert pending == (0,)
+        closed = meter.execute("SELECT count(*), sum(ended_ms - started_ms) FROM intervals").fetchone()
+        assert closed == (50, 50 * (ms(100) - ms(0)))
+        totals = meter.execute("SELECT sum(accelerator_ms) FROM usage_totals").fetchone()
+        assert totals == (50 * (ms(100) - ms(0)),)  # g5.xlarge: one accelerator

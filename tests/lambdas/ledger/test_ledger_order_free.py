@@ -93,12 +93,14 @@ def deliveries(rng: random.Random, events: list[Transition]) -> list[Delivery]:
 def deliver(store: LedgerStore, rng: random.Random, delivery: Delivery) -> None:
     received_at = T0 + timedelta(days=1, seconds=rng.randint(0, 10_000))
     if delivery.path == "meter":
-        for event in delivery.events:
-            store.append([event], source=delivery.source, received_at=received_at)
+        for event in delivery.events:  # settled in the call (as the meter appends) or left pending
+            store.append([event], source=delivery.source, received_at=received_at, settled=rng.random() < 0.5)
             if rng.random() < 0.2:
                 store.settle()
     elif delivery.path == "batch":
-        store.append(delivery.events, source=delivery.source, received_at=received_at)
+        store.append(
+            delivery.events, source=delivery.source, received_at=received_at, settled=rng.random() < 0.5
+        )
     else:  # a file queued in batches, settled between some of them and at its end, as ledger ingest does
         size = rng.randint(1, max(1, len(delivery.events)))
         for start in range(0, len(delivery.events), size):
