@@ -101,6 +101,16 @@ REVOKE EXECUTE ON FUNCTION ledger_append_events(text[], text[], text[], bigint[]
 GRANT EXECUTE ON FUNCTION ledger_append_events(text[], text[], text[], bigint[], integer[], text[], text[],
     text[], integer[], bigint[], text[], text[], text[], text, timestamptz) TO parkbrake_app;
 
+-- Whether one event takes the one-event appends' own path: a live source (not a backfill), an EC2
+-- state and a pricing model it knows. Any other is handed to the batch function, whose checks
+-- refuse it with their message (or queue a backfill). An expression the planner inlines.
+CREATE OR REPLACE FUNCTION ledger_one_event_passes(origin text, state text, pricing_model text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(origin IN ('meter', 'reconciler', 'replay') AND ledger_state_rank(state) IS NOT NULL
+                    AND pricing_model IN ('on-demand', 'spot'), false)  -- a NULL passes nothing
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_one_event_passes(text, text, text) FROM PUBLIC;
+
 -- Store one event that passed the checks (none here), or NULL for a duplicate id: the insert both
 -- one-event appends share.
 CREATE OR REPLACE FUNCTION ledger_store_event(
@@ -138,8 +148,7 @@ LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     stored events;
 BEGIN
-    IF origin NOT IN ('meter', 'reconciler', 'replay') OR ledger_state_rank(new_state) IS NULL
-       OR new_pricing_model IS DISTINCT FROM 'on-demand' AND new_pricing_model IS DISTINCT FROM 'spot' THEN
+    IF NOT ledger_one_event_passes(origin, new_state, new_pricing_model) THEN
         RETURN coalesce((SELECT a.outcome FROM ledger_append_events(
             ARRAY[new_event_id], ARRAY[new_instance_id], ARRAY[new_state], ARRAY[new_ms], ARRAY[1], ARRAY[new_tenant],
             ARRAY[new_pool], ARRAY[new_instance_type], ARRAY[new_accelerators], ARRAY[new_cap_ms],
@@ -189,8 +198,7 @@ DECLARE
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
     PERFORM ledger_settle();  -- settle.sql
-    IF origin NOT IN ('meter', 'reconciler', 'replay') OR ledger_state_rank(new_state) IS NULL
-       OR new_pricing_model IS DISTINCT FROM 'on-demand' AND new_pricing_model IS DISTINCT FROM 'spot' THEN
+    IF NOT ledger_one_event_passes(origin, new_state, new_pricing_model) THEN
         outcome := ledger_append_event(new_event_id, new_instance_id, new_state, new_ms, new_tenant, new_pool,
                                        new_instance_type, new_accelerators, new_cap_ms, new_region,
                                        new_pricing_model, new_zone, origin, received);

@@ -41,7 +41,13 @@ APPEND_ONE = (  # the meter's one-event function, with the same arguments
     ],
 )
 @pytest.mark.parametrize(
-    "append", [APPEND.replace("%s::integer[]", "ARRAY[1]"), APPEND_ONE], ids=["batch", "one event"]
+    "append",
+    [
+        APPEND.replace("%s::integer[]", "ARRAY[1]"),
+        APPEND_ONE,
+        APPEND_ONE.replace("ledger_append_event(", "ledger_append_settled_event("),
+    ],
+    ids=["batch", "one event", "one event settled"],
 )
 def test_the_append_functions_refuse_what_the_table_does_not_check(
     ledger_url: str, event: tuple[str, str | None], message: str, append: str
