@@ -370,8 +370,18 @@ def test_meters_appending_and_settling_at_once_neither_deadlock_nor_lose_an_inte
 
 def test_an_event_appended_and_settled_in_one_call_is_derived_by_key(ledger_url: str) -> None:
     # The meter's whole path (ledger_append_settled_event: one event after its host's last, derived
-    # by ledger_derive_next) with plans made on an empty ledger: every row it reads found by key.
-    with psycopg.connect(ledger_url, autocommit=True) as meter:
+    # by ledger_derive_next) with plans made on an empty ledger: every row it reads found by key,
+    # and a start claims its share of an open reservation as the set derivation's does.
+    with (
+        psycopg.connect(ledger_url, autocommit=True) as owner,
+        psycopg.connect(ledger_url, autocommit=True) as meter,
+    ):
+        owner.execute(
+            "INSERT INTO reservations (tenant, instance_type, region, pricing_model, zone, hosts, cap_ms, "
+            "usd_per_hour, created_ms, expires_ms) "
+            "VALUES ('research', 'g5.xlarge', 'us-east-1', 'on-demand', '', 10, 5400000, 1.006, %s, %s)",
+            (ms(0), ms(1000)),
+        )
         for n in range(50):
             append_transitions(
                 meter,
@@ -395,3 +405,5 @@ def test_an_event_appended_and_settled_in_one_call_is_derived_by_key(ledger_url:
         assert closed == (50, 50 * (ms(100) - ms(0)))
         totals = meter.execute("SELECT sum(accelerator_ms) FROM usage_totals").fetchone()
         assert totals == (50 * (ms(100) - ms(0)),)  # g5.xlarge: one accelerator
+        claims = meter.execute("SELECT count(*) FROM reservation_claims").fetchone()
+        assert claims == (10,)  # the reservation's ten hosts, the first ten to start
