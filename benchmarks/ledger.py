@@ -30,6 +30,7 @@ import json
 import random
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -53,11 +54,12 @@ EVENT_SPACING = timedelta(hours=17)  # ~500 events per host cover a year
 NOW = datetime(2036, 6, 15, 12, 0, tzinfo=UTC)
 CAP = timedelta(minutes=90)
 SINGLE_ROUNDS = 5  # the one-event figures, each way in turn with its ceiling (run)
-SINGLE_PATHS = (
-    "ingest_single_events_per_s", "one_settle_events_per_s", "settled_single_events_per_s",
-    "then_settled_single_events_per_s", "ceiling_single_rows_per_s", "ingest_single_events_per_s/ceiling",
-    "settled_single_events_per_s/ceiling", "then_settled_single_events_per_s/ceiling",
-)  # fmt: skip
+# The one-event ways, each with the name of its ratio to the single-row INSERT ceiling.
+SINGLE_RATIOS = {
+    "ingest_single_events_per_s": "single_vs_ceiling",
+    "settled_single_events_per_s": "settled_single_vs_ceiling",
+    "then_settled_single_events_per_s": "then_settled_single_vs_ceiling",
+}
 
 
 def fresh_database(url: str) -> str:
@@ -320,35 +322,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # One event per transaction, each way and the single-row INSERT ceiling in turn, round by
         # round: a commit's cost drifts with the disk over a run, and a ratio of rates measured
         # minutes apart measured the drift. Each figure is the median of the rounds'.
-        rounds: dict[str, list[float]] = {name: [] for name in SINGLE_PATHS}
+        rounds: dict[str, list[float]] = defaultdict(list)
+        part = max(1, args.single // SINGLE_ROUNDS)
+        hosts = max(1, part * 500 // args.single)  # six events a host in all, as one run of 3,000 had
         for round_number in range(SINGLE_ROUNDS):
-            part = max(1, args.single // SINGLE_ROUNDS)
             tag = f"r{round_number}"
-            hosts = max(1, part * 500 // args.single)  # six events a host in all, as one run of 3,000 had
-
-            def events(
-                prefix: str, count: int = part, hosts: int = hosts, tag: str = tag
-            ) -> list[Transition]:
-                return synthetic_transitions(count, f"{prefix}-{tag}", hosts)
-
-            rates = ingest_rate(store, events("single"), 1, meter, settle=False)
+            rates = ingest_rate(
+                store, synthetic_transitions(part, f"single-{tag}", hosts), 1, meter, settle=False
+            )
             rounds["ingest_single_events_per_s"].append(rates.appended)
             rounds["one_settle_events_per_s"].append(rates.settled)
+            settled = synthetic_transitions(part, f"settled-{tag}", hosts)
             rounds["settled_single_events_per_s"].append(
-                ingest_rate(store, events("settled"), 1, meter_settled, settle=False).whole
+                ingest_rate(store, settled, 1, meter_settled, settle=False).whole
             )
+            then_settled = synthetic_transitions(part, f"then-{tag}", hosts)
             rounds["then_settled_single_events_per_s"].append(
-                ingest_rate(store, events("then"), 1, meter, settle=True).appended
+                ingest_rate(store, then_settled, 1, meter, settle=True).appended
             )
-            ceiling = ceiling_rows_per_second(url, events("ceiling"), 1)
-            rounds["ceiling_single_rows_per_s"].append(ceiling)
-            for name in (
-                "ingest_single_events_per_s",
-                "settled_single_events_per_s",
-                "then_settled_single_events_per_s",
-            ):
-                rounds[f"{name}/ceiling"].append(rounds[name][-1] / ceiling)
+            plain_rows = synthetic_transitions(part, f"ceiling-{tag}", hosts)
+            rounds["ceiling_single_rows_per_s"].append(ceiling_rows_per_second(url, plain_rows, 1))
         results |= {name: statistics.median(values) for name, values in rounds.items()}
+        results |= {
+            ratio: statistics.median(
+                rate / ceiling
+                for rate, ceiling in zip(rounds[name], rounds["ceiling_single_rows_per_s"], strict=True)
+            )
+            for name, ratio in SINGLE_RATIOS.items()
+        }
         batched_rates = ingest_rate(store, batched, args.batch_size, backfill, settle=False)
         results["ingest_batched_events_per_s"] = batched_rates.appended
         results["backfill_settle_events_per_s"] = batched_rates.settled
@@ -364,9 +365,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["large"]["closed_months"] = late_event_figures(
                 large_url, large_layout(args.events, args.tenants), late=args.late, repeats=args.repeats
             )
-    results["single_vs_ceiling"] = results.pop("ingest_single_events_per_s/ceiling")
-    results["settled_single_vs_ceiling"] = results.pop("settled_single_events_per_s/ceiling")
-    results["then_settled_single_vs_ceiling"] = results.pop("then_settled_single_events_per_s/ceiling")
     results["batched_vs_ceiling"] = (
         results["ingest_batched_events_per_s"] / results["ceiling_batched_rows_per_s"]
     )

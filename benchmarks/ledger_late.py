@@ -1,7 +1,7 @@
 """The ledger benchmark's closed-month figures (``python -m benchmarks.ledger --late N``): on the large
 ledger, close a month for every tenant, then append N late events into it (each as the meter
-appends one: appended and settled in one call) against N in-order events, and time a closed month's report and
-the next month's (live, with the late lines).
+appends one: appended and settled in one call) against N in-order events, and time a closed
+month's report and the next month's (live, with the late lines).
 
 A late event costs work proportional to its host's events, not to the ledger's: the target is a
 late event at most 5× an in-order one.

@@ -5,6 +5,7 @@ backfill queued (``ledger_settle``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -44,7 +45,7 @@ def append_transitions(
     settle appends it wherever it falls in its hosts' histories. With ``settled`` (not for a
     backfill) the transitions are derived in the same transaction, one event in the same call.
     """
-    unique = list({transition.event_id: transition for transition in reversed(transitions)}.values())
+    unique = _unique(transitions)
     if not unique:
         return AppendResult(0, 0, frozenset())
     settled = settled and source != INGEST
@@ -55,13 +56,13 @@ def append_transitions(
         outcomes = {only.event_id: row[0] if row else APPENDED}
     else:
         parameters = _columns(unique) | {"source": source, "received_at": received_at}
-        if settled:  # one transaction: the append and its settle
-            with connection.transaction():
+        with connection.transaction() if settled else nullcontext():  # settled: append and settle at once
+            if settled:
                 connection.execute(sql.SETTLE_LOCK)
-                refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
-                settle(connection)
-        else:  # only the events not appended come back
+            # Only the events not appended come back.
             refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+            if settled:
+                settle(connection)
         outcomes = {
             t.event_id: refused.get(t.event_id, QUEUED if source == INGEST else APPENDED) for t in unique
         }

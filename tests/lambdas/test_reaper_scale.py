@@ -33,8 +33,8 @@ def proxy(aws: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
 def seed(instance_type: str, max_runtime: str) -> list[str]:
     """Create hosts in moto's in-process EC2 backend directly.
 
-    Over HTTP, moto renders ~15 ms of XML per instance in each RunInstances answer (over a minute
-    for 1,000); the sweep under test still reaches moto only over HTTP, through the proxy.
+    Over HTTP, moto renders ~15 ms of XML per instance in each RunInstances answer (15 s for
+    1,000); the sweep under test still reaches moto only over HTTP, through the proxy.
     """
     from moto.backends import get_backend
 
