@@ -28,7 +28,10 @@ class PolicyVerdict:
 
 
 def judge(rule: PolicyRule, resources: Sequence[ResourceView], context: PolicyContext) -> PolicyVerdict:
-    violations = tuple(rule.check(resources, context))
+    """A rule's verdict, its violations in (resource, message) order: a function of the resources, not
+    of the order the program registered them in, which the Pulumi SDK's mocks do not fix (a rule
+    yields in the order it reads)."""
+    violations = tuple(sorted(rule.check(resources, context), key=lambda v: (v.resource, v.message)))
     return PolicyVerdict(rule.name, rule.enforcement, passed=not violations, violations=violations)
 
 

@@ -194,11 +194,13 @@ def test_types_outside_the_allow_list_are_violations_wherever_they_appear() -> N
         {"maxSize": 1.0, "mixedInstancesPolicy": {"launchTemplate": {"overrides": [{"instanceType": "g6.xlarge"}, {"instanceType": "p5.48xlarge"}]}}},
     )  # fmt: skip
     found = violations(instance_types_allowed.RULE, [gpu_launch_template(), gpu_instance(), spot], context)
-    assert [(v.resource, v.message) for v in found] == [
-        (gpu_launch_template().urn, "instance type g5.12xlarge is not allowed; allowed: g6.xlarge"),
-        (gpu_instance().urn, "instance type p4d.24xlarge is not allowed; allowed: g6.xlarge"),
-        (spot.urn, "instance type p5.48xlarge is not allowed; allowed: g6.xlarge"),
-    ]
+    assert [(v.resource, v.message) for v in found] == sorted(  # the engine's order
+        [
+            (gpu_launch_template().urn, "instance type g5.12xlarge is not allowed; allowed: g6.xlarge"),
+            (gpu_instance().urn, "instance type p4d.24xlarge is not allowed; allowed: g6.xlarge"),
+            (spot.urn, "instance type p5.48xlarge is not allowed; allowed: g6.xlarge"),
+        ]
+    )
 
 
 def test_an_unpriced_accelerator_type_is_not_allowed_by_default() -> None:

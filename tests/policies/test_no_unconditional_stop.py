@@ -127,9 +127,11 @@ def test_every_kind_of_policy_holder_is_read() -> None:
         ),
     ]
     found = judge(no_unconditional_stop.RULE, holders, PolicyContext()).violations
-    assert [violation.resource for violation in found] == [holder.urn for holder in holders]
-    assert "inline policy stop statement StopManagedHosts allows" in found[2].message
-    assert found[3].message.startswith("attaches arn:aws:iam::aws:policy/AdministratorAccess")
+    # One each, in the engine's (resource, message) order.
+    assert [violation.resource for violation in found] == sorted(holder.urn for holder in holders)
+    message_of = {violation.resource: violation.message for violation in found}
+    assert "inline policy stop statement StopManagedHosts allows" in message_of[holders[2].urn]
+    assert message_of[holders[3].urn].startswith("attaches arn:aws:iam::aws:policy/AdministratorAccess")
 
 
 def test_narrow_managed_policies_may_be_attached() -> None:
