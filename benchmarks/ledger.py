@@ -12,7 +12,9 @@ Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway
   whole backfill, and both together;
 - the fair ceilings, in the same run on the same server from the same client: the same rows into a
   plain table with the same columns (no keys, indexes or checks), one single-row INSERT per
-  transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second. The
+  transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second; and
+  that COPY into the same table with the two keys events carry (a primary key on the event id,
+  an index in derivation order): storing a row where it can be found, before any derivation. The
   one-event figures and the single-row ceiling are measured in turn, in 5 rounds of a fifth of
   ``--single`` each, and each is the median of its rounds (a ratio is the median of the rounds'
   ratios): a commit's cost drifts over a run;
@@ -127,6 +129,14 @@ CREATE TABLE IF NOT EXISTS ceiling_events (
     pricing_model text, zone text
 )
 """
+# The keyed ceiling: the same table with the two keys every stored event needs (events' primary key
+# and its index in derivation order, here on the columns this table has), so the cost of storing a
+# row where it can be found, before any derivation, is measured apart from the plain COPY's.
+KEYED_CEILING_TABLE = """
+CREATE TABLE IF NOT EXISTS keyed_ceiling_events (LIKE ceiling_events, PRIMARY KEY (event_id));
+CREATE INDEX IF NOT EXISTS keyed_ceiling_by_instance
+    ON keyed_ceiling_events (instance_id, event_time, state, event_id COLLATE "C")
+"""
 CEILING_COLUMNS = (
     "event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators, cap_ms, region, "
     "source, received_at, pricing_model, zone"
@@ -142,16 +152,21 @@ def ceiling_rows(transitions: list[Transition]) -> list[tuple[Any, ...]]:
     ]  # fmt: skip
 
 
-def ceiling_rows_per_second(url: str, transitions: list[Transition], batch_size: int) -> float:
-    """The same rows into a plain table with the same columns, from the same client on the same
-    server: single-row INSERTs one per transaction, or a COPY per batch of ``batch_size`` rows."""
+def ceiling_rows_per_second(
+    url: str, transitions: list[Transition], batch_size: int, *, keyed: bool = False
+) -> float:
+    """The same rows into a plain table with the same columns (``keyed``: with events' two keys),
+    from the same client on the same server: single-row INSERTs one per transaction, or a COPY per
+    batch of ``batch_size`` rows."""
     rows = ceiling_rows(transitions)
+    table = "keyed_ceiling_events" if keyed else "ceiling_events"
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(CEILING_TABLE)
-        connection.execute("TRUNCATE ceiling_events")
+        connection.execute(KEYED_CEILING_TABLE)
+        connection.execute(f"TRUNCATE {table}")
         started = time.perf_counter()
         if batch_size == 1:
-            insert = f"INSERT INTO ceiling_events ({CEILING_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
+            insert = f"INSERT INTO {table} ({CEILING_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
             for row in rows:
                 connection.execute(insert, row)
         else:
@@ -159,7 +174,7 @@ def ceiling_rows_per_second(url: str, transitions: list[Transition], batch_size:
                 with (
                     connection.transaction(),
                     connection.cursor() as cursor,
-                    cursor.copy(f"COPY ceiling_events ({CEILING_COLUMNS}) FROM STDIN") as copy,
+                    cursor.copy(f"COPY {table} ({CEILING_COLUMNS}) FROM STDIN") as copy,
                 ):
                     for row in rows[start : start + batch_size]:
                         copy.write_row(row)
@@ -356,6 +371,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["backfill_whole_events_per_s"] = batched_rates.whole
         store.close()
         results["ceiling_batched_rows_per_s"] = ceiling_rows_per_second(url, batched, args.batch_size)
+        results["keyed_ceiling_batched_rows_per_s"] = ceiling_rows_per_second(
+            url, batched, args.batch_size, keyed=True
+        )
         large_url = fresh_database(base_url)
         LedgerStore.connect(large_url).migrate()
         seed_prices(large_url)
@@ -370,6 +388,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     results["backfill_whole_vs_ceiling"] = (
         results["backfill_whole_events_per_s"] / results["ceiling_batched_rows_per_s"]
+    )
+    results["keyed_vs_ceiling"] = (
+        results["keyed_ceiling_batched_rows_per_s"] / results["ceiling_batched_rows_per_s"]
+    )
+    results["backfill_whole_vs_keyed_ceiling"] = (
+        results["backfill_whole_events_per_s"] / results["keyed_ceiling_batched_rows_per_s"]
     )
     return results
 
@@ -398,6 +422,9 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
     print(
         f"  ceiling: COPY of {batch_size} rows, same columns: {results['ceiling_batched_rows_per_s']:>10,.0f} rows/s"
     )
+    print(f"  keyed ceiling: the same COPY with events' two keys: {results['keyed_ceiling_batched_rows_per_s']:>10,.0f} "
+          f"rows/s   ratio {results['keyed_vs_ceiling']:.2f}; the whole backfill against it "
+          f"{results['backfill_whole_vs_keyed_ceiling']:.2f}")  # fmt: skip
     print(f"large ledger: {large['events']:,} events, {large['intervals']:,} intervals, {results['tenants']:,} "
           f"tenants, {large['database_mb']:,.0f} MiB (generated in {large['generate_events_s']:.0f} s, "
           f"rollup built in {large['build_intervals_s']:.0f} s)")  # fmt: skip

@@ -89,6 +89,10 @@ REVOKE EXECUTE ON FUNCTION ledger_attributed(events) FROM PUBLIC;
 CREATE OR REPLACE FUNCTION ledger_attribution_reach(host text, first_ms bigint) RETURNS bigint
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
+    -- A host with no unattributed event, nearly every one: one probe of events_unattributed.
+    IF NOT EXISTS (SELECT 1 FROM events u WHERE u.instance_id = host AND u.tenant = 'unattributed') THEN
+        RETURN NULL;
+    END IF;
     RETURN (SELECT (
         SELECT e.at_ms FROM events e
         WHERE e.instance_id = host AND e.tenant = 'unattributed'

@@ -200,7 +200,7 @@ BEGIN
         closed.closed_by := fresh.event_id;
         UPDATE intervals SET ended_ms = closed.ended_ms, closed_by = closed.closed_by
         WHERE opened_by = closed.opened_by;
-        PERFORM ledger_move_rollups(ARRAY[closed], '{}');
+        PERFORM ledger_add_closed_interval(closed);  -- rollups.sql
     END IF;
     IF fresh.state = 'running' AND (running.opened_by IS NULL OR closed.opened_by IS NOT NULL) THEN
         INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
