@@ -4,12 +4,16 @@ midnights and price changes, spot before and after its zone's first price, unpri
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from guardrails.ledger import Attribution, Transition
+from lambdas.ledger.store import LedgerStore
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
@@ -91,11 +95,6 @@ def test_one_closed_interval_adds_what_the_set_based_rollup_adds(
 
 def test_a_stop_the_meter_derives_moves_the_rollups_by_its_interval(ledger_url: str) -> None:
     """The meter's path itself (ledger_derive_next closing an interval) adds the interval's usage."""
-    from datetime import UTC, datetime
-
-    from guardrails.ledger import Attribution, Transition
-    from lambdas.ledger.store import LedgerStore
-
     store = LedgerStore.connect(ledger_url)
     who = Attribution("acme", "training", "g5.12xlarge", 4, None, "us-east-1")
     start = 1_900_000_000_000
