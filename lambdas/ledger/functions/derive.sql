@@ -162,7 +162,7 @@ BEGIN
     IF fresh.tenant = 'unattributed' THEN
         RETURN false;
     END IF;
-    SELECT e.at_ms, e.state_rank, e.event_id INTO last
+    SELECT e.at_ms, e.state_rank, e.event_id, e.tenant INTO last
     FROM events e
     WHERE e.instance_id = fresh.instance_id AND e.event_id <> fresh.event_id
     ORDER BY e.at_ms DESC, e.state_rank DESC, e.event_id COLLATE "C" DESC
@@ -174,7 +174,9 @@ BEGIN
     IF ledger_attribution_reach(fresh.instance_id, fresh.at_ms) IS NOT NULL THEN
         RETURN false;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM tenants t WHERE t.tenant = fresh.tenant) THEN
+    -- A tenant is known once an event of it is derived (tenants are never removed): the host's
+    -- last event, derived already, spares the look-up when it has the same tenant.
+    IF last.tenant IS DISTINCT FROM fresh.tenant AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.tenant = fresh.tenant) THEN
         INSERT INTO tenants (tenant) VALUES (fresh.tenant) ON CONFLICT (tenant) DO NOTHING;
     END IF;
     IF fresh.state = 'pending' THEN  -- neither opens nor closes an interval
@@ -217,17 +219,61 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_derive_next(events) FROM PUBLIC;
 
+-- Where some hosts stood before some events were stored (``fresh_ids``, the ids of events already
+-- stored that are not derived yet): each host's last other event and its open interval. Read by
+-- key: a lateral look-up with LIMIT per host.
+CREATE OR REPLACE FUNCTION ledger_heads(instance_ids text[], fresh_ids text[]) RETURNS ledger_head[]
+LANGUAGE plpgsql AS $$
+BEGIN
+    RETURN (
+        SELECT array_agg(ROW(h.instance_id, ROW(h.instance_id, last.at_ms, last.state_rank, last.event_id)::ledger_cut,
+                             open)::ledger_head)
+        FROM unnest(instance_ids) AS h (instance_id)
+        LEFT JOIN LATERAL (
+            -- NOT IN an uncorrelated subquery: one hash of the new ids for every host, where `<> ALL`
+            -- of each host's ids compared every event read with every new one (a second a 100k batch).
+            SELECT e.at_ms, e.state_rank, e.event_id
+            FROM events e
+            WHERE e.instance_id = h.instance_id AND e.event_id NOT IN (SELECT f FROM unnest(fresh_ids) AS f)
+            ORDER BY e.at_ms DESC, e.state_rank DESC, e.event_id COLLATE "C" DESC
+            LIMIT 1
+        ) AS last ON true
+        LEFT JOIN LATERAL (
+            SELECT ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type, i.accelerators, i.cap_ms,
+                       i.started_ms, i.ended_ms, i.closed_by, i.region, i.pricing_model, i.zone)::ledger_interval
+                       AS open
+            FROM intervals i
+            WHERE i.instance_id = h.instance_id AND i.ended_ms IS NULL
+            LIMIT 1
+        ) AS running ON true
+    );
+END
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_heads(text[], text[]) FROM PUBLIC;
+
 -- Derive the intervals, rollups and claims of newly stored events ("fresh"), everything stored
--- before them being derived already. The caller holds the settle lock exclusively. A host whose new
--- events all come after its last derived one (the meter's usual case) is continued: its open
--- interval closed or extended, new ones added, the rollups moved by those that closed. A host with
--- a late event is refreshed. Every row it reads is found by key (scalar or lateral look-ups with
--- LIMIT), whatever the tables' size when the session's plans were made.
+-- before them being derived already: where their hosts stood (ledger_heads), then
+-- ledger_derive_from. The caller holds the settle lock exclusively.
 CREATE OR REPLACE FUNCTION ledger_derive(fresh events[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ledger_derive_from(fresh, ledger_heads(ARRAY(SELECT DISTINCT f.instance_id FROM unnest(fresh) AS f),
+                                                   ARRAY(SELECT f.event_id FROM unnest(fresh) AS f)));
+END
+$$;
+REVOKE EXECUTE ON FUNCTION ledger_derive(events[]) FROM PUBLIC;
+
+-- Derive the intervals, rollups and claims of newly stored events ("fresh") from where their hosts
+-- stood before them (``heads``, from ledger_heads; a host with no fresh event may be among them, and
+-- is left as it is). The caller holds the settle lock exclusively. A host whose new events all come
+-- after its last derived one (the meter's usual case) is continued: its open interval closed or
+-- extended, new ones added, the rollups moved by those that closed. A host with a late event is
+-- refreshed. Every row it reads is found by key (scalar or lateral look-ups with LIMIT), whatever
+-- the tables' size when the session's plans were made.
+CREATE OR REPLACE FUNCTION ledger_derive_from(fresh events[], heads ledger_head[]) RETURNS void
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 DECLARE
-    heads ledger_head[];
     late text[];
     late_ms bigint[];
     steady ledger_head[];
@@ -244,29 +290,6 @@ BEGIN
     INSERT INTO tenants (tenant)
     SELECT DISTINCT f.tenant FROM unnest(fresh) AS f ORDER BY f.tenant
     ON CONFLICT (tenant) DO NOTHING;
-    -- Where each host stood before its pending events: its last event that was not pending, and
-    -- its open interval.
-    SELECT array_agg(ROW(h.instance_id, ROW(h.instance_id, last.at_ms, last.state_rank, last.event_id)::ledger_cut,
-                         open)::ledger_head)
-    INTO heads
-    FROM (SELECT DISTINCT f.instance_id FROM unnest(fresh) AS f) AS h
-    LEFT JOIN LATERAL (
-        -- NOT IN an uncorrelated subquery: one hash of the new ids for every host, where `<> ALL`
-        -- of each host's ids compared every event read with every new one (a second a 100k batch).
-        SELECT e.at_ms, e.state_rank, e.event_id
-        FROM events e
-        WHERE e.instance_id = h.instance_id AND e.event_id NOT IN (SELECT f.event_id FROM unnest(fresh) AS f)
-        ORDER BY e.at_ms DESC, e.state_rank DESC, e.event_id COLLATE "C" DESC
-        LIMIT 1
-    ) AS last ON true
-    LEFT JOIN LATERAL (
-        SELECT ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type, i.accelerators, i.cap_ms,
-                   i.started_ms, i.ended_ms, i.closed_by, i.region, i.pricing_model, i.zone)::ledger_interval
-                   AS open
-        FROM intervals i
-        WHERE i.instance_id = h.instance_id AND i.ended_ms IS NULL
-        LIMIT 1
-    ) AS running ON true;
     -- Hosts with an event at or before their last derived one are derived again from before it;
     -- so are hosts whose new events join a launch with unattributed events (from the first of those).
     SELECT array_agg(n.instance_id), array_agg(n.earliest_ms)
@@ -326,7 +349,7 @@ BEGIN
     END IF;
 END
 $$;
-REVOKE EXECUTE ON FUNCTION ledger_derive(events[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ledger_derive_from(events[], ledger_head[]) FROM PUBLIC;
 
 -- Derive every host's intervals from all its events, pending ones included, and count the rollups
 -- again (after a bulk load, or to check the incremental ones). The owner's only.

@@ -98,11 +98,17 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_move_rollups(ledger_interval[], ledger_interval[]) FROM PUBLIC;
 
--- What one closed interval adds to the rollups: ledger_move_rollups(ARRAY[closed], '{}') by its
--- own statements, each priced by the interval's key alone. The meter closes one interval per stop,
--- and the set-based statements (arrays unnested, grouped and joined by hash) cost it 0.27 ms a stop
--- where these cost 0.15 ms (track_functions, 1,500 stops). Must add exactly what ledger_move_rollups
--- adds (tests/lambdas/ledger/test_rollup_of_one_interval.py compares them).
+-- What one closed interval adds to the rollups: ledger_move_rollups(ARRAY[closed], '{}') in one
+-- statement, priced by the interval's key alone. The meter closes one interval per stop, and the
+-- set-based statements (arrays unnested, grouped and joined by hash) cost it 0.27 ms a stop where
+-- two upserts cost 0.15 ms (track_functions, 1,500 stops), each reading the prices; this one
+-- statement reads them once (the meter's append about 6 % faster: docs/ledger.md, *Benchmark*).
+-- The interval's spend per UTC day goes to spend_daily, and the sum of its days to usage_totals:
+-- the midnights cut each price range's overlap with the billed time into parts that add up to it
+-- exactly (numeric, integer ms). Must add exactly what ledger_move_rollups adds
+-- (tests/lambdas/ledger/test_rollup_of_one_interval.py compares them). The caller holds the settle
+-- lock exclusively, so no other derivation writes a rollup row meanwhile, whichever of the two
+-- upserts runs first.
 CREATE OR REPLACE FUNCTION ledger_add_closed_interval(closed ledger_interval) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -111,29 +117,31 @@ DECLARE
     model text := coalesce(closed.pricing_model, 'on-demand');  -- the key as ledger_cost_of reads it
     place text := coalesce(closed.zone, '');
 BEGIN
+    WITH days AS MATERIALIZED (
+        SELECT day.ms AS day_ms,
+               sum(p.usd_per_hour * (least(billed_until_ms, day.ms + 86400000, p.until_ms)
+                                     - greatest(closed.started_ms, day.ms, p.from_ms))) AS usd
+        FROM generate_series(closed.started_ms / 86400000 * 86400000, billed_until_ms - 1, 86400000::bigint)
+            AS day (ms)
+        JOIN ledger_prices_for(closed.instance_type, closed.region, model, place) AS p
+          ON p.from_ms < least(billed_until_ms, day.ms + 86400000) AND p.until_ms > greatest(closed.started_ms, day.ms)
+        GROUP BY day.ms
+    ), daily AS (
+        INSERT INTO spend_daily AS spend (tenant, day_ms, instance_type, usd_hour_ms)
+        SELECT closed.tenant, d.day_ms, closed.instance_type, d.usd
+        FROM days d
+        WHERE d.usd <> 0
+        ORDER BY d.day_ms
+        ON CONFLICT (tenant, day_ms, instance_type) DO UPDATE
+        SET usd_hour_ms = spend.usd_hour_ms + excluded.usd_hour_ms
+    )
     INSERT INTO usage_totals AS total (tenant, pool, instance_type, accelerator_ms, usd_hour_ms)
-    SELECT closed.tenant, closed.pool, closed.instance_type, used, coalesce(c.usd, 0)
-    FROM (SELECT sum(p.usd_per_hour * (least(billed_until_ms, p.until_ms) - greatest(closed.started_ms, p.from_ms)))
-                     AS usd
-          FROM ledger_prices_for(closed.instance_type, closed.region, model, place) AS p
-          WHERE p.from_ms < billed_until_ms AND p.until_ms > closed.started_ms) AS c
-    WHERE used <> 0 OR coalesce(c.usd, 0) <> 0
+    SELECT closed.tenant, closed.pool, closed.instance_type, used, c.usd
+    FROM (SELECT coalesce(sum(d.usd), 0) AS usd FROM days d) AS c
+    WHERE used <> 0 OR c.usd <> 0
     ON CONFLICT (tenant, pool, instance_type) DO UPDATE
     SET accelerator_ms = total.accelerator_ms + excluded.accelerator_ms,
         usd_hour_ms = total.usd_hour_ms + excluded.usd_hour_ms;
-    INSERT INTO spend_daily AS spend (tenant, day_ms, instance_type, usd_hour_ms)
-    SELECT closed.tenant, day.ms, closed.instance_type,
-           sum(p.usd_per_hour * (least(billed_until_ms, day.ms + 86400000, p.until_ms)
-                                 - greatest(closed.started_ms, day.ms, p.from_ms)))
-    FROM generate_series(closed.started_ms / 86400000 * 86400000, billed_until_ms - 1, 86400000::bigint) AS day (ms)
-    JOIN ledger_prices_for(closed.instance_type, closed.region, model, place) AS p
-      ON p.from_ms < least(billed_until_ms, day.ms + 86400000) AND p.until_ms > greatest(closed.started_ms, day.ms)
-    GROUP BY day.ms
-    HAVING sum(p.usd_per_hour * (least(billed_until_ms, day.ms + 86400000, p.until_ms)
-                                 - greatest(closed.started_ms, day.ms, p.from_ms))) <> 0
-    ORDER BY day.ms
-    ON CONFLICT (tenant, day_ms, instance_type) DO UPDATE
-    SET usd_hour_ms = spend.usd_hour_ms + excluded.usd_hour_ms;
 END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_add_closed_interval(ledger_interval) FROM PUBLIC;

@@ -33,6 +33,7 @@ CREATE OR REPLACE FUNCTION ledger_settle() RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER AS $$
 DECLARE
     fresh events[];
+    heads ledger_head[];
     backfilled events[];
 BEGIN
     IF NOT EXISTS (SELECT 1 FROM ledger_pending) AND NOT EXISTS (SELECT 1 FROM ledger_backfill) THEN
@@ -52,8 +53,11 @@ BEGIN
         END IF;
     END IF;
     IF EXISTS (SELECT 1 FROM ledger_backfill) THEN
-        -- Every queued event, wherever it falls in its host's history (ledger_derive derives a
-        -- host with a late one again from before it); the first queued of an id wins. Straight
+        -- Where each queued host stands, read before the backfill is stored: read after, each
+        -- host's last event is found past the backfill's own (ledger_derive: 0.17 s per 100k).
+        heads := ledger_heads(ARRAY(SELECT DISTINCT q.instance_id FROM ledger_backfill AS q), '{}');
+        -- Every queued event, wherever it falls in its host's history (ledger_derive_from derives
+        -- a host with a late one again from before it); the first queued of an id wins. Straight
         -- from the queue (an array of it first cost a third of a second per 100k events).
         WITH inserted AS (
             INSERT INTO events
@@ -65,7 +69,7 @@ BEGIN
         SELECT array_agg(ROW(n.*)::events) INTO backfilled FROM inserted n;
         PERFORM ledger_empty('ledger_backfill');
         IF backfilled IS NOT NULL THEN
-            PERFORM ledger_derive(backfilled);
+            PERFORM ledger_derive_from(backfilled, heads);  -- derive.sql
         END IF;
     END IF;
     RETURN coalesce(cardinality(fresh), 0) + coalesce(cardinality(backfilled), 0);
