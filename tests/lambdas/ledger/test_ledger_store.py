@@ -408,3 +408,16 @@ def test_the_runway_query_is_planned_once_per_session(store: LedgerStore) -> Non
             ("%WITH budgeted AS%",),
         ).fetchall()
     assert plans == [(4, 0)]  # prepared at the first call, never planned for its parameters
+
+
+def test_a_host_retagged_on_the_meter_path_brings_its_new_tenant_into_the_runways(store: LedgerStore) -> None:
+    """The meter's one-event derivation spares the tenant look-up only when the host's last event
+    has the same tenant: a retag to a tenant the ledger has not seen makes it known, so its runway
+    is read (the budget guardrail reads every known tenant's)."""
+    for event_id, tenant, minute in (("a", "research", 0), ("b", "newco", 1)):
+        store.append([step(event_id, "i-1", "running", ms(minute), who(tenant))], source="meter", received_at=at(5),
+                     settled=True)  # fmt: skip
+    running = {
+        r.tenant: r.totals.running_hosts for r in store.runways(now=at(2), default_cap=timedelta(hours=1))
+    }
+    assert running == {"research": 0, "newco": 1}
