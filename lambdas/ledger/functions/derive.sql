@@ -176,7 +176,8 @@ BEGIN
     END IF;
     -- A tenant is known once an event of it is derived (tenants are never removed): the host's
     -- last event, derived already, spares the look-up when it has the same tenant.
-    IF last.tenant IS DISTINCT FROM fresh.tenant AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.tenant = fresh.tenant) THEN
+    IF last.tenant IS DISTINCT FROM fresh.tenant
+       AND NOT EXISTS (SELECT 1 FROM tenants t WHERE t.tenant = fresh.tenant) THEN
         INSERT INTO tenants (tenant) VALUES (fresh.tenant) ON CONFLICT (tenant) DO NOTHING;
     END IF;
     IF fresh.state = 'pending' THEN  -- neither opens nor closes an interval
@@ -219,10 +220,10 @@ END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_derive_next(events) FROM PUBLIC;
 
--- Where some hosts stood before some events were stored (``fresh_ids``, the ids of events already
--- stored that are not derived yet): each host's last other event and its open interval. Read by
--- key: a lateral look-up with LIMIT per host.
-CREATE OR REPLACE FUNCTION ledger_heads(instance_ids text[], fresh_ids text[]) RETURNS ledger_head[]
+-- Where some hosts stood before some events were stored (``fresh``: events already stored that are
+-- not derived yet; none when read before they are stored): each host's last other event and its
+-- open interval. Read by key: a lateral look-up with LIMIT per host.
+CREATE OR REPLACE FUNCTION ledger_heads(instance_ids text[], fresh events[]) RETURNS ledger_head[]
 LANGUAGE plpgsql AS $$
 BEGIN
     RETURN (
@@ -234,7 +235,7 @@ BEGIN
             -- of each host's ids compared every event read with every new one (a second a 100k batch).
             SELECT e.at_ms, e.state_rank, e.event_id
             FROM events e
-            WHERE e.instance_id = h.instance_id AND e.event_id NOT IN (SELECT f FROM unnest(fresh_ids) AS f)
+            WHERE e.instance_id = h.instance_id AND e.event_id NOT IN (SELECT f.event_id FROM unnest(fresh) AS f)
             ORDER BY e.at_ms DESC, e.state_rank DESC, e.event_id COLLATE "C" DESC
             LIMIT 1
         ) AS last ON true
@@ -249,7 +250,7 @@ BEGIN
     );
 END
 $$;
-REVOKE EXECUTE ON FUNCTION ledger_heads(text[], text[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION ledger_heads(text[], events[]) FROM PUBLIC;
 
 -- Derive the intervals, rollups and claims of newly stored events ("fresh"), everything stored
 -- before them being derived already: where their hosts stood (ledger_heads), then
@@ -257,8 +258,8 @@ REVOKE EXECUTE ON FUNCTION ledger_heads(text[], text[]) FROM PUBLIC;
 CREATE OR REPLACE FUNCTION ledger_derive(fresh events[]) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM ledger_derive_from(fresh, ledger_heads(ARRAY(SELECT DISTINCT f.instance_id FROM unnest(fresh) AS f),
-                                                   ARRAY(SELECT f.event_id FROM unnest(fresh) AS f)));
+    PERFORM ledger_derive_from(fresh,
+                               ledger_heads(ARRAY(SELECT DISTINCT f.instance_id FROM unnest(fresh) AS f), fresh));
 END
 $$;
 REVOKE EXECUTE ON FUNCTION ledger_derive(events[]) FROM PUBLIC;

@@ -55,7 +55,7 @@ BEGIN
     IF EXISTS (SELECT 1 FROM ledger_backfill) THEN
         -- Where each queued host stands, read before the backfill is stored: read after, each
         -- host's last event is found past the backfill's own (ledger_derive: 0.17 s per 100k).
-        heads := ledger_heads(ARRAY(SELECT DISTINCT q.instance_id FROM ledger_backfill AS q), '{}');
+        heads := ledger_heads(ARRAY(SELECT DISTINCT q.instance_id FROM ledger_backfill AS q), '{}'::events[]);
         -- Every queued event, wherever it falls in its host's history (ledger_derive_from derives
         -- a host with a late one again from before it); the first queued of an id wins. Straight
         -- from the queue (an array of it first cost a third of a second per 100k events).
