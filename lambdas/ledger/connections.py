@@ -66,51 +66,71 @@ def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None =
     return checked_url(url_from_secret(text), DATABASE_SECRET_ARN)
 
 
+# What libpq reads differently from the URL's writer when it stands unescaped in a user or password:
+# libpq's URI parser (src/interfaces/libpq/fe-connect.c, conninfo_uri_parse_options, REL_17) takes the
+# user information to the first '@' and only when no '/' comes before it. '?', '#' and ':' after the
+# first one are read as part of the password, so they need no escape.
+MISREAD_IN_USER_INFO = {"/": "%2F", "@": "%40"}
+URL_SCHEMES = ("postgresql", "postgres")
+
+
 def checked_url(url: str, source: str) -> str:
     """``url`` if psycopg's own parser (``conninfo_to_dict``) reads it as written; an InputError naming
     ``source`` otherwise, with the password masked.
 
-    A ``postgresql://`` URL whose user or password holds an ``@`` that is not percent-encoded is read
-    by libpq up to its first ``@``: the rest of the password becomes the host, which then appears in
-    every error. Such a URL is refused before anything connects, and the fix (``%40``) named.
+    A ``postgresql://`` URL whose user or password holds an unescaped ``/`` or ``@`` is read by libpq
+    otherwise than it was written: the password becomes a host, a port or a database name, which then
+    appears in every error. Such a URL is refused before anything connects, and the escape named.
     """
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         raise InputError(
             f"{source}: {masked_url(url)} is not a PostgreSQL URL or conninfo psycopg can read; "
-            "percent-encode any of @ : / ? # in the user or password"
+            "percent-encode any of % @ / in the user or password"
         ) from None
-    scheme, separator, rest = url.partition("://")
-    if separator and scheme.lower() in ("postgresql", "postgres"):
-        authority = rest.split("/", 1)[0].split("?", 1)[0]
-        if authority.count("@") > 1:
-            raise InputError(
-                f"{source}: the user or password in {masked_url(url)} holds an '@' that is not "
-                "percent-encoded; write it as %40"
-            )
+    user_info = _url_user_info(url)
+    misread = [char for char in MISREAD_IN_USER_INFO if user_info is not None and char in user_info]
+    if misread:
+        escapes = " and ".join(f"'{char}' as {MISREAD_IN_USER_INFO[char]}" for char in misread)
+        raise InputError(
+            f"{source}: the user or password in {masked_url(url)} holds a character libpq reads as the "
+            f"end of the user information; percent-encode it: {escapes}"
+        )
     return url
+
+
+def _url_user_info(url: str) -> str | None:
+    """A ``postgresql://`` URL's user information as its writer meant it: all before the *last* ``@``
+    (an unescaped ``@`` or ``/`` in a password is the case that matters); None without one."""
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme not in URL_SCHEMES or "@" not in rest:
+        return None
+    return rest.rpartition("@")[0]
 
 
 def masked_url(url: str) -> str:
     """The URL (or conninfo) as an error may show it: the password replaced by ``***`` whatever it holds.
 
-    A URL's user information runs to its *last* ``@`` before the host (an unescaped ``@`` in the
-    password is the case that matters), and a conninfo's ``password=`` is masked by psycopg's parser.
+    A URL's user information runs to its *last* ``@``, whatever reserved characters (escaped or not)
+    come before it; the user is shown only when it is plain, and the query (which may carry a
+    ``password=``) and fragment never. A conninfo's ``password=`` is masked by psycopg's parser.
     """
     scheme, separator, rest = url.partition("://")
-    if separator:
-        authority, slash, path = rest.partition("/")
-        user_info, at, host = authority.rpartition("@")
-        if at:
-            user = user_info.split(":", 1)[0]
-            return f"{scheme}://{user}:***@{host}{slash}{path.split('?', 1)[0]}"
-        return f"{scheme}://{authority}{slash}{path.split('?', 1)[0]}"
-    try:
-        parts = conninfo_to_dict(url)
-    except psycopg.ProgrammingError:
-        return "(a conninfo psycopg cannot read)"
-    return " ".join(f"{key}={'***' if key == 'password' else value}" for key, value in parts.items())
+    if not separator or scheme not in URL_SCHEMES:  # libpq's own test: uri_prefix_length in fe-connect.c
+        try:
+            parts = conninfo_to_dict(url)
+        except psycopg.ProgrammingError:
+            return "(a conninfo psycopg cannot read)"
+        return " ".join(f"{key}={'***' if key == 'password' else value}" for key, value in parts.items())
+    user_info, at, location = rest.rpartition("@")
+    location = location.split("?", 1)[0].split("#", 1)[0]
+    if not at:
+        return f"{scheme}://{location}"
+    user, colon, _ = user_info.partition(":")
+    if not user or any(char in user for char in "/?#@%"):
+        return f"{scheme}://***@{location}"
+    return f"{scheme}://{user}{':***' if colon else ''}@{location}"
 
 
 def url_from_secret(text: str) -> str:
