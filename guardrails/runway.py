@@ -19,9 +19,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any, Literal, Protocol, get_args
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from guardrails.errors import InputError
 from guardrails.ledger import MS_PER_HOUR, Interval, PriceBook, usd
 
 Period = Literal["day", "week", "month"]
@@ -34,16 +33,6 @@ ADJECTIVE: dict[Period, str] = {"day": "daily", "week": "weekly", "month": "mont
 
 
 DEFAULT_TIMEZONE = "UTC"
-
-
-def time_zone(name: str, field: str) -> ZoneInfo:
-    """The IANA time zone ``name``; an unknown one is an error naming ``field`` and an example."""
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InputError(
-            f"{field}: {name!r} is not an IANA time zone (for example Europe/Berlin, America/New_York or UTC)"
-        ) from None
 
 
 def period_bounds(period: Period, now: datetime, zone: str = DEFAULT_TIMEZONE) -> tuple[datetime, datetime]:

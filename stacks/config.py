@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import zoneinfo
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -27,6 +26,7 @@ from guardrails.pricing import load_price_table
 from guardrails.schedules import eventbridge_cron
 from guardrails.settings import process_variable
 from guardrails.settings_table import AGENT_IDLE_AFTER, REVISION
+from guardrails.time_zones import zone_problem
 from stacks.guardrails_config import GuardrailsConfig, guardrails_config
 from stacks.kubernetes_config import KubernetesConfig, parse_kubernetes
 from stacks.service_config import (
@@ -369,12 +369,9 @@ def _nightly(root: Section, pools: dict[str, GpuPoolConfig], project_dir: Path) 
         except InputError as error:
             section.problems.add(section.at("cron"), str(error).removeprefix("nightly.cron: "))
     timezone = section.string("timezone", "UTC", hint="an IANA time zone such as Europe/Berlin")
-    try:
-        zoneinfo.ZoneInfo(timezone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        section.problems.add(
-            section.at("timezone"), f'"{timezone}" is not an IANA time zone such as Europe/Berlin or UTC'
-        )
+    zone_error = zone_problem(timezone)
+    if zone_error is not None:
+        section.problems.add(section.at("timezone"), zone_error)
     capacity = section.integer("capacity", minimum=1)
     if pool is not None and capacity > pool.capacity.max:
         section.problems.add(

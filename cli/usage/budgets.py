@@ -90,7 +90,8 @@ def parse_budget(
     timezone: str | None = "UTC",
 ) -> Budget:  # fmt: skip
     """A Budget from the flags; every problem is reported at once."""
-    from guardrails.runway import ACTIONS, PERIODS, Budget, time_zone
+    from guardrails.runway import ACTIONS, PERIODS, Budget
+    from guardrails.time_zones import time_zone
 
     period, soft, actions, timezone = period or "month", soft or "", actions or "", timezone or "UTC"
     problems = []

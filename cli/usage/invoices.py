@@ -86,7 +86,8 @@ def report_window(
 ) -> tuple[datetime, datetime, datetime]:
     """``[start, end)`` of the report and the end of the month it starts in (for the forecast); months
     are the budgets' own (guardrails.runway.period_bounds) in ``zone``."""
-    from guardrails.runway import period_bounds, time_zone
+    from guardrails.runway import period_bounds
+    from guardrails.time_zones import time_zone
 
     zone = zone or "UTC"
     where = time_zone(zone, "--timezone")

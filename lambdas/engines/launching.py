@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from guardrails import names, tags
 from guardrails.closed_days import ClosedDays, parse_closed_days
@@ -39,6 +39,7 @@ from guardrails.hosts import as_utc
 from guardrails.launch import BudgetGate, LaunchDecision, PoolState, decide_launch
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
+from guardrails.time_zones import zone_problem
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory, container_settings, ledger_configured
@@ -258,9 +259,7 @@ def parse_event(event: Mapping[str, Any]) -> LaunchEvent:
     if calendar is not None and (not isinstance(calendar, str) or not calendar.startswith("/")):
         raise ValueError(f"calendar must name an SSM parameter (/parkbrake/<stack>/...), not {calendar!r}")
     timezone = event.get("timezone", "UTC")
-    try:
-        ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):  # OSError: a name no file can have
+    if zone_problem(timezone) is not None:
         raise ValueError(
             f"timezone must be an IANA time zone such as Europe/Berlin, not {timezone!r}"
         ) from None

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
@@ -20,6 +20,7 @@ from guardrails import names
 from guardrails.closed_days import ClosedDays, next_open
 from guardrails.errors import InputError
 from guardrails.schedules import eventbridge_cron_to_five_fields
+from guardrails.time_zones import zone_problem
 
 if TYPE_CHECKING:
     from guardrails.launch import BudgetGate, LaunchDecision
@@ -147,10 +148,9 @@ def next_occurrence(
         elapsed = (now - anchor).total_seconds()
         periods = max(0, int(elapsed // period) + 1)
         return (anchor + timedelta(seconds=periods * period)).astimezone(UTC)
-    try:
-        zone = ZoneInfo(timezone or "UTC")
-    except (ZoneInfoNotFoundError, ValueError):
+    if zone_problem(timezone or "UTC") is not None:
         return None
+    zone = ZoneInfo(timezone or "UTC")
     if expression.startswith("cron("):
         five_fields = eventbridge_cron_to_five_fields(expression)
         if not croniter.is_valid(five_fields):

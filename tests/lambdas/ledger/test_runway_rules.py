@@ -19,8 +19,8 @@ from guardrails.runway import (
     period_start,
     refusal,
     runway_totals,
-    time_zone,
 )
+from guardrails.time_zones import time_zone
 
 NOW = datetime(2025, 5, 7, 15, 30, tzinfo=UTC)  # a Wednesday
 
