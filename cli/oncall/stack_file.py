@@ -215,16 +215,53 @@ def _write_atomically(path: Path, text: str) -> None:
 
     A stack file that is a symbolic link (into a shared config repository, say) is edited where the
     link points: the rename lands on the target, in the target's directory, and the link stays a
-    link. The file keeps its permission bits.
+    link. The file keeps its permission bits. A file with other hard links is written in place
+    instead (:func:`_write_in_place`): a rename would give this name a new file and leave the other
+    names with the old text, silently.
     """
     path = path.resolve(strict=True) if path.is_symlink() else path
-    mode = path.stat().st_mode & 0o7777
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    status = path.stat()
+    temporary = _complete_copy_beside(path, text.encode("utf-8"), status.st_mode & 0o7777)
     try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(text.encode("utf-8"))
-        os.chmod(temporary, mode)
-        os.replace(temporary, path)
+        if status.st_nlink > 1:
+            _write_in_place(path, text.encode("utf-8"), temporary)
+            Path(temporary).unlink()
+        else:
+            os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _complete_copy_beside(path: Path, data: bytes, mode: int) -> str:
+    """The new text, whole and on disk, in a temporary file in ``path``'s directory."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return temporary
+
+
+def _write_in_place(path: Path, data: bytes, copy: str) -> None:
+    """Overwrite the file's own bytes (same inode, so every hard link sees the edit), then cut it to
+    the new length and flush it to disk. A stack file is a few KiB: one ``write`` of it; should it
+    fail part way, the complete new text is kept in ``copy`` and the error names it."""
+    try:
+        with path.open("r+b") as handle:
+            handle.write(data)
+            handle.truncate(len(data))
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:
+        kept = Path(copy).with_name(f"{path.name}.parkbrake-edit")
+        os.replace(copy, kept)
+        raise InputError(
+            f"{path} has {path.stat().st_nlink} hard links and could not be rewritten in place "
+            f"({error.strerror}); the edited text is in {kept}: copy it over {path.name}"
+        ) from None

@@ -230,3 +230,45 @@ def test_an_edit_keeps_the_files_mode(tmp_path: Path) -> None:
     set_config_value(path, "parkbrake:parked", True)
     assert path.stat().st_mode & 0o7777 == 0o600
     assert "parkbrake:parked: true" in path.read_text()
+
+
+def test_park_edits_a_hard_linked_stack_file_in_place_so_every_name_sees_it(
+    project: Path, tmp_path: Path
+) -> None:
+    """A rename would give Pulumi.<stack>.yaml a new inode and leave the other name with the old text;
+    the file is written in place instead, and keeps its mode and inode."""
+    path = project / f"Pulumi.{STACK}.yaml"
+    shared = tmp_path / "shared-config"
+    shared.mkdir()
+    other_name = shared / f"{STACK}.yaml"
+    other_name.hardlink_to(path)
+    path.chmod(0o640)
+    original, inode = path.read_bytes(), path.stat().st_ino
+
+    parked = invoke("park", "--yes", "--stack", STACK, "--project-dir", str(project))
+
+    assert parked.exit_code == 0, parked.output
+    edited = original.replace(b"parkbrake:parked: false", b"parkbrake:parked: true", 1)
+    assert path.read_bytes() == edited
+    assert other_name.read_bytes() == edited
+    assert path.stat().st_ino == other_name.stat().st_ino == inode
+    assert path.stat().st_nlink == 2
+    assert path.stat().st_mode & 0o7777 == 0o640
+    assert sorted(entry.name for entry in project.iterdir() if entry.name.startswith(".Pulumi")) == []
+
+    unparked = invoke("unpark", "--yes", "--stack", STACK, "--project-dir", str(project))
+
+    assert unparked.exit_code == 0, unparked.output
+    assert other_name.read_bytes() == original  # shorter again: the old tail is cut, not left behind
+
+
+def test_a_file_with_one_name_is_still_replaced_whole_by_a_rename(tmp_path: Path) -> None:
+    path = tmp_path / "Pulumi.dev.yaml"
+    path.write_text("config:\n  parkbrake:parked: false\n")
+    inode = path.stat().st_ino
+    held_open = path.open("rb")  # keeps the old inode alive, so its number cannot be reused
+    set_config_value(path, "parkbrake:parked", True)
+    assert path.stat().st_ino != inode
+    assert held_open.read() == b"config:\n  parkbrake:parked: false\n"  # a reader sees the old file whole
+    held_open.close()
+    assert path.read_text() == "config:\n  parkbrake:parked: true\n"
