@@ -325,6 +325,11 @@ def main() -> None:
         "--compare", type=Path, default=None, help="another checkout of the repository to measure against"
     )
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds with --compare")
+    parser.add_argument(
+        "--fairness", action="store_true", help="only another tenant's latency under one tenant's retry storm"
+    )
+    parser.add_argument("--long-inputs", type=int, default=256, help="inputs of the storm's long request")
+    parser.add_argument("--largest", action="store_true", help="only the largest request the ceiling admits")
     arguments = parser.parse_args()
     gap = arguments.gap_ms / 1000
     with tempfile.TemporaryDirectory() as folder, database() as database_url:
@@ -333,6 +338,9 @@ def main() -> None:
         connections = SingleConnection(database_url)
         api_key = ApiKeyStore(connections).create("bench", datetime.now(UTC)).key
         connections.close()
+        if arguments.fairness or arguments.largest:
+            print(json.dumps(fairness_and_largest(arguments, database_url, onnx_file), indent=2))
+            return
         embedder = Embedder.load(onnx_file)
         if arguments.compare is not None:
             print(
@@ -369,6 +377,33 @@ def main() -> None:
         )
         figures["load_average_at_end"] = os.getloadavg()[0]
     print(json.dumps(figures, indent=2))
+
+
+def fairness_and_largest(arguments: argparse.Namespace, database_url: str, onnx_file: Path) -> dict[str, Any]:
+    """``--fairness`` (this service, and ``--compare``'s when given) and ``--largest``
+    (benchmarks/inference_fairness.py)."""
+    from benchmarks.inference_fairness import fairness, largest
+    from services.inference.settings import INTEGERS
+
+    connections = SingleConnection(database_url)
+    keys = ApiKeyStore(connections)
+    retrying, other = (keys.create(tenant, datetime.now(UTC)).key for tenant in ("retrying", "other"))
+    connections.close()
+    figures: dict[str, Any] = {"cpus": os.cpu_count()}
+    checkouts = {"this": None} | ({"baseline": arguments.compare.resolve()} if arguments.compare else {})
+    for label, checkout in checkouts.items():
+        with service(database_url, onnx_file, checkout=checkout) as endpoints:
+            if arguments.fairness:
+                figures[f"fairness_{label}"] = fairness(
+                    endpoints.url,
+                    retrying,
+                    other,
+                    samples=arguments.samples,
+                    long_inputs=arguments.long_inputs,
+                )
+            if arguments.largest and checkout is None:
+                figures["largest_request"] = largest(endpoints.url, other, INTEGERS["MAX_REQUEST_TOKENS"])
+    return figures
 
 
 def redis_overhead(

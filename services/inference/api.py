@@ -113,6 +113,34 @@ class Caller:
     api_key: str = field(default="", repr=False)
 
 
+@dataclass(frozen=True)
+class Run:
+    """A request admitted to the model: its tenant and body and, with an ``Idempotency-Key``, the claim
+    it holds. The server runs it in a worker once the tenant has a free slot."""
+
+    tenant: str
+    body: bytes
+    scope: Scope | None = None
+    owner: Any = None
+    # The LeaseKeeper's token: the claim is renewed from the moment it is won, so a request that
+    # waits for its tenant's slot longer than a lease does not lose its claim to a retry meanwhile.
+    held: int | None = None
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A request whose ``Idempotency-Key`` another request holds and is running: it waits for that
+    one's response off the workers (the server sleeps on its event loop between polls of the store)."""
+
+    scope: Scope
+    fingerprint: str
+    body: bytes
+    claim: Claim
+
+
+Admitted = Response | Run | Waiting
+
+
 class VerifiedKeys:
     """API keys found valid in the last ``VERIFIED_FOR_SECONDS``, by their hash: tenant and key id."""
 
@@ -276,9 +304,24 @@ class EmbeddingsApi:
         return Caller(tenant, key_id, key, api_key)
 
     def serve(self, caller: Caller, request: Request) -> Response:
-        """The whole body has arrived: the idempotency layer (with a key), then the model."""
+        """The whole body has arrived: :meth:`admit`, waiting in this thread while another request
+        holds the key, then :meth:`run`. The HTTP server does the same steps but waits on its event
+        loop, so a waiting request holds no worker."""
+        outcome = self.admit(caller, request)
+        intervals = iter(wait_intervals(self.settings.wait))
+        while isinstance(outcome, Waiting):
+            interval = next(intervals, None)
+            if interval is None:
+                return self.gave_up(outcome)
+            self._sleep(interval)
+            outcome = self.poll(outcome)
+        return outcome if isinstance(outcome, Response) else self.run(outcome)
+
+    def admit(self, caller: Caller, request: Request) -> Admitted:
+        """The idempotency layer's way in (one round trip): a final response (a replay, 401, 422, 400),
+        a :class:`Run`, or a :class:`Waiting` when another request holds the key."""
         if caller.idempotency_key is None:
-            return self._run(request.body, caller.tenant)
+            return Run(caller.tenant, request.body)
         endpoint = f"{request.method} {request.path}"
         try:
             request_fingerprint = fingerprint(request.method, request.path, request.body)
@@ -298,7 +341,35 @@ class EmbeddingsApi:
             self.verified.forget(caller.api_key)
             return _unauthorized()
         scope = Scope(admission.tenant, endpoint, caller.idempotency_key)
-        return self._idempotent(scope, request_fingerprint, request.body, admission.claim)
+        return self._claimed(scope, request_fingerprint, request.body, admission.claim)
+
+    def poll(self, waiting: Waiting) -> Admitted:
+        """The key's claim again (one round trip): the stored response, the claim itself when the
+        holder's lease lapsed, or still :class:`Waiting`."""
+        claim = self._store.claim(waiting.scope, waiting.fingerprint, self._now())
+        return self._claimed(waiting.scope, waiting.fingerprint, waiting.body, claim)
+
+    def gave_up(self, waiting: Waiting) -> Response:
+        """409 once ``PARKBRAKE_INFERENCE_WAIT`` has passed with the key still running elsewhere."""
+        scope, claim = waiting.scope, waiting.claim
+        self.metrics.conflicts.labels(scope.tenant, "in_progress").inc()
+        left = (claim.lease_until - self._now()).total_seconds() if claim.lease_until else 1.0
+        retry = str(max(1, min(math.ceil(left), math.ceil(self.settings.wait.total_seconds()))))
+        message = f"a request with {HEADER} {scope.key!r} is still running; retry after {retry}s"
+        return Response.error(409, message, "idempotency_key_in_use", Retry_After=retry)
+
+    def run(self, work: Run) -> Response:
+        """The model (blocking): under the request's claim when it has one."""
+        if work.scope is None or work.held is None:
+            return self._run(work.body, work.tenant)
+        return self._run_claimed(work.scope, work.owner, work.held, work.body)
+
+    def abandon(self, work: Run) -> None:
+        """A claimed request that will not run (its server gave up on it before the model): the claim
+        is released at once, so a retry runs it rather than waiting for the lease to lapse."""
+        if work.scope is not None and work.held is not None:
+            self.leases.drop(work.held)
+            self._store.release(work.scope, work.owner)
 
     def _rate_limited(self, tenant: str, key_id: str) -> Response | None:
         """A 429 once the key is past its rate: before the idempotency layer, and never stored."""
@@ -309,35 +380,26 @@ class EmbeddingsApi:
         message = f"rate limit of {self.settings.rate_limit} requests/s per key reached; retry after {wait}s"
         return Response.error(429, message, "rate_limit_exceeded", Retry_After=str(wait))
 
-    def _idempotent(self, scope: Scope, request_fingerprint: str, body: bytes, claim: Claim) -> Response:
-        intervals = iter(wait_intervals(self.settings.wait))
-        while True:
-            if claim.outcome is Outcome.CLAIMED:
-                assert claim.owner is not None
-                return self._run_claimed(scope, claim.owner, body)
-            if claim.outcome is Outcome.REPLAY:
-                assert claim.response is not None
-                self.metrics.replays.labels(scope.tenant).inc()
-                stored = claim.response
-                return Response(stored.status, stored.body, stored.headers | {REPLAYED_HEADER: "true"})
-            if claim.outcome is Outcome.MISMATCH:
-                self.metrics.conflicts.labels(scope.tenant, "fingerprint_mismatch").inc()
-                message = f"{HEADER} {scope.key!r} was used with a different request; use a new key for a new request"
-                return Response.error(422, message, "idempotency_key_reused")
-            interval = next(intervals, None)
-            if interval is None:
-                self.metrics.conflicts.labels(scope.tenant, "in_progress").inc()
-                left = (claim.lease_until - self._now()).total_seconds() if claim.lease_until else 1.0
-                retry = str(max(1, min(math.ceil(left), math.ceil(self.settings.wait.total_seconds()))))
-                message = f"a request with {HEADER} {scope.key!r} is still running; retry after {retry}s"
-                return Response.error(409, message, "idempotency_key_in_use", Retry_After=retry)
-            self._sleep(interval)
-            claim = self._store.claim(scope, request_fingerprint, self._now())
+    def _claimed(self, scope: Scope, request_fingerprint: str, body: bytes, claim: Claim) -> Admitted:
+        if claim.outcome is Outcome.CLAIMED:
+            assert claim.owner is not None
+            return Run(scope.tenant, body, scope, claim.owner, self.leases.hold(scope, claim.owner))
+        if claim.outcome is Outcome.REPLAY:
+            assert claim.response is not None
+            self.metrics.replays.labels(scope.tenant).inc()
+            stored = claim.response
+            return Response(stored.status, stored.body, stored.headers | {REPLAYED_HEADER: "true"})
+        if claim.outcome is Outcome.MISMATCH:
+            self.metrics.conflicts.labels(scope.tenant, "fingerprint_mismatch").inc()
+            message = (
+                f"{HEADER} {scope.key!r} was used with a different request; use a new key for a new request"
+            )
+            return Response.error(422, message, "idempotency_key_reused")
+        return Waiting(scope, request_fingerprint, body, claim)
 
-    def _run_claimed(self, scope: Scope, owner: Any, body: bytes) -> Response:
-        # Renewed while the pass runs and until the response is stored (after sending), so a
-        # concurrent retry waits for this result instead of taking the claim over and running again.
-        held = self.leases.hold(scope, owner)
+    def _run_claimed(self, scope: Scope, owner: Any, held: int, body: bytes) -> Response:
+        # Renewed (since the claim was won) while the pass runs and until the response is stored
+        # (after sending), so a concurrent retry waits for this result instead of running it again.
         try:
             response = self._run(body, scope.tenant)
         except BaseException:
@@ -384,19 +446,16 @@ class EmbeddingsApi:
             inputs, encoding = parse_embeddings_request(body, self.settings.max_inputs)
         except BadRequest as error:
             return Response.error(error.status, str(error), error.kind, param=error.param)
-        embedder = self._embedder()
         ceiling = self.settings.max_request_tokens
-        # Each input is truncated at MAX_TOKENS, so only a request of many inputs can pass the ceiling:
-        # the others are not tokenized twice.
-        if len(inputs) * MAX_TOKENS > ceiling:
-            tokens = embedder.count_tokens(inputs)
-            if tokens > ceiling:
-                message = (
-                    f"input has {tokens} tokens (after truncation at {MAX_TOKENS} per input); at most "
-                    f"{ceiling} per request (PARKBRAKE_INFERENCE_MAX_REQUEST_TOKENS): split it into "
-                    "several requests"
-                )
-                return Response.error(400, message, "invalid_request_error", param="input")
+        most = most_tokens(inputs)
+        if most > ceiling:  # decided from the texts' lengths: refusing costs no tokenizing
+            message = (
+                f"input may hold up to {most} tokens (one per byte of text and two per input, at most "
+                f"{MAX_TOKENS} per input after truncation); at most {ceiling} per request "
+                "(PARKBRAKE_INFERENCE_MAX_REQUEST_TOKENS): split it into several requests"
+            )
+            return Response.error(400, message, "invalid_request_error", param="input")
+        embedder = self._embedder()
         started = time.perf_counter()
         size = self.settings.batch_size
         # Batches of a configured size: memory and a pass's length are bounded by a batch, and
@@ -413,6 +472,21 @@ class EmbeddingsApi:
         tokens = sum(result.tokens for result in results)
         usage = {"prompt_tokens": tokens, "total_tokens": tokens}
         return Response.json(200, {"object": "list", "data": data, "model": MODEL_NAME, "usage": usage})
+
+
+# [CLS] and [SEP], which the tokenizer adds to every input.
+SPECIAL_TOKENS = 2
+
+
+def most_tokens(inputs: list[str]) -> int:
+    """The most tokens ``inputs`` can make, from their lengths alone: BERT's WordPiece tokens each
+    cover at least one character of the normalised text, which has no more characters than the text
+    has UTF-8 bytes (the normaliser only lower-cases and strips accents: tokenizer.json's
+    BertNormalizer), plus the two special tokens; at most MAX_TOKENS an input after truncation."""
+    return sum(
+        min(MAX_TOKENS, (len(text) if text.isascii() else len(text.encode())) + SPECIAL_TOKENS)
+        for text in inputs
+    )
 
 
 def _unauthorized() -> Response:

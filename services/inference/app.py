@@ -8,8 +8,11 @@ that does not arrive whole (the client hung up, stalled, or sent fewer bytes tha
 never processed: no claim is taken and nothing is stored under its key, so the full retry runs.
 
 The database and the model are blocking calls; they run in worker threads, at most
-``PARKBRAKE_INFERENCE_WORKERS`` at once (the total concurrency bound). A request waiting for its
-headers, body or a worker holds no thread.
+``PARKBRAKE_INFERENCE_WORKERS`` at once (the total concurrency bound), and at most
+``PARKBRAKE_INFERENCE_TENANT_WORKERS`` model runs of one tenant (services/inference/fairness.py). A
+request waiting for its headers, its body, a worker, its tenant's slot, or the response of another
+request holding its ``Idempotency-Key`` holds no thread: it waits on the event loop (the last polls
+the store in a worker between sleeps, one round trip each).
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from starlette.responses import Response as StarletteResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from guardrails.idempotency import wait_intervals
 from lambdas.ledger.connections import LedgerUnavailable
-from services.inference.api import EMBEDDINGS_PATH, MODEL_ALIASES, Caller, Request, Response
+from services.inference.api import EMBEDDINGS_PATH, MODEL_ALIASES, Caller, Request, Response, Run, Waiting
 from services.inference.model import MODEL_NAME
 
 if TYPE_CHECKING:
     from services.inference.api import EmbeddingsApi
+    from services.inference.fairness import TenantSlots
     from services.inference.metrics import ServiceMetrics
     from services.inference.settings import ServiceSettings
 
@@ -48,6 +53,7 @@ class InferenceServer(Protocol):
     draining: bool
     workers: anyio.CapacityLimiter
     completions: anyio.CapacityLimiter
+    tenant_slots: TenantSlots
 
     @property
     def loaded(self) -> bool: ...
@@ -132,11 +138,56 @@ class Embeddings:
                 408, f"the body did not arrive whole within {server.settings.body_timeout}", "request_timeout"
             ), False
         request = Request("POST", EMBEDDINGS_PATH, headers, body)
-        return await self._in_worker(server.api.serve, caller, request), True
+        return await self._serve(caller, request), True
 
-    async def _in_worker(self, work: Callable[..., Response | Caller], *arguments: Any) -> Any:
+    async def _serve(self, caller: Caller, request: Request) -> Response:
+        """The idempotency layer's way in (a worker, one round trip), the wait for another request
+        holding the key (on the event loop), then the model (a worker, once the tenant has a slot)."""
+        api = self.server.api
+        outcome = await self._in_worker(api.admit, caller, request)
+        if isinstance(outcome, Waiting):
+            outcome = await self._wait_for_holder(outcome)
+        if not isinstance(outcome, Run):
+            return outcome
+        ran = False
         try:
-            return await anyio.to_thread.run_sync(work, *arguments, limiter=self.server.workers)
+            async with self.server.tenant_slots.hold(outcome.tenant):
+                ran = True
+                return await self._in_worker(api.run, outcome)
+        finally:
+            if not ran:  # cancelled while waiting for a slot: the retry must not wait out the lease
+                with anyio.CancelScope(shield=True):
+                    await self._in_worker(api.abandon, outcome)
+
+    async def _wait_for_holder(self, waiting: Waiting) -> Any:
+        """Polls the store (10 ms doubling to 200 ms, for PARKBRAKE_INFERENCE_WAIT) until the request
+        holding the key has stored its response; sleeps on the event loop in between, so a storm of
+        retries of one long request holds no worker. 409 once the wait is over."""
+        gauge = self.server.metrics.waiting.labels("idempotency_key")
+        gauge.inc()
+        try:
+            outcome: Any = waiting
+            for interval in wait_intervals(self.server.settings.wait):
+                await anyio.sleep(interval)
+                outcome = await self._in_worker(self.server.api.poll, outcome)
+                if not isinstance(outcome, Waiting):
+                    return outcome
+            return self.server.api.gave_up(outcome)
+        finally:
+            gauge.dec()
+
+    async def _in_worker(self, work: Callable[..., Any], *arguments: Any) -> Any:
+        busy = self.server.metrics.busy_workers
+
+        def counted() -> Any:
+            busy.inc()
+            try:
+                return work(*arguments)
+            finally:
+                busy.dec()
+
+        try:
+            return await anyio.to_thread.run_sync(counted, limiter=self.server.workers)
         except Exception as error:
             return _failure(error)
 

@@ -79,6 +79,18 @@ class ServiceMetrics:
         self.in_flight = Gauge(
             "parkbrake_inference_in_flight_requests", "Requests being served now.", registry=self.registry
         )
+        self.busy_workers = Gauge(
+            "parkbrake_inference_busy_workers",
+            "Worker threads doing a request's database or model work now (at most WORKERS).",
+            registry=self.registry,
+        )
+        self.waiting = Gauge(
+            "parkbrake_inference_waiting_requests",
+            "Requests waiting on the event loop, holding no worker: for the response of another request "
+            "with their Idempotency-Key (idempotency_key), or for a slot of their tenant's (tenant_slot).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.swept = Counter(
             "parkbrake_inference_idempotency_swept",
             "Stored responses deleted after their retention.",

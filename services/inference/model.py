@@ -63,12 +63,6 @@ class Embedder:
         (vectors,) = self._session.run(["sentence_embedding"], {"input_ids": ids, "attention_mask": mask})
         return Embeddings(vectors=vectors, tokens=int(mask.sum()))
 
-    def count_tokens(self, texts: list[str]) -> int:
-        """The tokens ``embed`` would count for ``texts`` (after truncation), without running the model."""
-        with self._tokenizer_lock:
-            encoded = self._tokenizer.encode_batch(texts)
-        return sum(sum(item.attention_mask) for item in encoded)
-
     def warm(self) -> None:
         """One pass so the first request does not pay for allocation and kernel selection."""
         self.embed(["warm-up"])

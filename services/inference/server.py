@@ -29,6 +29,7 @@ from guardrails.errors import ParkbrakeError
 from lambdas.ledger.connections import Connections, LedgerUnavailable, PooledConnections, database_url
 from services.inference.api import EmbeddingsApi
 from services.inference.app import api_app, by_port, metrics_app
+from services.inference.fairness import TenantSlots
 from services.inference.idempotency import IdempotencyStore, PostgresIdempotencyStore
 from services.inference.keys import ApiKeyStore
 from services.inference.metrics import ServiceMetrics
@@ -104,6 +105,7 @@ class InferenceServer:
         # Storing a sent response has threads of its own: requests waiting for that very response
         # (a retry racing the original) may hold every worker, and must not keep it from being stored.
         self.completions = anyio.CapacityLimiter(settings.workers)
+        self.tenant_slots = TenantSlots(settings.tenant_workers, self.metrics.waiting.labels("tenant_slot"))
         config = uvicorn.Config(
             by_port(api_app(self), metrics_app(self), lambda: self.metrics_port),
             http=protocol_for(

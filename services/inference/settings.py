@@ -43,6 +43,9 @@ INTEGERS = {
     "BATCH_SIZE": 32,  # inputs per model run: a request's memory is bounded by a batch, not its size
     "MAX_REQUEST_TOKENS": 300_000,  # tokens (after truncation) per request, OpenAI's limit
     "WORKERS": 32,  # requests doing database or model work at once; more wait their turn
+    # Model runs one tenant may have at once (at most WORKERS): the rest of its requests wait on the
+    # event loop, holding no worker, so other tenants always find workers free.
+    "TENANT_WORKERS": 8,
     "MAX_CONNECTIONS": 1024,  # open connections; past it a new one gets 503 and is closed
     "METRICS_PORT": 9464,  # /metrics only, never behind the load balancer; 0 picks a free port
 }
@@ -70,6 +73,7 @@ class ServiceSettings:
     batch_size: int = 32
     max_request_tokens: int = 300_000
     workers: int = 32
+    tenant_workers: int = 8
     max_connections: int = 1024
     metrics_port: int = 9464
     header_timeout: timedelta = timedelta(seconds=10)
@@ -136,6 +140,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
         batch_size=integers["BATCH_SIZE"],
         max_request_tokens=integers["MAX_REQUEST_TOKENS"],
         workers=integers["WORKERS"],
+        tenant_workers=min(integers["TENANT_WORKERS"], integers["WORKERS"]),
         max_connections=integers["MAX_CONNECTIONS"],
         metrics_port=integers["METRICS_PORT"],
         header_timeout=durations["HEADER_TIMEOUT"],
