@@ -72,6 +72,7 @@ from tests.postgres import postgres_url
 from tests.services.inference.redis_server import SERVERS, redis_server
 
 BENCH_DATABASE = "parkbrake_bench_inference"
+REPOSITORY = Path(__file__).resolve().parents[1]
 SENTENCE = "The sweep stopped the GPU host at its deadline and the ledger billed 90 seconds."
 
 
@@ -142,7 +143,9 @@ def service(
             "PARKBRAKE_INFERENCE_METRICS_PORT": "0",
             "PARKBRAKE_REVISION": "bench",
         }
-        | ({"PYTHONPATH": str(checkout)} if checkout is not None else {})
+        # This checkout's code when none is given: the console script alone would import the copy
+        # the virtual environment was installed from, which need not be this one (a git worktree).
+        | {"PYTHONPATH": str(checkout if checkout is not None else REPOSITORY)}
     )
     script = Path(sys.executable).with_name("parkbrake-inference")
     pinned = ["taskset", "--cpu-list", str(cpu)] if cpu is not None else []

@@ -28,8 +28,9 @@ from services.inference.api import most_tokens
 from services.inference.model import MAX_TOKENS
 
 SENTENCE = "The sweep stopped the GPU host at its deadline and the ledger billed 90 seconds."
-# 254 bytes of words: 256 tokens after truncation (and 256 by most_tokens' bound).
-LONG_TEXT = ("accelerator budget ledger " * 12)[:254]
+# 254 bytes, 256 tokens (each letter and comma is one, with [CLS] and [SEP]): as long as an input
+# runs, and as many tokens as most_tokens' bound gives it.
+LONG_TEXT = "a," * 127
 RETRIES = 35
 
 
@@ -73,7 +74,7 @@ def fairness(
     load_before = os.getloadavg()[0]
     unloaded = one_sentence_series(url, other_key, samples)
     done = threading.Event()
-    key, long_request = str(uuid.uuid4()), [f"{LONG_TEXT} {n}" for n in range(long_inputs)]
+    key, long_request = str(uuid.uuid4()), [LONG_TEXT] * long_inputs
     statuses: list[int] = []
 
     def original() -> None:
@@ -122,7 +123,7 @@ def fairness(
 
 def largest(url: str, api_key: str, ceiling: int) -> dict[str, Any]:
     """One request of the largest size the token ceiling admits, end to end."""
-    inputs = [f"{LONG_TEXT} {n}"[:254] for n in range(ceiling // MAX_TOKENS)]
+    inputs = [LONG_TEXT] * (ceiling // MAX_TOKENS)
     assert most_tokens(inputs) <= ceiling < most_tokens([*inputs, LONG_TEXT])
     load_before = os.getloadavg()[0]
     status, seconds = send(url, api_key, inputs)

@@ -28,6 +28,7 @@ from guardrails.idempotency import (
     parse_key,
     wait_intervals,
 )
+from services.inference.fairness import LONG_RUN_TOKENS, LongRuns
 from services.inference.idempotency import (
     Claim,
     IdempotencyStore,
@@ -40,7 +41,7 @@ from services.inference.idempotency import (
 from services.inference.keys import ApiKeyStore, key_hash
 from services.inference.leases import LeaseKeeper
 from services.inference.metrics import ServiceMetrics
-from services.inference.model import MAX_TOKENS, MODEL_NAME, Embedder
+from services.inference.model import MAX_TOKENS, MODEL_NAME, Embedder, Embeddings
 from services.inference.ratelimit import RateLimiter
 from services.inference.settings import ServiceSettings
 
@@ -247,6 +248,7 @@ class EmbeddingsApi:
         self._limiter = RateLimiter(settings.rate_limit, settings.burst)
         self.leases = LeaseKeeper(store, settings.lease.lease, metrics, now)
         self.verified = VerifiedKeys()
+        self.long_runs = LongRuns(settings.workers)
 
     def handle(self, request: Request) -> Response:
         """The whole request at once: :meth:`authorize`, then :meth:`serve`."""
@@ -458,9 +460,13 @@ class EmbeddingsApi:
         embedder = self._embedder()
         started = time.perf_counter()
         size = self.settings.batch_size
-        # Batches of a configured size: memory and a pass's length are bounded by a batch, and
-        # padding is to the longest input of its batch, not of the whole request.
-        results = [embedder.embed(inputs[start : start + size]) for start in range(0, len(inputs), size)]
+
+        def batches() -> list[Embeddings]:
+            # Batches of a configured size: memory and a pass's length are bounded by a batch, and
+            # padding is to the longest input of its batch, not of the whole request.
+            return [embedder.embed(inputs[start : start + size]) for start in range(0, len(inputs), size)]
+
+        results = self.long_runs.run(batches) if most > LONG_RUN_TOKENS else batches()
         elapsed = time.perf_counter() - started
         self.metrics.model_passes.inc()
         self.metrics.gpu_seconds.labels(tenant, embedder.device).inc(elapsed)

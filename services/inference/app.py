@@ -39,6 +39,7 @@ from services.inference.model import MODEL_NAME
 if TYPE_CHECKING:
     from services.inference.api import EmbeddingsApi
     from services.inference.fairness import TenantSlots
+    from services.inference.idempotency import Scope as KeyScope
     from services.inference.metrics import ServiceMetrics
     from services.inference.settings import ServiceSettings
 
@@ -84,6 +85,10 @@ class Embeddings:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
+        # The keys this host's requests hold and are running, each with the event set once its
+        # response is stored (or the claim released): a retry that finds its key held here waits on
+        # it instead of polling the store.
+        self._running: dict[KeyScope, anyio.Event] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
@@ -97,8 +102,9 @@ class Embeddings:
             )
             return await self._send(send, refusal, started, close=True)
         then: Callable[[], None] | None = None
+        holding: list[KeyScope] = []  # the key this request claimed, once it has
         try:
-            response, body_read = await self._respond(scope, receive)
+            response, body_read = await self._respond(scope, receive, holding)
             then = response.then
             await self._send(send, response, started, close=not body_read)
         finally:
@@ -106,9 +112,13 @@ class Embeddings:
                 if then is not None:  # also when the client hung up first: its retry gets the replay
                     await anyio.to_thread.run_sync(self._after_sending, then, limiter=server.completions)
             finally:
+                for key_scope in holding:  # stored or released now: the retries waiting here may read it
+                    self._running.pop(key_scope, anyio.Event()).set()
                 server.leave()
 
-    async def _respond(self, scope: Scope, receive: Receive) -> tuple[Response, bool]:
+    async def _respond(
+        self, scope: Scope, receive: Receive, holding: list[KeyScope]
+    ) -> tuple[Response, bool]:
         """The response, and whether the request's body was read whole (else the connection closes)."""
         server = self.server
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
@@ -138,9 +148,9 @@ class Embeddings:
                 408, f"the body did not arrive whole within {server.settings.body_timeout}", "request_timeout"
             ), False
         request = Request("POST", EMBEDDINGS_PATH, headers, body)
-        return await self._serve(caller, request), True
+        return await self._serve(caller, request, holding), True
 
-    async def _serve(self, caller: Caller, request: Request) -> Response:
+    async def _serve(self, caller: Caller, request: Request, holding: list[KeyScope]) -> Response:
         """The idempotency layer's way in (a worker, one round trip), the wait for another request
         holding the key (on the event loop), then the model (a worker, once the tenant has a slot)."""
         api = self.server.api
@@ -149,6 +159,9 @@ class Embeddings:
             outcome = await self._wait_for_holder(outcome)
         if not isinstance(outcome, Run):
             return outcome
+        if outcome.scope is not None:
+            self._running[outcome.scope] = anyio.Event()
+            holding.append(outcome.scope)
         ran = False
         try:
             async with self.server.tenant_slots.hold(outcome.tenant):
@@ -160,19 +173,26 @@ class Embeddings:
                     await self._in_worker(api.abandon, outcome)
 
     async def _wait_for_holder(self, waiting: Waiting) -> Any:
-        """Polls the store (10 ms doubling to 200 ms, for PARKBRAKE_INFERENCE_WAIT) until the request
-        holding the key has stored its response; sleeps on the event loop in between, so a storm of
-        retries of one long request holds no worker. 409 once the wait is over."""
+        """Waits, up to PARKBRAKE_INFERENCE_WAIT, for the request holding the key to store its
+        response, on the event loop: on that request's event when it runs on this host, else polling
+        the store (10 ms doubling to 200 ms; one round trip in a worker each). So a storm of retries
+        of one long request holds no worker. 409 once the wait is over."""
         gauge = self.server.metrics.waiting.labels("idempotency_key")
         gauge.inc()
         try:
-            outcome: Any = waiting
-            for interval in wait_intervals(self.server.settings.wait):
-                await anyio.sleep(interval)
-                outcome = await self._in_worker(self.server.api.poll, outcome)
-                if not isinstance(outcome, Waiting):
-                    return outcome
-            return self.server.api.gave_up(outcome)
+            here = self._running.get(waiting.scope)
+            if here is not None:
+                with anyio.move_on_after(self.server.settings.wait.total_seconds()):
+                    await here.wait()
+                outcome = await self._in_worker(self.server.api.poll, waiting)
+            else:
+                outcome = waiting
+                for interval in wait_intervals(self.server.settings.wait):
+                    await anyio.sleep(interval)
+                    outcome = await self._in_worker(self.server.api.poll, outcome)
+                    if not isinstance(outcome, Waiting):
+                        break
+            return self.server.api.gave_up(outcome) if isinstance(outcome, Waiting) else outcome
         finally:
             gauge.dec()
 

@@ -159,6 +159,7 @@ class InferenceServer:
         finally:
             self._stopped.set()
             self.api.leases.stop()
+            self.api.long_runs.shutdown()
             for sock in self._sockets:
                 sock.close()
 

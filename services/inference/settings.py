@@ -39,7 +39,11 @@ INTEGERS = {
     "MAX_STORED_BYTES": DEFAULT_MAX_STORED_BYTES,
     "SWEEP_BATCH": 1000,
     "DATABASE_POOL": 16,
-    "THREADS": 0,  # ONNX Runtime intra-op threads; 0 lets it choose
+    # ONNX Runtime intra-op threads per run (0 lets it choose one per core). One: each request's run
+    # is its own worker thread, and the OS shares the cores between requests; with a pool, a short
+    # run queues behind a long one's parallel sections (a one-sentence request took 2.3x longer
+    # beside a long request: docs/inference.md).
+    "THREADS": 1,
     "BATCH_SIZE": 32,  # inputs per model run: a request's memory is bounded by a batch, not its size
     "MAX_REQUEST_TOKENS": 300_000,  # tokens (after truncation) per request, OpenAI's limit
     "WORKERS": 32,  # requests doing database or model work at once; more wait their turn

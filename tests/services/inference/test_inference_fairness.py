@@ -8,6 +8,7 @@ say, not the machine's speed."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -20,6 +21,7 @@ from tokenizers import Tokenizer
 
 from services.inference.api import most_tokens
 from services.inference.export import weights_dir
+from services.inference.fairness import LONG_RUN_NICE, LONG_RUN_TOKENS, LongRuns
 from services.inference.model import MAX_TOKENS, Embedder, Embeddings
 from tests.services.inference.conftest import Reply, call, metric, model_passes, wait_ready
 
@@ -190,3 +192,36 @@ def test_the_bound_from_lengths_is_never_below_the_tokens_the_model_counts(text:
     except UnicodeEncodeError:  # a lone surrogate: refused before (parse_embeddings_request)
         return
     assert len(TOKENIZER.encode(text).ids) <= most_tokens([text])
+
+
+def test_a_long_run_yields_the_cpu_on_a_thread_of_lower_priority() -> None:
+    """Linux keeps the nice value per thread: the long run's thread has LONG_RUN_NICE more than the
+    request's worker, which keeps its own."""
+    long_runs = LongRuns(2)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    try:
+        theirs = long_runs.run(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+    finally:
+        long_runs.shutdown()
+    assert theirs == min(19, mine + LONG_RUN_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+
+
+def test_only_requests_past_the_long_run_bound_go_to_the_low_priority_threads(
+    start_server, service_database: str, embedder: Embedder, tenant_key: Callable[[str], str]
+):
+    seen: list[str] = []
+
+    class ThreadNames(Gated):
+        def embed(self, texts: list[str]) -> Embeddings:
+            seen.append(threading.current_thread().name)
+            return super().embed(texts)
+
+    server = wait_ready(start_server(service_database, loader=lambda: ThreadNames(embedder)))
+    key = tenant_key("priority")
+    short, long = ["one sentence"], ["a," * 127] * (LONG_RUN_TOKENS // MAX_TOKENS + 1)
+    seen.clear()
+    assert embed(server.url, key, short).status == 200
+    assert embed(server.url, key, long).status == 200
+    assert not seen[0].startswith("long-run")
+    assert all(name.startswith("long-run") for name in seen[1:])
