@@ -94,8 +94,8 @@ def checked_url(url: str, source: str) -> str:
     if misread:
         escapes = " and ".join(f"'{char}' as {MISREAD_IN_USER_INFO[char]}" for char in misread)
         raise InputError(
-            f"{source}: the user or password in {masked_url(url)} holds a character libpq reads as the "
-            f"end of the user information; percent-encode it: {escapes}"
+            f"{source}: the user or password in {masked_url(url)} (all before its last '@') holds a "
+            f"character libpq reads as the end of the user information; percent-encode it: {escapes}"
         )
     return url
 

@@ -55,3 +55,14 @@ def test_every_bad_value_is_named_in_one_error():
         assert f"PARKBRAKE_INFERENCE_{name}:" in message
     assert "'²' is not a whole number" in message
     assert "not a TCP port" in message
+
+
+def test_a_tenants_share_defaults_to_8_runs_one_thread_each_and_is_capped_at_the_workers():
+    defaults = settings_from_environment({})
+    assert (defaults.tenant_workers, defaults.threads) == (8, 1)
+    few = settings_from_environment(
+        {"PARKBRAKE_INFERENCE_WORKERS": "4", "PARKBRAKE_INFERENCE_TENANT_WORKERS": "6"}
+    )
+    assert few.tenant_workers == 4
+    with pytest.raises(InputError, match="PARKBRAKE_INFERENCE_TENANT_WORKERS: '0' is not a whole number ≥ 1"):
+        settings_from_environment({"PARKBRAKE_INFERENCE_TENANT_WORKERS": "0"})
