@@ -102,7 +102,7 @@ class Embeddings:
             )
             return await self._send(send, refusal, started, close=True)
         then: Callable[[], None] | None = None
-        holding: list[KeyScope] = []  # the key this request claimed, once it has
+        holding: list[tuple[KeyScope, anyio.Event]] = []  # the key this request claimed, once it has
         try:
             response, body_read = await self._respond(scope, receive, holding)
             then = response.then
@@ -112,12 +112,14 @@ class Embeddings:
                 if then is not None:  # also when the client hung up first: its retry gets the replay
                     await anyio.to_thread.run_sync(self._after_sending, then, limiter=server.completions)
             finally:
-                for key_scope in holding:  # stored or released now: the retries waiting here may read it
-                    self._running.pop(key_scope, anyio.Event()).set()
+                for key_scope, stored in holding:  # stored or released now: the retries here may read it
+                    if self._running.get(key_scope) is stored:  # (not a later claim's, after a release)
+                        del self._running[key_scope]
+                    stored.set()
                 server.leave()
 
     async def _respond(
-        self, scope: Scope, receive: Receive, holding: list[KeyScope]
+        self, scope: Scope, receive: Receive, holding: list[tuple[KeyScope, anyio.Event]]
     ) -> tuple[Response, bool]:
         """The response, and whether the request's body was read whole (else the connection closes)."""
         server = self.server
@@ -150,7 +152,9 @@ class Embeddings:
         request = Request("POST", EMBEDDINGS_PATH, headers, body)
         return await self._serve(caller, request, holding), True
 
-    async def _serve(self, caller: Caller, request: Request, holding: list[KeyScope]) -> Response:
+    async def _serve(
+        self, caller: Caller, request: Request, holding: list[tuple[KeyScope, anyio.Event]]
+    ) -> Response:
         """The idempotency layer's way in (a worker, one round trip), the wait for another request
         holding the key (on the event loop), then the model (a worker, once the tenant has a slot)."""
         api = self.server.api
@@ -160,8 +164,8 @@ class Embeddings:
         if not isinstance(outcome, Run):
             return outcome
         if outcome.scope is not None:
-            self._running[outcome.scope] = anyio.Event()
-            holding.append(outcome.scope)
+            stored = self._running[outcome.scope] = anyio.Event()
+            holding.append((outcome.scope, stored))
         ran = False
         try:
             async with self.server.tenant_slots.hold(outcome.tenant):
