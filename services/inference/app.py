@@ -18,6 +18,7 @@ the store in a worker between sleeps, one round trip each).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -172,9 +173,8 @@ class Embeddings:
                 ran = True
                 return await self._in_worker(api.run, outcome)
         finally:
-            if not ran:  # cancelled while waiting for a slot: the retry must not wait out the lease
-                with anyio.CancelScope(shield=True):
-                    await self._in_worker(api.abandon, outcome)
+            if not ran:  # cancelled while waiting for a slot (the drain's end): free the key now
+                threading.Thread(target=self._abandon, args=(outcome,), name="abandon-claim").start()
 
     async def _wait_for_holder(self, waiting: Waiting) -> Any:
         """Waits, up to PARKBRAKE_INFERENCE_WAIT, for the request holding the key to store its
@@ -236,6 +236,15 @@ class Embeddings:
             self.server.metrics.aborted_uploads.labels(reason).inc()
             return None
         return b"".join(chunks)
+
+    def _abandon(self, work: Run) -> None:
+        # Its own thread, not a worker: the task that asks for it is being cancelled, and the event
+        # loop may be closing. Should the release fail, the claim lapses after its lease as a killed
+        # worker's does.
+        try:
+            self.server.api.abandon(work)
+        except Exception:
+            log.exception("could not release the claim of a request cancelled before it ran")
 
     def _after_sending(self, then: Callable[[], None]) -> None:
         # A failure here leaves the claim running until its lease lapses (a retry within it

@@ -8,6 +8,7 @@ say, not the machine's speed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -15,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
@@ -225,3 +227,49 @@ def test_only_requests_past_the_long_run_bound_go_to_the_low_priority_threads(
     assert embed(server.url, key, long).status == 200
     assert not seen[0].startswith("long-run")
     assert all(name.startswith("long-run") for name in seen[1:])
+
+
+def test_a_claimed_request_cancelled_while_waiting_for_its_tenants_slot_releases_its_claim(
+    start_server, service_database: str, embedder: Embedder, tenant_key: Callable[[str], str]
+):
+    """The drain ends by cancelling what is left: a request that claimed its key but never ran frees
+    the key at once (its retry elsewhere runs it), instead of holding it a lease's length."""
+    gated = Gated(embedder)
+    server = wait_ready(
+        start_server(
+            service_database,
+            PARKBRAKE_INFERENCE_WORKERS="4",
+            PARKBRAKE_INFERENCE_TENANT_WORKERS="1",
+            PARKBRAKE_INFERENCE_DRAIN="1s",
+            loader=lambda: gated,
+        )
+    )
+    key, idempotency_key = tenant_key("cancelled"), str(uuid.uuid4())
+    running, _ = in_background(lambda: embed(server.url, key, [HELD]))
+    assert eventually(lambda: gated.inside, 1) == 1
+    waiting = threading.Thread(target=lambda: _quietly(embed, server.url, key, ["short"], idempotency_key))
+    waiting.start()
+    queued = ("parkbrake_inference_waiting_requests", 'reason="tenant_slot"')
+    assert eventually(lambda: metric(server.metrics_url, *queued), 1) == 1
+    assert claims(service_database, idempotency_key) == ["running"]
+
+    server.begin_drain()
+
+    assert server.wait_stopped(timeout=60)
+    assert eventually(lambda: len(claims(service_database, idempotency_key)), 0, limit=10) == 0
+    gated.gate.set()
+    running.join(timeout=60)
+    waiting.join(timeout=60)
+
+
+def _quietly(send: Callable[..., Reply], *arguments: Any) -> None:
+    with contextlib.suppress(OSError):  # the server closes the connection unanswered: this test's point
+        send(*arguments)
+
+
+def claims(database: str, idempotency_key: str) -> list[str]:
+    with psycopg.connect(database) as connection:
+        rows = connection.execute(
+            "SELECT state FROM inference_idempotency WHERE key = %s", (idempotency_key,)
+        )
+        return [str(state) for (state,) in rows.fetchall()]

@@ -64,6 +64,20 @@ def test_an_oversize_request_pipelined_behind_another_is_431(
     assert second.status == 431, second.body
 
 
+def test_an_oversize_request_after_another_on_a_kept_alive_connection_is_431(
+    service: InferenceServer, tenant_key: Callable[[str], str]
+) -> None:
+    key = tenant_key("kept-alive")
+    with connection(service.url) as sock:
+        sock.sendall(embeddings_request(key, 10))
+        first = read_reply(sock)
+        sock.sendall(embeddings_request(key, 70_000))
+        second = read_reply(sock)
+        assert closed_by_server(sock)
+    assert first.status == 200, first.body
+    assert second.status == 431, second.body
+
+
 async def _one_read(data: bytes) -> tuple[bytes, list[str]]:
     """The service's protocol on one end of a socket pair whose other end already holds all of
     ``data``: its first read takes it whole (asyncio reads up to 256 KiB at once). The app records
