@@ -133,7 +133,8 @@ def deploy(
 
     A deploy, a rollback or an abort holds the service's lease in the stack's guardrails table while
     it runs; a second one exits 1 naming the holder. --steal-lock takes over a lease whose holder is
-    gone (expired), after a confirmation.
+    gone (expired), after a confirmation. A run that lost its lease (taken over, or lapsed while it
+    stood still) stops before its next AWS write and exits 1, rolling nothing back.
 
     \b
     Example:
