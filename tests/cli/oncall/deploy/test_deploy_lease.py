@@ -7,10 +7,19 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
+import boto3
 import pytest
 
 from cli.oncall.deploy.lease import DeployLease, DeployLocked
-from tests.cli.oncall.deploy.deploy_steps import assert_serving, invoke, lease_holder, run_as_another
+from lambdas.aws.clients import RETRIES
+from tests.aws_fault_proxy import FaultProxy
+from tests.cli.oncall.deploy.deploy_steps import (
+    assert_serving,
+    invoke,
+    lease_holder,
+    lease_item,
+    run_as_another,
+)
 from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
     OLD_REVISION,
@@ -154,30 +163,42 @@ def test_a_ctrl_c_releases_the_lease_so_the_same_command_resumes(fleet: Inferenc
     assert lease_holder(fleet) is None
 
 
-def test_many_takers_at_once_exactly_one_wins(fleet: InferenceFleet) -> None:
-    """Threads racing for the lease through the real API: the conditional write lets exactly one in."""
+@pytest.mark.parametrize("lapsed_holder", [False, True], ids=["free", "stealing-a-lapsed-one"])
+def test_many_takers_at_once_exactly_one_wins(aws: str, fleet: InferenceFleet, lapsed_holder: bool) -> None:
+    """Threads racing for the lease through the real API: the conditional write lets exactly one in, and
+    the fence goes up by one. DynamoDB applies a conditional write to an item atomically ("Condition
+    expressions", DynamoDB Developer Guide); moto's backend takes no lock, so the racers' requests reach it
+    through a proxy that hands it one at a time (tests/aws_fault_proxy.py), while they still overlap."""
     clock = VirtualClock(SimulatedScheduler(fleet))
+    if lapsed_holder:
+        DeployLease(
+            fleet.clients.dynamodb, stack=STACK, service="inference", operation="deploy", revision="deadbee",
+            now=lambda: clock.now() - timedelta(hours=1), holder="bob@laptop (pid 7)",
+        ).acquire()  # fmt: skip
     start = threading.Barrier(6)
     won: list[str] = []
     refused: list[str] = []
 
-    def take(name: str) -> None:
-        lease = DeployLease(fleet.clients.dynamodb, stack=STACK, service="inference", operation="deploy",
+    def take(name: str, dynamodb: object) -> None:
+        lease = DeployLease(dynamodb, stack=STACK, service="inference", operation="deploy",
                             revision=name, now=clock.now, holder=name)  # fmt: skip
         start.wait()
         try:
-            lease.acquire()
+            lease.acquire(steal=lapsed_holder)
         except DeployLocked as error:
             refused.append(str(error))
         else:
             won.append(name)
 
-    threads = [threading.Thread(target=take, args=(f"run-{n}",)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with FaultProxy(aws, serial_upstream=True) as proxy:
+        dynamodb = boto3.client("dynamodb", endpoint_url=proxy.url, config=RETRIES)
+        threads = [threading.Thread(target=take, args=(f"run-{n}", dynamodb)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     assert len(won) == 1
     assert len(refused) == 5
     assert all(f"{won[0]} holds it" in message for message in refused)
+    assert lease_item(fleet)["fence"] == {"N": "2" if lapsed_holder else "1"}

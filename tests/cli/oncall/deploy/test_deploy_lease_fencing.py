@@ -24,10 +24,11 @@ from hypothesis import strategies as st
 
 from cli.main import parkbrake
 from cli.oncall.deploy.lease import LEASE_FOR, STILL_MINE, DeployLease, DeployLocked, LeaseLost
-from cli.oncall.deploy.lease_guard import guarded_clients, is_write
+from cli.oncall.deploy.lease_guard import LeaseGuardedClient, guarded_clients, is_write
 from cli.oncall.deploy.runtime import AwsClients, Runtime
 from guardrails import names
 from lambdas.aws.clients import RETRIES
+from tests.aws_fault_proxy import FaultProxy, ProxiedRequest
 from tests.cli.oncall.deploy.deploy_steps import (
     assert_no_surge,
     assert_serving,
@@ -365,6 +366,36 @@ def test_a_write_through_the_gateway_after_a_take_over_is_never_sent_and_reads_s
     clients.autoscaling.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=2)
     assert recorder.writes(since=sent) == ["SetDesiredCapacity", "SetDesiredCapacity"]
     assert fleet.group()["DesiredCapacity"] == 2
+
+
+def test_a_retried_write_is_checked_again_and_not_resent_once_the_lease_is_lost(
+    aws: str, fleet: InferenceFleet
+) -> None:
+    """AWS throttles the write's first attempt; while botocore backs off, the run's lease is taken over.
+    The retry's own check fails, so the retry never leaves (botocore retries the throttle by itself)."""
+    clock = VirtualClock(SimulatedScheduler(fleet))
+    mine = DeployLease(fleet.clients.dynamodb, stack=STACK, service=SERVICE, operation="deploy",
+                       revision=NEW_REVISION, now=clock.now, holder="ana@laptop (pid 1)")  # fmt: skip
+    theirs = DeployLease(fleet.clients.dynamodb, stack=STACK, service=SERVICE, operation="deploy",
+                         revision=OTHER_REVISION, now=clock.now, holder="bob@desk (pid 2)")  # fmt: skip
+    mine.acquire()
+
+    def stall_and_take_over(request: ProxiedRequest) -> bool:
+        clock.current += STALL
+        theirs.acquire(steal=True)
+        return True
+
+    with FaultProxy(aws) as proxy:
+        proxy.fail("SetDesiredCapacity", "Throttling", "Rate exceeded", status=400, times=1,
+                   matches=stall_and_take_over)  # fmt: skip
+        autoscaling = boto3.client("autoscaling", endpoint_url=proxy.url, config=RETRIES)
+        guarded = LeaseGuardedClient(autoscaling, mine)
+        with pytest.raises(LeaseLost, match=r"took it over as lease #2 .* stopped before SetDesiredCapacity"):
+            guarded.set_desired_capacity(AutoScalingGroupName=fleet.autoscaling_group, DesiredCapacity=2)
+        attempts = proxy.calls["SetDesiredCapacity"]
+
+    assert attempts == 1  # the throttled attempt only: its retry was stopped by the check
+    assert fleet.group()["DesiredCapacity"] == 1
 
 
 # -- the lease's rules, for any sequence of takes, checks and releases --------------------------------------
