@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -133,7 +133,8 @@ def deploy(
 
     A deploy, a rollback or an abort holds the service's lease in the stack's guardrails table while
     it runs; a second one exits 1 naming the holder. --steal-lock takes over a lease whose holder is
-    gone (expired), after a confirmation.
+    gone (expired), after a confirmation. A run that lost its lease (taken over, or lapsed while it
+    stood still) stops before its next AWS write and exits 1, rolling nothing back.
 
     \b
     Example:
@@ -254,7 +255,8 @@ def _deploy(
     target: DeployTarget, *, image: str, revision: str, allow_tag: bool, settings: DeploySettings
 ) -> None:
     from cli.oncall.deploy.blue_green import BlueGreenDeploy
-    from cli.oncall.deploy.lease import RenewingClock, held
+    from cli.oncall.deploy.lease import held
+    from cli.oncall.deploy.lease_guard import under_lease
     from cli.oncall.deploy.phases import DeployRequest
     from cli.oncall.deploy.revisions import resolve_image, revision_text
     from cli.oncall.deploy.runtime import Runtime, ServiceAt
@@ -280,10 +282,8 @@ def _deploy(
         lease = _lease(deployer.at, settings.operation, request.revision)
         confirm = partial(confirm_or_abort, assume_yes=settings.yes)
         with held(lease, steal=settings.steal_lock, confirm=confirm):
-            # The lease is renewed before each of the deploy's waits, through its clock.
-            deployer = BlueGreenDeploy(
-                request, replace(deployer.at, clock=RenewingClock(deployer.at.clock, lease))
-            )
+            # Every AWS write and every wait confirms the lease first; once lost, the run stops there.
+            deployer = BlueGreenDeploy(request, under_lease(deployer.at, lease))
             try:
                 result = deployer.run()
             except KeyboardInterrupt:
@@ -295,17 +295,9 @@ def _deploy(
                     err=True,
                 )
                 sys.exit(INTERRUPTED_EXIT)
-        _warn_if_lost(lease)
     _print(result, settings.output)
     if not result.succeeded:
         sys.exit(1)
-
-
-def _warn_if_lost(lease: DeployLease) -> None:
-    if lease.lost:
-        click.echo(
-            f"warning: the deploy lease could not be renewed ({lease.lost}); check the service", err=True
-        )
 
 
 def _abort(
@@ -318,7 +310,8 @@ def _abort(
     steal_lock: bool = False,
 ) -> None:
     from cli.oncall.deploy.abort import abort_deploy
-    from cli.oncall.deploy.lease import RenewingClock, held
+    from cli.oncall.deploy.lease import held
+    from cli.oncall.deploy.lease_guard import under_lease
     from cli.oncall.deploy.runtime import Runtime, ServiceAt
 
     runtime = Runtime.of(click.get_current_context().obj)
@@ -335,10 +328,7 @@ def _abort(
             )
             lease = _lease(at, "abort", "the live colour")
             with held(lease, steal=steal_lock, confirm=partial(confirm_or_abort, assume_yes=yes)):
-                result = abort_deploy(
-                    replace(at, clock=RenewingClock(at.clock, lease)), timeout, dry_run=False
-                )
-            _warn_if_lost(lease)
+                result = abort_deploy(under_lease(at, lease), timeout, dry_run=False)
         else:
             result = plan
     if output == "json":

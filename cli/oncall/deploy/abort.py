@@ -71,6 +71,7 @@ def abort_deploy(at: ServiceAt, timeout: timedelta, *, dry_run: bool) -> AbortRe
     result = AbortResult(at.target.service, live, other, dry_run)
     result.steps = _needed(at, retreat, live, other, desired)
     if result.steps and not dry_run:
+        at.confirm_lease("the retreat")
         result.errors = retreat.restore(live, other)
         result.warnings = retreat.warnings
     return result

@@ -26,6 +26,7 @@ from datetime import timedelta
 
 from cli.oncall.deploy.colour_health import ColourHealth, DeployFailure
 from cli.oncall.deploy.colour_retreat import FULL_WEIGHT, Retreat
+from cli.oncall.deploy.lease import LeaseLost
 from cli.oncall.deploy.phases import (
     ColourState,
     DeployRequest,
@@ -83,10 +84,14 @@ class BlueGreenDeploy:
             for _ in range(MAX_STEPS):
                 observation = self.observe()
                 situation = self._situate(observation)
+                # What was observed is this run's to act on only while it holds the lease.
+                self.at.confirm_lease(f"the {situation.phase.value} step")
                 if situation.phase is Phase.DONE:
                     return self._finish(situation)
                 self._advance(observation, situation)
             raise DeployFailure(f"the deploy did not settle after {MAX_STEPS} steps")
+        except LeaseLost:
+            raise  # the service is another run's now: rolling back would undo that run's work
         except Exception as error:
             if situation is None or not self._may_roll_back:
                 raise
@@ -206,6 +211,7 @@ class BlueGreenDeploy:
         self._may_roll_back = False
         self.retreat.remove_surge_host()
         self.result.warnings += self.retreat.warnings
+        self.at.confirm_lease(f"setting {self.at.target.live_colour_key} in {self.at.target.stack_file.name}")
         self.result.config_edit = set_config_value(
             self.at.target.stack_file, self.at.target.live_colour_key, situation.new
         )
@@ -223,6 +229,7 @@ class BlueGreenDeploy:
     def _roll_back(self, situation: Situation, error: Exception) -> None:
         self.result.outcome = "rolled-back"
         self.result.reason = str(error) or type(error).__name__
+        self.at.confirm_lease("rolling back")  # the failure may be another run's doing, not this one's
         self.at.progress.step(f"Rolling back: {self.result.reason}")
         self.result.rollback_errors = self.retreat.restore(situation.old, situation.new)
         self.result.warnings += self.retreat.warnings

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+from cli.oncall.deploy.lease import LeaseLost
 from cli.oncall.deploy.revisions import describe_service
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.surge_host import SurgeHost
@@ -38,6 +39,8 @@ class Retreat:
         for step in steps:
             try:
                 step()
+            except LeaseLost:
+                raise  # another run holds the service now: no further step is this run's to take
             except Exception as error:
                 errors.append(str(error) or type(error).__name__)
         return errors

@@ -1,19 +1,24 @@
 """The per-stack, per-service lease that keeps two deploys (or a deploy and a rollback or an abort) of the
-same service from running at once.
+same service from running at once, and keeps a run that lost it from touching the service again.
 
 Two deploys that interleave leave a service with no serving task: each scales the colour the other
 is starting. So ``deploy``, ``rollback`` and ``deploy --abort`` first take a lease in AWS, where every
 engineer's run sees it: one item in the stack's guardrails DynamoDB table
 (``parkbrake-<stack>-notices``, the table the sweep's notices use), keyed ``deploy-lease/<service>``
-and written with a conditional put, so exactly one writer wins. The item says who holds it (user,
-host, process), for which revision and operation, since when and until when.
+and written with conditional writes, so exactly one writer wins. The item says who holds it (user,
+host, process), for which revision and operation, since when and until when, and carries the
+**fence**: a number that every take (a fresh one or ``--steal-lock``) increments and nothing else
+changes. The item outlives its holders (a release only removes the holder), so the fence of a
+service only ever grows.
 
-The holder renews it while it runs: every wait of a deploy goes through the runtime's clock, and
-:class:`RenewingClock` renews the lease there (every :data:`RENEW_EVERY`, for :data:`LEASE_FOR`
-ahead) before it sleeps. The lease is released when the run ends, however it ends (an error, Ctrl-C).
-A lease whose holder is gone (killed, its laptop closed) lapses at its expiry; it is never taken
-silently: ``--steal-lock`` takes an expired one after a confirmation (or ``--yes``), and refuses one
-that is still being renewed.
+The holder confirms the lease with :meth:`DeployLease.check`, a conditional write that succeeds only
+while the item still carries this run's token and fence and has not lapsed, and pushes the expiry
+:data:`LEASE_FOR` ahead. It does so before every AWS write of the run (``cli/oncall/deploy/lease_guard.py``
+puts each request through it) and before its waits (:class:`RenewingClock`, every
+:data:`RENEW_EVERY`). A check that fails raises :class:`LeaseLost`: the run stops at once, with no
+rollback (the service is the new holder's now). A lease whose holder is gone (killed, its laptop
+closed) lapses at its expiry; it is never taken silently: ``--steal-lock`` takes a lapsed one after a
+confirmation (or ``--yes``), and refuses one that is still being renewed.
 """
 
 from __future__ import annotations
@@ -39,12 +44,24 @@ from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 KEY = "notice"  # the table's hash key (guardrails' components/guardrail_alerting.py)
 LEASE_FOR = timedelta(minutes=5)
 RENEW_EVERY = timedelta(minutes=1)
-# The table's TTL attribute: DynamoDB deletes a lease left behind a day after it lapsed.
-CLEANUP_AFTER = timedelta(days=1)
+# Taking the lease: the holder's fields, the fence one higher. ``expires_at`` is the table's TTL
+# attribute (an older version set it on leases); a lease item is kept, so its fence never restarts.
+TAKE = (
+    "SET holder = :holder, operation = :operation, revision = :revision, #token = :token, "
+    "started_at = :started, lease_expires_at = :expires REMOVE expires_at ADD fence :one"
+)
+RELEASE = "REMOVE holder, operation, revision, #token, started_at, lease_expires_at"
+# Still this run's: its token and fence, not lapsed. The clause every check's write is conditioned on.
+STILL_MINE = "#token = :mine AND fence = :fence AND lease_expires_at > :now"
 
 
 class DeployLocked(ParkbrakeError):
     """Another run holds the service's lease (exit 1)."""
+
+
+class LeaseLost(ParkbrakeError):
+    """This run no longer holds the lease it took (taken over, lapsed, or not confirmable): it stops
+    before its next AWS write, and rolls nothing back (exit 1)."""
 
 
 def lease_key(service: str) -> str:
@@ -70,18 +87,22 @@ class HeldLease:
     started_at: datetime
     expires_at: datetime
     token: str
+    fence: int
 
     @classmethod
     def from_item(cls, item: dict[str, Any]) -> HeldLease:
         def text(name: str) -> str:
             return str(item.get(name, {}).get("S", "?"))
 
+        def number(name: str) -> int:
+            return int(item.get(name, {}).get("N", "0"))
+
         def moment(name: str) -> datetime:
-            return datetime.fromtimestamp(int(item.get(name, {}).get("N", "0")), UTC)
+            return datetime.fromtimestamp(number(name), UTC)
 
         return cls(
             text("holder"), text("operation"), text("revision"), moment("started_at"), moment("lease_expires_at"),
-            text("token"),
+            text("token"), number("fence"),
         )  # fmt: skip
 
     def expired(self, now: datetime) -> bool:
@@ -114,21 +135,11 @@ class DeployLease:
         self._now = now
         self.holder = holder or this_holder()
         self.token = uuid.uuid4().hex
+        self.fence: int | None = None  # the fence this run's take wrote; None until it holds the lease
         self.renewed_at: datetime | None = None
-        self.lost: str | None = None  # why a renewal failed, if one did
 
-    def _item(self, started_at: datetime) -> dict[str, Any]:
-        expires = started_at + LEASE_FOR
-        return {
-            KEY: {"S": lease_key(self.service)},
-            "holder": {"S": self.holder},
-            "operation": {"S": self.operation},
-            "revision": {"S": self.revision},
-            "token": {"S": self.token},
-            "started_at": {"N": str(int(started_at.timestamp()))},
-            "lease_expires_at": {"N": str(int(expires.timestamp()))},
-            "expires_at": {"N": str(int((expires + CLEANUP_AFTER).timestamp()))},
-        }
+    def _key(self) -> dict[str, Any]:
+        return {KEY: {"S": lease_key(self.service)}}
 
     def _command(self) -> str:
         """The command that takes this lease over: the same operation, with --steal-lock."""
@@ -139,13 +150,16 @@ class DeployLease:
         }.get(self.operation, base.format("deploy") + f" --image ... --revision {self.revision}")
 
     def current(self) -> HeldLease | None:
+        """The lease as the table holds it now; None when nobody holds it."""
+        item = self._read()
+        return HeldLease.from_item(item) if "holder" in item else None
+
+    def _read(self) -> dict[str, Any]:
         found = self._call(
-            lambda: self._dynamodb.get_item(
-                TableName=self.table, Key={KEY: {"S": lease_key(self.service)}}, ConsistentRead=True
-            )
+            lambda: self._dynamodb.get_item(TableName=self.table, Key=self._key(), ConsistentRead=True)
         )
-        item = found.get("Item")
-        return HeldLease.from_item(item) if item else None
+        item: dict[str, Any] = found.get("Item", {})
+        return item
 
     def refuse_if_held(self, *, steal: bool = False) -> None:
         """Raise :class:`DeployLocked` now when another run holds the lease (a stale one too, unless
@@ -164,25 +178,43 @@ class DeployLease:
         """
         now = self._now()
         try:
-            self._call(
-                lambda: self._dynamodb.put_item(
-                    TableName=self.table,
-                    Item=self._item(now),
-                    ConditionExpression=f"attribute_not_exists({KEY})",
-                ),
-                conditional=True,
-            )
+            self._take(now, "attribute_not_exists(holder)", {})
         except _ConditionFailed:
             held = self.current()
-            if held is None:  # released between the put and the read: try once more
+            if held is None:  # released between the write and the read: try once more
                 return self.acquire(steal=steal, confirm=confirm)
             if not steal or not held.expired(now):
                 raise DeployLocked(self._locked_message(held, now, steal=steal)) from None
             if confirm is not None:
                 confirm(f"Take over the expired lease on {self.service}? {held.describe()}.")
             self._take_over(held, now)
-        self.renewed_at = now
         return None
+
+    def _take(self, now: datetime, condition: str, values: dict[str, Any]) -> None:
+        """The holder's fields written and the fence incremented, in one conditional write."""
+        holding = {
+            ":holder": {"S": self.holder},
+            ":operation": {"S": self.operation},
+            ":revision": {"S": self.revision},
+            ":token": {"S": self.token},
+            ":started": {"N": str(int(now.timestamp()))},
+            ":expires": {"N": str(int((now + LEASE_FOR).timestamp()))},
+            ":one": {"N": "1"},
+        }
+        answer = self._call(
+            lambda: self._dynamodb.update_item(
+                TableName=self.table,
+                Key=self._key(),
+                UpdateExpression=TAKE,
+                ConditionExpression=condition,
+                ExpressionAttributeNames={"#token": "token"},
+                ExpressionAttributeValues={**holding, **values},
+                ReturnValues="UPDATED_NEW",
+            ),
+            conditional=True,
+        )
+        self.fence = int(answer["Attributes"]["fence"]["N"])
+        self.renewed_at = now
 
     def _locked_message(self, held: HeldLease, now: datetime, *, steal: bool) -> str:
         head = (
@@ -201,16 +233,15 @@ class DeployLease:
         )
 
     def _take_over(self, held: HeldLease, now: datetime) -> None:
+        """Take exactly the lapsed lease that was read: its holder's token and expiry unchanged."""
         try:
-            self._call(
-                lambda: self._dynamodb.put_item(
-                    TableName=self.table,
-                    Item=self._item(now),
-                    ConditionExpression="#token = :theirs",
-                    ExpressionAttributeNames={"#token": "token"},
-                    ExpressionAttributeValues={":theirs": {"S": held.token}},
-                ),
-                conditional=True,
+            self._take(
+                now,
+                "#token = :theirs AND lease_expires_at = :their_expiry",
+                {
+                    ":theirs": {"S": held.token},
+                    ":their_expiry": {"N": str(int(held.expires_at.timestamp()))},
+                },
             )
         except _ConditionFailed:
             newer = self.current()
@@ -219,45 +250,75 @@ class DeployLease:
                 f"{newer.describe() if newer else 'it was released'}; run the command again"
             ) from None
 
-    def renew(self) -> None:
-        """Push the expiry ahead; a lease lost (taken over after a stall) is recorded, never raised:
-        the deploy is mid-way and stopping it there would be worse than finishing it."""
+    def check(self, before: str) -> None:
+        """Confirm this run still holds the lease, and push its expiry :data:`LEASE_FOR` ahead: one
+        conditional write on this run's token and fence. Raise :class:`LeaseLost` (naming ``before``,
+        what the run was about to do) when it does not, or when the table cannot say."""
         now = self._now()
         expires = now + LEASE_FOR
         try:
             self._call(
                 lambda: self._dynamodb.update_item(
                     TableName=self.table,
-                    Key={KEY: {"S": lease_key(self.service)}},
-                    UpdateExpression="SET lease_expires_at = :expires, expires_at = :cleanup",
-                    ConditionExpression="#token = :mine",
+                    Key=self._key(),
+                    UpdateExpression="SET lease_expires_at = :expires",
+                    ConditionExpression=STILL_MINE,
                     ExpressionAttributeNames={"#token": "token"},
                     ExpressionAttributeValues={
                         ":mine": {"S": self.token},
+                        ":fence": {"N": str(self.fence or 0)},
+                        ":now": {"N": str(int(now.timestamp()))},
                         ":expires": {"N": str(int(expires.timestamp()))},
-                        ":cleanup": {"N": str(int((expires + CLEANUP_AFTER).timestamp()))},
                     },
                 ),
                 conditional=True,
             )
         except _ConditionFailed:
-            self.lost = "the lease was taken over by another run while this one stalled"
+            raise LeaseLost(self._lost_message(before, now)) from None
         except ParkbrakeError as error:
-            self.lost = str(error)
+            raise LeaseLost(
+                f"could not confirm the deploy lease on {self.service} of stack {self.stack} "
+                f"(lease #{self.fence}) before {before}: {error}; stopped, changing nothing more"
+            ) from None
+        self.renewed_at = now
+
+    def _lost_message(self, before: str, now: datetime) -> str:
+        try:
+            item = self._read()
+        except ParkbrakeError:
+            item = {}
+        held = HeldLease.from_item(item) if item else None
+        if held is not None and held.fence != self.fence:
+            why = f"another run took it over as lease #{held.fence}"
+            if "holder" in item:
+                why = (
+                    f"{held.holder} took it over as lease #{held.fence} for {held.operation} of {held.revision} "
+                    f"at {instant(held.started_at)}"
+                )
+            tail = "the service is that run's to change"
+        elif held is not None and "holder" in item:
+            why = f"it lapsed at {instant(held.expires_at)} while this run stalled (now {instant(now)})"
+            tail = "run the same command again to resume"
         else:
-            self.renewed_at = now
+            why, tail = "nobody holds it now", "run the same command again to resume"
+        return (
+            f"lost the deploy lease on {self.service} of stack {self.stack} (lease #{self.fence}): {why}; "
+            f"stopped before {before}, changing nothing more; {tail}"
+        )
 
     def renew_if_due(self) -> None:
         if self.renewed_at is None or self._now() - self.renewed_at >= RENEW_EVERY:
-            self.renew()
+            self.check("its next wait")
 
     def release(self) -> None:
-        """Delete the lease if it is still ours (a lease taken over is the new holder's)."""
+        """Give the lease up if it is still ours (a lease taken over is the new holder's); the item and
+        its fence stay."""
         try:
             self._call(
-                lambda: self._dynamodb.delete_item(
+                lambda: self._dynamodb.update_item(
                     TableName=self.table,
-                    Key={KEY: {"S": lease_key(self.service)}},
+                    Key=self._key(),
+                    UpdateExpression=RELEASE,
                     ConditionExpression="#token = :mine",
                     ExpressionAttributeNames={"#token": "token"},
                     ExpressionAttributeValues={":mine": {"S": self.token}},
@@ -293,7 +354,8 @@ class _ConditionFailed(Exception):
 
 
 class RenewingClock:
-    """The runtime's clock, renewing the lease before each wait: a deploy's waits are its long parts."""
+    """The runtime's clock, confirming and renewing the lease before each wait: a deploy's waits are
+    its long parts, and a lease lost while the run stood still stops it here."""
 
     def __init__(self, clock: Clock, lease: DeployLease) -> None:
         self._clock = clock

@@ -67,6 +67,10 @@ class DeployProgress(Protocol):
         ...
 
 
+def no_lease(before: str) -> None:
+    """A run holding no lease (a dry run, a test driving the steps itself) has nothing to confirm."""
+
+
 @dataclass(frozen=True)
 class ServiceAt:
     """One blue-green service where it runs, with everything a deploy step needs to act on it."""
@@ -77,6 +81,9 @@ class ServiceAt:
     source: RolloutSource
     clock: Clock
     progress: DeployProgress
+    # Called before a change outside AWS (the stack file); the run's AWS writes confirm the lease
+    # themselves (cli/oncall/deploy/lease_guard.py).
+    confirm_lease: Callable[[str], None] = no_lease
 
     @classmethod
     def find(cls, target: DeployTarget, runtime: Runtime, progress: DeployProgress) -> ServiceAt:

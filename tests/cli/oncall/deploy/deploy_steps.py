@@ -5,17 +5,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
 from cli.oncall.deploy.blue_green import BlueGreenDeploy
+from cli.oncall.deploy.lease import lease_key
 from cli.oncall.deploy.phases import DeployRequest, DeployTarget
 from cli.oncall.deploy.revisions import resolve_image
 from cli.oncall.deploy.runtime import AwsClients, Runtime, ServiceAt
+from guardrails import names
 from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
+    SERVICE,
     STACK,
     InferenceFleet,
     RecordedProgress,
@@ -112,3 +116,31 @@ def invoke(
     outcome = CliRunner().invoke(parkbrake, arguments, obj=runtime(fleet, scheduler, clock))
     assert "Traceback" not in outcome.output
     return outcome.exit_code, outcome.output
+
+
+def run_as_another(
+    fleet: InferenceFleet, scheduler: SimulatedScheduler, clock: VirtualClock, *args: str
+) -> tuple[int, str]:
+    """Another engineer's run, at the same moment as ``clock`` (its own clock reads that time), with
+    ``--yes``: ``args`` are the command, the service and its options."""
+    theirs = VirtualClock(scheduler)
+    theirs.current = clock.now()
+    command, service, *rest = args
+    arguments = [command, service, "--stack", STACK, "--project-dir", str(fleet.stack_file.parent), "--yes"]
+    outcome = CliRunner().invoke(parkbrake, [*arguments, *rest], obj=runtime(fleet, scheduler, theirs))
+    return outcome.exit_code, outcome.output
+
+
+def lease_item(fleet: InferenceFleet) -> dict[str, Any]:
+    """The service's lease item in the stack's guardrails table ({} when there is none)."""
+    found = fleet.clients.dynamodb.get_item(
+        TableName=names.notices_table(STACK), Key={"notice": {"S": lease_key(SERVICE)}}, ConsistentRead=True
+    )
+    item: dict[str, Any] = found.get("Item", {})
+    return item
+
+
+def lease_holder(fleet: InferenceFleet) -> str | None:
+    """Who holds the service's lease now; None when nobody does (never taken, or released)."""
+    holder = lease_item(fleet).get("holder")
+    return str(holder["S"]) if holder else None

@@ -7,13 +7,19 @@ import threading
 from datetime import timedelta
 from pathlib import Path
 
+import boto3
 import pytest
-from click.testing import CliRunner
 
-from cli.main import parkbrake
-from cli.oncall.deploy.lease import DeployLease, DeployLocked, lease_key
-from guardrails import names
-from tests.cli.oncall.deploy.deploy_steps import assert_serving, invoke
+from cli.oncall.deploy.lease import DeployLease, DeployLocked
+from lambdas.aws.clients import RETRIES
+from tests.aws_fault_proxy import FaultProxy
+from tests.cli.oncall.deploy.deploy_steps import (
+    assert_serving,
+    invoke,
+    lease_holder,
+    lease_item,
+    run_as_another,
+)
 from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,
     OLD_REVISION,
@@ -23,43 +29,12 @@ from tests.cli.oncall.deploy.inference_fleet import (
     SimulatedScheduler,
     VirtualClock,
     build_fleet,
-    runtime,
 )
 
 
 @pytest.fixture
 def fleet(aws: str, tmp_path: Path) -> InferenceFleet:
     return build_fleet(tmp_path / "project")
-
-
-def lease_item(fleet: InferenceFleet) -> dict[str, object] | None:
-    found = fleet.clients.dynamodb.get_item(
-        TableName=names.notices_table(STACK),
-        Key={"notice": {"S": lease_key("inference")}},
-        ConsistentRead=True,
-    )
-    return found.get("Item")
-
-
-def second_run(
-    fleet: InferenceFleet, scheduler: SimulatedScheduler, clock: VirtualClock, *args: str
-) -> tuple[int, str]:
-    """Another engineer's run, at the same moment as the first (its own clock reads the first's time)."""
-    theirs = VirtualClock(scheduler)
-    theirs.current = clock.now()
-    command, service, *rest = args
-    arguments = [
-        command,
-        service,
-        "--stack",
-        STACK,
-        "--project-dir",
-        str(fleet.stack_file.parent),
-        "--yes",
-        *rest,
-    ]
-    outcome = CliRunner().invoke(parkbrake, arguments, obj=runtime(fleet, scheduler, theirs))
-    return outcome.exit_code, outcome.output
 
 
 def test_a_second_deploy_rollback_or_abort_at_every_phase_boundary_exits_1_and_changes_nothing(
@@ -78,7 +53,7 @@ def test_a_second_deploy_rollback_or_abort_at_every_phase_boundary_exits_1_and_c
             ["rollback", "inference"],
             ["deploy", "inference", "--abort"],
         ):
-            code, output = second_run(fleet, scheduler, clock, *command)
+            code, output = run_as_another(fleet, scheduler, clock, *command)
             assert code == 1, output
             assert f"holds it for deploy of {NEW_REVISION}" in output, output
             assert "Traceback" not in output
@@ -109,7 +84,7 @@ def test_a_second_deploy_rollback_or_abort_at_every_phase_boundary_exits_1_and_c
     assert {"blue": 100, "green": 0} in splits
     assert {"blue": 90, "green": 10} in splits
     assert {"blue": 0, "green": 100} in splits
-    assert lease_item(fleet) is None  # released at the end
+    assert lease_holder(fleet) is None  # released at the end
 
 
 def test_an_expired_lease_is_named_and_taken_over_with_steal_lock(fleet: InferenceFleet) -> None:
@@ -135,7 +110,7 @@ def test_an_expired_lease_is_named_and_taken_over_with_steal_lock(fleet: Inferen
     )  # fmt: skip
     assert code == 0, output
     assert_serving(fleet, "green", NEW_REVISION)
-    assert lease_item(fleet) is None
+    assert lease_holder(fleet) is None
 
 
 def test_steal_lock_never_takes_a_lease_that_is_still_renewed(fleet: InferenceFleet) -> None:
@@ -152,7 +127,7 @@ def test_steal_lock_never_takes_a_lease_that_is_still_renewed(fleet: InferenceFl
     assert code == 1
     assert "ana@desk (pid 9) holds it for rollback" in output
     assert "will not take it" in output
-    assert lease_item(fleet) is not None
+    assert lease_holder(fleet) == "ana@desk (pid 9)"
 
 
 def test_without_yes_taking_over_asks_and_refuses_with_no_terminal(fleet: InferenceFleet) -> None:
@@ -173,7 +148,7 @@ def test_without_yes_taking_over_asks_and_refuses_with_no_terminal(fleet: Infere
     with pytest.raises(DeployLocked, match="refused"):
         lease.acquire(steal=True, confirm=refuse)
     assert "Take over the expired lease on inference?" in asked[0]
-    assert "bob@laptop" in str(lease_item(fleet))
+    assert lease_holder(fleet) == "bob@laptop (pid 7)"
 
 
 def test_a_ctrl_c_releases_the_lease_so_the_same_command_resumes(fleet: InferenceFleet) -> None:
@@ -185,33 +160,45 @@ def test_a_ctrl_c_releases_the_lease_so_the_same_command_resumes(fleet: Inferenc
         "--revision", NEW_REVISION, "--yes",
     )  # fmt: skip
     assert code == 130
-    assert lease_item(fleet) is None
+    assert lease_holder(fleet) is None
 
 
-def test_many_takers_at_once_exactly_one_wins(fleet: InferenceFleet) -> None:
-    """Threads racing for the lease through the real API: the conditional write lets exactly one in."""
+@pytest.mark.parametrize("lapsed_holder", [False, True], ids=["free", "stealing-a-lapsed-one"])
+def test_many_takers_at_once_exactly_one_wins(aws: str, fleet: InferenceFleet, lapsed_holder: bool) -> None:
+    """Threads racing for the lease through the real API: the conditional write lets exactly one in, and
+    the fence goes up by one. DynamoDB applies a conditional write to an item atomically ("Condition
+    expressions", DynamoDB Developer Guide); moto's backend takes no lock, so the racers' requests reach it
+    through a proxy that hands it one at a time (tests/aws_fault_proxy.py), while they still overlap."""
     clock = VirtualClock(SimulatedScheduler(fleet))
+    if lapsed_holder:
+        DeployLease(
+            fleet.clients.dynamodb, stack=STACK, service="inference", operation="deploy", revision="deadbee",
+            now=lambda: clock.now() - timedelta(hours=1), holder="bob@laptop (pid 7)",
+        ).acquire()  # fmt: skip
     start = threading.Barrier(6)
     won: list[str] = []
     refused: list[str] = []
 
-    def take(name: str) -> None:
-        lease = DeployLease(fleet.clients.dynamodb, stack=STACK, service="inference", operation="deploy",
+    def take(name: str, dynamodb: object) -> None:
+        lease = DeployLease(dynamodb, stack=STACK, service="inference", operation="deploy",
                             revision=name, now=clock.now, holder=name)  # fmt: skip
         start.wait()
         try:
-            lease.acquire()
+            lease.acquire(steal=lapsed_holder)
         except DeployLocked as error:
             refused.append(str(error))
         else:
             won.append(name)
 
-    threads = [threading.Thread(target=take, args=(f"run-{n}",)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with FaultProxy(aws, serial_upstream=True) as proxy:
+        dynamodb = boto3.client("dynamodb", endpoint_url=proxy.url, config=RETRIES)
+        threads = [threading.Thread(target=take, args=(f"run-{n}", dynamodb)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
 
     assert len(won) == 1
     assert len(refused) == 5
     assert all(f"{won[0]} holds it" in message for message in refused)
+    assert lease_item(fleet)["fence"] == {"N": "2" if lapsed_holder else "1"}
