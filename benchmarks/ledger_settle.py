@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--hosts", type=int, default=3)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000],
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000],
                         help="Events per host, each size a settle of its own.")  # fmt: skip
     parser.add_argument("--backfill", type=int, default=100_000,
                         help="Unattributed events settling while the meter appends (0 skips).")  # fmt: skip

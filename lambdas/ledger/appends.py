@@ -180,9 +180,13 @@ def settle_all(connection: psycopg.Connection[Any]) -> int:
     """:func:`settle` until no backfill is queued, each slice in its own transaction (the caller's
     connection is in autocommit), so the settle lock is let go between slices and a meter's append
     waits for one slice at most; how many events were derived."""
-    derived = 0
+    derived, after = 0, (None, None, None, None)
     while True:
-        row = connection.execute(sql.SETTLE_SLICE).fetchone()
-        derived += int(row[0]) if row else 0
-        if not (row and row[1]):
+        row = connection.execute(sql.SETTLE_SLICE, after).fetchone()
+        if row is None:
             return derived
+        count, *ended, waiting = row
+        derived += int(count)
+        if not waiting:
+            return derived
+        after = tuple(ended)  # each slice starts where the one before it ended (the queue's index)

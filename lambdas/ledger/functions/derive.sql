@@ -136,19 +136,29 @@ BEGIN
         SELECT i.ended_ms, i.closed_by, e.state_rank
         FROM intervals i
         JOIN events e ON e.event_id = i.closed_by
-        WHERE i.instance_id = host.instance_id AND i.ended_ms < host.earliest_ms
-        -- The last by its closing event's place, not its time alone: a running that closes an
-        -- interval may open a zero-length one that a stop closes at the same millisecond.
-        ORDER BY i.ended_ms DESC, e.state_rank DESC, i.closed_by COLLATE "C" DESC
+        -- The last millisecond an interval ended at before the earliest (one index probe: ordered
+        -- by the closing event's rank too, the host's every earlier interval was read and sorted,
+        -- for every slice of a backfill), then the last closed at it by its closing event's place,
+        -- not its time alone: a running that closes an interval may open a zero-length one that
+        -- a stop closes at the same millisecond.
+        WHERE i.instance_id = host.instance_id
+          AND i.ended_ms = (SELECT max(b.ended_ms) FROM intervals b
+                            WHERE b.instance_id = host.instance_id AND b.ended_ms < host.earliest_ms)
+        ORDER BY e.state_rank DESC, i.closed_by COLLATE "C" DESC
         LIMIT 1
     ) AS kept ON true;
+    -- The open interval and those that ended from the earliest on: two index ranges (`ended_ms IS
+    -- NULL OR …` read every interval of the host).
     SELECT coalesce(array_agg(ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type,
                                   i.accelerators, i.cap_ms, i.started_ms, i.ended_ms, i.closed_by,
                                   i.region, i.pricing_model, i.zone)::ledger_interval), '{}')
     INTO stored
     FROM unnest(instance_ids, earliest_ms) AS host (instance_id, earliest_ms)
-    JOIN intervals i ON i.instance_id = host.instance_id
-                    AND (i.ended_ms IS NULL OR i.ended_ms >= host.earliest_ms);
+    CROSS JOIN LATERAL (
+        SELECT x.* FROM intervals x WHERE x.instance_id = host.instance_id AND x.ended_ms >= host.earliest_ms
+        UNION ALL
+        SELECT x.* FROM intervals x WHERE x.instance_id = host.instance_id AND x.ended_ms IS NULL
+    ) AS i;
     SELECT coalesce(array_agg(d), '{}') INTO derived FROM ledger_derive_intervals(cuts) AS d;
     SELECT coalesce(array_agg(ROW(x.*)::ledger_interval), '{}')
     INTO gone FROM (SELECT * FROM unnest(stored) EXCEPT ALL SELECT * FROM unnest(derived)) AS x;

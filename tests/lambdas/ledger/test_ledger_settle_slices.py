@@ -19,7 +19,7 @@ from guardrails.ledger import UNATTRIBUTED, Transition
 from lambdas.ledger.appends import SettleBusy, settle
 from lambdas.ledger.store import LedgerStore
 
-SLICE = 2_000  # ledger_backfill_slice()
+SLICE = 1_000  # ledger_backfill_slice()
 QUEUED = "SELECT count(*) FROM ledger_backfill"
 INTERVALS = """
 SELECT opened_by, instance_id, tenant, pool, started_ms, ended_ms, closed_by FROM intervals ORDER BY opened_by
@@ -129,7 +129,6 @@ def test_a_settle_takes_one_slice_of_a_backfill_and_the_slices_derive_what_one_s
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         assert settle(owner) == SLICE
         assert owner.execute(QUEUED).fetchone() == (len(backfill) - SLICE,)
-        assert owner.execute("SELECT ledger_backfill_waiting()").fetchone() == (True,)
         assert store.settle() == len(backfill) - SLICE  # slice by slice, to the end
         assert owner.execute(QUEUED).fetchone() == (0,)
         sliced = (owner.execute(INTERVALS).fetchall(), owner.execute(TOTALS).fetchall())
@@ -191,3 +190,27 @@ def test_a_settled_append_waiting_past_its_lock_timeout_is_reported_and_appends_
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
     # Once the lock is free, the same append goes through.
     assert store.append(appended, source="meter", received_at=T0, settled=True).inserted == events
+
+
+def test_a_backfill_slice_that_fails_is_reported_and_never_fails_a_readers_settle(
+    store: LedgerStore, ledger_url: str
+) -> None:
+    store.queue_backfill(mixed_backfill(1, 4), received_at=T0)
+    with psycopg.connect(ledger_url, autocommit=True) as owner:
+        # A slice that cannot settle, whatever the cause (the function replaced for this database).
+        owner.execute(
+            "CREATE OR REPLACE FUNCTION ledger_settle_backfill(after ledger_cut, OUT appended integer,"
+            " OUT last ledger_cut, OUT waiting boolean) LANGUAGE plpgsql AS $$"
+            " BEGIN RAISE EXCEPTION 'cannot settle'; END $$"
+        )
+        warnings: list[str] = []
+        owner.add_notice_handler(lambda notice: warnings.append(str(notice.message_primary)))
+        store.append([step("m-1", "i-meter", "running", ms(0))], source="meter", received_at=T0)  # pending
+        assert owner.execute("SELECT ledger_settle()").fetchone() == (1,)  # the pending event, not the slice
+        assert warnings == [
+            "ledger settle: a slice of the queued backfill could not be settled, left queued: cannot settle (P0001)"
+        ]
+        assert owner.execute(QUEUED).fetchone() == (4,)
+    assert [i.opened_by for i in store.intervals()] == ["m-1"]  # a reader reads on
+    with pytest.raises(psycopg.errors.RaiseException, match="cannot settle"):
+        store.settle()  # what `ledger ingest` calls: the error itself
