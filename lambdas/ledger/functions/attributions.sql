@@ -102,10 +102,16 @@ LANGUAGE sql STABLE AS $$
               AND (b.at_ms, b.state_rank, b.event_id COLLATE "C") < (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
             ORDER BY b.at_ms DESC, b.state_rank DESC, b.event_id COLLATE "C" DESC LIMIT 1
         ) AS stop ON true
-        JOIN events x ON x.instance_id = cut.instance_id
-                     AND (x.at_ms, x.state_rank, x.event_id COLLATE "C")
-                         > (coalesce(stop.at_ms, -4611686018427387904), coalesce(stop.state_rank, 0),
-                            coalesce(stop.event_id, '') COLLATE "C")
+        CROSS JOIN LATERAL (  -- an index range per host, in its order: as a join of events the
+            SELECT e.*          -- planner read the whole table (its estimate of the range is a third of it)
+            FROM events e
+            WHERE e.instance_id = cut.instance_id
+              AND (e.at_ms, e.state_rank, e.event_id COLLATE "C")
+                  > (coalesce(stop.at_ms, -4611686018427387904), coalesce(stop.state_rank, 0),
+                     coalesce(stop.event_id, '') COLLATE "C")
+            ORDER BY e.at_ms, e.state_rank, e.event_id COLLATE "C"
+            OFFSET 0
+        ) AS x
         WINDOW by_time AS (PARTITION BY x.instance_id ORDER BY x.at_ms, x.state_rank, x.event_id COLLATE "C")
     ), nearest AS (
         SELECT r.*,
@@ -157,7 +163,9 @@ CREATE OR REPLACE FUNCTION ledger_attribution_reach(host text, first_ms bigint) 
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
     -- A host with no unattributed event, nearly every one: one probe of events_unattributed.
-    IF NOT EXISTS (SELECT 1 FROM events u WHERE u.instance_id = host AND u.tenant = 'unattributed') THEN
+    -- (In the index's order with a limit: asked with EXISTS, the planner may scan the table.)
+    IF (SELECT true FROM events u WHERE u.instance_id = host AND u.tenant = 'unattributed'
+        ORDER BY u.at_ms, u.state_rank, u.event_id COLLATE "C" LIMIT 1) IS NULL THEN
         RETURN NULL;
     END IF;
     RETURN (SELECT (
