@@ -10,7 +10,8 @@ fresh ledger database:
   apart) queued as ``parkbrake ledger ingest`` queues it (``LedgerStore.queue_backfill``), then
   settled slice by slice (``LedgerStore.settle``): seconds, and microseconds per event, which stays
   flat as N grows when the settle is O(n log n) (it grew with N: the square of a host's
-  unattributed events, 337 s for 3 × 4,000). Attributed events carry a tenant; unattributed ones
+  unattributed events, 337 s for 3 × 4,000), and its ratio to the same events attributed, the
+  baseline settled in the same run. Attributed events carry a tenant; unattributed ones
   carry ``unattributed``, and half of each unattributed host's launches have one attributed event
   (the launch's attribution found for the others), the mix of a backfill of untagged hosts;
 - the meter's append (``LedgerStore.append(..., settled=True)``, one event of a tagged host, its
@@ -152,10 +153,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for per_host in args.sizes
             for kind in ("attributed", "unattributed")
         ]
-        for figure in settles:
+        attributed = {f["per_host"]: f["us_per_event"] for f in settles if f["kind"] == "attributed"}
+        for figure in settles:  # the baseline: the same events attributed, settled in the same run
+            figure["vs_attributed"] = round(figure["us_per_event"] / attributed[figure["per_host"]], 2)
             print(f"settle {args.hosts} hosts × {figure['per_host']:>7,} {figure['kind']:<12} "
                   f"{figure['events']:>8,} events {figure['seconds']:>8.2f} s "
-                  f"{figure['us_per_event']:>6.1f} µs/event  ({figure['load']})", flush=True)  # fmt: skip
+                  f"{figure['us_per_event']:>6.1f} µs/event  {figure['vs_attributed']:>5.2f}× attributed  "
+                  f"({figure['load']})", flush=True)  # fmt: skip
         meter = meter_during_backfill(url, args.hosts, args.backfill) if args.backfill else None
     if meter:
         for name in ("baseline", "during_backfill"):
