@@ -80,7 +80,7 @@ def _reported_when_busy(events: int, source: str) -> Iterator[None]:
         )  # fmt: skip
         raise SettleBusy(
             f"the ledger's settle lock was held over {SETTLE_LOCK_TIMEOUT} (a settle that cannot finish); "
-            f"{events} {source} event(s) were not appended: see `parkbrake ledger` docs, *Appends and settles*"
+            f"{events} {source} event(s) were not appended; nothing was written (docs/ledger.md, *Appends and settles*)"
         ) from error
 
 

@@ -396,7 +396,8 @@ class LedgerStore:
         a budget that covers k grant exactly k. A reservation lapses after ``lease`` unless hosts'
         `running` events claim it first.
         """
-        self.settle()
+        with self._settled():  # a reader's settle: what is pending, one slice of a backfill at most
+            pass
         with self._transaction() as connection:
             return budgets.admit(connection, request, now=now, default_cap=default_cap, lease=lease)
 
