@@ -8,8 +8,8 @@ Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway
   appended and settled in one call (``settled=True``, as the meter appends: the meter's whole path),
   and each followed by a separate settle call (``LedgerStore.settle``), and the one settle that
   derives the unsettled run's events at once; and in batches queued as ``parkbrake ledger ingest``
-  queues them (``LedgerStore.queue_backfill``), then the one settle that appends and derives the
-  whole backfill, and both together;
+  queues them (``LedgerStore.queue_backfill``), then the one ``LedgerStore.settle`` that appends and
+  derives the whole backfill (slice after slice: ``ledger_backfill_slice``), and both together;
 - the fair ceilings, in the same run on the same server from the same client: the same rows into a
   plain table with the same columns (no keys, indexes or checks), one single-row INSERT per
   transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second; and

@@ -101,11 +101,12 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     Example:
       parkbrake ledger ingest events.jsonl
     """
-    from cli.usage.ingest import ingest_changes, line_report, read_events
+    from cli.usage.ingest import ingest_changes, line_report, read_events, received_now
     from lambdas.aws.environment import default_clients
     from lambdas.ledger.store import store_from_environment
 
-    numbered = read_events(events_file)
+    received_at = received_now()
+    numbered = read_events(events_file, received_at=received_at)
     changes = [change for _, change in numbered]
     store = store_from_environment()
     try:
@@ -116,6 +117,7 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
             settings=metering_settings(os.environ),
             batch_size=batch_size,
             progress=output == "text",
+            received_at=received_at,
         )
     finally:
         store.close()

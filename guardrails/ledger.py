@@ -49,6 +49,9 @@ _STATE_RANK = {state: rank for rank, state in enumerate(STATES)}
 # How far after the ledger received it an event's own time may be (the sender's clock running
 # ahead); later than that the event is from the future and refused, never appended.
 CLOCK_SKEW = timedelta(minutes=5)
+# The earliest time an event may have: EC2 opened to the public in August 2006, so no state change
+# is older; an earlier time (year 0, seconds read as milliseconds) is a corrupt line, refused.
+EARLIEST_EVENT = datetime(2006, 1, 1, tzinfo=UTC)
 
 
 class MalformedEvent(InputError):
@@ -137,8 +140,28 @@ def from_ms(ms: int) -> datetime:
     return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
-def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
-    """Read a native EventBridge event; every problem with it is reported at once."""
+def event_time_problem(at_ms: int, received_at: datetime | None) -> str | None:
+    """Why an event's time (epoch milliseconds) is outside the ledger's window, or None: before
+    :data:`EARLIEST_EVENT`, or more than :data:`CLOCK_SKEW` after ``received_at`` (from the future;
+    without ``received_at``, past the last instant a ``datetime`` holds). Never raises, whatever
+    ``at_ms``: a time outside the window is not turned into a ``datetime``."""
+    if at_ms < to_ms(EARLIEST_EVENT):
+        return f"is before {EARLIEST_EVENT.isoformat()}, when EC2 began; fix the line's time"
+    if received_at is None:
+        return None if at_ms <= to_ms(datetime.max.replace(tzinfo=UTC)) else "is past year 9999"
+    received_ms = to_ms(received_at)
+    if at_ms - received_ms <= CLOCK_SKEW // timedelta(milliseconds=1):
+        return None
+    return (
+        f"is from the future: more than {CLOCK_SKEW} after the ledger received it at "
+        f"{from_ms(received_ms).isoformat()}; check the sender's clock"
+    )
+
+
+def state_change_from_event(event: Mapping[str, Any], *, received_at: datetime | None = None) -> StateChange:
+    """Read a native EventBridge event; every problem with it is reported at once. Its time must be
+    in the ledger's window (:func:`event_time_problem`, with ``received_at`` when the event is
+    being received: every way events enter, the meter, ``ledger ingest`` and ``replay-dlq``, gives it)."""
     if not isinstance(event, Mapping):
         raise MalformedEvent(f"an event is a JSON object, not {type(event).__name__}")
     problems: list[str] = []
@@ -164,6 +187,9 @@ def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
         at_ms = to_ms(datetime.fromisoformat(str(event.get("time")).replace("Z", "+00:00")))
     except (ValueError, OverflowError):  # OverflowError: a date no zone can shift into UTC
         problems.append(f"time: {event.get('time')!r} is not an ISO-8601 UTC time")
+    else:
+        if (why := event_time_problem(at_ms, received_at)) is not None:
+            problems.append(f"time: {event.get('time')!r} {why}")
     if problems:
         raise MalformedEvent(f"event {event.get('id')!r}: " + "; ".join(problems))
     return StateChange(
@@ -175,6 +201,14 @@ def state_change_from_event(event: Mapping[str, Any]) -> StateChange:
     )
 
 
+def _iso(ms: int) -> str:
+    """``ms`` as an ISO-8601 time, or as milliseconds where no ``datetime`` holds it."""
+    try:
+        return from_ms(ms).isoformat()
+    except OverflowError:
+        return f"{ms} ms since the epoch"
+
+
 def from_the_future(change: StateChange, received_at: datetime, skew: timedelta = CLOCK_SKEW) -> str | None:
     """Why ``change`` is refused as from the future (its time more than ``skew`` after
     ``received_at``), or None when it is not."""
@@ -182,7 +216,7 @@ def from_the_future(change: StateChange, received_at: datetime, skew: timedelta 
     if change.at_ms - received_ms <= skew // timedelta(milliseconds=1):
         return None
     return (
-        f"from the future: its time {from_ms(change.at_ms).isoformat()} is more than {skew} after the "
+        f"from the future: its time {_iso(change.at_ms)} is more than {skew} after the "
         f"ledger received it at {from_ms(received_ms).isoformat()}; check the sender's clock"
     )
 

@@ -24,8 +24,8 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     configure_logging(GUARDRAIL)
     if decisions.is_relayed(event):  # the reaper's and the deadlines' decisions, onto the decision log
         return {"decisions": decisions.append_relayed(event, decisions.DecisionLedger.of(container_store()))}
-    change = state_change_from_event(event)
     now = utc_now()
+    change = state_change_from_event(event, received_at=now)  # a time outside the window raises: refused
     settings = container_settings()
     return meter_event(
         change,

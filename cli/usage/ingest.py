@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from lambdas.ledger.store import LedgerStore
 
 MAX_PROBLEMS_SHOWN = 20
-# Events queued between settles: a settle holds appends off while it derives (about 0.5 s per
-# 10,000 events on the benchmark's 2-core machine).
+# Events queued between settles. Each settle derives the queue a slice at a time, each slice in
+# its own transaction (``ledger_backfill_slice``, a host's events cut between slices where need
+# be), so the meter waits for one slice at most, whatever this number.
 SETTLE_EVERY = 10_000
 
 
@@ -49,10 +50,11 @@ def line_report(numbered: Sequence[tuple[int, StateChange]], result: MeterResult
     return lines
 
 
-def read_events(lines: Iterable[str | bytes]) -> list[tuple[int, StateChange]]:
+def read_events(lines: Iterable[str | bytes], *, received_at: datetime) -> list[tuple[int, StateChange]]:
     """Parse JSON Lines of events (with their line numbers); every malformed line (not UTF-8, not
-    JSON, nested past what the parser takes, not an event, a field of the wrong type) is reported, by
-    number, before anything is written."""
+    JSON, nested past what the parser takes, not an event, a field of the wrong type, a time outside
+    the ledger's window: before 2006 or from the future, as received at ``received_at``) is reported,
+    by number, before anything is written: a file with one bad line writes nothing."""
     from guardrails.ledger import MalformedEvent, state_change_from_event
 
     changes, problems = [], []
@@ -68,7 +70,7 @@ def read_events(lines: Iterable[str | bytes]) -> list[tuple[int, StateChange]]:
             document = json.loads(line)
             if not isinstance(document, dict):
                 raise MalformedEvent("not a JSON object")
-            changes.append((number, state_change_from_event(document)))
+            changes.append((number, state_change_from_event(document, received_at=received_at)))
         except (json.JSONDecodeError, MalformedEvent) as error:
             problems.append(f"line {number}: {error}")
         except RecursionError:
@@ -106,6 +108,7 @@ def ingest_changes(
     settings: Settings,
     batch_size: int,
     progress: bool = False,
+    received_at: datetime | None = None,
 ) -> MeterResult:
     """Meter ``changes`` as a backfill: each batch is looked up in EC2 (one lookup per batch) and
     queued in its own transaction; a settle appends and derives it after every SETTLE_EVERY
@@ -115,7 +118,7 @@ def ingest_changes(
     from cli.console import console
     from lambdas.engines.metering import Attributed, account, attribute_changes
 
-    received_at = received_now()
+    received_at = received_at or received_now()
     attributed = Attributed()
     with Progress(console=console(stderr=True), disable=not progress) as bar:
         task = bar.add_task("ingesting", total=len(changes))

@@ -72,6 +72,7 @@ def replay_dead_letters(
         if not messages:
             break
         result.read += len(messages)
+        received_at = utc_now()
         parsed = {}
         for message in messages:
             try:
@@ -83,11 +84,11 @@ def replay_dead_letters(
                     sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
                     result.deleted += 1
                     continue
-                parsed[message["MessageId"]] = state_change_from_event(event)
+                parsed[message["MessageId"]] = state_change_from_event(event, received_at=received_at)
             except (ValueError, MalformedEvent) as error:
                 result.kept.append({"message_id": message["MessageId"], "reason": str(error)})
         batch = meter(list(parsed.values()), store=store, clients=clients, settings=settings,
-                      received_at=utc_now(), source="replay")  # fmt: skip
+                      received_at=received_at, source="replay")  # fmt: skip
         result.meter.add(batch)
         unknown = {note["event_id"]: note["reason"] for note in batch.unattributed}
         for message in messages:

@@ -4,16 +4,20 @@ backfill queued (``ledger_settle``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
+from guardrails.errors import ParkbrakeError
 from guardrails.ledger import Attribution, Transition
 from lambdas.ledger import queries as sql
+
+LOGGER = logging.getLogger(__name__)
 
 APPENDED = "appended"
 DUPLICATE = "duplicate"
@@ -21,6 +25,15 @@ QUEUED = (
     "queued"  # a backfilled event, appended (or found a duplicate) by the next settle (backfill_outcomes)
 )
 INGEST = "ingest"  # the backfill's source
+# How long a settled append waits for the settle lock (``ledger_append_settled_event``'s own
+# lock_timeout, and the batch's): a settle holds it for one slice of a backfill at most.
+SETTLE_LOCK_TIMEOUT = "20s"
+
+
+class SettleBusy(ParkbrakeError):
+    """The settle lock was not free within :data:`SETTLE_LOCK_TIMEOUT`: a settle that cannot
+    finish. Nothing was appended; the caller fails (the meter's event goes, after EventBridge's
+    own retries, to its dead-letter queue) rather than wait or retry."""
 
 
 @dataclass(frozen=True)
@@ -49,24 +62,52 @@ def append_transitions(
     if not unique:
         return AppendResult(0, 0, frozenset())
     settled = settled and source != INGEST
+    with _reported_when_busy(len(unique), source):
+        outcomes = _append(connection, unique, source=source, received_at=received_at, settled=settled)
+    return _result(transitions, outcomes)
+
+
+@contextmanager
+def _reported_when_busy(events: int, source: str) -> Iterator[None]:
+    """A settled append that timed out waiting for the settle lock, logged (one line) and raised as
+    :class:`SettleBusy`."""
+    try:
+        yield
+    except psycopg.errors.LockNotAvailable as error:
+        LOGGER.error(
+            "ledger settle busy: %d %s event(s) not appended; the settle lock was held over %s (%s)",
+            events, source, SETTLE_LOCK_TIMEOUT, str(error).strip(),
+        )  # fmt: skip
+        raise SettleBusy(
+            f"the ledger's settle lock was held over {SETTLE_LOCK_TIMEOUT} (a settle that cannot finish); "
+            f"{events} {source} event(s) were not appended; nothing was written (docs/ledger.md, *Appends and settles*)"
+        ) from error
+
+
+def _append(
+    connection: psycopg.Connection[Any],
+    unique: Sequence[Transition],
+    *,
+    source: str,
+    received_at: datetime,
+    settled: bool,
+) -> dict[str, str]:
+    """Each unique transition's outcome (appended, duplicate, queued), by event id."""
     if len(unique) == 1:  # the meter's case: scalar arguments cost a fraction of one-element arrays
         (only,) = unique
         statement = sql.APPEND_SETTLED_EVENT if settled else sql.APPEND_EVENT
         row = connection.execute(statement, (*_row(only), source, received_at)).fetchone()
-        outcomes = {only.event_id: row[0] if row else APPENDED}
-    else:
-        parameters = _columns(unique) | {"source": source, "received_at": received_at}
-        with connection.transaction() if settled else nullcontext():  # settled: append and settle at once
-            if settled:
-                connection.execute(sql.SETTLE_LOCK)
-            # Only the events not appended come back.
-            refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
-            if settled:
-                settle(connection)
-        outcomes = {
-            t.event_id: refused.get(t.event_id, QUEUED if source == INGEST else APPENDED) for t in unique
-        }
-    return _result(transitions, outcomes)
+        return {only.event_id: row[0] if row else APPENDED}
+    parameters = _columns(unique) | {"source": source, "received_at": received_at}
+    with connection.transaction() if settled else nullcontext():  # settled: append and settle at once
+        if settled:
+            connection.execute(f"SET LOCAL lock_timeout = '{SETTLE_LOCK_TIMEOUT}'")
+            connection.execute(sql.SETTLE_LOCK)
+        # Only the events not appended come back.
+        refused = dict(connection.execute(sql.APPEND_EVENTS, parameters).fetchall())
+        if settled:
+            settle(connection)
+    return {t.event_id: refused.get(t.event_id, QUEUED if source == INGEST else APPENDED) for t in unique}
 
 
 def backfill_outcomes(
@@ -124,10 +165,28 @@ def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
 
 
 def settle(connection: psycopg.Connection[Any]) -> int:
-    """Derive the intervals and rollups of every pending event; how many there were.
+    """Derive the intervals and rollups of every pending event and of one slice of a queued backfill
+    (``ledger_backfill_slice``); how many there were.
 
     Every read of derived tables (intervals, rollups, runways) settles first, so derivation costs
-    the reader one round trip when nothing is pending, and appends cost no derivation at all.
+    the reader one round trip when nothing is pending, and appends cost no derivation at all; a
+    reader never pays for more than one slice of someone's backfill.
     """
     row = connection.execute(sql.SETTLE).fetchone()
     return int(row[0]) if row else 0
+
+
+def settle_all(connection: psycopg.Connection[Any]) -> int:
+    """:func:`settle` until no backfill is queued, each slice in its own transaction (the caller's
+    connection is in autocommit), so the settle lock is let go between slices and a meter's append
+    waits for one slice at most; how many events were derived."""
+    derived, after = 0, (None, None, None, None)
+    while True:
+        row = connection.execute(sql.SETTLE_SLICE, after).fetchone()
+        if row is None:
+            return derived
+        count, *ended, waiting = row
+        derived += int(count)
+        if not waiting:
+            return derived
+        after = tuple(ended)  # each slice starts where the one before it ended (the queue's index)

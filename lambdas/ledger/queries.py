@@ -59,6 +59,9 @@ SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %
 APPEND_SETTLED_EVENT = APPEND_EVENT.replace("ledger_append_event(", "ledger_append_settled_event(")
 
 SETTLE = "SELECT ledger_settle()"
+# One slice settled after the key where the previous one ended: how many events were derived, the
+# key where this one ended, and whether a backfill is still queued.
+SETTLE_SLICE = "SELECT * FROM ledger_settle_slice(%s, %s, %s::smallint, %s)"
 # Taken first by a batch appended and settled in one transaction: its append takes the lock shared
 # and its settle exclusively, and two such transactions holding it shared would each wait for the
 # other to let go (a deadlock).

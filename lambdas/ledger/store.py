@@ -39,7 +39,14 @@ from guardrails.settings import database_location
 from guardrails.spot_prices import SpotPrice
 from lambdas.ledger import budgets
 from lambdas.ledger import queries as sql
-from lambdas.ledger.appends import INGEST, AppendResult, append_transitions, backfill_outcomes, settle
+from lambdas.ledger.appends import (
+    INGEST,
+    AppendResult,
+    append_transitions,
+    backfill_outcomes,
+    settle,
+    settle_all,
+)
 from lambdas.ledger.connections import Connections, PooledConnections, SingleConnection, database_url
 from lambdas.ledger.schema import FunctionFile, Migration, apply_migrations, function_files, migrations
 
@@ -113,16 +120,18 @@ class LedgerStore:
 
     @contextmanager
     def _settled(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection to read derived tables from, once every pending event is derived (its own
-        transaction, so that the settle lock is not held while the caller reads)."""
+        """A connection to read derived tables from, once every pending event and one slice of a
+        queued backfill is derived (its own transaction, so that the settle lock is not held while
+        the caller reads): a reader never pays for a whole backfill."""
         with self._connections.connection() as connection:
             settle(connection)
             yield connection
 
     def settle(self) -> int:
-        """Derive every pending event now (:func:`settle`); how many there were."""
+        """Derive every pending event and every queued backfill now, a slice per transaction
+        (:func:`settle_all`); how many there were."""
         with self._connections.connection() as connection:
-            return settle(connection)
+            return settle_all(connection)
 
     def migrate(
         self, available: Sequence[Migration] | None = None, functions: Sequence[FunctionFile] | None = None
@@ -165,7 +174,8 @@ class LedgerStore:
     def backfill_outcomes(self, transitions: Sequence[Transition], *, received_at: datetime) -> AppendResult:
         """Settle, then what became of transitions queued at ``received_at``: appended or duplicate,
         per event id."""
-        with self._settled() as connection:
+        with self._connections.connection() as connection:
+            settle_all(connection)
             return backfill_outcomes(connection, transitions, received_at=received_at)
 
     def attributions_at(self, moments: Sequence[tuple[str, int]]) -> dict[tuple[str, int], Attribution]:
@@ -386,7 +396,8 @@ class LedgerStore:
         a budget that covers k grant exactly k. A reservation lapses after ``lease`` unless hosts'
         `running` events claim it first.
         """
-        self.settle()
+        with self._settled():  # a reader's settle: what is pending, one slice of a backfill at most
+            pass
         with self._transaction() as connection:
             return budgets.admit(connection, request, now=now, default_cap=default_cap, lease=lease)
 

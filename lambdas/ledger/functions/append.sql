@@ -183,8 +183,11 @@ GRANT EXECUTE ON FUNCTION ledger_append_event(text, text, text, bigint, text, te
 -- One event appended and settled, in one call and one transaction: the meter's whole path, as its
 -- budget check reads the runway after every append. The settle lock is taken exclusively first
 -- (two of these holding it shared while each waits to take it exclusively would deadlock), so
--- concurrent meters queue here as their settles would. What else is pending is settled first; the
--- event is then stored and derived at once, never pending (ledger_derive_next, else ledger_derive).
+-- concurrent meters queue here as their settles would. What else is pending is derived first (a
+-- queued backfill is not: at most one slice of it holds the lock while this waits); the event is
+-- then stored and derived at once, never pending (ledger_derive_next, else ledger_derive). It
+-- waits for the lock at most lock_timeout (its setting below): past that it fails with
+-- lock_not_available, which the meter reports (lambdas.ledger.appends.SettleBusy) and never retries.
 -- An event the checks refuse, or a backfill, takes ledger_append_event (its messages, its queue).
 CREATE OR REPLACE FUNCTION ledger_append_settled_event(
     new_event_id text, new_instance_id text, new_state text, new_ms bigint, new_tenant text, new_pool text,
@@ -197,10 +200,11 @@ DECLARE
     stored events;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('parkbrake settle', 0));
-    -- Settle what else is pending first; asked here, as ledger_settle asks it, because the call
-    -- itself (a SECURITY DEFINER function with its own settings) costs more than the question.
-    IF EXISTS (SELECT 1 FROM ledger_pending) OR EXISTS (SELECT 1 FROM ledger_backfill) THEN
-        PERFORM ledger_settle();  -- settle.sql
+    -- Derive what else is pending first (what meters, the reconciler and replays appended), never
+    -- a queued backfill: a reader's settle takes that, a slice at a time. Asked here because the
+    -- call costs more than the question.
+    IF EXISTS (SELECT 1 FROM ledger_pending) THEN
+        PERFORM ledger_settle_pending();  -- settle.sql
     END IF;
     IF NOT ledger_one_event_passes(origin, new_state, new_pricing_model) THEN
         outcome := ledger_append_event(new_event_id, new_instance_id, new_state, new_ms, new_tenant, new_pool,
@@ -230,6 +234,9 @@ END
 $$;
 ALTER FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer, bigint, text,
     text, text, text, timestamptz) SET plan_cache_mode = force_generic_plan;
+-- Below the meter Lambda's 60 s timeout, far above a slice's settle (benchmarks.ledger_settle).
+ALTER FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer, bigint, text,
+    text, text, text, timestamptz) SET lock_timeout = '20s';
 REVOKE EXECUTE ON FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer,
     bigint, text, text, text, text, timestamptz) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION ledger_append_settled_event(text, text, text, bigint, text, text, text, integer,

@@ -9,14 +9,27 @@
 -- attribution; an end is the next start or stop. Ties are broken by state rank, then by event id in
 -- byte order, as Python compares strings. A host's read may begin at an interval's closing event
 -- itself (the cut is inclusive): that event may be the running that opened the next interval, and
--- a stop read first opens nothing. Each host's events are read in order from an index range of
+-- a stop read first opens nothing. A host with no unattributed event from its cut on (nearly every
+-- one: one probe of events_unattributed) has its events read in order from an index range of
 -- events_by_instance (the window inside the lateral subquery keeps the planner from turning it
--- into a join, which it would plan as a scan of the whole table once the ledger is large).
+-- into a join, which it would plan as a scan of the whole table once the ledger is large); the
+-- others are read as deriving counts them, all at once (ledger_attributed_from, attributions.sql).
 CREATE OR REPLACE FUNCTION ledger_derive_intervals(cuts ledger_cut[]) RETURNS SETOF ledger_interval
 LANGUAGE sql STABLE AS $$
-    WITH transitions AS (
-        SELECT e.*
+    WITH marked AS MATERIALIZED (
+        -- In the index's order with a limit: asked with EXISTS, the planner scanned the table for
+        -- the first row that matched (for a host with none, the whole table).
+        SELECT cut, (
+            SELECT true FROM events u
+            WHERE u.instance_id = cut.instance_id AND u.tenant = 'unattributed'
+              AND (u.at_ms, u.state_rank, u.event_id COLLATE "C")
+                  >= (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
+            ORDER BY u.at_ms, u.state_rank, u.event_id COLLATE "C"
+            LIMIT 1) IS NOT NULL AS unattributed
         FROM unnest(cuts) AS cut
+    ), transitions AS (
+        SELECT e.*
+        FROM marked m
         CROSS JOIN LATERAL (
             SELECT x.event_id, x.instance_id, x.at_ms, x.state_rank, x.tenant, x.pool, x.instance_type,
                    x.accelerators, x.cap_ms, x.region, x.pricing_model, x.zone,
@@ -26,14 +39,25 @@ LANGUAGE sql STABLE AS $$
                            x.pricing_model, x.zone)) OVER by_time
                        IS DISTINCT FROM ROW(x.tenant, x.pool, x.instance_type, x.accelerators, x.cap_ms,
                                             x.region, x.pricing_model, x.zone) AS attribution_changed
-            FROM events stored
-            CROSS JOIN LATERAL ledger_attributed(stored) AS x  -- attributions.sql
-            WHERE stored.instance_id = cut.instance_id
-              AND (stored.at_ms, stored.state_rank, stored.event_id COLLATE "C")
-                  >= (cut.at_ms, cut.state_rank, cut.event_id COLLATE "C")
-              AND stored.state <> 'pending'
+            FROM events x
+            WHERE NOT m.unattributed AND x.instance_id = (m.cut).instance_id
+              AND (x.at_ms, x.state_rank, x.event_id COLLATE "C")
+                  >= ((m.cut).at_ms, (m.cut).state_rank, (m.cut).event_id COLLATE "C")
+              AND x.state <> 'pending'
             WINDOW by_time AS (ORDER BY x.at_ms, x.state_rank, x.event_id COLLATE "C")
         ) AS e
+        UNION ALL
+        SELECT x.event_id, x.instance_id, x.at_ms, x.state_rank, x.tenant, x.pool, x.instance_type,
+               x.accelerators, x.cap_ms, x.region, x.pricing_model, x.zone,
+               x.state = 'running' AS is_running,
+               lag(x.state = 'running') OVER by_time AS after_running,
+               lag(ROW(x.tenant, x.pool, x.instance_type, x.accelerators, x.cap_ms, x.region,
+                       x.pricing_model, x.zone)) OVER by_time
+                   IS DISTINCT FROM ROW(x.tenant, x.pool, x.instance_type, x.accelerators, x.cap_ms,
+                                        x.region, x.pricing_model, x.zone) AS attribution_changed
+        FROM ledger_attributed_from(ARRAY(SELECT m.cut FROM marked m WHERE m.unattributed)) AS x  -- attributions.sql
+        WHERE x.state <> 'pending'
+        WINDOW by_time AS (PARTITION BY x.instance_id ORDER BY x.at_ms, x.state_rank, x.event_id COLLATE "C")
     ), boundaries AS (
         SELECT t.*,
                lead(t.at_ms) OVER by_time AS next_ms,
@@ -116,19 +140,29 @@ BEGIN
         SELECT i.ended_ms, i.closed_by, e.state_rank
         FROM intervals i
         JOIN events e ON e.event_id = i.closed_by
-        WHERE i.instance_id = host.instance_id AND i.ended_ms < host.earliest_ms
-        -- The last by its closing event's place, not its time alone: a running that closes an
-        -- interval may open a zero-length one that a stop closes at the same millisecond.
-        ORDER BY i.ended_ms DESC, e.state_rank DESC, i.closed_by COLLATE "C" DESC
+        -- The last millisecond an interval ended at before the earliest (one index probe: ordered
+        -- by the closing event's rank too, the host's every earlier interval was read and sorted,
+        -- for every slice of a backfill), then the last closed at it by its closing event's place,
+        -- not its time alone: a running that closes an interval may open a zero-length one that
+        -- a stop closes at the same millisecond.
+        WHERE i.instance_id = host.instance_id
+          AND i.ended_ms = (SELECT max(b.ended_ms) FROM intervals b
+                            WHERE b.instance_id = host.instance_id AND b.ended_ms < host.earliest_ms)
+        ORDER BY e.state_rank DESC, i.closed_by COLLATE "C" DESC
         LIMIT 1
     ) AS kept ON true;
+    -- The open interval and those that ended from the earliest on: two index ranges (`ended_ms IS
+    -- NULL OR …` read every interval of the host).
     SELECT coalesce(array_agg(ROW(i.opened_by, i.instance_id, i.tenant, i.pool, i.instance_type,
                                   i.accelerators, i.cap_ms, i.started_ms, i.ended_ms, i.closed_by,
                                   i.region, i.pricing_model, i.zone)::ledger_interval), '{}')
     INTO stored
     FROM unnest(instance_ids, earliest_ms) AS host (instance_id, earliest_ms)
-    JOIN intervals i ON i.instance_id = host.instance_id
-                    AND (i.ended_ms IS NULL OR i.ended_ms >= host.earliest_ms);
+    CROSS JOIN LATERAL (
+        SELECT x.* FROM intervals x WHERE x.instance_id = host.instance_id AND x.ended_ms >= host.earliest_ms
+        UNION ALL
+        SELECT x.* FROM intervals x WHERE x.instance_id = host.instance_id AND x.ended_ms IS NULL
+    ) AS i;
     SELECT coalesce(array_agg(d), '{}') INTO derived FROM ledger_derive_intervals(cuts) AS d;
     SELECT coalesce(array_agg(ROW(x.*)::ledger_interval), '{}')
     INTO gone FROM (SELECT * FROM unnest(stored) EXCEPT ALL SELECT * FROM unnest(derived)) AS x;
@@ -137,6 +171,9 @@ BEGIN
     IF cardinality(gone) = 0 AND cardinality(added) = 0 THEN
         RETURN;
     END IF;
+    INSERT INTO tenants (tenant)  -- an unattributed event's tenant is known once its interval is derived
+    SELECT DISTINCT a.tenant FROM unnest(added) AS a ORDER BY a.tenant
+    ON CONFLICT (tenant) DO NOTHING;
     DELETE FROM intervals WHERE opened_by IN (SELECT g.opened_by FROM unnest(gone) AS g);
     INSERT INTO intervals (opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
                            started_ms, ended_ms, closed_by, region, pricing_model, zone)
@@ -283,22 +320,24 @@ DECLARE
     ended ledger_interval[];
     opened ledger_interval[];
 BEGIN
-    -- Each as deriving counts it: an unattributed one with its launch's or an operator's attribution.
-    -- (Rebuilt only when one is unattributed: rebuilding a 100k-event array costs a third of a second.)
-    IF EXISTS (SELECT 1 FROM unnest(fresh) AS f WHERE f.tenant = 'unattributed') THEN
-        fresh := ARRAY(SELECT ledger_attributed(f) FROM unnest(fresh) AS f);
-    END IF;
+    -- The tenants of the attributed events; an unattributed one's host is derived again (below),
+    -- which adds the tenants its intervals take (ledger_refresh_intervals).
     INSERT INTO tenants (tenant)
-    SELECT DISTINCT f.tenant FROM unnest(fresh) AS f ORDER BY f.tenant
+    SELECT DISTINCT f.tenant FROM unnest(fresh) AS f WHERE f.tenant <> 'unattributed' ORDER BY f.tenant
     ON CONFLICT (tenant) DO NOTHING;
     -- Hosts with an event at or before their last derived one are derived again from before it;
-    -- so are hosts whose new events join a launch with unattributed events (from the first of those).
+    -- so are hosts whose new events join a launch with unattributed events (from the first of
+    -- those), and hosts with an unattributed new event (from it): deriving again reads each such
+    -- host's events as deriving counts them all at once (ledger_attributed_from), where attributing
+    -- the new events one by one read, for each, the host's events back to an attributed one.
     SELECT array_agg(n.instance_id), array_agg(n.earliest_ms)
     INTO late, late_ms
     FROM (
-        SELECT g.instance_id, least(g.late_ms, ledger_attribution_reach(g.instance_id, g.first_ms)) AS earliest_ms
+        SELECT g.instance_id,
+               least(g.late_ms, g.unattributed_ms, ledger_attribution_reach(g.instance_id, g.first_ms)) AS earliest_ms
         FROM (
             SELECT f.instance_id, min(f.at_ms) AS first_ms,
+                   min(f.at_ms) FILTER (WHERE f.tenant = 'unattributed') AS unattributed_ms,
                    min(f.at_ms) FILTER (WHERE (h.last).at_ms IS NOT NULL
                                           AND (f.at_ms, f.state_rank, f.event_id COLLATE "C")
                                               <= ((h.last).at_ms, (h.last).state_rank, (h.last).event_id COLLATE "C"))

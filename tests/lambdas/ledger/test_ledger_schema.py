@@ -150,7 +150,10 @@ def test_a_function_file_is_applied_again_when_its_text_changes_and_only_then(
     assert store.migrate(functions=edited) == ["functions/settle.sql"]
     after = functions_and_versions(ledger_url)
     changed = sorted(function for function in after if after[function] != before[function])
-    assert changed == ["ledger_empty(regclass)", "ledger_settle()"]
+    assert changed == [
+        "ledger_backfill_slice()", "ledger_empty(regclass)", "ledger_settle()", "ledger_settle_backfill(ledger_cut)",
+        "ledger_settle_pending()", "ledger_settle_slice(text,bigint,smallint,text)",
+    ]  # fmt: skip
     with psycopg.connect(ledger_url) as connection:
         comment = connection.execute("SELECT obj_description('ledger_settle()'::regprocedure)").fetchone()
         recorded = dict(connection.execute("SELECT name, checksum FROM ledger_function_files").fetchall())
@@ -239,7 +242,7 @@ def test_a_function_file_list_that_disagrees_with_the_folder_is_refused(
 
 def test_the_shipped_migrations_explain_their_missing_numbers() -> None:
     # 0022: a parallel change's (closed periods), listed until it is merged beside 0023 (attributions).
-    assert unused_numbers() == {8, 9, 18, 19}
+    assert unused_numbers() == {8, 9, 18, 19, 25, 26, 27}  # 25-27: until the work numbered so lands
     numbers = {migration.version for migration in NUMBERED}
     assert numbers | unused_numbers() == set(range(1, max(numbers) + 1))
 
