@@ -83,6 +83,8 @@ class GuardrailsArgs:
     database_layer_arns: Sequence[pulumi.Input[str]] = ()
     # The settings table's values (guardrails.settings_table): every row goes into the Lambdas' environment.
     tuning: Tuning = field(default_factory=Tuning)
+    # The stack's declared tenants: a host's parkbrake:tenant tag that is none of them is metered unattributed.
+    tenants: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,7 @@ def lambda_environment(
         settings.SCHEDULER_ROLE_ARN: scheduler_role_arn,
         settings.DEADLINE_DEAD_LETTER_ARN: deadline_dead_letter_arn,
         settings.NOTICES_TABLE: names.notices_table(args.stack),
+        **({settings.TENANTS: ",".join(sorted(args.tenants))} if args.tenants else {}),
         # With a ledger, a guardrail outside the VPC relays its decisions to the meter on this bus.
         **({settings.DECISION_BUS: DECISION_BUS} if args.database_secret_arn is not None else {}),
     }
