@@ -396,6 +396,28 @@ def alert_unknown_tenants(
     )
 
 
+def account_of(context: object) -> str | None:
+    """The account the running Lambda belongs to, from its ARN (``arn:aws:lambda:REGION:ACCOUNT:...``)."""
+    arn = getattr(context, "invoked_function_arn", None)
+    parts = arn.split(":") if isinstance(arn, str) else []
+    return parts[4] if len(parts) > 4 and parts[4] else None
+
+
+def refuse_relayed(refused: Exception, *, settings: Settings, clients: ClientFactory) -> dict[str, Any]:
+    """A relayed ``Guardrail Decisions`` event the decision log does not take (a forgery, or a writer's
+    bug): nothing is appended, it is not retried, and it reaches a person: the counted action
+    ``refuse``/``forged-decisions`` (which the stack's alarm watches) and an SNS message."""
+    log.error("refused relayed decisions: %s", refused)
+    heartbeat.count_action(GUARDRAIL, "refuse", "forged-decisions")
+    message = (
+        f"{refused}. Only the reaper's and the deadlines' roles may put events on the stack's decision bus; "
+        "nothing of this event was written to the decision log. Find who sent it in CloudTrail "
+        "(eventName PutEvents on the bus) and check the bus's resource policy."
+    )
+    errors = alert("forged guardrail decisions refused", message, settings=settings, clients=clients)
+    return {"refused": str(refused), **({"errors": errors} if errors else {})}
+
+
 def alert(
     what: str, message: str, owner_names: Sequence[str] = (), *, settings: Settings, clients: ClientFactory
 ) -> list[dict[str, str]]:

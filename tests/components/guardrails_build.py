@@ -39,7 +39,10 @@ STOP_ACTIONS = {
     "autoscaling:SetDesiredCapacity",
 }
 TUNED = {row.name for row in TUNING}
-MANAGED_CONDITION = {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}}
+MANAGED_CONDITION = {
+    "StringEquals": {"aws:ResourceTag/parkbrake:managed": "true", "aws:ResourceTag/parkbrake:stack": "dev"}
+}
+SPOT_CONDITION = {"StringEquals": {**MANAGED_CONDITION["StringEquals"], "ec2:InstanceMarketType": "spot"}}
 
 
 def arguments(**overrides: Any) -> GuardrailsArgs:
