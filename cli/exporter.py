@@ -224,7 +224,8 @@ def serve_exporter(
     "--stack",
     envvar=settings_table.STACK,
     help="Also serve this stack's guardrail heartbeats (read back from CloudWatch: the Lambdas cannot be "
-    "scraped) and the running accelerator hosts of PARKBRAKE_REGIONS without parkbrake:managed=true. "
+    "scraped) and the running accelerator hosts of PARKBRAKE_REGIONS without parkbrake:managed=true or "
+    "whose parkbrake:tenant is none of PARKBRAKE_TENANTS. "
     "Also $PARKBRAKE_STACK; without it, the exporter reads only the ledger.",
 )
 @output_option
@@ -247,10 +248,12 @@ def exporter(port: int, address: str, cache_seconds: float, stack: str | None, o
     )
     fleet: list[Collector] = []
     if stack:
-        regions = settings_from_environment(os.environ).regions
+        guarded = settings_from_environment(os.environ)
         fleet = [
             HeartbeatCollector(client("cloudwatch"), stack=stack, cache_seconds=cache_seconds),
-            UnmanagedHostsCollector(client, regions=regions, cache_seconds=cache_seconds),
+            UnmanagedHostsCollector(
+                client, regions=guarded.regions, tenants=guarded.tenants, cache_seconds=cache_seconds
+            ),
         ]
     server, thread = serve_exporter(collector, port=port, address=address, fleet=fleet)
     url = f"http://{address}:{server.server_port}/metrics"

@@ -30,6 +30,16 @@ MESSAGE_RETENTION_S = 14 * 24 * 3600  # SQS's maximum: a failed stop is kept for
 # Findings the sweep counts every run (GuardrailFindings) that page a person when above zero.
 ALARMED_FINDINGS = ("unmanaged", "orphaned")
 FINDINGS_METRIC = "GuardrailFindings"  # lambdas.aws.heartbeat's name (components cannot import lambdas)
+ACTIONS_METRIC = "GuardrailActions"  # lambdas.aws.heartbeat.count_action's
+# Counted actions that page at their first count: (guardrail, action, reason) → what happened. The
+# actions carry no stack dimension (lambdas.aws.heartbeat.count_action), so the alarm sees the region's.
+ALARMED_ACTIONS = {
+    ("meter", "refuse", "forged-decisions"): (
+        "the meter refused relayed guardrail decisions that the reaper and the deadlines could not have sent "
+        "(another account, another actor, malformed): someone put events on the decision bus; see the "
+        "meter's SNS message and CloudTrail"
+    ),
+}
 
 
 # How long a failed event stays worth retrying. The sweep's own schedule uses the sweep period (the
@@ -73,6 +83,9 @@ class GuardrailAlerting(pulumi.ComponentResource):
         self.notices_table_name = table.name
         for finding in ALARMED_FINDINGS:
             self._findings_alarm(finding)
+        for (guardrail, action, reason), description in ALARMED_ACTIONS.items():
+            if guardrail in args.functions:
+                self._actions_alarm(guardrail, action, reason, description)
         self.register_outputs(
             {"dead_letter_arns": self.dead_letter_arns, "notices_table_name": self.notices_table_name}
         )
@@ -170,6 +183,27 @@ class GuardrailAlerting(pulumi.ComponentResource):
             comparison_operator="GreaterThanThreshold",
             threshold=0,
             treat_missing_data="notBreaching",  # a sweep that stops reporting is the heartbeat's alarm
+            alarm_actions=[args.topic_arn],
+            ok_actions=[args.topic_arn],
+            tags=dict(args.tags),
+            opts=named_child_of(self),
+        )
+
+    def _actions_alarm(self, guardrail: str, action: str, reason: str, description: str) -> None:
+        args = self._args
+        aws.cloudwatch.MetricAlarm(
+            f"{reason}-actions",
+            name=f"{names.prefix(args.stack)}-{reason}",
+            alarm_description=description,
+            namespace=names.heartbeat_namespace(),
+            metric_name=ACTIONS_METRIC,
+            dimensions={"Guardrail": guardrail, "Action": action, "Reason": reason},
+            statistic="Sum",
+            period=60,
+            evaluation_periods=1,
+            comparison_operator="GreaterThanThreshold",
+            threshold=0,
+            treat_missing_data="notBreaching",  # nothing refused: nothing counted
             alarm_actions=[args.topic_arn],
             ok_actions=[args.topic_arn],
             tags=dict(args.tags),

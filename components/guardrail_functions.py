@@ -21,7 +21,7 @@ from components import guardrail_schedules as schedules
 from components.common import child_of, named_child_of, type_token
 from components.guardrail_alerting import GuardrailAlerting, GuardrailAlertingArgs
 from components.guardrail_schedules import NightlyStart
-from components.iam_policies import GUARDRAIL_POLICIES, Grants, trust_policy
+from components.iam_policies import GUARDRAIL_POLICIES, Grants, decision_bus_policy, trust_policy
 from components.lambda_archive import (
     CODE_ARCHIVE,
     DEPENDENCY_LAYER,
@@ -56,7 +56,6 @@ STATE_CHANGE_PATTERN = json.dumps(
 # The reaper's and the deadlines' decisions, relayed to the meter for the decision log (lambdas.aws.decision_log):
 # they run outside the VPC and never reach the database themselves.
 RELAY_PATTERN = json.dumps({"source": [RELAY_SOURCE], "detail-type": [RELAY_DETAIL_TYPE]})
-DECISION_BUS = "default"
 BUDGET_EVERY = timedelta(minutes=1)
 RECONCILER_EVERY = timedelta(minutes=15)
 # EventBridge keeps retrying a state change for the meter up to its own maximum, a day (Lambda's
@@ -83,6 +82,8 @@ class GuardrailsArgs:
     database_layer_arns: Sequence[pulumi.Input[str]] = ()
     # The settings table's values (guardrails.settings_table): every row goes into the Lambdas' environment.
     tuning: Tuning = field(default_factory=Tuning)
+    # The stack's declared tenants: a host's parkbrake:tenant tag that is none of them is metered unattributed.
+    tenants: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,13 @@ def lambda_environment(
         settings.SCHEDULER_ROLE_ARN: scheduler_role_arn,
         settings.DEADLINE_DEAD_LETTER_ARN: deadline_dead_letter_arn,
         settings.NOTICES_TABLE: names.notices_table(args.stack),
+        **({settings.TENANTS: ",".join(sorted(args.tenants))} if args.tenants else {}),
         # With a ledger, a guardrail outside the VPC relays its decisions to the meter on this bus.
-        **({settings.DECISION_BUS: DECISION_BUS} if args.database_secret_arn is not None else {}),
+        **(
+            {settings.DECISION_BUS: names.decision_bus(args.stack)}
+            if args.database_secret_arn is not None
+            else {}
+        ),
     }
 
 
@@ -272,7 +278,7 @@ class Guardrails(pulumi.ComponentResource):
             permission=scheduler_permission,
             alerting=alerting,
         )
-        self._event_rules(deployed, alerting)
+        self._event_rules(deployed, alerting, grants)
         self._alarms(deployed, topic_arn)
         park_parameter = self._park_parameter()
 
@@ -309,8 +315,14 @@ class Guardrails(pulumi.ComponentResource):
         )
         return specs, pulumi.FileArchive(str(artifacts / CODE_ARCHIVE)), layer
 
-    def _event_rules(self, deployed: Mapping[str, aws.lambda_.Function], alerting: GuardrailAlerting) -> None:
-        """EC2 state changes to the deadline (and the meter); the budget clock to the budget check."""
+    def _event_rules(
+        self,
+        deployed: Mapping[str, aws.lambda_.Function],
+        alerting: GuardrailAlerting,
+        grants: pulumi.Output[Grants],
+    ) -> None:
+        """EC2 state changes to the deadline (and the meter); the relayed decisions, from the stack's own
+        decision bus, to the meter; the budget clock to the budget check."""
         args = self._args
         state_change_rule = aws.cloudwatch.EventRule(
             "ec2-state-change",
@@ -326,15 +338,37 @@ class Guardrails(pulumi.ComponentResource):
                     function, "state-change", state_change_rule, deployed[function.guardrail], alerting
                 )
         if METER.guardrail in deployed:
+            # Its own bus, not the default one anybody in the account may put events on: its policy
+            # refuses every principal but the writers' roles (iam_policies.decision_bus_policy).
+            bus = aws.cloudwatch.EventBus(
+                "decisions",
+                name=names.decision_bus(args.stack),
+                tags=dict(args.tags),
+                opts=named_child_of(self),
+            )
+            aws.cloudwatch.EventBusPolicy(
+                "decisions",
+                event_bus_name=bus.name,
+                policy=grants.apply(lambda known: json.dumps(decision_bus_policy(known))),
+                opts=child_of(self),
+            )
             decisions_rule = aws.cloudwatch.EventRule(
                 "guardrail-decisions",
                 name=f"{names.prefix(args.stack)}-guardrail-decisions",
                 description="the reaper's and the deadlines' decisions, onto the ledger's decision log",
+                event_bus_name=bus.name,
                 event_pattern=RELAY_PATTERN,
                 tags=dict(args.tags),
                 opts=named_child_of(self),
             )
-            self._trigger(METER, "decisions", decisions_rule, deployed[METER.guardrail], alerting)
+            self._trigger(
+                METER,
+                "decisions",
+                decisions_rule,
+                deployed[METER.guardrail],
+                alerting,
+                event_bus_name=bus.name,
+            )
         # (function, the rule's logical name — kept, since renaming it replaces the rule —, what it does, how often)
         clocks = (
             (RECONCILER, "reconciler-clock", "the ledger's reconciler: EC2's accelerator hosts against the ledger",
@@ -504,6 +538,8 @@ class Guardrails(pulumi.ComponentResource):
         rule: aws.cloudwatch.EventRule,
         target: aws.lambda_.Function,
         alerting: GuardrailAlerting,
+        *,
+        event_bus_name: pulumi.Input[str] | None = None,
     ) -> None:
         aws.lambda_.Permission(
             f"{function.guardrail}-from-{source}",
@@ -516,6 +552,7 @@ class Guardrails(pulumi.ComponentResource):
         aws.cloudwatch.EventTarget(
             f"{function.guardrail}-from-{source}",
             rule=rule.name,
+            event_bus_name=event_bus_name,
             arn=target.arn,
             **alerting.delivery(function.guardrail, METER_TARGET_EVENT_AGE if function is METER else None),
             opts=child_of(self),

@@ -3,6 +3,15 @@
 One function per guardrail Lambda returns that function's whole permission policy, so a test can
 compare it with the AWS calls the function really makes (and nothing else can drift from it); the
 components resolve their Outputs into a :class:`Grants` and call these. No Pulumi here.
+
+Every grant is the stack's own: on a resource stacks share (instances, volumes, snapshots, Auto Scaling
+groups) it is conditioned on the resource's ``parkbrake:stack`` tag (``aws:ResourceTag``, or the tag
+the request writes, ``aws:RequestTag``) being this stack; on anything else its ARN names the stack
+(log group, queue, topic, table, schedule group, parameter, secret, event bus). The exceptions are
+the calls IAM cannot scope by resource (``Describe*``, ``PutMetricData`` by namespace) and the sweep's
+read of which stacks exist (:data:`UNSCOPED`); tests/components/test_iam_stack_scope.py holds every
+policy to this and evaluates, by AWS's documented rules, that one stack's roles cannot stop, terminate
+or adopt another stack's host.
 """
 
 from __future__ import annotations
@@ -12,10 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardrails import names, tags
+from guardrails.instance_types import accelerator_filter_values
 
 VERSION = "2012-10-17"
 # The one condition every stop, terminate and shrink grant carries (the no-unconditional-stop policy).
 MANAGED_ONLY = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
+# Sids of the grants that cannot name the stack: no resource-level permissions, or (ListStacks) the
+# read of which stacks exist, which is what tells this stack's sweep another stack's host from an orphan.
+UNSCOPED = frozenset({"Describe", "DescribeHosts", "DescribePool", "DescribeGroups", "Heartbeat",
+                      "DescribeVolumesAndSnapshots", "ListStacks"})  # fmt: skip
 Statement = dict[str, Any]
 PolicyDocument = dict[str, Any]
 
@@ -42,6 +56,15 @@ class Grants:
 
     def function_arn(self, guardrail: str) -> str:
         return self.arn("lambda", f"function:{names.function_name(self.stack, guardrail)}")
+
+    @property
+    def decision_bus_arn(self) -> str:
+        return self.arn("events", f"event-bus/{names.decision_bus(self.stack)}")
+
+
+def managed_in(stack: str) -> dict[str, Any]:
+    """A resource this stack manages: tagged ``parkbrake:managed=true`` and ``parkbrake:stack=<stack>``."""
+    return {"StringEquals": {**MANAGED_ONLY["StringEquals"], f"aws:ResourceTag/{tags.STACK}": stack}}
 
 
 def statement(sid: str, actions: Sequence[str], resources: object, condition: object = None) -> Statement:
@@ -92,14 +115,19 @@ def _basics(guardrail: str, grants: Grants, *, notifies: bool) -> list[Statement
 
 
 def _stop_path(grants: Grants) -> list[Statement]:
-    """The one stop path: managed hosts only, stand-alone or in the stack's pools' Auto Scaling groups."""
+    """The one stop path (lambdas/aws/stop_path.py) on this stack's managed hosts only: a stand-alone
+    host is stopped, a stand-alone spot host terminated (so termination is granted on spot hosts only),
+    a host in one of the stack's pools' Auto Scaling groups removed from it."""
+    own = managed_in(grants.stack)
+    spot = {"StringEquals": {**own["StringEquals"], "ec2:InstanceMarketType": "spot"}}
     statements = [
         statement("Describe", ["ec2:DescribeInstances"], "*"),  # no resource-level permissions
+        statement("StopManagedInstancesOnly", ["ec2:StopInstances"], grants.arn("ec2", "instance/*"), own),
         statement(
-            "StopManagedInstancesOnly",
-            ["ec2:StopInstances", "ec2:TerminateInstances"],
+            "TerminateManagedSpotInstancesOnly",
+            ["ec2:TerminateInstances"],
             grants.arn("ec2", "instance/*"),
-            MANAGED_ONLY,
+            spot,
         ),
     ]
     if grants.autoscaling_group_arns:
@@ -108,7 +136,7 @@ def _stop_path(grants: Grants) -> list[Statement]:
                 "ShrinkManagedGroupsOnly",
                 ["autoscaling:TerminateInstanceInAutoScalingGroup"],  # decrementing the desired capacity
                 list(grants.autoscaling_group_arns),
-                MANAGED_ONLY,
+                own,
             )
         )
     return statements
@@ -125,13 +153,13 @@ def _serving_rotation(grants: Grants) -> list[Statement]:
             "ReplaceInManagedGroupsOnly",
             ["autoscaling:SetDesiredCapacity"],
             list(grants.autoscaling_group_arns),
-            MANAGED_ONLY,
+            managed_in(grants.stack),
         ),
         statement(
             "MarkRotatingHostsOnly",
             ["ec2:CreateTags"],
             grants.arn("ec2", "instance/*"),
-            {**MANAGED_ONLY, "ForAllValues:StringEquals": {"aws:TagKeys": [tags.ROTATING_SINCE]}},
+            {**managed_in(grants.stack), "ForAllValues:StringEquals": {"aws:TagKeys": [tags.ROTATING_SINCE]}},
         ),
     ]
 
@@ -155,9 +183,31 @@ def _deadline_schedules(grants: Grants, *, disarms: bool) -> list[Statement]:
     ]  # fmt: skip
 
 
+def _adoption(grants: Grants) -> Statement:
+    """Tagging a host of no stack as this stack's (``parkbrake:managed=true``, ``parkbrake:stack=<stack>``:
+    the only tags, with exactly these values) so that the stop path may stop it: a managed host whose
+    stack tag is missing (an orphan) and, with reap_untagged, an unmanaged accelerator host. Never a host
+    another stack's tag names, never a type that carries no accelerator (lambdas/engines/sweeping.py)."""
+    request = {f"aws:RequestTag/{tags.MANAGED}": "true", f"aws:RequestTag/{tags.STACK}": grants.stack}
+    if not grants.reap_untagged:  # orphans only: the host is managed already
+        request |= MANAGED_ONLY["StringEquals"]
+    return statement(
+        "AdoptHostsOfNoStack",
+        ["ec2:CreateTags"],
+        grants.arn("ec2", "instance/*"),
+        {
+            "StringEquals": request,
+            # Absent (no stack) or already this stack's: the documented ...IfExists operator.
+            "StringEqualsIfExists": {f"aws:ResourceTag/{tags.STACK}": grants.stack},
+            "ForAllValues:StringEquals": {"aws:TagKeys": [tags.MANAGED, tags.STACK]},
+            "StringLike": {"ec2:InstanceType": accelerator_filter_values()},
+        },
+    )
+
+
 def _sweep(grants: Grants) -> list[Statement]:
     """Judging every host: which stacks exist (park parameters), the once-a-day notices, the chat
-    channel's webhook (with one), and (with reap_untagged) tagging an unmanaged host as this stack's so that the stop path may stop it."""
+    channel's webhook (with one), and adopting a host of no stack so that the stop path may stop it."""
     statements = [
         statement(
             "ListStacks",
@@ -174,23 +224,41 @@ def _sweep(grants: Grants) -> list[Statement]:
         statements.append(
             statement("ReadChatWebhook", ["secretsmanager:GetSecretValue"], grants.chat_webhook_secret_arn)
         )
-    if grants.reap_untagged:
-        statements.append(
-            statement(
-                "AdoptUnmanagedHosts",
-                ["ec2:CreateTags"],
-                grants.arn("ec2", "instance/*"),
-                {"ForAllValues:StringEquals": {"aws:TagKeys": [tags.MANAGED, tags.STACK]}},
-            )
-        )
-    return statements
+    return [*statements, _adoption(grants)]
+
+
+# The guardrails outside the VPC that relay their decisions to the meter (guardrails.decisions.RELAYING_ACTORS).
+DECISION_WRITERS = ("reaper", "deadline")
 
 
 def _decision_relay(grants: Grants) -> list[Statement]:
-    """With a ledger, the guardrails outside the VPC relay their decisions on the default event bus."""
+    """With a ledger, the guardrails outside the VPC relay their decisions on the stack's decision bus."""
     if grants.database_secret_arn is None:
         return []
-    return [statement("RelayDecisions", ["events:PutEvents"], grants.arn("events", "event-bus/default"))]
+    return [statement("RelayDecisions", ["events:PutEvents"], grants.decision_bus_arn)]
+
+
+def decision_bus_policy(grants: Grants, writers: Sequence[str] = DECISION_WRITERS) -> PolicyDocument:
+    """The decision bus's resource policy: nobody but the writers' own roles puts events on it.
+
+    An explicit ``Deny`` in a resource-based policy overrides any ``Allow`` an identity policy gives
+    (IAM's evaluation logic, reference_policies_evaluation-logic.html), so a principal of this account
+    allowed ``events:PutEvents`` on ``*`` is refused too. For a role's session ``aws:PrincipalArn`` is
+    the role's ARN (reference_policies_condition-keys.html#condition-keys-principalarn).
+    """
+    roles = [f"arn:{grants.partition}:iam::{grants.account_id}:role/{names.function_name(grants.stack, w)}"
+             for w in writers]  # fmt: skip
+    deny: Statement = {
+        "Sid": "OnlyTheGuardrailsWriteDecisions",
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "events:PutEvents",
+        "Resource": grants.decision_bus_arn,
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": roles}},
+    }
+    # No Allow here: the writers' own policies allow them (same account), and a condition, unlike a
+    # Principal, does not need the roles to exist before the bus.
+    return document([deny])
 
 
 def _stopped_hosts(grants: Grants) -> list[Statement]:
@@ -201,22 +269,31 @@ def _stopped_hosts(grants: Grants) -> list[Statement]:
     ]
     if not grants.terminate_stopped:
         return statements
+    snapshots = f"arn:{grants.partition}:ec2:{grants.region}::snapshot/*"
+    own_request = {f"aws:RequestTag/{tags.MANAGED}": "true", f"aws:RequestTag/{tags.STACK}": grants.stack}
     return [
         *statements,
         statement(
-            "SnapshotManagedVolumesOnly", ["ec2:CreateSnapshot"], grants.arn("ec2", "volume/*"), MANAGED_ONLY
+            "SnapshotManagedVolumesOnly",
+            ["ec2:CreateSnapshot"],
+            grants.arn("ec2", "volume/*"),
+            managed_in(grants.stack),
         ),
         statement(
-            "CreateManagedSnapshotsOnly",
-            ["ec2:CreateSnapshot"],
-            f"arn:{grants.partition}:ec2:{grants.region}::snapshot/*",
-            {"StringEquals": {f"aws:RequestTag/{tags.MANAGED}": "true"}},
+            "CreateManagedSnapshotsOnly", ["ec2:CreateSnapshot"], snapshots, {"StringEquals": own_request}
         ),
         statement(
             "TagSnapshotsAsTheyAreCreated",
             ["ec2:CreateTags"],
-            f"arn:{grants.partition}:ec2:{grants.region}::snapshot/*",
-            {"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}},
+            snapshots,
+            {"StringEquals": {"ec2:CreateAction": "CreateSnapshot", **own_request}},
+        ),
+        # A host stopped too long is terminated once snapshotted, on-demand or spot.
+        statement(
+            "RetireManagedInstancesOnly",
+            ["ec2:TerminateInstances"],
+            grants.arn("ec2", "instance/*"),
+            managed_in(grants.stack),
         ),
     ]
 
@@ -284,7 +361,10 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
     if grants.nightly_group_arn is not None:
         statements.append(
             statement(
-                "StartNightlyPool", ["autoscaling:SetDesiredCapacity"], grants.nightly_group_arn, MANAGED_ONLY
+                "StartNightlyPool",
+                ["autoscaling:SetDesiredCapacity"],
+                grants.nightly_group_arn,
+                managed_in(grants.stack),
             )
         )
     # An admission re-arms (or removes) the tenant's budget crossing check (lambdas.engines.budgeting.rearm_crossing).

@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -32,6 +32,7 @@ from guardrails.deadlines import cap_for
 from guardrails.errors import InputError
 from guardrails.instance_types import is_accelerator
 from guardrails.pricing import PriceNotFound
+from guardrails.tenants import unknown_tenant
 
 STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
 STOP_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
@@ -231,20 +232,23 @@ def attribution_for(
     zone: str | None,
     pool_caps: Mapping[str, timedelta],
     default_cap: timedelta,
+    tenants: Collection[str] | None = None,
 ) -> Attribution | None:
     """Attribution of a host, or None when it carries no accelerator (the ledger does not meter it).
 
     The cap is the one the deadlines enforce (tag, else pool default, else stack default).
     ``lifecycle`` is EC2's InstanceLifecycle ("spot", else on-demand); ``zone`` the host's
     availability zone, kept for spot hosts only (their price is the zone's). The price is not part of it: the ledger prices usage from its own price table, and meters a type it
-    has no price for in exact seconds until one is recorded.
+    has no price for in exact seconds until one is recorded. The tenant is the tag's value when it
+    names one of ``tenants`` exactly (:func:`tenant_refused`), else ``unattributed``.
     """
     if not is_accelerator(instance_type):
         return None
     pool = host_tags.get(tags.POOL, "").strip() or None
     cap, _source = cap_for(host_tags, pool, pool_caps, default_cap, [])
+    tenant = host_tags.get(tags.TENANT, "")
     return Attribution(
-        tenant=host_tags.get(tags.TENANT, "").strip() or UNATTRIBUTED,
+        tenant=tenant if tenant and tenant_refused(host_tags, tenants) is None else UNATTRIBUTED,
         pool=pool or UNATTRIBUTED,
         instance_type=instance_type,
         accelerators=accelerators,
@@ -253,6 +257,13 @@ def attribution_for(
         pricing_model=SPOT if lifecycle == SPOT else ON_DEMAND,
         zone=zone if lifecycle == SPOT else None,
     )
+
+
+def tenant_refused(host_tags: Mapping[str, str], tenants: Collection[str] | None) -> str | None:
+    """Why a host's ``parkbrake:tenant`` tag names no tenant (``unknown tenant 'Research'``), or None:
+    it names one, or there is no tag (a missing tag is the malformed-tags rule's finding)."""
+    value = host_tags.get(tags.TENANT)
+    return None if not value else unknown_tenant(value, tenants)
 
 
 def _order(transition: Transition) -> tuple[int, int, str]:

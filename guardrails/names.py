@@ -83,6 +83,12 @@ def notices_table(stack: str) -> str:
     return f"{prefix(stack)}-notices"
 
 
+def decision_bus(stack: str) -> str:
+    """The EventBridge bus the reaper and the deadlines relay their decisions on, to the meter; its
+    policy lets only their roles put events on it (components/iam_policies.py, decision_bus_policy)."""
+    return f"{prefix(stack)}-decisions"
+
+
 def autoscaling_group(stack: str, pool: str) -> str:
     return f"{prefix(stack)}-{pool}"
 

@@ -31,11 +31,13 @@ from guardrails.settings_table import (
     SPOT_ACTION,
     SPOT_ACTIONS,
     STACK,
+    TENANTS,
     TUNING,
     Setting,
     SettingValueError,
     Tuning,
 )
+from guardrails.tenants import tenant_problem
 
 _ROWS = {row.name: row for row in TUNING}
 DEFAULT_MAX_RUNTIME = _ROWS["default_max_runtime"].variable
@@ -53,7 +55,7 @@ __all__ = [
     "CHAT_WEBHOOK_SECRET_ARN", "DATABASE_SECRET_ARN", "DATABASE_URL", "DEADLINE_DEAD_LETTER_ARN",
     "DEADLINE_TARGET_ARN", "DECISION_BUS", "DECISION_RETENTION", "DEFAULT_MAX_RUNTIME", "MAX_EXEMPTION",
     "MAX_RUNTIME_CEILING", "NOTICES_TABLE", "POOL_MAX_RUNTIMES", "REAP_UNTAGGED", "REGIONS",
-    "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TERMINATE_STOPPED",
+    "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TENANTS", "TERMINATE_STOPPED",
     "WARN_BEFORE", "Settings", "SettingsError", "Tuning", "aws_region", "configured_regions",
     "database_location", "ledger_configured", "process_variable", "setting_from_environment",
     "settings_from_environment",
@@ -82,6 +84,8 @@ class Settings(Tuning):
     deadline_dead_letter_arn: str | None = None
     notices_table: str | None = None
     decision_bus: str | None = None
+    # The stack's declared tenants (None: not told, so any valid tenant name): guardrails/tenants.py.
+    tenants: frozenset[str] | None = None
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -130,6 +134,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         deadline_dead_letter_arn=arn(DEADLINE_DEAD_LETTER_ARN),
         notices_table=text(NOTICES_TABLE),
         decision_bus=text(DECISION_BUS),
+        tenants=_tenants(text(TENANTS), problems),
     )
     if problems:
         raise SettingsError(problems)
@@ -209,6 +214,14 @@ def _regions(environ: Mapping[str, str], problems: list[str]) -> tuple[str, ...]
         problems.append(f"{REGIONS}: not set, and neither is AWS_REGION; name the regions to guard")
         return ()
     return (own,)
+
+
+def _tenants(value: str | None, problems: list[str]) -> frozenset[str] | None:
+    if value is None:
+        return None
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    problems += [f"{TENANTS}: {problem}" for name in names if (problem := tenant_problem(name)) is not None]
+    return frozenset(names)
 
 
 def _pool_caps(value: str | None, problems: list[str]) -> dict[str, timedelta]:

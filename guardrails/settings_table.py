@@ -210,6 +210,7 @@ SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
 DEADLINE_DEAD_LETTER_ARN = "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN"
 NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
 DECISION_BUS = "PARKBRAKE_DECISION_BUS"
+TENANTS = "PARKBRAKE_TENANTS"
 DATABASE_URL = "PARKBRAKE_DATABASE_URL"
 DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 # What a spot host that is due gets when it is no group's: only a persistent spot request can stop.
@@ -220,6 +221,10 @@ WIRED: tuple[Variable, ...] = (
     Variable(REGIONS, "the program, from `aws:region`", "comma-separated regions to guard", "`AWS_REGION`"),
     Variable(
         POOL_MAX_RUNTIMES, "the program, from `pools.<name>.max_runtime`", "per-pool caps, `training=90m,inference=12h`", "empty"
+    ),
+    Variable(
+        TENANTS, "the program, from `tenants`", "comma-separated declared tenants: a `parkbrake:tenant` value that "
+        "is none of them exactly is metered for `unattributed` (`guardrails/tenants.py`)", "any valid tenant name"
     ),
     Variable(SNS_TOPIC_ARN, "the Guardrails component", "where the sweep's notice and budget notices go"),
     Variable(

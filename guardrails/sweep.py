@@ -126,6 +126,15 @@ def judge(
     subject = Subject(host, deadline, now, policy, orphan, storage)
     findings = tuple(finding for rule in applicable if (finding := rule.evaluate(subject)) is not None)
     acting = next((finding for finding in findings if finding.action != "report"), None)
+    foreign = host.tags.get(tags.STACK, "").strip()
+    if acting is not None and policy.stack is not None and foreign and foreign != policy.stack:
+        # An orphan naming a stack that does not exist (a typo, a deleted stack): IAM cannot tell it
+        # from a live stack's host, and a stack's roles stop and adopt only their own (iam_policies).
+        return skip(
+            f"{acting.reason}; not stopped: its {tags.STACK} is {foreign!r}, and this stack's roles stop only "
+            f"its own hosts: retag it {tags.STACK}={policy.stack} or stop it by hand",
+            findings,
+        )
     if acting is not None:
         action: Literal["stop", "terminate"] = "terminate" if acting.action == "terminate" else "stop"
         return Verdict(host, action, acting.reason, acting.rule, deadline, findings)

@@ -84,6 +84,11 @@ FIELDS: dict[str, dict[str, Field]] = {
     "aws:cloudwatch/logGroup:LogGroup": {
         "name": _field("a log group name", 512, r"[.\-_/#A-Za-z0-9]+", "letters, digits and ._-/#"),
     },
+    "aws:cloudwatch/eventBus:EventBus": {
+        "name": _field(
+            "an EventBridge event bus name", 256, r"[/.\-_A-Za-z0-9]+", "letters, digits and /._-"
+        ),
+    },
     "aws:cloudwatch/eventRule:EventRule": {
         "name": _field("an EventBridge rule name", 64, r"[.\-_A-Za-z0-9]+", "letters, digits and ._-"),
         "description": _field("an EventBridge rule description", 512, r".*", "any characters"),

@@ -291,6 +291,7 @@ def _guardrails(
             alarm_email=config.guardrails.alarm_email,
             alarm_topic_arn=config.guardrails.alarm_topic_arn,
             pool_caps={name: pool.max_runtime for name, pool in config.pools.items()},
+            tenants=sorted(config.tenants),
             nightly=(
                 NightlyStart(
                     pool=nightly.pool,

@@ -31,6 +31,7 @@ from guardrails.ledger import (
     attribution_for,
     from_ms,
     from_the_future,
+    tenant_refused,
     to_ms,
 )
 from guardrails.owners import owner_of, owners_line
@@ -60,6 +61,8 @@ class MeterResult:
     # appended for tenant unattributed (what EC2 and the ledger know does not say whose), with the reason
     metered_unattributed: list[dict[str, str]] = field(default_factory=list)
     unpriced: list[dict[str, str]] = field(default_factory=list)  # started hosts the ledger cannot price
+    # appended for tenant unattributed because the host's tenant tag names no declared tenant, with the reason
+    unknown_tenants: list[dict[str, str]] = field(default_factory=list)
     tenants: set[str] = field(default_factory=set)  # whose usage changed
     outcomes: dict[str, str] = field(default_factory=dict)  # event id → appended, duplicate
 
@@ -70,6 +73,7 @@ class MeterResult:
         self.unattributed += other.unattributed
         self.metered_unattributed += other.metered_unattributed
         self.unpriced += other.unpriced
+        self.unknown_tenants += other.unknown_tenants
         self.tenants |= other.tenants
         self.outcomes |= other.outcomes
 
@@ -84,6 +88,7 @@ class Described:
     attribution: Attribution | None
     launched_ms: int
     owner: str | None = None  # the parkbrake:owner tag, when valid
+    tenant_refused: str | None = None  # why its parkbrake:tenant tag names no tenant (metered unattributed)
 
 
 def accelerator_counts(instance_types: set[str], *, prices: PriceTable, ec2: Any) -> dict[str, int]:
@@ -127,6 +132,7 @@ def attribute_instances(
             zone=instance.get("Placement", {}).get("AvailabilityZone"),
             pool_caps=settings.pool_max_runtimes,
             default_cap=settings.default_max_runtime,
+            tenants=settings.tenants,
         )
         if attribution is not None:
             found[instance["InstanceId"]] = attribution
@@ -158,10 +164,12 @@ def describe_hosts(
             instances, region=region, prices=prices, settings=settings, ec2=ec2
         )
         for instance in instances:
+            host_tags = {tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}
             found[instance["InstanceId"]] = Described(
                 attributions.get(instance["InstanceId"]),
                 to_ms(instance["LaunchTime"]),
-                owner_of({tag["Key"]: tag["Value"] for tag in instance.get("Tags", [])}),
+                owner_of(host_tags),
+                tenant_refused(host_tags, settings.tenants),
             )
     return found
 
@@ -245,6 +253,10 @@ def attribute_changes(
                 result.skipped.append(note | {"reason": "not an accelerator instance type"})
                 continue
             attribution = host.attribution
+            if host.tenant_refused is not None and change.state == "running":
+                result.unknown_tenants.append(
+                    note | {"owner": host.owner or "-", "reason": host.tenant_refused}
+                )
         if attribution is None and host is not None and change.state != "running" and host.attribution:
             # A stop never opens an interval: any attribution closes it. Not the current launch's
             # tenant, though: an event with a tenant says whose its launch was (docs/ledger.md).
@@ -357,6 +369,55 @@ def alert_unattributed(
     return alert("usage metered for no tenant", message, settings=settings, clients=clients)
 
 
+def alert_unknown_tenants(
+    metered: Sequence[Mapping[str, str]], *, settings: Settings, clients: ClientFactory
+) -> list[dict[str, str]]:
+    """Starts of hosts whose ``parkbrake:tenant`` tag names no declared tenant
+    (``MeterResult.unknown_tenants``: metered for ``unattributed``) reach a person: the counted action
+    ``unattributed``/``unknown-tenant`` (the UnknownTenantTag alert) and an SNS message to the hosts'
+    owners naming the fix. Returns the notifier's errors, never raises."""
+    if not metered:
+        return []
+    heartbeat.count_action(GUARDRAIL, "unattributed", "unknown-tenant", len(metered))
+    owner_names = [owner for owner in dict.fromkeys(note["owner"] for note in metered) if owner != "-"]
+    hosts = ", ".join(f"{note['instance_id']} ({note['reason']}, owner {note['owner']})" for note in metered)
+    declared = (
+        ", ".join(sorted(settings.tenants)) if settings.tenants is not None else "any valid tenant name"
+    )
+    message = (
+        f"{len(metered)} start(s) metered for tenant {UNATTRIBUTED}: {hosts}. A host's parkbrake:tenant tag "
+        f"must be one of the stack's tenants exactly ({declared}); its usage counts toward no tenant's "
+        "budget until it is. Retag the host with its tenant (its next event attributes the launch), or "
+        f"attribute it: `parkbrake ledger attribute {metered[0]['instance_id']} --tenant TENANT --since WHEN "
+        f"--reason TEXT`.\n{owners_line(owner_names)}"
+    )
+    return alert(
+        "hosts tagged with an unknown tenant", message, owner_names, settings=settings, clients=clients
+    )
+
+
+def account_of(context: object) -> str | None:
+    """The account the running Lambda belongs to, from its ARN (``arn:aws:lambda:REGION:ACCOUNT:...``)."""
+    arn = getattr(context, "invoked_function_arn", None)
+    parts = arn.split(":") if isinstance(arn, str) else []
+    return parts[4] if len(parts) > 4 and parts[4] else None
+
+
+def refuse_relayed(refused: Exception, *, settings: Settings, clients: ClientFactory) -> dict[str, Any]:
+    """A relayed ``Guardrail Decisions`` event the decision log does not take (a forgery, or a writer's
+    bug): nothing is appended, it is not retried, and it reaches a person: the counted action
+    ``refuse``/``forged-decisions`` (which the stack's alarm watches) and an SNS message."""
+    log.error("refused relayed decisions: %s", refused)
+    heartbeat.count_action(GUARDRAIL, "refuse", "forged-decisions")
+    message = (
+        f"{refused}. Only the reaper's and the deadlines' roles may put events on the stack's decision bus; "
+        "nothing of this event was written to the decision log. Find who sent it in CloudTrail "
+        "(eventName PutEvents on the bus) and check the bus's resource policy."
+    )
+    errors = alert("forged guardrail decisions refused", message, settings=settings, clients=clients)
+    return {"refused": str(refused), **({"errors": errors} if errors else {})}
+
+
 def alert(
     what: str, message: str, owner_names: Sequence[str] = (), *, settings: Settings, clients: ClientFactory
 ) -> list[dict[str, str]]:
@@ -390,6 +451,7 @@ def meter_event(
         log.warning("not metered: %s", note)
     alerted = alert_unpriced(result.unpriced, settings=settings, clients=clients)
     alerted += alert_unattributed(result.metered_unattributed, settings=settings, clients=clients)
+    alerted += alert_unknown_tenants(result.unknown_tenants, settings=settings, clients=clients)
     outcome: dict[str, Any] = result.as_dict() | ({"errors": alerted} if alerted else {})
     if result.tenants:
         run = budgeting.enforce_budgets(

@@ -160,6 +160,7 @@ def reconcile_ledger(
         *outcome.get("errors", []),
         *metering.alert_unpriced(outcome["unpriced"], settings=settings, clients=clients),
         *metering.alert_unattributed(outcome["metered_unattributed"], settings=settings, clients=clients),
+        *metering.alert_unknown_tenants(outcome["unknown_tenants"], settings=settings, clients=clients),
     ]
     stops = waiting_stops(store, now=now)
     outcome["waiting_stops"] = [stop.as_dict() for stop in stops]

@@ -284,7 +284,7 @@ def execute_sweep(
         by_region[verdict.host.region].append(verdict)
     outcome = StopOutcome(dry_run=dry_run)
     for region, due in by_region.items():
-        verdicts = due if dry_run else _adopt_unmanaged(due, settings, clients("ec2", region), outcome)
+        verdicts = due if dry_run else _adopt(due, settings, clients("ec2", region), outcome)
         for verdict in verdicts:
             log.info(
                 "%s %s: %s", "would stop" if dry_run else "stopping", verdict.host.instance_id, verdict.reason
@@ -371,14 +371,18 @@ def _retire(
     return retirement
 
 
-def _adopt_unmanaged(
-    verdicts: list[Verdict], settings: Settings, ec2: Any, outcome: StopOutcome
-) -> list[Verdict]:
-    """Tag the unmanaged hosts to be stopped as this stack's: the guardrails' IAM stops managed hosts only.
+def _adopt(verdicts: list[Verdict], settings: Settings, ec2: Any, outcome: StopOutcome) -> list[Verdict]:
+    """Tag the hosts to be stopped that are not yet this stack's managed hosts (unmanaged ones, with
+    reap_untagged; managed ones without a stack tag) as this stack's: the guardrails' IAM stops only
+    the stack's own managed hosts, and lets them adopt only a host of no stack (components/iam_policies.py).
 
     Returns the verdicts whose hosts may now be stopped; a host that could not be tagged is an error.
     """
-    unmanaged = [verdict.host.instance_id for verdict in verdicts if not verdict.host.managed]
+    unmanaged = [
+        verdict.host.instance_id
+        for verdict in verdicts
+        if not verdict.host.managed or not verdict.host.tags.get(tags.STACK, "").strip()
+    ]
     if not unmanaged:
         return verdicts
     adoption = [{"Key": tags.MANAGED, "Value": "true"}]

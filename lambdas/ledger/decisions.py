@@ -162,20 +162,37 @@ def is_relayed(event: Mapping[str, Any]) -> bool:
     return event.get("source") == RELAY_SOURCE and event.get("detail-type") == RELAY_DETAIL_TYPE
 
 
-def append_relayed(event: Mapping[str, Any], ledger: DecisionLedger) -> dict[str, str]:
+class RefusedRelay(ValueError):
+    """A relayed event the decision log does not take: malformed, from another account, or carrying
+    decisions of an actor that does not relay. Retrying it cannot help; the meter refuses and alerts."""
+
+
+def append_relayed(
+    event: Mapping[str, Any], ledger: DecisionLedger, *, account: str | None = None
+) -> dict[str, str]:
     """Append the decisions of a relayed event (each key → appended or duplicate: EventBridge delivers at
-    least once). A malformed event, or one carrying another actor's decisions, raises: it is retried,
-    then dead-lettered, and the dead-letter queue's alarm pages."""
+    least once). Only the reaper's and the deadlines' roles may put events on the stack's decision bus
+    (components/iam_policies.py, decision_bus_policy); what reaches the meter anyway is checked again
+    here: an event from another ``account`` than the meter's, a malformed one, or one carrying another
+    actor's decisions raises :class:`RefusedRelay` and nothing is appended."""
+    if account is not None and event.get("account") != account:
+        raise RefusedRelay(
+            f"refused {RELAY_DETAIL_TYPE} event {event.get('id')}: from account {event.get('account')!r}, "
+            f"not this stack's {account}"
+        )
     detail = event.get("detail") or {}
     origin, records = detail.get("origin"), detail.get("decisions")
     if not isinstance(origin, str) or not origin or not isinstance(records, list):
-        raise ValueError(
-            f"malformed {RELAY_DETAIL_TYPE} event: needs detail.origin and detail.decisions: {detail!r}"
+        raise RefusedRelay(
+            f"malformed {RELAY_DETAIL_TYPE} event: needs detail.origin and detail.decisions: {detail!r}"[:500]
         )
-    decisions = [decision_from_dict(record) for record in records]
+    try:
+        decisions = [decision_from_dict(record) for record in records]
+    except ValueError as error:
+        raise RefusedRelay(f"refused {RELAY_DETAIL_TYPE} event {event.get('id')}: {error}") from None
     foreign = sorted({decision.actor for decision in decisions} - RELAYING_ACTORS)
     if foreign:
-        raise ValueError(
+        raise RefusedRelay(
             f"refused {RELAY_DETAIL_TYPE} event {event.get('id')}: decisions by {', '.join(foreign)} are not "
             f"relayed (only {', '.join(sorted(RELAYING_ACTORS))} relay theirs)"
         )

@@ -19,6 +19,7 @@ from policies.rule import PolicyContext, PolicyRule, ResourceView, per_resource,
 TAGGABLE_TYPES = frozenset({
     "aws:appautoscaling/target:Target",
     "aws:autoscaling/group:Group",
+    "aws:cloudwatch/eventBus:EventBus",
     "aws:cloudwatch/eventRule:EventRule",
     "aws:cloudwatch/logGroup:LogGroup",
     "aws:cloudwatch/metricAlarm:MetricAlarm",

@@ -24,6 +24,7 @@ from guardrails.guard_policy import (
     service_control_policy,
 )
 from tests.conftest import REPO_ROOT
+from tests.iam_evaluation import Request, applies
 
 DEPLOYER = "arn:aws:iam::123456789012:role/platform-deployer"
 EXTENDERS = "arn:aws:iam::*:role/ml-engineer*"
@@ -52,44 +53,13 @@ def test_parliament_finds_nothing_wrong(build: Any) -> None:
     assert findings(build("dev", [DEPLOYER], [EXTENDERS])) == []
 
 
-def _matches(operator: str, values: list[str], patterns: list[str]) -> bool:
-    """One IAM condition operator on the request's values (empty: the key is absent)."""
-    base = operator.rsplit(":", maxsplit=1)[-1]  # StringLike, ArnNotLike, StringNotEquals, ...
-    like, negated = "Like" in base, "Not" in base
-
-    def hit(value: str) -> bool:
-        return any(fnmatchcase(value, p) if like else value == p for p in patterns)
-
-    if operator.startswith("ForAnyValue:"):  # some request value satisfies the operator
-        return any((not hit(value)) if negated else hit(value) for value in values)
-    if not values:  # a missing key satisfies only negated operators
-        return negated
-    return (not hit(values[0])) if negated else hit(values[0])
-
-
 def denied_by(
     policy: dict[str, Any], action: str, resource: str, principal: str, tag_keys: list[str]
 ) -> list[str]:
     """The Sids of the deny statements that match a tag edit on an existing resource, read by IAM's
-    documented rules: every operator of a statement must hold; ``Null`` asks whether a key is absent."""
-    request = {"aws:PrincipalArn": [principal], "aws:TagKeys": tag_keys, "ec2:CreateAction": []}
-    found = []
-    for statement in policy["Statement"]:
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        if statement["Effect"] != "Deny" or not any(fnmatchcase(action, a) for a in actions):
-            continue
-        if not fnmatchcase(resource, statement["Resource"]):
-            continue
-        holds = [
-            (not request[key]) == (value == "true")
-            if operator == "Null"
-            else _matches(operator, request[key], value if isinstance(value, list) else [value])
-            for operator, keys in statement.get("Condition", {}).items()
-            for key, value in keys.items()
-        ]
-        if all(holds):
-            found.append(statement["Sid"])
-    return found
+    documented rules (tests/iam_evaluation.py)."""
+    request = Request(action, resource, principal, {"aws:PrincipalArn": principal, "aws:TagKeys": tag_keys})
+    return [s["Sid"] for s in policy["Statement"] if s["Effect"] == "Deny" and applies(s, request)]
 
 
 def test_extend_writes_exactly_the_tags_an_extender_may_set() -> None:
@@ -222,23 +192,13 @@ def test_bad_input_is_one_clear_line(arguments: list[str], message: str) -> None
 
 def launch_denied_by(policy: dict[str, Any], instance_type: str, request_tags: dict[str, str]) -> list[str]:
     """The Sids of the deny statements that match ``RunInstances`` of ``instance_type`` with these tags."""
-    request = {"ec2:InstanceType": [instance_type]} | {
-        f"aws:RequestTag/{key}": [value] for key, value in request_tags.items()
+    context = {"ec2:InstanceType": instance_type} | {
+        f"aws:RequestTag/{key}": value for key, value in request_tags.items()
     }
-    found = []
-    for statement in policy["Statement"]:
-        if statement["Effect"] != "Deny" or statement["Action"] != "ec2:RunInstances":
-            continue
-        holds = [
-            (not request.get(key)) == (value == "true")
-            if operator == "Null"
-            else _matches(operator, request.get(key, []), value if isinstance(value, list) else [value])
-            for operator, keys in statement.get("Condition", {}).items()
-            for key, value in keys.items()
-        ]
-        if all(holds):
-            found.append(statement["Sid"])
-    return found
+    resource = "arn:aws:ec2:us-east-1:123456789012:instance/*"
+    request = Request("ec2:RunInstances", resource, context=context)
+    return [s["Sid"] for s in policy["Statement"] if s["Effect"] == "Deny" and s["Action"] == "ec2:RunInstances"
+            and applies(s, request)]  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,10 @@ STOP_ACTIONS = {
     "autoscaling:SetDesiredCapacity",
 }
 TUNED = {row.name for row in TUNING}
-MANAGED_CONDITION = {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}}
+MANAGED_CONDITION = {
+    "StringEquals": {"aws:ResourceTag/parkbrake:managed": "true", "aws:ResourceTag/parkbrake:stack": "dev"}
+}
+SPOT_CONDITION = {"StringEquals": {**MANAGED_CONDITION["StringEquals"], "ec2:InstanceMarketType": "spot"}}
 
 
 def arguments(**overrides: Any) -> GuardrailsArgs:
@@ -63,6 +66,7 @@ def arguments(**overrides: Any) -> GuardrailsArgs:
         "vpc_id": "vpc-0abc",
         "subnet_ids": ["subnet-private-a", "subnet-private-b"],
         "tags": {"parkbrake:managed": "true", "parkbrake:stack": "dev", "parkbrake:revision": "3f9c2ab"},
+        "tenants": ["product", "research"],
         **{key: value for key, value in overrides.items() if key not in TUNED},
     }
     # A row of the settings table is overridden by name, as a field of the args' Tuning.

@@ -148,10 +148,14 @@ def test_the_notices_table_expires_its_items_and_only_the_sweep_writes_it() -> N
 
 
 def test_with_reap_untagged_the_sweep_may_tag_hosts_as_managed_and_nothing_else() -> None:
-    grant = policy(build(reap_untagged=True), "reaper")["AdoptUnmanagedHosts"]
+    grant = policy(build(reap_untagged=True), "reaper")["AdoptHostsOfNoStack"]
     assert grant["Action"] == ["ec2:CreateTags"]
+    # Only these two tags, with this stack's values, on a GPU host of no other stack (tag-on-adopt).
     assert grant["Condition"] == {
-        "ForAllValues:StringEquals": {"aws:TagKeys": ["parkbrake:managed", "parkbrake:stack"]}
+        "StringEquals": {"aws:RequestTag/parkbrake:managed": "true", "aws:RequestTag/parkbrake:stack": "dev"},
+        "StringEqualsIfExists": {"aws:ResourceTag/parkbrake:stack": "dev"},
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["parkbrake:managed", "parkbrake:stack"]},
+        "StringLike": {"ec2:InstanceType": ["dl*", "f*", "g*", "gr*", "inf*", "p*", "trn*", "vt*"]},
     }
 
 

@@ -17,6 +17,7 @@ from tests.components.guardrails_build import (
     ROLE,
     SECRET_ARN,
     SERVING_GROUP,
+    SPOT_CONDITION,
     STOP_ACTIONS,
     TRAINING_GROUP,
     actions,
@@ -34,7 +35,9 @@ def test_every_stop_or_terminate_grant_requires_the_managed_tag() -> None:
 
     assert statements  # the reaper, the budget and the launcher can act
     for statement in statements:
-        assert statement["Condition"] == MANAGED_CONDITION
+        # The stack's own managed hosts; termination only of spot hosts (the stop path's only use of it).
+        expected = SPOT_CONDITION if actions(statement) == {"ec2:TerminateInstances"} else MANAGED_CONDITION
+        assert statement["Condition"] == expected
         assert statement["Resource"] != "*"
     for statement in all_statements(configured()):
         assert not any(action.endswith(":*") or action == "*" for action in actions(statement))

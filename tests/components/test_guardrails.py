@@ -200,9 +200,9 @@ def test_the_reaper_and_the_deadlines_relay_their_decisions_to_the_meter_only_wi
     assert relay["retryPolicy"]["maximumEventAgeInSeconds"] == 86400  # the database may be down for hours
     assert relay["deadLetterConfig"]["arn"]
     for guardrail in ("reaper", "deadline"):
-        assert environment_of(run, guardrail)["PARKBRAKE_DECISION_BUS"] == "default"
+        assert environment_of(run, guardrail)["PARKBRAKE_DECISION_BUS"] == "parkbrake-dev-decisions"
         (grant,) = [s for s in statements_of(run, guardrail) if "events:PutEvents" in actions(s)]
-        assert grant["Resource"] == f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/default"
+        assert grant["Resource"] == f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/parkbrake-dev-decisions"
     assert not any("events:PutEvents" in actions(s) for s in statements_of(run, "budget"))
 
     without = build(database_secret_arn=None)
@@ -269,7 +269,8 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
         "PARKBRAKE_MAX_RUNTIME_CEILING": "1d",
         "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN": f"arn:aws:sqs:us-east-1:{ACCOUNT}:parkbrake-dev-reaper-dlq",
         "PARKBRAKE_NOTICES_TABLE": "parkbrake-dev-notices",
-        "PARKBRAKE_DECISION_BUS": "default",
+        "PARKBRAKE_TENANTS": "product,research",
+        "PARKBRAKE_DECISION_BUS": "parkbrake-dev-decisions",
         "PARKBRAKE_STOPPED_RETENTION": "14d",
         "PARKBRAKE_TERMINATE_STOPPED": "true",
         "PARKBRAKE_DECISION_RETENTION": "400d",
@@ -288,6 +289,7 @@ def test_lambda_environment_is_the_design_list_and_the_settings_parser_reads_it_
     assert settings.deadline_target_arn == REAPER_ARN
     assert (settings.stopped_retention, settings.terminate_stopped) == (timedelta(days=14), True)
     assert settings.warn_before == timedelta(minutes=15)
+    assert settings.tenants == {"product", "research"}
     assert settings.decision_retention == timedelta(days=400)
 
 

@@ -57,11 +57,16 @@ def test_every_guardrail_policy_is_valid_and_passes_the_stop_rule(guardrail: str
 
 def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
     basics = {"OwnLogs", "Heartbeat", "Notify", "DeadLetters"}
-    stop_path = {"Describe", "StopManagedInstancesOnly", "ShrinkManagedGroupsOnly"}
+    stop_path = {
+        "Describe",
+        "StopManagedInstancesOnly",
+        "TerminateManagedSpotInstancesOnly",
+        "ShrinkManagedGroupsOnly",
+    }
     deadlines = {"DeadlineSchedulesOnly", "PassSchedulerRole"}
     rotation = {"DescribeGroups", "ReplaceInManagedGroupsOnly", "MarkRotatingHostsOnly"}
 
-    sweep = {"ListStacks", "RememberNotices"}
+    sweep = {"ListStacks", "RememberNotices", "AdoptHostsOfNoStack"}
     stopped = {"DescribeVolumesAndSnapshots"}  # terminate_stopped adds the snapshot grants (below)
     relay = {"RelayDecisions"}  # with a ledger, the decisions go to the meter over EventBridge
     assert (
@@ -129,15 +134,23 @@ def test_terminate_stopped_lets_the_reaper_snapshot_managed_volumes_only() -> No
     assert (volumes["Action"], volumes["Resource"], volumes["Condition"]) == (
         ["ec2:CreateSnapshot"],
         f"arn:aws:ec2:{GRANTS.region}:{GRANTS.account_id}:volume/*",
-        {"StringEquals": {"aws:ResourceTag/parkbrake:managed": "true"}},
+        {
+            "StringEquals": {
+                "aws:ResourceTag/parkbrake:managed": "true",
+                "aws:ResourceTag/parkbrake:stack": "prod",
+            }
+        },
     )
+    own = {"aws:RequestTag/parkbrake:managed": "true", "aws:RequestTag/parkbrake:stack": "prod"}
     snapshots = statements["CreateManagedSnapshotsOnly"]
     assert (snapshots["Resource"], snapshots["Condition"]) == (
         f"arn:aws:ec2:{GRANTS.region}::snapshot/*",
-        {"StringEquals": {"aws:RequestTag/parkbrake:managed": "true"}},
+        {"StringEquals": own},
     )
     tagging = statements["TagSnapshotsAsTheyAreCreated"]
-    assert tagging["Condition"] == {"StringEquals": {"ec2:CreateAction": "CreateSnapshot"}}
+    assert tagging["Condition"] == {"StringEquals": {"ec2:CreateAction": "CreateSnapshot", **own}}
+    retire = statements["RetireManagedInstancesOnly"]
+    assert (retire["Action"], retire["Condition"]) == (["ec2:TerminateInstances"], volumes["Condition"])
     for guardrail in ("deadline", "meter", "budget", "launcher"):
         assert "SnapshotManagedVolumesOnly" not in {
             statement["Sid"] for statement in GUARDRAIL_POLICIES[guardrail](grants)["Statement"]

@@ -83,9 +83,10 @@ def test_no_tag_takes_a_host_out_of_the_sweep(clients: ClientFactory) -> None:
 
     result = sweep(clients, two_hours, sns_topic_arn=topic)
 
-    # The typo'd stack is adopted under this stack's 90m default, not the 3h its tag asks for.
-    assert result["stopped"] == [hosts.typo]
-    assert states(clients("ec2", REGION), [hosts.typo]) == {hosts.typo: "stopped"}
+    # The typo'd stack is judged under this stack's 90m default, not the 3h its tag asks for, but not
+    # stopped: IAM cannot tell 'tset' from a live stack, and this stack's roles stop only its own hosts.
+    assert result["stopped"] == []
+    assert states(clients("ec2", REGION), [hosts.typo]) == {hosts.typo: "running"}
     reports = {row["instance_id"]: [r["rule"] for r in row["reports"]] for row in result["hosts"]}
     assert reports[hosts.typo] == ["orphaned"]
     assert reports[hosts.managed_false] == ["untagged-accelerator"]
@@ -93,10 +94,9 @@ def test_no_tag_takes_a_host_out_of_the_sweep(clients: ClientFactory) -> None:
     assert reports[hosts.month_cap] == ["cap-above-ceiling"]
 
     [message] = published(clients, queue_url)
-    assert message["Subject"] == f"parkbrake {STACK} sweep: 1 stopped, 0 error(s), 3 finding(s)"
+    assert message["Subject"] == f"parkbrake {STACK} sweep: 0 stopped, 0 error(s), 4 finding(s)"
     body = message["Message"]
-    assert "Stopped (1):" in body
-    assert "Findings (3):" in body
+    assert "Findings (4):" in body
     assert (
         f"- {hosts.typo} ({REGION}) Name=llm-pretrain tenant=research pool=training type=p5.48xlarge" in body
     )
@@ -104,6 +104,7 @@ def test_no_tag_takes_a_host_out_of_the_sweep(clients: ClientFactory) -> None:
     p5_cost = cost_since_start(load_price_table().instance("p5.48xlarge").usd_per_hour, ran)
     assert f"running {format_duration(ran)}, cost so far ${p5_cost:,.2f}" in body
     assert "parkbrake:stack 'tset' names no stack in us-east-1" in body
+    assert "stopped only once retagged parkbrake:stack=test or by hand" in body
     assert (
         f"- {hosts.managed_false} ({REGION}) Name=notebook-ana tenant=vision pool=training type=g5.xlarge"
         in body
@@ -142,6 +143,20 @@ def test_unmanaged_hosts_are_stopped_and_said_so_when_configured(clients: Client
     assert "PARKBRAKE_REAP_UNTAGGED is on" in message["Message"]
 
 
+def test_a_managed_host_of_no_stack_is_adopted_as_this_stacks_then_stopped(clients: ClientFactory) -> None:
+    ec2 = clients("ec2", REGION)
+    values = {key: value for key, value in managed_tags().items() if key != tags.STACK}
+    (orphan,) = launch(ec2, "g5.xlarge", values)
+
+    result = sweep(clients, latest_launch(ec2, [orphan]) + timedelta(hours=2))
+
+    assert result["stopped"] == [orphan]
+    assert states(ec2, [orphan]) == {orphan: "stopped"}
+    (instance,) = ec2.describe_instances(InstanceIds=[orphan])["Reservations"][0]["Instances"]
+    adopted = {tag["Key"]: tag["Value"] for tag in instance["Tags"]}
+    assert adopted[tags.STACK] == STACK  # what IAM lets it stop
+
+
 def test_a_repeated_finding_reaches_people_at_most_once_a_day(clients: ClientFactory) -> None:
     hosts = Escapes(clients)
     topic, queue_url = sns_queue(clients)
@@ -151,7 +166,7 @@ def test_a_repeated_finding_reaches_people_at_most_once_a_day(clients: ClientFac
 
     sweep(clients, start, **settings)
     [first] = published(clients, queue_url)
-    assert first["Subject"].endswith("1 stopped, 0 error(s), 3 finding(s)")
+    assert first["Subject"].endswith("0 stopped, 0 error(s), 4 finding(s)")
 
     for minutes in (5, 60, 21 * 60):  # the same findings, every sweep of the day: nothing new to say
         assert sweep(clients, start + timedelta(minutes=minutes), **settings)["notified"] is None
@@ -163,7 +178,7 @@ def test_a_repeated_finding_reaches_people_at_most_once_a_day(clients: ClientFac
     [new] = published(clients, queue_url)
     assert new["Subject"].endswith("0 stopped, 0 error(s), 1 finding(s)")
     assert late in new["Message"]
-    assert "3 finding(s) already sent within the last 1d are not repeated." in new["Message"]
+    assert "4 finding(s) already sent within the last 1d are not repeated." in new["Message"]
 
     # A day after they were sent, the findings still standing are sent again.
     after_a_day = start + timedelta(days=1, minutes=5)

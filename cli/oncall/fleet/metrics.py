@@ -4,7 +4,8 @@
   from CloudWatch (``lambdas.aws.heartbeat.last_successes``).
 - The running accelerator hosts without ``parkbrake:managed=true``, by region and instance type:
   the sweep's own listing (``lambdas.aws.ec2_hosts.list_hosts``), so Prometheus sees what ``status`` and
-  ``reap`` report.
+  ``reap`` report; and the managed ones whose ``parkbrake:tenant`` names no declared tenant (the meter
+  bills them to ``unattributed``: ``guardrails.tenants.unknown_tenant``).
 
 Each collector reads at most once per ``cache_seconds`` and never fails a scrape: an AWS error is a
 ``..._up 0`` gauge and a log line.
@@ -99,9 +100,15 @@ class HeartbeatCollector:
         yield last
 
 
+UNMANAGED = "unmanaged"
+UNKNOWN_TENANT = "unknown-tenant"
+
+
 class UnmanagedHostsCollector:
     """``parkbrake_unmanaged_accelerator_hosts{region, instance_type}``: running accelerator hosts
-    without ``parkbrake:managed=true`` (and ``parkbrake_unmanaged_hosts_up``, 0 when EC2 could not be read).
+    without ``parkbrake:managed=true``; ``parkbrake_unknown_tenant_hosts{region, instance_type}``: managed
+    ones whose ``parkbrake:tenant`` names none of ``tenants`` (the stack's; None: any valid tenant name);
+    and ``parkbrake_unmanaged_hosts_up``, 0 when EC2 could not be read.
     """
 
     def __init__(
@@ -109,20 +116,25 @@ class UnmanagedHostsCollector:
         clients: Callable[[str, str | None], Any],
         *,
         regions: Sequence[str],
+        tenants: frozenset[str] | None = None,
         cache_seconds: float = 15.0,
     ) -> None:
         self._clients = clients
         self._regions = tuple(regions)
+        self._tenants = tenants
         self._reads = _Cached(self._count, cache_seconds)
 
-    def _count(self) -> Counter[tuple[str, str]]:
+    def _count(self) -> Counter[tuple[str, str, str]]:
+        from guardrails.ledger import tenant_refused
         from lambdas.aws.ec2_hosts import list_hosts
 
-        counts: Counter[tuple[str, str]] = Counter()
+        counts: Counter[tuple[str, str, str]] = Counter()
         for region in self._regions:
             for host in list_hosts(self._clients("ec2", region), region):
                 if not host.managed:
-                    counts[(region, host.instance_type)] += 1
+                    counts[(UNMANAGED, region, host.instance_type)] += 1
+                elif tenant_refused(host.tags, self._tenants) is not None:
+                    counts[(UNKNOWN_TENANT, region, host.instance_type)] += 1
         return counts
 
     def describe(self) -> list[Metric]:
@@ -131,7 +143,7 @@ class UnmanagedHostsCollector:
     def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import GaugeMetricFamily
 
-        counts: Counter[tuple[str, str]] | None = self._reads.get()
+        counts: Counter[tuple[str, str, str]] | None = self._reads.get()
         yield GaugeMetricFamily(
             "parkbrake_unmanaged_hosts_up",
             "1 when the last listing of the running accelerator hosts succeeded.",
@@ -142,6 +154,12 @@ class UnmanagedHostsCollector:
             "Running accelerator hosts without parkbrake:managed=true (outside every guardrail's cap).",
             labels=["region", "instance_type"],
         )
-        for (region, instance_type), count in sorted((counts or {}).items()):
-            unmanaged.add_metric([region, instance_type], count)
+        unknown = GaugeMetricFamily(
+            "parkbrake_unknown_tenant_hosts",
+            "Running managed accelerator hosts whose parkbrake:tenant names no declared tenant (billed to unattributed).",
+            labels=["region", "instance_type"],
+        )
+        for (kind, region, instance_type), count in sorted((counts or {}).items()):
+            (unmanaged if kind == UNMANAGED else unknown).add_metric([region, instance_type], count)
         yield unmanaged
+        yield unknown

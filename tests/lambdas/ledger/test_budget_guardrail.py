@@ -332,6 +332,23 @@ def test_at_the_hard_limit_the_tenants_hosts_are_stopped_through_the_stop_path(
     assert stopped_notice["MessageAttributes"]["tenant"]["Value"] == "research"
 
 
+def test_at_the_hard_limit_a_stand_alone_spot_host_is_terminated(
+    store: LedgerStore, clients: ClientFactory, topic: tuple[str, str]
+) -> None:
+    """The stop path's one use of TerminateInstances, which the budget's (and the meter's) IAM grants on
+    the stack's managed spot hosts only (components/iam_policies.py): a one-time spot request cannot stop."""
+    ec2 = clients("ec2", None)
+    (spot,) = launch(ec2, "p4d.24xlarge", managed_tags(), spot=True)
+    metering.meter([state_change_from_event(state_change(spot, "running", at(0)))], store=store,
+                   clients=clients, settings=guardrail_settings(), received_at=T0)  # fmt: skip
+    store.set_budget(Budget("research", Decimal(1), "month", actions=frozenset({"notify", "deny", "stop"})))
+
+    run = run_budget(store, aws_enforcer(clients, topic[0]), at(50))
+
+    assert run.stopped == [spot]
+    assert states(ec2, [spot])[spot] in {"shutting-down", "terminated"}
+
+
 def test_a_budget_stop_tells_the_stopped_hosts_owners_and_a_failed_notice_is_an_error(
     store: LedgerStore, clients: ClientFactory, topic: tuple[str, str]
 ) -> None:

@@ -14,6 +14,7 @@ from guardrail_fleet import (
     client_factory,
     create_deadline_group,
     create_pool,
+    emitted_metrics,
     guardrail_settings,
     heartbeats,
     latest_launch,
@@ -21,6 +22,7 @@ from guardrail_fleet import (
     launch_time,
     managed_tags,
     minutes,
+    published,
     sns_queue,
     state_change,
     states,
@@ -245,16 +247,26 @@ def meter_environment(ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> Itera
     container_store.cache_clear()
 
 
+BUS = names.decision_bus(STACK)
+
+
 def relayed_events(clients: ClientFactory) -> str:
-    """The rule the Guardrails component declares for the relayed decisions, delivering to a queue here."""
+    """The bus and the rule the Guardrails component declares for the relayed decisions, delivering to
+    a queue here."""
     events, sqs = clients("events", REGION), clients("sqs", REGION)
     queue_url = sqs.create_queue(QueueName="meter")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
-    events.put_rule(Name="decisions", EventPattern=RELAY_PATTERN)
-    events.put_targets(Rule="decisions", Targets=[{"Id": "meter", "Arn": queue_arn}])
+    events.create_event_bus(Name=BUS)
+    events.put_rule(Name="decisions", EventBusName=BUS, EventPattern=RELAY_PATTERN)
+    events.put_targets(Rule="decisions", EventBusName=BUS, Targets=[{"Id": "meter", "Arn": queue_arn}])
     return queue_url
+
+
+def delivered(clients: ClientFactory, queue_url: str) -> list[dict[str, object]]:
+    messages = clients("sqs", REGION).receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)
+    return [json.loads(message["Body"]) for message in messages.get("Messages", [])]
 
 
 @pytest.mark.usefixtures("meter_environment")
@@ -269,14 +281,13 @@ def test_the_reaper_relays_its_decisions_to_the_meter_over_eventbridge(
     relay = DecisionLog(
         guardrail="reaper",
         origin="request-1",
-        ledger=lambda: EventBusRelay(clients("events", REGION), "default"),
+        ledger=lambda: EventBusRelay(clients("events", REGION), BUS),
     )
 
     result = reaper.handle({}, settings=guardrail_settings(), clients=clients, now=now, decisions=relay)
 
     assert result["errors"] == []
-    messages = clients("sqs", REGION).receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)["Messages"]
-    (event,) = [json.loads(message["Body"]) for message in messages]
+    (event,) = delivered(clients, queue_url)
     assert meter.handler(event, None) == {
         "decisions": {"request-1:verdict:" + due: "appended", "request-1:verdict:" + under: "appended"}
     }
@@ -286,25 +297,67 @@ def test_the_reaper_relays_its_decisions_to_the_meter_over_eventbridge(
     assert "past its 1h30m cap" in logged[due].reason
 
 
+def test_a_forged_event_on_the_default_bus_never_reaches_the_meter(clients: ClientFactory) -> None:
+    """The rule matches the stack's decision bus only, which its policy keeps to the writers' roles
+    (tests/components/test_decision_bus.py evaluates that policy); the default bus is anybody's."""
+    queue_url = relayed_events(clients)
+    forged = Decision("stop", "reaper", "forged", datetime.now(UTC), "i-0123456789abcdef0")
+    entry = {"Source": RELAY_SOURCE, "DetailType": RELAY_DETAIL_TYPE,
+             "Detail": json.dumps({"origin": "o", "decisions": [forged.as_dict()]}, default=str)}  # fmt: skip
+    clients("events", REGION).put_events(Entries=[entry | {"EventBusName": "default"}])
+    assert delivered(clients, queue_url) == []
+    clients("events", REGION).put_events(Entries=[entry | {"EventBusName": BUS}])
+    assert len(delivered(clients, queue_url)) == 1
+
+
+class LambdaContext:
+    invoked_function_arn = (
+        f"arn:aws:lambda:{REGION}:123456789012:function:{names.function_name(STACK, 'meter')}"
+    )
+
+
 @pytest.mark.usefixtures("meter_environment")
-def test_the_meter_refuses_relayed_decisions_it_must_not_take(
-    clients: ClientFactory, store: LedgerStore
+def test_the_meter_refuses_and_alerts_relayed_decisions_it_must_not_take(
+    clients: ClientFactory,
+    store: LedgerStore,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    topic, queue_url = sns_queue(clients)
+    monkeypatch.setenv("PARKBRAKE_SNS_TOPIC_ARN", topic)
+    container_settings.cache_clear()
     forged = Decision("extend", "arn:aws:iam::123456789012:user/mallory", "for free", datetime.now(UTC))
+    honest = Decision("stop", "reaper", "past its cap", datetime.now(UTC), "i-0123456789abcdef0")
     event = {
         "id": "e-1",
+        "account": "123456789012",
         "source": RELAY_SOURCE,
         "detail-type": RELAY_DETAIL_TYPE,
         "detail": {"origin": "o", "decisions": [forged.as_dict()]},
     }
-    with pytest.raises(
-        ValueError, match="decisions by arn:aws:iam::123456789012:user/mallory are not relayed"
-    ):
-        meter.handler(event, None)
-    event["detail"] = {"origin": "o", "decisions": [{"kind": "stop", "actor": "reaper", "at": "yesterday"}]}
-    with pytest.raises(ValueError, match="reason: must be a non-empty string"):
-        meter.handler(event, None)
+    refusals = {
+        "decisions by arn:aws:iam::123456789012:user/mallory are not relayed": event,
+        "reason: must be a non-empty string": event
+        | {"detail": {"origin": "o", "decisions": [{"kind": "stop", "actor": "reaper", "at": "yesterday"}]}},
+        "from account '210987654321', not this stack's 123456789012": event
+        | {"account": "210987654321", "detail": {"origin": "o", "decisions": [honest.as_dict()]}},
+    }
+    capsys.readouterr()
+    for reason, sent in refusals.items():
+        answer = meter.handler(sent, LambdaContext())  # refused, not raised: a forgery is not retried
+        assert reason in answer["refused"]
     assert DecisionLedger.of(store).read() == []
+    messages = published(clients, queue_url)
+    assert len(messages) == 3
+    assert {message["Subject"] for message in messages} == {"parkbrake: forged guardrail decisions refused"}
+    counted = [m for m in emitted_metrics(capsys.readouterr().out) if m["name"] == "GuardrailActions"]
+    assert [m["dimensions"] for m in counted] == [
+        {"Guardrail": "meter", "Action": "refuse", "Reason": "forged-decisions"}
+    ] * 3
+    # The writer's own event from this account is still taken.
+    assert meter.handler(
+        event | {"detail": {"origin": "o", "decisions": [honest.as_dict()]}}, LambdaContext()
+    ) == {"decisions": {honest.key("o"): "appended"}}
 
 
 def test_an_event_bus_that_refuses_is_reported_and_the_stop_still_happens(clients: ClientFactory) -> None:

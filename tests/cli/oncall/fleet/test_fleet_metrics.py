@@ -90,3 +90,20 @@ def test_an_unreadable_ec2_is_unmanaged_hosts_up_0(aws: str, monkeypatch: pytest
     samples = scrape(UnmanagedHostsCollector(client, regions=["us-east-1"]))
 
     assert samples == {"parkbrake_unmanaged_hosts_up": 0}
+
+
+def test_managed_hosts_whose_tenant_is_no_declared_tenant_are_counted_by_region_and_type(aws: str) -> None:
+    ec2 = client("ec2")
+    managed = {"parkbrake:managed": "true", "parkbrake:stack": "dev"}
+    launch(ec2, "g5.xlarge", 2, managed | {"parkbrake:tenant": "Research"})
+    launch(ec2, "g5.xlarge", 1, managed | {"parkbrake:tenant": "research\u200b"})
+    launch(ec2, "p4d.24xlarge", 1, managed | {"parkbrake:tenant": "research"})  # declared
+    launch(ec2, "g5.xlarge", 1, {"parkbrake:tenant": "Research"})  # unmanaged: counted as such only
+
+    samples = scrape(UnmanagedHostsCollector(client, regions=["us-east-1"], tenants=frozenset({"research"})))
+
+    assert samples == {
+        "parkbrake_unmanaged_hosts_up": 1,
+        'parkbrake_unmanaged_accelerator_hosts{instance_type="g5.xlarge",region="us-east-1"}': 1,
+        'parkbrake_unknown_tenant_hosts{instance_type="g5.xlarge",region="us-east-1"}': 3,
+    }
