@@ -188,6 +188,10 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     try:
         if window["zone"] is None and tenants:  # the tenants' own months
             start, end, month_end = report_window(now, **(window | {"zone": report_zone(store, tenants)}))
+        if tenants and (window["month"] or not (window["since"] or window["until"])):  # its own bounds
+            from cli.usage.closes import month_bounds
+
+            start, end = month_bounds(store, tenants, window["month"] or f"{start:%Y-%m}", (start, end))
         reports = usage_report(store, now=now, since=start, until=end, tenants=tenants)
         invoices = tenant_invoices(
             store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
