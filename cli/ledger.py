@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import TENANT, WHEN, output_option, wide_option, yes_option
+from cli.options import TENANT, WHEN, output_option, project_dir_option, wide_option, yes_option
 from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
@@ -444,8 +444,13 @@ def release(reservation_id: int, output: str) -> None:
 
 
 @ledger.command("budget")
-@click.argument("tenant", type=TENANT)
+@click.argument("tenant", type=TENANT, required=False)
 @click.option("--limit-usd", help="The hard limit for each period, in USD (required unless --remove).")
+@click.option(
+    "--gpu-hours",
+    help="Also a limit in accelerator-hours per period, enforced at admission beside the dollars "
+    "(e.g. --gpu-hours 400); default: none.",
+)
 @click.option(
     "--period",
     type=click.Choice(["day", "week", "month"]),
@@ -467,19 +472,55 @@ def release(reservation_id: int, output: str) -> None:
 @click.option(
     "--remove", is_flag=True, help="Remove TENANT's budget (usage is still metered); e.g. --remove."
 )
+@click.option(
+    "--from-stack", "from_stack", metavar="STACK",
+    help="Apply the budgets Pulumi.STACK.yaml declares (tenants' monthly_budget_usd, monthly_gpu_hours) "
+    "instead of flags: every tenant's, or TENANT's. A budget set by hand since is kept, and a stack "
+    "that declares something else afterwards is reported as a conflict.",
+)  # fmt: skip
+@click.option(
+    "--replace-hand", is_flag=True, help="With --from-stack: replace budgets set by hand with the stack's."
+)
+@click.option("--dry-run", is_flag=True, help="With --from-stack: report what would change; change nothing.")
+@project_dir_option
 @with_crossing_options
 @output_option
-def set_budget(
-    tenant: str, output: str, remove: bool, stack: str | None, region: str | None, **flags: str | None
-) -> None:
+def set_budget(tenant: str | None, output: str, remove: bool, **flags: Any) -> None:
     """Set TENANT's budget per period in its time zone and the actions it takes (replacing any earlier
-    budget), or remove it.
+    budget), or remove it; or apply the budgets a stack declares (--from-stack).
 
     \b
     Example:
       parkbrake ledger budget research --limit-usd 5000 --period month \\
-          --timezone Europe/Berlin
+          --timezone Europe/Berlin --gpu-hours 400
+      parkbrake ledger budget --from-stack dev --dry-run
     """
+    stack, region, project_dir = flags.pop("stack"), flags.pop("region"), flags.pop("project_dir")
+    from_stack, replace_hand, dry_run = (
+        flags.pop("from_stack"),
+        flags.pop("replace_hand"),
+        flags.pop("dry_run"),
+    )
+    if from_stack is not None:
+        from cli.usage.budgets import budgets_from_stack
+
+        budgets_from_stack(
+            from_stack,
+            tenant,
+            project_dir=project_dir,
+            replace_hand=replace_hand,
+            dry_run=dry_run,
+            output=output,
+        )
+        return
+    if tenant is None:
+        raise InputError(
+            "TENANT: required (or --from-stack STACK), e.g. parkbrake ledger budget research --limit-usd 5000"
+        )
+    if replace_hand or dry_run:
+        raise InputError(
+            "--replace-hand and --dry-run go with --from-stack STACK; drop them or add --from-stack"
+        )
     from cli.usage.budgets import budget_summary, crossing_line, parse_budget, rearm_after_change
     from lambdas.ledger.store import store_from_environment
 
