@@ -249,9 +249,9 @@ def gpu_hour_refusal(status: TenantRunway, required_hours: Decimal) -> str | Non
         return None
     budget = status.budget
     return (
-        f"the {ADJECTIVE[budget.period]} GPU-hour budget of tenant {status.tenant} is {budget.gpu_hours} "
-        f"accelerator-hours: {status.gpu_hours_used} used (spent, committed to running hosts' caps and "
-        f"reserved) leave {max(remaining, Decimal(0))}, less than the {required_hours} needed"
+        f"the {ADJECTIVE[budget.period]} GPU-hour budget of tenant {status.tenant} is {budget.gpu_hours:,.2f} "
+        f"accelerator-hours: {status.gpu_hours_used:,.2f} used (spent, committed to running hosts' caps and "
+        f"reserved) leave {max(remaining, Decimal(0)):,.2f}, less than the {required_hours:,.2f} needed"
     )
 
 

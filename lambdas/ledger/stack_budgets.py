@@ -112,7 +112,7 @@ def _log(store: LedgerStore, outcomes: Sequence[StackBudgetOutcome], *, now: dat
             outcome.line(),
             now,
             tenant=outcome.declared.tenant,
-            details=outcome.as_dict(),
+            details=outcome.as_dict() | {"rule": outcome.outcome},  # a set then a conflict: two decisions
         )
         for outcome in outcomes
         if outcome.outcome in LOGGED
