@@ -300,6 +300,52 @@ def runway(tenants: tuple[str, ...], output: str) -> None:
     print_runways(statuses)
 
 
+@ledger.command()
+@click.option(
+    "--month", required=True, help="The month, YYYY-MM, in each tenant's budget zone (e.g. --month 2026-11)."
+)
+@click.option(
+    "--tenant", "tenants", type=TENANT, multiple=True, help="Tenant to report (repeatable); default: all."
+)
+@click.option(
+    "--output", "--format", "-o", "output", type=click.Choice(["text", "json", "markdown"]),
+    default="text", show_default=True, help="text for people; json; markdown (the invoice's section).",
+)  # fmt: skip
+@wide_option
+def savings(month: str, tenants: tuple[str, ...], output: str) -> None:
+    """What the guardrails saved in a month: per tenant, pool and guardrail, the GPU-hours and dollars
+    each stop avoided (a stopped host would have run until its next start, the month's end or one more
+    cap, whichever is first), each stop with its decision id in `parkbrake log`.
+
+    \b
+    Example:
+      parkbrake ledger savings --month 2026-11 --tenant research
+    """
+    from cli.usage.savings import print_savings, savings_document, tenant_month_savings
+    from guardrails.savings import savings_markdown
+    from lambdas.ledger.closes import parse_period
+    from lambdas.ledger.store import store_from_environment
+
+    month = parse_period(month, "--month")
+    store = store_from_environment()
+    try:
+        found = tenant_month_savings(
+            store,
+            month=month,
+            tenants=tenants,
+            default_cap=metering_settings(os.environ).default_max_runtime,
+            now=datetime.now(UTC),
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps(savings_document(month, found), indent=2))
+    elif output == "markdown":
+        click.echo(savings_markdown(month, found))
+    else:
+        print_savings(month, found)
+
+
 @ledger.command("replay-dlq")
 @click.option("--stack", required=True, help="The stack whose meter dead-letter queue to replay.")
 @click.option("--region", default=None, help="Its region (default: the AWS configuration's).")
