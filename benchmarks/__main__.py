@@ -11,6 +11,7 @@ BENCHMARKS = (
     "benchmarks.fleet_day",
     "benchmarks.group_removal",
     "benchmarks.ledger",
+    "benchmarks.ledger_reports",
     "benchmarks.decision_log",
     "benchmarks.inference",
     "benchmarks.status",
