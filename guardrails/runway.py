@@ -136,6 +136,9 @@ class TenantRunway:
     budget: Budget
     now: datetime
     totals: RunwayTotals = field(default_factory=RunwayTotals)
+    # Where the ledger started the period, when not at the zone's own start: a month after a closed
+    # one starts where that one ended (its zone may have been another).
+    start: datetime | None = None
 
     @property
     def tenant(self) -> str:
@@ -143,7 +146,7 @@ class TenantRunway:
 
     @property
     def period_start(self) -> datetime:
-        return period_start(self.budget.period, self.now, self.budget.timezone)
+        return self.start or period_start(self.budget.period, self.now, self.budget.timezone)
 
     @property
     def spent_usd(self) -> Decimal:

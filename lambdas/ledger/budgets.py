@@ -13,7 +13,7 @@ import psycopg
 
 from guardrails.errors import ParkbrakeError
 from guardrails.launch import Admission, AdmissionRequest, decide_admission
-from guardrails.ledger import to_ms
+from guardrails.ledger import from_ms, to_ms
 from guardrails.pricing import load_price_table
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_start
 from lambdas.ledger import queries as sql
@@ -137,7 +137,12 @@ def _runway(row: Sequence[Any], now: datetime) -> TenantRunway:
         Decimal(reserved),
         int(unpriced),
     )
-    return TenantRunway(budget, now, totals)
+    start = (
+        from_ms(row[13])
+        if limit is not None and row[13] != to_ms(period_start(budget.period, now, zone))
+        else None
+    )
+    return TenantRunway(budget, now, totals, start)
 
 
 def _with_gpu_hours(

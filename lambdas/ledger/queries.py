@@ -306,11 +306,24 @@ WITH budgeted AS (
     LEFT JOIN budgets b USING (tenant)
     WHERE %(tenants)s::text[] IS NULL OR t.tenant = ANY(%(tenants)s::text[])
 ), scope AS (
-    SELECT x.*, k.start_ms AS period_start_ms, (k.start_ms + 86399999) / 86400000 * 86400000 AS first_day_ms
+    SELECT x.*, s.start_ms AS period_start_ms, (s.start_ms + 86399999) / 86400000 * 86400000 AS first_day_ms
     FROM budgeted x
     LEFT JOIN unnest(%(periods)s::text[], %(zones)s::text[], %(starts_ms)s::bigint[])
               AS k (period, timezone, start_ms)
            ON k.period = x.period AND k.timezone = x.timezone
+    -- A month budget starts where the tenant's closed month before it ended, whatever its zone now
+    -- (lambdas.ledger.closes.open_bounds): the latest close, when it ended within 26 hours of the
+    -- zone's own start (the month just before), is the start.
+    LEFT JOIN LATERAL (
+        SELECT ledger_ms(c.until) AS until_ms FROM period_closes c
+        WHERE c.tenant = x.tenant AND x.period = 'month'
+        ORDER BY c.period DESC
+        LIMIT 1
+    ) AS closed ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN abs(closed.until_ms - k.start_ms) <= 93600000 THEN closed.until_ms
+                    ELSE k.start_ms END AS start_ms
+    ) AS s
 ), running AS (
     SELECT s.tenant, s.period_start_ms, i.instance_type, i.region, i.pricing_model, i.zone, i.accelerators,
            i.started_ms,

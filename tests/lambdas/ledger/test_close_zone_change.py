@@ -130,3 +130,20 @@ def test_the_closed_months_json_bounds_never_change_and_december_does_not_overla
         for line in tenant["invoice"]["lines"]
     ]
     assert sum(seconds) == 72 * 3600
+
+
+def test_the_budget_of_the_month_after_a_close_starts_where_the_close_ended(store: LedgerStore) -> None:
+    from guardrails.runway import Budget
+
+    run(store, "i-a", NOVEMBER + timedelta(days=29, hours=12), 24)  # 30 Nov 12:00 to 1 Dec 12:00 UTC
+    PeriodCloses(store).close(period="2036-11", zones={"research": "UTC"}, now=AFTER_ALL, actor="ops")
+    store.set_budget(Budget("research", Decimal(5000), timezone="Pacific/Kiritimati"))
+    mid_december = datetime(2036, 12, 15, tzinfo=UTC)
+    (status,) = store.runways(now=mid_december, default_cap=timedelta(0), tenants=["research"])
+    assert status.period_start == datetime(2036, 12, 1, tzinfo=UTC)  # not 30 Nov 10:00 UTC (+14)
+    assert status.spent_usd == Decimal("12.072000")  # December's 12 hours of g5.xlarge, not 14 more
+    west = Budget("research", Decimal(5000), timezone="Etc/GMT+12")
+    store.set_budget(west)
+    (status,) = store.runways(now=mid_december, default_cap=timedelta(0), tenants=["research"])
+    assert status.period_start == datetime(2036, 12, 1, tzinfo=UTC)  # not 1 Dec 12:00 UTC: no gap
+    assert status.spent_usd == Decimal("12.072000")
