@@ -550,6 +550,11 @@ def set_budget(tenant: str | None, output: str, remove: bool, **flags: Any) -> N
     if from_stack is not None:
         from cli.usage.budgets import budgets_from_stack
 
+        if remove or flags["limit_usd"] is not None or flags["gpu_hours"] is not None:
+            raise InputError(
+                "--from-stack: the stack file gives the limits; drop --limit-usd, --gpu-hours and --remove"
+            )
+
         budgets_from_stack(
             from_stack,
             tenant,
