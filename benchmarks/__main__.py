@@ -12,6 +12,7 @@ BENCHMARKS = (
     "benchmarks.group_removal",
     "benchmarks.ledger",
     "benchmarks.ledger_settle",
+    "benchmarks.ledger_reports",
     "benchmarks.decision_log",
     "benchmarks.inference",
     "benchmarks.status",

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import click
 
-from cli.options import TENANT, WHEN, output_option, wide_option, yes_option
+from cli.options import TENANT, WHEN, output_option, project_dir_option, wide_option, yes_option
 from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
@@ -190,6 +190,10 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     try:
         if window["zone"] is None and tenants:  # the tenants' own months
             start, end, month_end = report_window(now, **(window | {"zone": report_zone(store, tenants)}))
+        if tenants and (window["month"] or not (window["since"] or window["until"])):  # its own bounds
+            from cli.usage.closes import month_bounds
+
+            start, end = month_bounds(store, tenants, window["month"] or f"{start:%Y-%m}", (start, end))
         reports = usage_report(store, now=now, since=start, until=end, tenants=tenants)
         invoices = tenant_invoices(
             store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
@@ -296,6 +300,52 @@ def runway(tenants: tuple[str, ...], output: str) -> None:
         click.echo(json.dumps([status.as_dict() for status in statuses], indent=2))
         return
     print_runways(statuses)
+
+
+@ledger.command()
+@click.option(
+    "--month", required=True, help="The month, YYYY-MM, in each tenant's budget zone (e.g. --month 2026-11)."
+)
+@click.option(
+    "--tenant", "tenants", type=TENANT, multiple=True, help="Tenant to report (repeatable); default: all."
+)
+@click.option(
+    "--output", "--format", "-o", "output", type=click.Choice(["text", "json", "markdown"]),
+    default="text", show_default=True, help="text for people; json; markdown (the invoice's section).",
+)  # fmt: skip
+@wide_option
+def savings(month: str, tenants: tuple[str, ...], output: str) -> None:
+    """What the guardrails saved in a month: per tenant, pool and guardrail, the GPU-hours and dollars
+    each stop avoided (a stopped host would have run until its next start, the month's end or one more
+    cap, whichever is first), each stop with its decision id in `parkbrake log`.
+
+    \b
+    Example:
+      parkbrake ledger savings --month 2026-11 --tenant research
+    """
+    from cli.usage.savings import print_savings, savings_document, tenant_month_savings
+    from guardrails.savings import savings_markdown
+    from lambdas.ledger.closes import parse_period
+    from lambdas.ledger.store import store_from_environment
+
+    month = parse_period(month, "--month")
+    store = store_from_environment()
+    try:
+        found = tenant_month_savings(
+            store,
+            month=month,
+            tenants=tenants,
+            default_cap=metering_settings(os.environ).default_max_runtime,
+            now=datetime.now(UTC),
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(json.dumps(savings_document(month, found), indent=2))
+    elif output == "markdown":
+        click.echo(savings_markdown(month, found))
+    else:
+        print_savings(month, found)
 
 
 @ledger.command("replay-dlq")
@@ -442,8 +492,13 @@ def release(reservation_id: int, output: str) -> None:
 
 
 @ledger.command("budget")
-@click.argument("tenant", type=TENANT)
+@click.argument("tenant", type=TENANT, required=False)
 @click.option("--limit-usd", help="The hard limit for each period, in USD (required unless --remove).")
+@click.option(
+    "--gpu-hours",
+    help="Also a limit in accelerator-hours per period, enforced at admission beside the dollars "
+    "(e.g. --gpu-hours 400); default: none.",
+)
 @click.option(
     "--period",
     type=click.Choice(["day", "week", "month"]),
@@ -465,19 +520,60 @@ def release(reservation_id: int, output: str) -> None:
 @click.option(
     "--remove", is_flag=True, help="Remove TENANT's budget (usage is still metered); e.g. --remove."
 )
+@click.option(
+    "--from-stack", "from_stack", metavar="STACK",
+    help="Apply the budgets Pulumi.STACK.yaml declares (tenants' monthly_budget_usd, monthly_gpu_hours) "
+    "instead of flags: every tenant's, or TENANT's. A budget set by hand since is kept, and a stack "
+    "that declares something else afterwards is reported as a conflict.",
+)  # fmt: skip
+@click.option(
+    "--replace-hand", is_flag=True, help="With --from-stack: replace budgets set by hand with the stack's."
+)
+@click.option("--dry-run", is_flag=True, help="With --from-stack: report what would change; change nothing.")
+@project_dir_option
 @with_crossing_options
 @output_option
-def set_budget(
-    tenant: str, output: str, remove: bool, stack: str | None, region: str | None, **flags: str | None
-) -> None:
+def set_budget(tenant: str | None, output: str, remove: bool, **flags: Any) -> None:
     """Set TENANT's budget per period in its time zone and the actions it takes (replacing any earlier
-    budget), or remove it.
+    budget), or remove it; or apply the budgets a stack declares (--from-stack).
 
     \b
     Example:
       parkbrake ledger budget research --limit-usd 5000 --period month \\
-          --timezone Europe/Berlin
+          --timezone Europe/Berlin --gpu-hours 400
+      parkbrake ledger budget --from-stack dev --dry-run
     """
+    stack, region, project_dir = flags.pop("stack"), flags.pop("region"), flags.pop("project_dir")
+    from_stack, replace_hand, dry_run = (
+        flags.pop("from_stack"),
+        flags.pop("replace_hand"),
+        flags.pop("dry_run"),
+    )
+    if from_stack is not None:
+        from cli.usage.budgets import budgets_from_stack
+
+        if remove or flags["limit_usd"] is not None or flags["gpu_hours"] is not None:
+            raise InputError(
+                "--from-stack: the stack file gives the limits; drop --limit-usd, --gpu-hours and --remove"
+            )
+
+        budgets_from_stack(
+            from_stack,
+            tenant,
+            project_dir=project_dir,
+            replace_hand=replace_hand,
+            dry_run=dry_run,
+            output=output,
+        )
+        return
+    if tenant is None:
+        raise InputError(
+            "TENANT: required (or --from-stack STACK), e.g. parkbrake ledger budget research --limit-usd 5000"
+        )
+    if replace_hand or dry_run:
+        raise InputError(
+            "--replace-hand and --dry-run go with --from-stack STACK; drop them or add --from-stack"
+        )
     from cli.usage.budgets import budget_summary, crossing_line, parse_budget, rearm_after_change
     from lambdas.ledger.store import store_from_environment
 

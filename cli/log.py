@@ -137,6 +137,7 @@ def as_text(entries: Sequence[LoggedDecision], limit: int, *, width: int = 80) -
         decision = entry.decision
         header = [decision.as_dict()["at"], decision.kind, decision.instance_id or "-"]
         header += [f"tenant={decision.tenant}"] if decision.tenant else []
+        header += [f"#{entry.id}"]  # what `ledger savings` cites each figure by
         lines = textwrap.wrap(
             "  ".join(header), width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )

@@ -36,6 +36,7 @@ from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
 from guardrails.durations import format_duration
 from guardrails.schedules import rate_expression
 from guardrails.settings_table import Tuning, tuning_environment
+from guardrails.stack_budgets import STACK_BUDGETS
 
 LOG_RETENTION_DAYS = 30
 VPC_ACCESS_POLICY = "arn:aws:iam::aws:policy/service-role/AWSLambdaVPCAccessExecutionRole"
@@ -84,6 +85,9 @@ class GuardrailsArgs:
     tuning: Tuning = field(default_factory=Tuning)
     # The stack's declared tenants: a host's parkbrake:tenant tag that is none of them is metered unattributed.
     tenants: Sequence[str] = ()
+    # The tenants' budgets the stack declares (guardrails.stack_budgets.budgets_json): the ledger's
+    # Lambdas get them as PARKBRAKE_STACK_BUDGETS and the reconciler applies them after a deploy.
+    stack_budgets: str | None = None
 
 
 @dataclass(frozen=True)
@@ -473,6 +477,8 @@ class Guardrails(pulumi.ComponentResource):
         if database is not None:
             variables[settings.DATABASE_SECRET_ARN] = database.secret_arn
             variables.update(DATABASE_TLS)
+            if args.stack_budgets is not None:
+                variables[STACK_BUDGETS] = args.stack_budgets
             permissions.append(
                 aws.iam.RolePolicyAttachment(
                     f"{guardrail}-vpc-access",

@@ -54,6 +54,7 @@ KINDS: Mapping[str, str] = {
     "workload-released": "a Kueue Workload's reservation given back: it finished, was evicted or deleted",
     "period-close": "a tenant's invoice for a month closed: its lines kept as they were, late usage billed later",
     "attribute": "a host's unattributed usage attributed to a tenant by a person, with their reason",
+    "budget-set": "a tenant's budget set from the stack's config, or a conflict with one set by hand since",
 }
 
 

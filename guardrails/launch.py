@@ -17,7 +17,7 @@ from guardrails.durations import format_duration
 from guardrails.launch_report import LaunchReport
 from guardrails.ledger import ON_DEMAND, PriceKey, billable_ms, usd
 from guardrails.pricing import HOME_REGION
-from guardrails.runway import TenantRunway, refusal
+from guardrails.runway import TenantRunway, gpu_hour_refusal, refusal
 
 RefusalKind = Literal["parked", "closed", "at-capacity", "budget"]
 SECONDS_PER_HOUR = Decimal(3600)
@@ -182,10 +182,15 @@ def decide_launch(
 
 
 def decide_admission(
-    request: AdmissionRequest, status: TenantRunway | None, usd_per_hour: Decimal | None
+    request: AdmissionRequest,
+    status: TenantRunway | None,
+    usd_per_hour: Decimal | None,
+    accelerators: int | None = None,
 ) -> Admission:
     """Whether ``status`` (the tenant's runway, None for a tenant the ledger has never seen) covers
-    ``request`` at ``usd_per_hour`` (None: the ledger has no price for the type)."""
+    ``request`` at ``usd_per_hour`` (None: the ledger has no price for the type), in dollars and, for
+    a budget with a GPU-hour limit, in accelerator-hours (``accelerators`` per host: each host
+    counted for its whole cap)."""
     remaining = status.remaining_usd if status is not None else None
     cap_ms = request.cap // timedelta(milliseconds=1)
     if usd_per_hour is None:
@@ -198,4 +203,7 @@ def decide_admission(
         return Admission(not enforced, Decimal(0), remaining, reason=unpriced if enforced else None)
     needed = usd(request.hosts * usd_per_hour * billable_ms(cap_ms)) if request.hosts else Decimal(0)
     reason = refusal(status, needed) if status is not None else None
+    if reason is None and status is not None and request.hosts:
+        hours = Decimal(request.hosts * (accelerators or 0) * cap_ms) / 3_600_000
+        reason = gpu_hour_refusal(status, hours.quantize(Decimal("0.000001")))
     return Admission(reason is None, needed, remaining, reason=reason)

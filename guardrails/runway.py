@@ -73,6 +73,8 @@ class Budget:
     soft_thresholds: tuple[Decimal, ...] = DEFAULT_SOFT_THRESHOLDS
     actions: frozenset[Action] = DEFAULT_ACTIONS
     timezone: str = DEFAULT_TIMEZONE  # IANA: where the tenant's days, weeks and months begin
+    gpu_hours: Decimal | None = None  # a second limit: accelerator-hours per period (None: none)
+    source: str = "hand"  # who set it last: "hand" (ledger budget) or "stack" (Pulumi.<stack>.yaml)
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,11 @@ class RunwayTotals:
     running_accelerators: int = 0
     reserved_usd_hour_ms: Decimal = Decimal(0)  # live reservations for hosts not yet running
     unpriced_hosts: int = 0  # running hosts the ledger has no price for: their burn is unknown
+    # Accelerator-milliseconds, read only for a budget with a GPU-hour limit: used since the
+    # period's start, committed by running hosts up to their caps, held by live reservations.
+    spent_accelerator_ms: int = 0
+    committed_accelerator_ms: int = 0
+    reserved_accelerator_ms: int = 0
 
 
 def runway_totals(
@@ -118,6 +125,9 @@ class TenantRunway:
     budget: Budget
     now: datetime
     totals: RunwayTotals = field(default_factory=RunwayTotals)
+    # Where the ledger started the period, when not at the zone's own start: a month after a closed
+    # one starts where that one ended (its zone may have been another).
+    start: datetime | None = None
 
     @property
     def tenant(self) -> str:
@@ -125,7 +135,7 @@ class TenantRunway:
 
     @property
     def period_start(self) -> datetime:
-        return period_start(self.budget.period, self.now, self.budget.timezone)
+        return self.start or period_start(self.budget.period, self.now, self.budget.timezone)
 
     @property
     def spent_usd(self) -> Decimal:
@@ -162,8 +172,26 @@ class TenantRunway:
         ms = Fraction(remaining) * MS_PER_HOUR / Fraction(self.totals.burn_usd_per_hour)
         return timedelta(milliseconds=int(ms))
 
+    @property
+    def gpu_hours_spent(self) -> Decimal:
+        return _hours(self.totals.spent_accelerator_ms)
+
+    @property
+    def gpu_hours_used(self) -> Decimal:
+        """Spent, committed and reserved accelerator-hours: what a GPU-hour limit is measured against."""
+        totals = self.totals
+        return _hours(
+            totals.spent_accelerator_ms + totals.committed_accelerator_ms + totals.reserved_accelerator_ms
+        )
+
+    @property
+    def gpu_hours_remaining(self) -> Decimal | None:
+        limit = self.budget.gpu_hours
+        return None if limit is None or self.budget.limit_usd is None else limit - self.gpu_hours_used
+
     def as_dict(self) -> dict[str, Any]:
         runway = self.runway
+        gpu_hours = self.budget.gpu_hours is not None and self.budget.limit_usd is not None
         return {
             "tenant": self.tenant,
             "period": self.budget.period,
@@ -180,7 +208,20 @@ class TenantRunway:
             "running_accelerators": self.totals.running_accelerators,
             "unpriced_hosts": self.totals.unpriced_hosts,
             "actions": sorted(self.budget.actions),
+            "budget_source": None if self.budget.limit_usd is None else self.budget.source,
+            "gpu_hours_limit": _number(self.budget.gpu_hours) if gpu_hours else None,
+            "gpu_hours_spent": _number(self.gpu_hours_spent) if gpu_hours else None,
+            "gpu_hours_committed": _number(_hours(self.totals.committed_accelerator_ms))
+            if gpu_hours
+            else None,
+            "gpu_hours_reserved": _number(_hours(self.totals.reserved_accelerator_ms)) if gpu_hours else None,
+            "gpu_hours_remaining": _number(self.gpu_hours_remaining),
         }
+
+
+def _hours(ms: int) -> Decimal:
+    """Accelerator-hours of ``ms`` accelerator-milliseconds, to the millisecond (six decimals)."""
+    return (Decimal(ms) / MS_PER_HOUR).quantize(Decimal("0.000001"))
 
 
 def _number(value: Decimal | None) -> float | None:
@@ -190,6 +231,20 @@ def _number(value: Decimal | None) -> float | None:
 
 def money(value: Decimal) -> str:
     return f"${value.quantize(Decimal('0.01')):,}"
+
+
+def gpu_hour_refusal(status: TenantRunway, required_hours: Decimal) -> str | None:
+    """Why new work using up to ``required_hours`` accelerator-hours must not start under the
+    budget's GPU-hour limit, or None when it may (or there is no such limit, or no deny)."""
+    remaining = status.gpu_hours_remaining
+    if remaining is None or "deny" not in status.budget.actions or required_hours <= remaining:
+        return None
+    budget = status.budget
+    return (
+        f"the {ADJECTIVE[budget.period]} GPU-hour budget of tenant {status.tenant} is {budget.gpu_hours:,.2f} "
+        f"accelerator-hours: {status.gpu_hours_used:,.2f} used (spent, committed to running hosts' caps and "
+        f"reserved) leave {max(remaining, Decimal(0)):,.2f}, less than the {required_hours:,.2f} needed"
+    )
 
 
 def refusal(status: TenantRunway, required_usd: Decimal) -> str | None:

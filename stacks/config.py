@@ -54,6 +54,7 @@ CALENDAR_MAX_BYTES = 8192
 class Tenant:
     name: str
     monthly_budget_usd: float
+    monthly_gpu_hours: float | None = None  # a second limit, accelerator-hours a month (docs/ledger.md)
 
 
 @dataclass(frozen=True)
@@ -199,8 +200,16 @@ def parse_stack_config(
 
     prices = load_price_table()
     tenants = {
-        name: Tenant(name, section.number("monthly_budget_usd", minimum=0.01))
-        for name, section in root.named_sections("tenants", {"monthly_budget_usd"}, required=True)
+        name: Tenant(
+            name,
+            section.number("monthly_budget_usd", minimum=0.01),
+            section.number("monthly_gpu_hours", None, minimum=0.01)
+            if section.has("monthly_gpu_hours")
+            else None,
+        )
+        for name, section in root.named_sections(
+            "tenants", {"monthly_budget_usd", "monthly_gpu_hours"}, required=True
+        )
     }
     guardrails = guardrails_config(root)
     pools = {

@@ -22,6 +22,7 @@ from components.guardrail_schedules import NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
 from guardrails import names
+from guardrails.stack_budgets import budgets_json, budgets_of_config
 from stacks.config import StackConfig
 from stacks.service_config import EndpointConfig, HostsConfig
 
@@ -307,6 +308,7 @@ def _guardrails(
             autoscaling_group_arns=[pool.autoscaling_group_arn for pool in pools.values()],
             database_secret_arn=database.secret_arn if database else None,
             database_layer_arns=config.guardrails.database_layer_arns,
+            stack_budgets=budgets_json(budgets_of_config(config.tenants)),
             vpc_id=network.vpc_id,
             subnet_ids=network.private_subnet_ids,
             tags=tags,

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from guardrails.errors import InputError
@@ -58,6 +59,8 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
             Column("burn /h", 1, justify="right"),
             Column("runway", 0, justify="right"),
             Column("GPUs", 5, justify="right"),
+            Column("GPU-h used / left", 4, justify="right"),
+            Column("set by", 3),
         ],
     )
     for status in statuses:
@@ -71,8 +74,18 @@ def print_runways(statuses: Sequence[TenantRunway]) -> None:
             f"{status.totals.burn_usd_per_hour:,.2f}",
             "∞" if runway_left is None else format_duration(runway_left),
             str(status.totals.running_accelerators),
+            gpu_hours_cell(status),
+            "-" if limit is None else status.budget.source,
         )
     print_table(console(), table)
+
+
+def gpu_hours_cell(status: TenantRunway) -> str:
+    """``12.5 / 387.5 of 400`` (used, left, limit) for a budget with a GPU-hour limit, else ``-``."""
+    remaining = status.gpu_hours_remaining
+    if remaining is None:
+        return "-"
+    return f"{status.gpu_hours_used:,.1f} / {remaining:,.1f} of {status.budget.gpu_hours:,}"
 
 
 def zone_note(budget: Budget) -> str:
@@ -87,14 +100,15 @@ LARGEST_LIMIT = Decimal("999999999999.99")
 
 def parse_budget(
     tenant: str, *, limit_usd: str | None, period: str | None, soft: str | None, actions: str | None,
-    timezone: str | None = "UTC",
+    timezone: str | None = "UTC", gpu_hours: str | None = None,
 ) -> Budget:  # fmt: skip
     """A Budget from the flags; every problem is reported at once."""
     from guardrails.runway import ACTIONS, PERIODS, Budget
     from guardrails.time_zones import time_zone
 
     period, soft, actions, timezone = period or "month", soft or "", actions or "", timezone or "UTC"
-    problems = []
+    problems: list[str] = []
+    hours = None if gpu_hours is None else _gpu_hours(gpu_hours, problems)
     limit = Decimal(0)
     try:
         if limit_usd is None:
@@ -141,7 +155,21 @@ def parse_budget(
         tuple(sorted(set(thresholds))),
         frozenset(action for action in ACTIONS if action in chosen),
         timezone,
+        hours,
     )
+
+
+def _gpu_hours(text: str, problems: list[str]) -> Decimal | None:
+    """``--gpu-hours``: a positive number of accelerator-hours, to the hundredth (the ledger's NUMERIC(14, 2))."""
+    try:
+        hours = Decimal(text)
+    except InvalidOperation:
+        problems.append(f"--gpu-hours: {text!r} is not a number (accelerator-hours per period, e.g. 400)")
+        return None
+    if not hours.is_finite() or hours <= 0 or hours > LARGEST_LIMIT or hours != hours.quantize(CENT):
+        problems.append(f"--gpu-hours: {text!r} must be a positive number of hours with at most 2 decimals")
+        return None
+    return hours
 
 
 def budget_summary(budget: Budget) -> tuple[dict[str, Any], str]:
@@ -154,13 +182,64 @@ def budget_summary(budget: Budget) -> tuple[dict[str, Any], str]:
         "limit_usd": float(budget.limit_usd or 0),
         "soft_thresholds": [float(threshold) for threshold in budget.soft_thresholds],
         "actions": actions,
+        "gpu_hours": None if budget.gpu_hours is None else float(budget.gpu_hours),
+        "source": budget.source,
     }
     percentages = ", ".join(f"{threshold:.0%}" for threshold in budget.soft_thresholds)
+    hours = "" if budget.gpu_hours is None else f" and {budget.gpu_hours:,} GPU-hours"
     line = (
-        f"{budget.tenant}: {budget.limit_usd:,.2f} USD per {budget.period} ({budget.timezone}), "
+        f"{budget.tenant}: {budget.limit_usd:,.2f} USD{hours} per {budget.period} ({budget.timezone}), "
         f"notify at {percentages or 'the limit only'}, actions: {', '.join(actions) or 'none'}"
     )
     return summary, line
+
+
+def budgets_from_stack(
+    stack: str, tenant: str | None, *, project_dir: Path, replace_hand: bool, dry_run: bool, output: str
+) -> None:
+    """``ledger budget --from-stack``: apply (or with ``dry_run`` show) the budgets ``stack`` declares,
+    every tenant's or ``tenant``'s, as the caller; a conflict exits 1 after printing every outcome."""
+    import json
+
+    import click
+
+    from cli.usage.closes import caller_actor
+    from guardrails.stack_budgets import budgets_of_config
+    from lambdas.aws.environment import default_clients
+    from lambdas.ledger.stack_budgets import apply_stack_budgets
+    from lambdas.ledger.store import store_from_environment
+    from stacks.config import load_stack_config
+
+    declared = budgets_of_config(load_stack_config(stack, project_dir).tenants)
+    if tenant is not None:
+        declared = [budget for budget in declared if budget.tenant == tenant]
+        if not declared:
+            raise InputError(
+                f"TENANT: stack {stack!r} declares no budget for {tenant!r}; drop TENANT or fix its name"
+            )
+    store = store_from_environment()
+    try:
+        actor = "dry run" if dry_run else caller_actor(default_clients)
+        outcomes = apply_stack_budgets(
+            store,
+            stack,
+            declared,
+            now=datetime.now(UTC),
+            actor=actor,
+            replace_hand=replace_hand,
+            dry_run=dry_run,
+        )
+    finally:
+        store.close()
+    if output == "json":
+        click.echo(
+            json.dumps({"dry_run": dry_run, "budgets": [outcome.as_dict() for outcome in outcomes]}, indent=2)
+        )
+    else:
+        prefix = "would be: " if dry_run else ""
+        click.echo("\n".join(prefix + outcome.line() for outcome in outcomes))
+    if any(outcome.outcome == "conflict" for outcome in outcomes):
+        raise SystemExit(1)
 
 
 def rearm_after_change(

@@ -82,7 +82,7 @@ def with_closes(
     from cli.usage.invoices import TenantReport
     from guardrails.invoice import Invoice
     from guardrails.ledger import Usage
-    from lambdas.ledger.closes import PeriodCloses
+    from lambdas.ledger.closes import PeriodCloses, between_closes
     from lambdas.ledger.store import UsageRow
 
     closes = PeriodCloses(store)
@@ -111,14 +111,63 @@ def with_closes(
             continue
         late = closes.late_lines_for(tenant=tenant, period=period, now=now, closes=known)
         live = by_tenant.get(tenant)
+        bounds = between_closes(tenant, period, window, known)
+        if bounds != window:  # its budget's zone changed since a close next to this month
+            live, report_of[tenant] = _between_closes(store, tenant, bounds, now=now, forecast=live)
+            if not live.lines:
+                live = None
+                report_of.pop(tenant, None)
         if live is None:  # nothing of its own this month: shown for its late lines only
             if not late:
                 continue
-            live = Invoice(tenant, *window, ())
+            live = Invoice(tenant, *bounds, ())
             report_of.setdefault(tenant, TenantReport(tenant, []))
         own = tuple(replace(line, service_period=period) for line in live.lines)
         result.append(replace(live, lines=own + tuple(late)))
     return result, [report_of[tenant] for tenant in sorted(report_of)]
+
+
+def _between_closes(
+    store: LedgerStore,
+    tenant: str,
+    bounds: tuple[datetime, datetime],
+    *,
+    now: datetime,
+    forecast: Invoice | None,
+) -> tuple[Invoice, TenantReport]:
+    """``tenant``'s own invoice and usage rows in ``bounds``, its open month between its closes."""
+    from cli.usage.invoices import usage_report
+    from guardrails.invoice import Invoice
+
+    since, until = bounds
+    lines = store.invoice_lines(now=now, since=since, until=until, tenants=[tenant])
+    (report,) = usage_report(store, now=now, since=since, until=until, tenants=[tenant])
+    invoice = Invoice(tenant, since, until, tuple(lines), None if forecast is None else forecast.forecast_usd)
+    return invoice, report
+
+
+def month_bounds(
+    store: LedgerStore, tenants: Sequence[str], period: str, window: tuple[datetime, datetime]
+) -> tuple[datetime, datetime]:
+    """The report window of ``tenants``' month ``period``: a closed month's own bounds, an open one's
+    between its closes (lambdas.ledger.closes.open_bounds) when the tenants share them; else
+    ``window`` (each tenant's invoice still keeps its own, see :func:`with_closes`). In the window's
+    zone, so a closed month's since and until read the same whatever the budget's zone is now."""
+    from lambdas.ledger.closes import PeriodCloses, between_closes
+
+    if not tenants:
+        return window
+    known = PeriodCloses(store).closes(list(tenants))
+    bounds = {
+        (known[tenant, period].since, known[tenant, period].until)
+        if (tenant, period) in known
+        else between_closes(tenant, period, window, known)
+        for tenant in tenants
+    }
+    if len(bounds) != 1:
+        return window
+    since, until = bounds.pop()
+    return since.astimezone(window[0].tzinfo), until.astimezone(window[1].tzinfo)
 
 
 def _merged(rows: Sequence[UsageRow]) -> list[UsageRow]:

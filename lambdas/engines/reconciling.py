@@ -16,6 +16,7 @@ without errors, so its alarm pages when it stops working.
 from __future__ import annotations
 
 import logging
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
@@ -34,6 +35,7 @@ from lambdas.engines import metering
 from lambdas.ledger.attributions import waiting_stops, waiting_stops_line
 from lambdas.ledger.closes import close_after_grace
 from lambdas.ledger.decisions import DecisionLedger
+from lambdas.ledger.stack_budgets import apply_declared_once
 from lambdas.ledger.store import LedgerStore
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,16 @@ def run_reconciler(
     } | result.as_dict()
 
 
+def stack_budgets_step(store: LedgerStore, *, now: datetime) -> tuple[list[dict[str, Any]], list[str]]:
+    """The stack's budgets (``PARKBRAKE_STACK_BUDGETS``) applied once per container: a deploy that
+    changes them starts new containers. A failure is the run's error, never the end of the run."""
+    try:
+        return apply_declared_once(store, os.environ, now=now), []
+    except Exception as error:  # reported with the run's other errors; the next container tries again
+        log.exception("applying the stack's budgets failed")
+        return [], [f"applying the stack's budgets failed: {error}"]
+
+
 def reconcile_ledger(
     *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
 ) -> dict[str, Any]:
@@ -156,8 +168,10 @@ def reconcile_ledger(
     no price and about usage metered for no tenant, then the heartbeat (a failure before it raises,
     and the heartbeat's alarm pages)."""
     outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now)
+    outcome["stack_budgets"], budget_errors = stack_budgets_step(store, now=now)
     outcome["errors"] = [
         *outcome.get("errors", []),
+        *budget_errors,
         *metering.alert_unpriced(outcome["unpriced"], settings=settings, clients=clients),
         *metering.alert_unattributed(outcome["metered_unattributed"], settings=settings, clients=clients),
         *metering.alert_unknown_tenants(outcome["unknown_tenants"], settings=settings, clients=clients),

@@ -13,7 +13,8 @@ import psycopg
 
 from guardrails.errors import ParkbrakeError
 from guardrails.launch import Admission, AdmissionRequest, decide_admission
-from guardrails.ledger import to_ms
+from guardrails.ledger import from_ms, to_ms
+from guardrails.pricing import load_price_table
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_start
 from lambdas.ledger import queries as sql
 
@@ -37,7 +38,8 @@ def admit(
         sql.PRICES_AT, sql.price_key_parameters([key], to_ms(now))
     ).fetchall()
     statuses = runways(connection, now=now, default_cap=default_cap, tenants=[request.tenant])
-    admission = decide_admission(request, statuses[0] if statuses else None, price)
+    accelerators = load_price_table().accelerators(request.instance_type)
+    admission = decide_admission(request, statuses[0] if statuses else None, price, accelerators)
     if not admission.granted or price is None or request.hosts == 0:
         return admission
     reserved = connection.execute(
@@ -91,7 +93,7 @@ def runways(
             rows = connection.execute(sql.RUNWAYS, parameters, prepare=True).fetchall()
             missing = {(row[3], row[12]) for row in rows if row[13] is None}
             if not missing:
-                return [_runway(row, now) for row in rows]
+                return [_with_gpu_hours(connection, _runway(row, now), row, default_cap) for row in rows]
             pairs |= missing
     raise ParkbrakeError("the budgets kept changing while their runway was read; try again")
 
@@ -112,10 +114,20 @@ def _runway(row: Sequence[Any], now: datetime) -> TenantRunway:
         unpriced,
         zone,
     ) = row[:13]
+    gpu_hours, source = row[14:16]
     if limit is None:  # no budget: usage is shown against the calendar month
         budget = Budget(tenant, None, actions=frozenset(actions))
     else:
-        budget = Budget(tenant, limit, cast(Period, period), tuple(thresholds), frozenset(actions), zone)
+        budget = Budget(
+            tenant,
+            limit,
+            cast(Period, period),
+            tuple(thresholds),
+            frozenset(actions),
+            zone,
+            gpu_hours,
+            source,
+        )
     totals = RunwayTotals(
         Decimal(spent),
         Decimal(committed),
@@ -125,7 +137,50 @@ def _runway(row: Sequence[Any], now: datetime) -> TenantRunway:
         Decimal(reserved),
         int(unpriced),
     )
-    return TenantRunway(budget, now, totals)
+    start = (
+        from_ms(row[13])
+        if limit is not None and row[13] != to_ms(period_start(budget.period, now, zone))
+        else None
+    )
+    return TenantRunway(budget, now, totals, start)
+
+
+def _with_gpu_hours(
+    connection: psycopg.Connection[Any], status: TenantRunway, row: Sequence[Any], default_cap: timedelta
+) -> TenantRunway:
+    """``status`` with its accelerator-milliseconds, read only when its budget has a GPU-hour limit."""
+    if status.budget.gpu_hours is None or status.budget.limit_usd is None:
+        return status
+    spent, committed, reserved = accelerator_ms(
+        connection, status.tenant, start_ms=row[13], now=status.now, default_cap=default_cap
+    )
+    totals = replace(
+        status.totals,
+        spent_accelerator_ms=spent,
+        committed_accelerator_ms=committed,
+        reserved_accelerator_ms=reserved,
+    )
+    return replace(status, totals=totals)
+
+
+def accelerator_ms(
+    connection: psycopg.Connection[Any], tenant: str, *, start_ms: int, now: datetime, default_cap: timedelta
+) -> tuple[int, int, int]:
+    """``tenant``'s accelerator-milliseconds since ``start_ms``: used, committed to running hosts' caps,
+    and held by its live reservations (each type's accelerators from the price table)."""
+    parameters = {
+        "tenant": tenant,
+        "start_ms": start_ms,
+        "now_ms": to_ms(now),
+        "default_cap_ms": default_cap // timedelta(milliseconds=1),
+    }
+    spent, committed = connection.execute(sql.GPU_MS, parameters).fetchone() or (0, 0)
+    table = load_price_table()
+    reserved = sum(
+        (table.accelerators(instance_type) or 0) * int(host_ms)
+        for instance_type, host_ms in connection.execute(sql.RESERVED_HOSTS, parameters).fetchall()
+    )
+    return int(spent), int(committed), reserved
 
 
 def action_row(decision: BudgetDecision, now: datetime, period_start: datetime | None) -> dict[str, Any]:

@@ -71,6 +71,28 @@ def period_window(period: str, zone: str) -> tuple[datetime, datetime]:
     return period_bounds("month", datetime(year, month, 15, 12, tzinfo=ZoneInfo(zone)), zone)
 
 
+def open_bounds(
+    tenant: str, period: str, zone: str, closes: dict[tuple[str, str], PeriodClose]
+) -> tuple[datetime, datetime]:
+    """``[since, until)`` of ``tenant``'s month ``period`` that is not closed: the month in ``zone``,
+    except that it starts where a closed month before it ended and ends where a closed month after it
+    began, whatever zone each was closed in. So a budget zone changed after a close neither bills an
+    instant twice (a zone east of the close's) nor loses one (west of it): the periods tile time."""
+    return between_closes(tenant, period, period_window(period, zone), closes)
+
+
+def between_closes(
+    tenant: str,
+    period: str,
+    window: tuple[datetime, datetime],
+    closes: dict[tuple[str, str], PeriodClose],
+) -> tuple[datetime, datetime]:
+    """``window`` (``period``'s own bounds in some zone) moved to start where ``tenant``'s closed month
+    before it ended and end where its closed month after it began (see :func:`open_bounds`)."""
+    before, after = closes.get((tenant, previous_period(period))), closes.get((tenant, next_period(period)))
+    return (window[0] if before is None else before.until), (window[1] if after is None else after.since)
+
+
 def period_of(moment: datetime, zone: str) -> str:
     return moment.astimezone(ZoneInfo(zone)).strftime("%Y-%m")
 
@@ -199,7 +221,7 @@ class PeriodCloses:
         if (tenant, period) in closes:
             close = closes[tenant, period]
             return self.snapshot(close), close
-        since, until = period_window(period, zone)
+        since, until = open_bounds(tenant, period, zone, closes)
         own = self._store.invoice_lines(now=now, since=since, until=until, tenants=[tenant])
         lines = [replace(line, service_period=period) for line in own]
         lines += self.late_lines_for(tenant=tenant, period=period, now=now, closes=closes)
@@ -248,7 +270,7 @@ class PeriodCloses:
         closes = self.closes(list(zones))
         outcomes = []
         for tenant, zone in sorted(zones.items()):
-            since, until = period_window(period, zone)
+            since, until = open_bounds(tenant, period, zone, closes)
             if (tenant, period) in closes:
                 existing = closes[tenant, period]
                 outcomes.append(CloseOutcome(existing, self.snapshot(existing), "already-closed"))
@@ -359,7 +381,7 @@ def close_after_grace(
     by_period: dict[str, dict[str, str]] = defaultdict(dict)
     for tenant, zone in tenant_zones(store, None, now=now).items():
         previous = previous_period(period_of(now, zone))
-        if (tenant, previous) not in known and period_window(previous, zone)[1] + grace <= now:
+        if (tenant, previous) not in known and open_bounds(tenant, previous, zone, known)[1] + grace <= now:
             by_period[previous][tenant] = zone
     for period, zones in sorted(by_period.items()):
         reason = f"closed after the grace of {format_duration(grace)} (guardrails.close_grace)"

@@ -304,16 +304,29 @@ WHERE %(tenants)s::text[] IS NULL OR t.tenant = ANY(%(tenants)s::text[])
 RUNWAYS = """
 WITH budgeted AS (
     SELECT t.tenant, t.actions, b.limit_usd, coalesce(b.period, 'month') AS period, b.soft_thresholds,
-           coalesce(b.timezone, 'UTC') AS timezone
+           coalesce(b.timezone, 'UTC') AS timezone, b.gpu_hours, b.source
     FROM tenants t
     LEFT JOIN budgets b USING (tenant)
     WHERE %(tenants)s::text[] IS NULL OR t.tenant = ANY(%(tenants)s::text[])
 ), scope AS (
-    SELECT x.*, k.start_ms AS period_start_ms, (k.start_ms + 86399999) / 86400000 * 86400000 AS first_day_ms
+    SELECT x.*, s.start_ms AS period_start_ms, (s.start_ms + 86399999) / 86400000 * 86400000 AS first_day_ms
     FROM budgeted x
     LEFT JOIN unnest(%(periods)s::text[], %(zones)s::text[], %(starts_ms)s::bigint[])
               AS k (period, timezone, start_ms)
            ON k.period = x.period AND k.timezone = x.timezone
+    -- A month budget starts where the tenant's closed month before it ended, whatever its zone now
+    -- (lambdas.ledger.closes.open_bounds): the latest close, when it ended within 26 hours of the
+    -- zone's own start (the month just before), is the start.
+    LEFT JOIN LATERAL (
+        SELECT ledger_ms(c.until) AS until_ms FROM period_closes c
+        WHERE c.tenant = x.tenant AND x.period = 'month'
+        ORDER BY c.period DESC
+        LIMIT 1
+    ) AS closed ON true
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN abs(closed.until_ms - k.start_ms) <= 93600000 THEN closed.until_ms
+                    ELSE k.start_ms END AS start_ms
+    ) AS s
 ), running AS (
     SELECT s.tenant, s.period_start_ms, i.instance_type, i.region, i.pricing_model, i.zone, i.accelerators,
            i.started_ms,
@@ -377,7 +390,8 @@ SELECT s.tenant, s.actions, s.limit_usd, s.period, s.soft_thresholds,
            + coalesce(running_spent.usd_hour_ms, 0),
        coalesce(committed.usd_hour_ms, 0),
        coalesce(burning.usd_per_hour, 0), coalesce(burning.hosts, 0), coalesce(burning.accelerators, 0),
-       coalesce(reserved.usd_hour_ms, 0), coalesce(burning.unpriced, 0), s.timezone, s.period_start_ms
+       coalesce(reserved.usd_hour_ms, 0), coalesce(burning.unpriced, 0), s.timezone, s.period_start_ms,
+       s.gpu_hours, s.source
 FROM scope s
 LEFT JOIN closed_spent USING (tenant)
 LEFT JOIN closed_partial USING (tenant)
@@ -389,7 +403,40 @@ ORDER BY s.tenant
 """
 
 SET_BUDGET = """
-SELECT ledger_set_budget(%s, %s::text[], %s, %s, %s::numeric[], %s)
+SELECT ledger_set_budget(%s, %s::text[], %s, %s, %s::numeric[], %s, %s::numeric)
+"""
+
+# The budget a stack declares for a tenant, unless a person changed it since (budgets.sql).
+APPLY_STACK_BUDGET = "SELECT ledger_apply_stack_budget(%s, %s, %s::numeric, %s::numeric, %s)"
+
+# Each tenant's budget as the stack last declared it, and who set it last.
+BUDGET_SOURCES = """
+SELECT tenant, source, stack_name, stack_limit_usd, stack_gpu_hours, limit_usd, gpu_hours
+FROM budgets
+WHERE %(tenants)s::text[] IS NULL OR tenant = ANY(%(tenants)s::text[])
+ORDER BY tenant
+"""
+
+# Accelerator-milliseconds of one tenant's period: used by its hosts from the period's start to now,
+# committed by its running hosts up to their caps, and its live reservations' (per instance type: the
+# caller knows each type's accelerators). For the tenants with a GPU-hour budget only.
+GPU_MS = """
+SELECT coalesce(sum(i.accelerators::bigint
+                    * (least(coalesce(i.ended_ms, %(now_ms)s), %(now_ms)s)
+                       - greatest(i.started_ms, %(start_ms)s))), 0),
+       coalesce(sum(i.accelerators::bigint
+                    * greatest(0, i.started_ms + coalesce(i.cap_ms, %(default_cap_ms)s)
+                                  - greatest(i.started_ms, %(now_ms)s, %(start_ms)s)))
+                FILTER (WHERE i.ended_ms IS NULL), 0)
+FROM intervals i
+WHERE i.tenant = %(tenant)s AND (i.billed_until_ms IS NULL OR i.billed_until_ms > %(start_ms)s)
+  AND (i.ended_ms IS NULL OR i.ended_ms > %(start_ms)s) AND i.started_ms < %(now_ms)s
+"""
+RESERVED_HOSTS = """
+SELECT instance_type, sum((hosts - claimed)::bigint * cap_ms)
+FROM reservations
+WHERE tenant = %(tenant)s AND released_ms IS NULL AND expires_ms > %(now_ms)s AND claimed < hosts
+GROUP BY instance_type
 """
 
 REMOVE_BUDGET = "SELECT ledger_remove_budget(%s)"

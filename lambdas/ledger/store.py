@@ -421,6 +421,7 @@ class LedgerStore:
                     budget.limit_usd,
                     list(budget.soft_thresholds),
                     budget.timezone,
+                    budget.gpu_hours,
                 ),
             )
 

@@ -65,3 +65,27 @@ def test_a_pools_agent_idle_after_reaches_its_hosts_agent_and_only_that_pools() 
     # A pool that sets none runs the agent with its own default: the settings table's row.
     assert lines["inference"] == "ExecStart=/opt/parkbrake/bin/parkbrake agent"
     assert set(_agent_lines(None).values()) == {"ExecStart=/opt/parkbrake/bin/parkbrake agent"}
+
+
+def test_the_stacks_budgets_reach_the_ledgers_lambdas_and_no_other() -> None:
+    from guardrails.stack_budgets import STACK_BUDGETS, budgets_from_json
+
+    config = example()
+    config["parkbrake:tenants"]["research"]["monthly_gpu_hours"] = 400
+    stack = parse_stack_config("dev", config, "Pulumi.dev.yaml")
+    run = run_offline(lambda: build_platform(stack), stack="dev", region=stack.region)
+    reconciler = environment_of(run, "reconciler")
+    declared = {
+        budget.tenant: (budget.limit_usd, budget.gpu_hours)
+        for budget in budgets_from_json(reconciler[STACK_BUDGETS])
+    }
+    assert declared == {"research": (6000, 400), "product": (2500, None)}
+    assert STACK_BUDGETS not in environment_of(run, "reaper")  # outside the VPC: no ledger to apply them to
+
+
+def test_a_gpu_hour_budget_below_the_minimum_is_a_config_problem() -> None:
+    from tests.stacks.test_config import problems_of
+
+    config = example()
+    config["parkbrake:tenants"]["research"]["monthly_gpu_hours"] = 0
+    assert "monthly_gpu_hours" in next(iter(problems_of(config)))

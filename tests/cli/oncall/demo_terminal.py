@@ -154,3 +154,22 @@ def with_ledger(demo: Demo, tmp: Path) -> Iterator[str]:
         result = run(demo, *step)
         assert result.returncode == 0, f"{' '.join(step)}: {result.stdout}{result.stderr}"
         yield result.stdout
+    log_stop(demo, hosts, now)
+
+
+def log_stop(demo: Demo, hosts: Mapping[str, tuple[str, datetime]], now: datetime) -> None:
+    """The deadline's stop of the training host (which the events stop at ``now``), in the decision
+    log: what `ledger savings` counts."""
+    from guardrails.decisions import Decision
+    from lambdas.ledger.decisions import DecisionLedger
+    from lambdas.ledger.store import LedgerStore
+
+    (training,) = [instance_id for instance_id, (pool, _) in hosts.items() if pool == "training"]
+    store = LedgerStore.connect(demo.environ["PARKBRAKE_DATABASE_URL"])
+    try:
+        stop = Decision(
+            "stop", "deadline", "past its cap", now, training, "research", {"rule": "past-deadline"}
+        )
+        DecisionLedger.of(store).append([stop], origin="demo")
+    finally:
+        store.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -122,6 +122,14 @@ def _report(doc: Any) -> Expected:
     return expected
 
 
+def _savings(doc: Any) -> Expected:
+    expected: Expected = []
+    for row in doc["totals"]:
+        expected += [("tenant", {row["tenant"]}), ("guardrail", {row["guardrail"]})]
+        expected += [("decisions", {f"#{number}" for number in row["decision_ids"]})]
+    return expected
+
+
 @dataclass(frozen=True)
 class Rendering:
     command: str  # as the registry names it (tests/cli/table_printers.py)
@@ -141,6 +149,7 @@ RENDERINGS = (
     Rendering("verify", ("verify", "inference", "--stack", STACK, "--revision", "0123abcd"), _verify, 1),
     Rendering("ledger runway", ("ledger", "runway"), _runway),
     Rendering("ledger report", ("ledger", "report"), _report),
+    Rendering("ledger savings", ("ledger", "savings", "--month", f"{datetime.now(UTC):%Y-%m}"), _savings),
 )
 # Table-printing commands rendered by another: their table is verify's own (print_checks), printed
 # after a real rollout, which plain moto cannot carry (docs/deploy.md; tests/cli/oncall/test_deploy.py).

@@ -343,6 +343,7 @@ def test_budget_set_and_runway(seeded: dict[str, str]) -> None:
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "timezone": "UTC", "limit_usd": 5000.0,
                                          "soft_thresholds": [0.5, 0.75], "actions": ["deny", "notify", "stop"],
+                                         "gpu_hours": None, "source": "hand",
                                          "crossing": {"tenant": "research", "crossing": "not armed",
                                                       "reason": "no --stack (or PARKBRAKE_STACK)"}}  # fmt: skip
     runway = {entry["tenant"]: entry for entry in json.loads(invoke("ledger", "runway", "-o", "json").stdout)}
