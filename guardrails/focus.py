@@ -104,7 +104,7 @@ def _focus_values(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
     hours = focus_decimal(line.instance_hours.quantize(Decimal("0.000001")))
     # A late line's charge is usage of its closed month, billed in this invoice's period.
     charged = (
-        month_bounds(line.service_period, invoice.zone)
+        invoice.service_bounds(line.service_period) or month_bounds(line.service_period, invoice.zone)
         if line.late and line.service_period
         else (invoice.since, invoice.until)
     )

@@ -103,6 +103,13 @@ class Invoice:
     draft: bool = False  # its month is not closed: the invoice may still change
     # The billing period (the month) the report falls in; None: [since, until) itself.
     billing_period: tuple[datetime, datetime] | None = None
+    # The bounds each closed month had when it closed (its own zone's), by YYYY-MM: where a late
+    # line's usage was charged.
+    closed_periods: tuple[tuple[str, datetime, datetime], ...] = ()
+
+    def service_bounds(self, period: str) -> tuple[datetime, datetime] | None:
+        """The bounds ``period`` closed with, if it is one of ``closed_periods``."""
+        return next(((since, until) for name, since, until in self.closed_periods if name == period), None)
 
     @property
     def period_start(self) -> datetime:

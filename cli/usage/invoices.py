@@ -180,7 +180,14 @@ def finished_invoices(
             line if line.late or period is None else replace(line, service_period=period)
             for line in invoice.lines
         )
-        draft = replace(invoice, lines=lines, zone=zone, draft=True, billing_period=billing)
+        closed_months = tuple(
+            (name, close.since, close.until)
+            for (owner, name), close in sorted(closes.items())
+            if owner == invoice.tenant
+        )
+        draft = replace(
+            invoice, lines=lines, zone=zone, draft=True, billing_period=billing, closed_periods=closed_months
+        )
         if running:  # tenant_invoices forecast the own lines: the late ones are billed in the period too
             own = usd(sum((line.usd_hour_ms for line in lines if not line.late), Decimal(0)))
             draft = replace(draft, forecast_usd=(invoice.forecast_usd or own) - own + draft.total_usd)
