@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
+    from cli.table import Table
     from guardrails.invoice import Invoice
     from guardrails.ledger import Usage
     from lambdas.ledger.store import LedgerStore, UsageRow
@@ -221,12 +222,18 @@ def report_json(invoices: Sequence[Invoice], start: datetime, end: datetime) -> 
 
 
 def print_invoices(invoices: Sequence[Invoice], start: datetime, end: datetime, zone: str) -> None:
+    from cli.console import console
+    from cli.table import print_table
+
+    print_table(console(), invoices_table(invoices, start, end, zone))
+
+
+def invoices_table(invoices: Sequence[Invoice], start: datetime, end: datetime, zone: str) -> Table:
     """The invoices as a table: a row per line (late ones marked with their month), each tenant's
     total; the period in the zone it is in, each tenant's own when their zones or periods differ."""
     from rich.text import Text
 
-    from cli.console import console
-    from cli.table import Column, Table, print_table
+    from cli.table import Column, Table
 
     periods = {_period_words(invoice.since, invoice.until, invoice.zone) for invoice in invoices}
     shared = periods.pop() if len(periods) == 1 else None
@@ -274,7 +281,7 @@ def print_invoices(invoices: Sequence[Invoice], start: datetime, end: datetime, 
             str(invoice.total_usd),
             "; ".join(notes),
         )
-    print_table(console(), table)
+    return table
 
 
 def _period_words(since: datetime, until: datetime, zone: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -34,7 +35,7 @@ def line(
     return InvoiceLine(**fields)  # type: ignore[arg-type]
 
 
-def row(version: str = "1.2", **changes: object) -> dict[str, str]:
+def row(version: str = "1.2", **changes: Any) -> dict[str, str]:
     one = line(**changes)
     return focus_row(Invoice("research", *DECEMBER, (one,)), one, version)
 
@@ -179,7 +180,7 @@ def test_unpriced_lines_are_left_out_of_the_dataset() -> None:
 )
 def test_every_row_written_passes_the_rules(billed_ms: int, cents: int, spot: bool, late: bool) -> None:
     model = "spot" if spot else "on-demand"
-    changes: dict[str, object] = {
+    changes: dict[str, Any] = {
         "billed_ms": billed_ms, "usd_per_hour": Decimal(cents) / 1000, "pricing_model": model, "late": late,
         "service_period": "2036-11" if late else None,
     }  # fmt: skip
