@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo
 from guardrails import tags
 from guardrails.csv_cells import text_cell
 from guardrails.focus_spec import FOCUS_1_2, FOCUS_1_3, FOCUS_VERSIONS, MANDATORY_COLUMNS, spec_columns
-from guardrails.invoice import CURRENCY, Invoice, InvoiceLine
+from guardrails.invoice import CSV_LINE_END, CURRENCY, Invoice, InvoiceLine
 from guardrails.ledger import MS_PER_HOUR, SPOT
 
 # FOCUS 1.2's mandatory columns (guardrails.focus_spec), then the conditional and recommended ones
@@ -179,7 +179,7 @@ def invoices_focus(invoices: Sequence[Invoice], version: str = DEFAULT_VERSION) 
     if version not in FOCUS_VERSIONS:
         raise ValueError(f"FOCUS {version} is not one of {', '.join(FOCUS_VERSIONS)}")
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS[version], lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS[version], lineterminator=CSV_LINE_END)
     writer.writeheader()
     for invoice in invoices:
         for line in invoice.lines:

@@ -36,6 +36,9 @@ CSV_COLUMNS = (
 AMOUNT_COLUMNS = frozenset(
     {"instance_hours", "accelerator_seconds", "unit_price_usd_per_hour", "subtotal_usd"}
 )
+# RFC 4180's line end: Python's csv writer then quotes a cell holding a carriage return too (with
+# "\n" alone it writes one bare, and the row splits where a reader meets it).
+CSV_LINE_END = "\r\n"
 FORECAST_BASIS = (
     "what is billed in the period so far, late lines included, plus the current burn to the period's end"
 )
@@ -166,7 +169,7 @@ def month_end_forecast(
 
 def invoices_csv(invoices: Sequence[Invoice]) -> str:
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(buffer, lineterminator=CSV_LINE_END)
     writer.writerow(CSV_COLUMNS)
     for invoice in invoices:
         for line in invoice.lines:
@@ -212,8 +215,9 @@ def invoices_markdown(invoices: Sequence[Invoice]) -> str:
             if line.price_basis == FALLBACK:
                 source += f", {FALLBACK}"
             parts.append(
-                f"| {line.pool} | {line.instance_type} | {line.region} | {line.pricing_model} | {fields['instance_hours']} "
-                f"| {fields['accelerator_seconds']} | {price} | {source} | {fields['subtotal_usd']} "
+                f"| {_md(line.pool)} | {_md(line.instance_type)} | {_md(line.region)} | {line.pricing_model} "
+                f"| {fields['instance_hours']} | {fields['accelerator_seconds']} | {price} | {_md(source)} "
+                f"| {fields['subtotal_usd']} "
                 f"| {f'late ({line.service_period})' if line.late else ''} |"
             )
         parts.append(f"\n**Total: {invoice.total_usd} {CURRENCY}**")
@@ -225,6 +229,11 @@ def invoices_markdown(invoices: Sequence[Invoice]) -> str:
             parts.append(f"\nMonth-end forecast: {invoice.forecast_usd} {CURRENCY} ({FORECAST_BASIS}).")
         parts.append("")
     return "\n".join(parts)
+
+
+def _md(text: str) -> str:
+    """A table cell's text: a ``|`` in a pool or price source must not start a new cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _status_words(invoice: Invoice) -> str:

@@ -2,7 +2,9 @@
 late lines of a closed month both ways), the text, csv, json, markdown and FOCUS renderings of the
 same invoices agree on every tenant's total and every line's amount, and with guardrails.ledger's
 pure reference (usage_by_key over the same intervals and prices, plus the late lines); and the
-month-end forecast starts from what the month has billed, late lines included."""
+month-end forecast starts from what the month has billed, late lines included; every CSV text cell
+is neutralised against spreadsheet formulas while amounts stay numbers; a text report names each
+tenant's zone where they differ."""
 
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from ledger_streams import us_east_book, who
 
 from cli.table import render
 from cli.usage.invoices import finished_invoices, invoices_table, report_json
+from guardrails.csv_cells import FORMULA_STARTS
 from guardrails.focus import invoices_focus
 from guardrails.invoice import (
+    AMOUNT_COLUMNS,
     FORECAST_BASIS,
     Invoice,
     InvoiceLine,
@@ -180,3 +184,42 @@ def test_the_forecast_counts_what_the_month_billed_late_lines_included_and_says_
     assert "late lines included" in FORECAST_BASIS
     assert f"Month-end forecast: {shown.forecast_usd} USD ({FORECAST_BASIS})" in invoices_markdown([shown])
     assert (shown.draft, shown.lines[0].service_period) == (True, "2036-12")
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    pool=st.text(min_size=1, max_size=10),
+    source=st.text(min_size=1, max_size=10),
+    billed_ms=st.integers(min_value=-(10**9), max_value=10**9),
+)
+def test_no_csv_text_cell_starts_a_formula_and_amounts_stay_numbers(
+    pool: str, source: str, billed_ms: int
+) -> None:
+    price = PRICES["g5.xlarge"]
+    line = InvoiceLine("research", pool, "g5.xlarge", "us-east-1", "on-demand", price, source, None, billed_ms,
+                       billed_ms, price * billed_ms, "on-demand", late=billed_ms < 0, service_period="2036-12")  # fmt: skip
+    (row,) = csv.DictReader(io.StringIO(invoices_csv([Invoice("research", *DECEMBER, (line,))])))
+    for column, value in row.items():
+        if column in AMOUNT_COLUMNS:
+            assert Decimal(value) == Decimal(line.as_dict()[column])  # a number, a leading "-" included
+        else:
+            assert not value.startswith(FORMULA_STARTS), (column, value)
+    assert row["pool"] == ("'" + pool if pool.startswith(FORMULA_STARTS) else pool)
+    assert row["price_source"] == ("'" + source if source.startswith(FORMULA_STARTS) else source)
+
+
+def test_a_text_report_names_each_tenants_zone_when_they_differ() -> None:
+    line = InvoiceLine("research", "training", "g5.xlarge", "us-east-1", "on-demand", PRICES["g5.xlarge"],
+                       "prices.json", None, 60_000, 60_000, PRICES["g5.xlarge"] * 60_000, "on-demand")  # fmt: skip
+    berlin = (datetime(2036, 11, 30, 23, tzinfo=UTC), datetime(2036, 12, 31, 23, tzinfo=UTC))
+    invoices = [
+        Invoice("research", *DECEMBER, (line,)),
+        Invoice("vision", *berlin, (replace(line, tenant="vision"),), zone="Europe/Berlin", draft=True),
+    ]
+    plain = render(invoices_table(invoices, *DECEMBER, "UTC"), None).text.plain
+    assert "2036-12-01 00:00 – 2037-01-01 00:00 UTC" in plain
+    assert "2036-12-01 00:00 – 2037-01-01 00:00 Europe/Berlin; draft" in plain
+    alone = render(invoices_table(invoices[1:], *berlin, "Europe/Berlin"), None).text.plain
+    assert alone.splitlines()[0] == (
+        "GPU usage 2036-12-01 00:00 – 2037-01-01 00:00 Europe/Berlin, draft (the month is not closed)"
+    )
