@@ -177,14 +177,8 @@ def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: 
       parkbrake ledger report --month 2026-11 --format focus \\
           > parkbrake-focus-2026-11.csv
     """
-    from cli.usage.invoices import (
-        billing_period,
-        finished_invoices,
-        report_window,
-        report_zone,
-        tenant_invoices,
-    )
-    from cli.usage.tenants import check_known_tenants
+    from cli.usage.invoices import report_window, zone_groups, zone_invoices
+    from cli.usage.tenants import check_known_tenants, tenant_zones
     from lambdas.ledger.attributions import (
         attribute_hint,
         unattributed_hosts,
@@ -194,27 +188,21 @@ def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: 
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
-    start, end, month_end = report_window(now, **window)  # bad flags fail before the database is asked
+    start, end, _ = report_window(now, **window)  # bad flags fail before the database is asked
+    zone = window["zone"] or "UTC"
     store = store_from_environment()
     try:
-        check_known_tenants(store, tenants, now=now)
-        zone = window["zone"] or (report_zone(store, tenants) if tenants else "UTC")
-        if window["zone"] is None and tenants:  # the tenants' own months
-            start, end, month_end = report_window(now, **(window | {"zone": zone}))
-        invoices = tenant_invoices(
-            store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
-        )
-        period = None
-        if window["month"] or not (window["since"] or window["until"]):  # a month: closes count
-            from cli.usage.closes import with_closes
-
-            period = window["month"] or f"{start:%Y-%m}"
-            invoices, _ = with_closes(
-                store, invoices, [], tenants=tenants, period=period, window=(start, end), now=now
-            )
-        invoices = finished_invoices(
-            store, invoices, period=period, zone=zone, billing=billing_period(start, zone), now=now
-        )
+        zones = tenant_zones(store, now=now)
+        check_known_tenants(store, tenants, now=now, known=set(zones))
+        groups = zone_groups(zones, tenants, zone=window["zone"])
+        invoices = []
+        for where, members in sorted(groups.items()):
+            shown, start, end = zone_invoices(store, members, window=window, zone=where, now=now)
+            invoices += [invoice for invoice in shown if invoice.lines or tenants]  # named: shown even idle
+            zone = where if len(groups) == 1 else zone
+        invoices.sort(key=lambda invoice: invoice.tenant)
+        if len(groups) > 1:
+            start, end, _ = report_window(now, **window)
         listed = output == "text" and (not tenants or "unattributed" in tenants)
         unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
         waiting = waiting_stops(store, now=now) if listed else []

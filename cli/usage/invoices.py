@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -94,18 +94,37 @@ def report_window(
     return start, end, period_bounds("month", start, zone)[1].astimezone(where)
 
 
-def report_zone(store: LedgerStore, tenants: Sequence[str]) -> str:
-    """The time zone the tenants' budgets share (UTC when none of them has a budget)."""
-    if not tenants:
-        return "UTC"
-    runways = store.runways(now=datetime.now(UTC), default_cap=timedelta(0), tenants=list(tenants))
-    zones = {
-        status.tenant: status.budget.timezone for status in runways if status.budget.limit_usd is not None
-    }
-    if len(set(zones.values())) > 1:
-        listed = ", ".join(f"{tenant} ({zone})" for tenant, zone in sorted(zones.items()))
-        raise InputError(f"--timezone: the tenants' budgets are in different time zones: {listed}; give one")
-    return next(iter(zones.values()), "UTC")
+def zone_groups(zones: dict[str, str], tenants: Sequence[str], *, zone: str | None) -> dict[str, list[str]]:
+    """Which tenants' months are in which zone: ``zone`` for all of them when given (an empty list:
+    every tenant); else each tenant's own, its budget's (``zones``, as closes use), so no report
+    bills a tenant's hours in a month its close already counted in another zone."""
+    if zone is not None:
+        return {zone: list(tenants)}
+    groups: dict[str, list[str]] = defaultdict(list)
+    for tenant in sorted(tenants or zones):
+        groups[zones.get(tenant, "UTC")].append(tenant)
+    return dict(groups) or {"UTC": list(tenants)}
+
+
+def zone_invoices(
+    store: LedgerStore, tenants: Sequence[str], *, window: dict[str, Any], zone: str, now: datetime
+) -> tuple[list[Invoice], datetime, datetime]:
+    """The invoices of ``tenants`` whose months are in ``zone``, as the report shows them, and the
+    report's window there."""
+    start, end, month_end = report_window(now, **(window | {"zone": zone}))
+    invoices = tenant_invoices(store, now=now, since=start, until=end, month_end=month_end, tenants=tenants)
+    period = None
+    if window["month"] or not (window["since"] or window["until"]):  # a month: closes count
+        from cli.usage.closes import with_closes
+
+        period = window["month"] or f"{start:%Y-%m}"
+        invoices, _ = with_closes(
+            store, invoices, [], tenants=tenants, period=period, window=(start, end), now=now
+        )
+    finished = finished_invoices(
+        store, invoices, period=period, zone=zone, billing=billing_period(start, zone), now=now
+    )
+    return finished, start, end
 
 
 def tenant_invoices(
@@ -236,9 +255,9 @@ def invoices_table(invoices: Sequence[Invoice], start: datetime, end: datetime, 
     from cli.table import Column, Table
 
     periods = {_period_words(invoice.since, invoice.until, invoice.zone) for invoice in invoices}
-    shared = periods.pop() if len(periods) == 1 else None
+    shared = periods.pop() if len(periods) == 1 else None if periods else _period_words(start, end, zone)
     drafts = {invoice.draft for invoice in invoices}
-    title = f"GPU usage {shared or _period_words(start, end, zone) + ' (each tenant in its own zone below)'}"
+    title = f"GPU usage {shared or 'of each tenant in its own period and zone (its total row)'}"
     if drafts == {True}:
         title += ", draft (the month is not closed)"
     table = Table(

@@ -17,9 +17,17 @@ if TYPE_CHECKING:
 MAX_LISTED = 10
 
 
+def tenant_zones(store: LedgerStore, *, now: datetime) -> dict[str, str]:
+    """Every tenant the ledger knows (with metered usage or a budget: the runways' tenants) and the
+    zone its months are in (its budget's; UTC without one), as lambdas.ledger.closes.tenant_zones."""
+    from lambdas.ledger.closes import tenant_zones as zones_of
+
+    return zones_of(store, None, now=now)
+
+
 def known_tenants(store: LedgerStore, *, now: datetime) -> set[str]:
-    """Every tenant the ledger knows: with metered usage or a budget (the runways' tenants), and
-    ``unattributed``, the ledger's name for usage no tenant's tag claims."""
+    """Every tenant the ledger knows, and ``unattributed``, the ledger's name for usage no tenant's
+    tag claims."""
     return {status.tenant for status in store.runways(now=now, default_cap=timedelta(0))} | {UNATTRIBUTED}
 
 
@@ -36,12 +44,18 @@ def unknown_tenant_problem(name: str, known: set[str], field: str = "--tenant") 
 
 
 def check_known_tenants(
-    store: LedgerStore, tenants: Sequence[str], *, now: datetime, field: str = "--tenant"
+    store: LedgerStore,
+    tenants: Sequence[str],
+    *,
+    now: datetime,
+    field: str = "--tenant",
+    known: set[str] | None = None,
 ) -> None:
-    """InputError (exit 2) naming the first of ``tenants`` the ledger does not know."""
+    """InputError (exit 2) naming the first of ``tenants`` the ledger does not know (``known``, when
+    the caller has read them already)."""
     if not tenants:
         return
-    known = known_tenants(store, now=now)
+    known = known_tenants(store, now=now) if known is None else known | {UNATTRIBUTED}
     for name in tenants:
         if name not in known:
             raise InputError(unknown_tenant_problem(name, known, field))

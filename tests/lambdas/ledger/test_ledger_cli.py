@@ -246,14 +246,30 @@ def test_a_budget_in_a_time_zone_sets_the_tenants_months_and_can_be_removed(seed
     mixed = invoke("ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05")
     assert mixed.exit_code == 0, mixed.output  # product has no budget: UTC, research Europe/Berlin
     assert invoke("ledger", "budget", "product", "--limit-usd", "5").exit_code == 0
+    # Tenants whose months are in different zones: each its own month, each zone named.
     different = invoke(
-        "ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05"
+        "ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05", "--wide"
     )
-    assert different.exit_code == 2
-    assert (
-        "research (Europe/Berlin), product (UTC)" in different.output
-        or "product (UTC), research (Europe/Berlin)" in different.output
+    assert different.exit_code == 0, different.output
+    assert "2036-05-01 00:00 – 2036-06-01 00:00 Europe/Berlin" in different.stdout
+    assert "2036-05-01 00:00 – 2036-06-01 00:00 UTC" in different.stdout
+    both = json.loads(
+        invoke(
+            "ledger",
+            "report",
+            "--tenant",
+            "research",
+            "--tenant",
+            "product",
+            "--month",
+            "2036-05",
+            "-o",
+            "json",
+        ).stdout
     )
+    assert {entry["tenant"]: entry["timezone"] for entry in both["tenants"]} == {
+        "research": "Europe/Berlin", "product": "UTC"
+    }  # fmt: skip
     removed = invoke("ledger", "budget", "research", "--remove", "-o", "json")
     assert json.loads(removed.stdout)["removed"] is True
     (status,) = json.loads(invoke("ledger", "runway", "--tenant", "research", "-o", "json").stdout)
