@@ -6,6 +6,7 @@ validator runs on a ledger's exports in tests/lambdas/ledger/test_focus_validato
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -76,6 +77,10 @@ def test_the_tenant_pays_the_issuer_so_billed_cost_is_the_charge(version: str) -
     assert written["PublisherName"] == "AWS"
     assert written["BilledCost"] == written["EffectiveCost"] == written["ListCost"] == "0.016767"
     assert (written["InvoiceId"], written["x_InvoiceStatus"]) == ("research-2036-12", "final")
+    # SkuPriceDetails-C-017-C and C-002-O: a key is FOCUS-defined (InstanceType) or x_-prefixed, PascalCase.
+    keys = set(json.loads(written["SkuPriceDetails"]))
+    assert keys == {"InstanceType", "x_PricingModel", "x_PriceBasis"}
+    assert all(key.removeprefix("x_")[0].isupper() for key in keys)
 
 
 def test_the_billing_period_is_the_month_not_the_moment_the_report_ran() -> None:
