@@ -177,8 +177,7 @@ def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: 
       parkbrake ledger report --month 2026-11 --format focus \\
           > parkbrake-focus-2026-11.csv
     """
-    from cli.usage.invoices import report_window, zone_groups, zone_invoices
-    from cli.usage.tenants import check_known_tenants, tenant_zones
+    from cli.usage.invoices import report_invoices, report_window
     from lambdas.ledger.attributions import (
         attribute_hint,
         unattributed_hosts,
@@ -188,21 +187,10 @@ def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: 
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
-    start, end, _ = report_window(now, **window)  # bad flags fail before the database is asked
-    zone = window["zone"] or "UTC"
+    report_window(now, **window)  # bad flags fail before the database is asked
     store = store_from_environment()
     try:
-        zones = tenant_zones(store, now=now)
-        check_known_tenants(store, tenants, now=now, known=set(zones))
-        groups = zone_groups(zones, tenants, zone=window["zone"])
-        invoices = []
-        for where, members in sorted(groups.items()):
-            shown, start, end = zone_invoices(store, members, window=window, zone=where, now=now)
-            invoices += [invoice for invoice in shown if invoice.lines or tenants]  # named: shown even idle
-            zone = where if len(groups) == 1 else zone
-        invoices.sort(key=lambda invoice: invoice.tenant)
-        if len(groups) > 1:
-            start, end, _ = report_window(now, **window)
+        invoices, (start, end, zone) = report_invoices(store, tenants, window=window, now=now)
         listed = output == "text" and (not tenants or "unattributed" in tenants)
         unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
         waiting = waiting_stops(store, now=now) if listed else []

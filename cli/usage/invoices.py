@@ -106,6 +106,27 @@ def zone_groups(zones: dict[str, str], tenants: Sequence[str], *, zone: str | No
     return dict(groups) or {"UTC": list(tenants)}
 
 
+def report_invoices(
+    store: LedgerStore, tenants: Sequence[str], *, window: dict[str, Any], now: datetime
+) -> tuple[list[Invoice], tuple[datetime, datetime, str]]:
+    """The report's invoices, each tenant's month in its zone (``zone_groups``), by tenant; and the
+    window and zone the report's title names (the flags' own when the tenants' zones differ). An
+    unknown ``tenants`` name is an InputError (cli.usage.tenants)."""
+    from cli.usage.tenants import check_known_tenants, tenant_zones
+
+    zones = tenant_zones(store, now=now) if tenants or window["zone"] is None else {}
+    check_known_tenants(store, tenants, now=now, known=set(zones))
+    groups = zone_groups(zones, tenants, zone=window["zone"])
+    invoices: list[Invoice] = []
+    for where, members in sorted(groups.items()):
+        shown, start, end = zone_invoices(store, members, window=window, zone=where, now=now)
+        invoices += [invoice for invoice in shown if invoice.lines or tenants]  # named: shown even idle
+    if len(groups) > 1:
+        start, end, _ = report_window(now, **window)
+    zone = next(iter(groups)) if len(groups) == 1 else window["zone"] or "UTC"
+    return sorted(invoices, key=lambda invoice: invoice.tenant), (start, end, zone)
+
+
 def zone_invoices(
     store: LedgerStore, tenants: Sequence[str], *, window: dict[str, Any], zone: str, now: datetime
 ) -> tuple[list[Invoice], datetime, datetime]:
