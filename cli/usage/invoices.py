@@ -114,8 +114,8 @@ def report_invoices(
     unknown ``tenants`` name is an InputError (cli.usage.tenants)."""
     from cli.usage.tenants import check_known_tenants, tenant_zones
 
-    zones = tenant_zones(store, now=now) if tenants or window["zone"] is None else {}
-    check_known_tenants(store, tenants, now=now, known=set(zones))
+    zones = tenant_zones(store, tenants, now=now) if tenants or window["zone"] is None else {}
+    check_known_tenants(store, tenants, now=now, found=set(zones))
     groups = zone_groups(zones, tenants, zone=window["zone"])
     invoices: list[Invoice] = []
     for where, members in sorted(groups.items()):

@@ -1,5 +1,9 @@
 """An unknown tenant is bad input wherever a ``parkbrake ledger`` command names one: a typo would
-otherwise print an empty report, close nothing or admit against no budget, and exit 0."""
+otherwise print an empty report, close nothing or admit against no budget, and exit 0.
+
+A tenant is known once the ledger has metered a host of it or holds its budget (its ``tenants``
+table, which the runways read); ``unattributed`` always is. Only the named tenants are looked up;
+every known one is read only to word the error."""
 
 from __future__ import annotations
 
@@ -15,20 +19,17 @@ if TYPE_CHECKING:
     from lambdas.ledger.store import LedgerStore
 
 MAX_LISTED = 10
+DEFAULT_ZONE = "UTC"  # a tenant without a budget: its months are UTC's, as lambdas.ledger.closes has it
 
 
-def tenant_zones(store: LedgerStore, *, now: datetime) -> dict[str, str]:
-    """Every tenant the ledger knows (with metered usage or a budget: the runways' tenants) and the
-    zone its months are in (its budget's; UTC without one), as lambdas.ledger.closes.tenant_zones."""
-    from lambdas.ledger.closes import tenant_zones as zones_of
-
-    return zones_of(store, None, now=now)
-
-
-def known_tenants(store: LedgerStore, *, now: datetime) -> set[str]:
-    """Every tenant the ledger knows, and ``unattributed``, the ledger's name for usage no tenant's
-    tag claims."""
-    return {status.tenant for status in store.runways(now=now, default_cap=timedelta(0))} | {UNATTRIBUTED}
+def tenant_zones(store: LedgerStore, tenants: Sequence[str] | None, *, now: datetime) -> dict[str, str]:
+    """The known tenants among ``tenants`` (None: all of them) and the zone their months are in:
+    their budget's, else UTC (as lambdas.ledger.closes closes them)."""
+    runways = store.runways(now=now, default_cap=timedelta(0), tenants=list(tenants) if tenants else None)
+    return {
+        status.tenant: status.budget.timezone if status.budget.limit_usd is not None else DEFAULT_ZONE
+        for status in runways
+    }
 
 
 def unknown_tenant_problem(name: str, known: set[str], field: str = "--tenant") -> str:
@@ -37,9 +38,8 @@ def unknown_tenant_problem(name: str, known: set[str], field: str = "--tenant") 
     if close:
         return f"{field}: no tenant {name!r} in the ledger; did you mean {close[0]!r}?"
     listed = sorted(known - {UNATTRIBUTED})
-    shown = ", ".join(listed[:MAX_LISTED]) + (
-        f" and {len(listed) - MAX_LISTED} more" if len(listed) > MAX_LISTED else ""
-    )
+    more = f" and {len(listed) - MAX_LISTED} more" if len(listed) > MAX_LISTED else ""
+    shown = ", ".join(listed[:MAX_LISTED]) + more
     return f"{field}: no tenant {name!r} in the ledger; known tenants: {shown or 'none yet'}"
 
 
@@ -49,13 +49,15 @@ def check_known_tenants(
     *,
     now: datetime,
     field: str = "--tenant",
-    known: set[str] | None = None,
+    found: set[str] | None = None,
 ) -> None:
-    """InputError (exit 2) naming the first of ``tenants`` the ledger does not know (``known``, when
-    the caller has read them already)."""
+    """InputError (exit 2) naming the first of ``tenants`` the ledger does not know; ``found``: the
+    known ones among them, when the caller has read them already."""
     if not tenants:
         return
-    known = known_tenants(store, now=now) if known is None else known | {UNATTRIBUTED}
-    for name in tenants:
-        if name not in known:
-            raise InputError(unknown_tenant_problem(name, known, field))
+    if found is None:
+        found = set(tenant_zones(store, tenants, now=now))
+    missing = [name for name in tenants if name not in found and name != UNATTRIBUTED]
+    if missing:
+        known = set(tenant_zones(store, None, now=now)) | {UNATTRIBUTED}
+        raise InputError(unknown_tenant_problem(missing[0], known, field))
