@@ -27,10 +27,14 @@ APPLICABLE="${FOCUS_APPLICABLE:-REGION_SUPPORTED,SUB_ACCOUNT_SUPPORTED,TAGGING_S
 EXPECTED="$(dirname "$0")/focus_validator_expected.txt"  # the validator's own false failures, explained
 
 python312() {
-    local candidate
-    local pyenv_root
+    local candidate pyenv_root
+    local candidates=("${FOCUS_PYTHON:-}")
     pyenv_root="$(pyenv root 2>/dev/null || true)"
-    for candidate in "${FOCUS_PYTHON:-}" "${pyenv_root:+${pyenv_root}/versions/3.12.}"*/bin/python python3.12; do
+    if [[ -n "${pyenv_root}" ]]; then
+        candidates+=("${pyenv_root}"/versions/3.12.*/bin/python)
+    fi
+    candidates+=(python3.12)
+    for candidate in "${candidates[@]}"; do
         [[ -n "${candidate}" ]] || continue
         if "${candidate}" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then
             echo "${candidate}"
