@@ -13,7 +13,7 @@ TEST_WORKERS ?= auto
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test lint typecheck check bench image-check clean
+.PHONY: plan test lint typecheck check bench image-check focus-validate clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ check: lint typecheck test
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks
+
+# The FinOps Foundation's FOCUS validator on the ledger's FOCUS exports (its own Python 3.12 virtualenv).
+focus-validate: $(STAMP)
+	scripts/focus_validate.sh --install
+	$(BIN)/python -m pytest -n 0 -s tests/lambdas/ledger/test_focus_validator.py
 
 # Builds the inference image and checks it serves (needs a Docker daemon; not part of `check`).
 image-check: $(STAMP)

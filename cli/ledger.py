@@ -159,13 +159,18 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
 @click.option(
     "--output", "--format", "-o", "output", type=click.Choice(["text", "csv", "json", "markdown", "focus"]),
     default="text", show_default=True,
-    help="text for people; csv, json or markdown: the invoice; focus: the invoice as FOCUS 1.2 CSV.",
+    help="text for people; csv, json or markdown: the invoice; focus: the invoice as a FOCUS CSV dataset.",
+)  # fmt: skip
+@click.option(
+    "--focus-version", type=click.Choice(["1.3", "1.2"]), default="1.3", show_default=True,
+    help="The FOCUS version --format focus writes, e.g. --focus-version 1.2.",
 )  # fmt: skip
 @wide_option
-def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
+def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: Any) -> None:
     """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
     instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
-    model, price source and date, currency, subtotal, total and a month-end forecast.
+    model, price source and date, currency, subtotal, total and a month-end forecast. A month that
+    is not closed yet is a draft in every format.
 
     \b
     Example:
@@ -174,8 +179,7 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
       parkbrake ledger report --month 2026-11 --format focus \\
           > parkbrake-focus-2026-11.csv
     """
-    from cli.usage.invoices import print_report, report_window, report_zone, tenant_invoices, usage_report
-    from guardrails.invoice import invoices_csv, invoices_markdown
+    from cli.usage.invoices import report_invoices, report_window
     from lambdas.ledger.attributions import (
         attribute_hint,
         unattributed_hosts,
@@ -185,37 +189,35 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     from lambdas.ledger.store import store_from_environment
 
     now = datetime.now(UTC)
-    start, end, month_end = report_window(now, **window)  # bad flags fail before the database is asked
+    report_window(now, **window)  # bad flags fail before the database is asked
     store = store_from_environment()
     try:
-        if window["zone"] is None and tenants:  # the tenants' own months
-            start, end, month_end = report_window(now, **(window | {"zone": report_zone(store, tenants)}))
-        if tenants and (window["month"] or not (window["since"] or window["until"])):  # its own bounds
-            from cli.usage.closes import month_bounds
-
-            start, end = month_bounds(store, tenants, window["month"] or f"{start:%Y-%m}", (start, end))
-        reports = usage_report(store, now=now, since=start, until=end, tenants=tenants)
-        invoices = tenant_invoices(
-            store, now=now, since=start, until=end, month_end=month_end, tenants=tenants
-        )
-        if window["month"] or not (window["since"] or window["until"]):  # a month: closes count
-            from cli.usage.closes import with_closes
-
-            period = window["month"] or f"{start:%Y-%m}"
-            invoices, reports = with_closes(
-                store, invoices, reports, tenants=tenants, period=period, window=(start, end), now=now
-            )
+        invoices, (start, end, zone) = report_invoices(store, tenants, window=window, now=now)
         listed = output == "text" and (not tenants or "unattributed" in tenants)
         unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
         waiting = waiting_stops(store, now=now) if listed else []
     finally:
         store.close()
+    _print_report(invoices, output, focus_version, (start, end, zone))
+    if unattributed:  # usage metered for no tenant, with the command that attributes it
+        click.echo(attribute_hint(unattributed))
+    if waiting:  # stops that close nothing yet: their starts are missing
+        click.echo(waiting_stops_line(waiting))
+
+
+def _print_report(
+    invoices: Any, output: str, focus_version: str, where: tuple[datetime, datetime, str]
+) -> None:
+    """One rendering of the invoices (guardrails.invoice, guardrails.focus, cli.usage.invoices)."""
+    from cli.usage.invoices import print_invoices, report_json
+    from guardrails.invoice import invoices_csv, invoices_markdown
+
     if output == "csv":
         click.echo(invoices_csv(invoices), nl=False)
     elif output == "focus":
         from guardrails.focus import invoices_focus, unpriced_lines
 
-        click.echo(invoices_focus(invoices), nl=False)
+        click.echo(invoices_focus(invoices, focus_version), nl=False)
         if unpriced := unpriced_lines(invoices):
             hours = sum((line.instance_hours for line in unpriced), Decimal(0)).quantize(Decimal("0.000001"))
             click.echo(
@@ -224,19 +226,9 @@ def report(tenants: tuple[str, ...], output: str, **window: Any) -> None:
     elif output == "markdown":
         click.echo(invoices_markdown(invoices))
     elif output == "json":
-        billed = {invoice.tenant: invoice.as_dict() for invoice in invoices}
-        document = [r.as_dict() | {"invoice": billed.get(r.tenant)} for r in reports]
-        click.echo(
-            json.dumps({"since": start.isoformat(), "until": end.isoformat(), "tenants": document}, indent=2)
-        )
+        click.echo(report_json(invoices, where[0], where[1]))
     else:
-        print_report(
-            reports, start, end, late=[line for invoice in invoices for line in invoice.lines if line.late]
-        )
-        if unattributed:  # usage metered for no tenant, with the command that attributes it
-            click.echo(attribute_hint(unattributed))
-        if waiting:  # stops that close nothing yet: their starts are missing
-            click.echo(waiting_stops_line(waiting))
+        print_invoices(invoices, *where)
 
 
 @ledger.command()
@@ -258,6 +250,7 @@ def close(period: str, tenants: tuple[str, ...], dry_run: bool, yes: bool, outpu
     """
     from cli.options import confirm_or_abort
     from cli.usage.closes import caller_actor, close_periods, close_summary, closing_now
+    from cli.usage.tenants import check_known_tenants
     from lambdas.aws.environment import default_clients
     from lambdas.ledger.closes import parse_period
     from lambdas.ledger.store import store_from_environment
@@ -268,6 +261,7 @@ def close(period: str, tenants: tuple[str, ...], dry_run: bool, yes: bool, outpu
         confirm_or_abort(f"Close {period} for {whom}? A closed month never changes.", assume_yes=yes)
     store = store_from_environment()
     try:
+        check_known_tenants(store, tenants, now=datetime.now(UTC))
         actor = "dry run" if dry_run else caller_actor(default_clients)
         outcomes = close_periods(
             store, period=period, tenants=tenants, actor=actor, dry_run=dry_run, now=closing_now()
@@ -294,7 +288,15 @@ def runway(tenants: tuple[str, ...], output: str) -> None:
       parkbrake ledger runway --tenant research
     """
     from cli.usage.budgets import print_runways, tenant_runways
+    from cli.usage.tenants import check_known_tenants
+    from lambdas.ledger.store import store_from_environment
 
+    if tenants:
+        store = store_from_environment()
+        try:
+            check_known_tenants(store, tenants, now=datetime.now(UTC))
+        finally:
+            store.close()
     statuses = tenant_runways(now=datetime.now(UTC), tenants=list(tenants) or None)
     if output == "json":
         click.echo(json.dumps([status.as_dict() for status in statuses], indent=2))
@@ -422,6 +424,7 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
           --count 2 --max-runtime 2h
     """
     from cli.usage.budgets import crossing_line, rearm_or_report
+    from cli.usage.tenants import check_known_tenants
     from guardrails.durations import DurationError, parse_duration
     from guardrails.launch import AdmissionRequest
     from guardrails.pricing import priced_region
@@ -439,6 +442,7 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
     store = store_from_environment()
     crossing: dict[str, Any] = {}
     try:
+        check_known_tenants(store, [tenant], now=datetime.now(UTC))
         admission = store.admit(
             AdmissionRequest(
                 tenant,

@@ -1,16 +1,27 @@
-"""The invoices as a FOCUS 1.2 cost and usage dataset (the FinOps Foundation's FinOps Open Cost and
-Usage Specification): one row per invoice line, with FOCUS's column names, so finance tools that
-read the clouds' FOCUS exports read parkbrake's chargeback too.
+"""The invoices as a FOCUS cost and usage dataset (the FinOps Foundation's FinOps Open Cost and
+Usage Specification), 1.3 by default and 1.2 on request: one row per invoice line, with FOCUS's
+column names, so finance tools that read the clouds' FOCUS exports read parkbrake's chargeback too.
 
-parkbrake is the invoice issuer (it bills tenants for AWS GPU time); AWS is the provider and
-publisher. The billing account is the tenant; tenant and pool travel in ``Tags`` as the hosts'
-own tags name them. A late line (usage of a closed month that arrived after it closed) is a
-``ChargeClass`` ``Correction``, charged in its closed month and billed in the invoice's. An
-unpriced line is left out until priced (FOCUS requires a usage charge's unit price). Every line is
-usage (``ChargeCategory`` ``Usage``), billed at the ledger's price with no discount, so list,
-contracted, effective and billed cost are one figure. Times are
-UTC, ISO 8601 with ``Z``; money and quantities exact decimals in plain digits. The column
-rules checked are guardrails.focus_spec's.
+Who is who in an internal chargeback (docs/ledger.md, "FOCUS: who is who"): the platform team
+running parkbrake makes AWS GPU capacity available to its tenants and bills them for it, so
+parkbrake is the provider (``ProviderName``; 1.3's ``ServiceProviderName``) and the invoice issuer
+(``InvoiceIssuerName``); the tenants pay parkbrake, not a third party, so ``BilledCost`` is what the
+tenant is charged (FOCUS's BilledCost-C-005-C sets it to 0 only where the provider and the issuer
+differ). AWS produced the instances (``PublisherName``) and hosts them (1.3's ``HostProviderName``).
+The billing account is the tenant, the sub account its pool; tenant and pool travel in ``Tags`` as
+the hosts' own tags name them.
+
+A line is billed at the ledger's price, the AWS price in effect (public on-demand or the zone's
+spot price), with no markup or discount: list, contracted, effective and billed cost are one
+figure. A late line (usage of a closed month that arrived after it closed) is a ``ChargeClass``
+``Correction``, charged in its closed month and billed in the invoice's. ``BillingPeriodStart`` and
+``BillingPeriodEnd`` are the billing period's bounds (the month in the tenant's zone, whether or not
+it has ended), ``InvoiceId`` the tenant and month (guardrails.invoice.Invoice.invoice_id), and
+``x_InvoiceStatus`` says whether the invoice is a ``draft`` (its month is open) or ``final``. An
+unpriced line is left out until priced (FOCUS requires a usage charge's unit price). Times are UTC,
+ISO 8601 with ``Z``; money and quantities exact decimals in plain digits; every text cell is
+neutralised against spreadsheet formulas (guardrails.csv_cells). The column rules checked are
+guardrails.focus_spec's; CI runs the FinOps Foundation's validator on exports (scripts/focus_validate.sh).
 """
 
 from __future__ import annotations
@@ -21,23 +32,32 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 from guardrails import tags
-from guardrails.focus_spec import MANDATORY_COLUMNS
-from guardrails.invoice import CURRENCY, Invoice, InvoiceLine
+from guardrails.csv_cells import text_cell
+from guardrails.focus_spec import FOCUS_1_2, FOCUS_1_3, FOCUS_VERSIONS, MANDATORY_COLUMNS, spec_columns
+from guardrails.invoice import CSV_LINE_END, CURRENCY, Invoice, InvoiceLine
 from guardrails.ledger import MS_PER_HOUR, SPOT
 
 # FOCUS 1.2's mandatory columns (guardrails.focus_spec), then the conditional and recommended ones
-# that apply to parkbrake's charges.
+# that apply to parkbrake's charges, then parkbrake's own (FOCUS's x_ prefix for custom columns).
 OTHER_COLUMNS = (
     "BillingAccountType", "ChargeFrequency", "ConsumedQuantity", "ConsumedUnit", "ContractedUnitPrice",
-    "ListUnitPrice", "PricingCategory", "RegionId", "RegionName", "ResourceId", "ResourceName", "ResourceType",
-    "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId", "SubAccountId", "SubAccountName",
-    "SubAccountType", "Tags",
+    "InvoiceId", "ListUnitPrice", "PricingCategory", "RegionId", "RegionName", "ResourceId", "ResourceName",
+    "ResourceType", "ServiceSubcategory", "SkuId", "SkuMeter", "SkuPriceDetails", "SkuPriceId", "SubAccountId",
+    "SubAccountName", "SubAccountType", "Tags",
 )  # fmt: skip
-COLUMNS = MANDATORY_COLUMNS + OTHER_COLUMNS
-INVOICE_ISSUER = "parkbrake"
-PROVIDER = "AWS"
+CUSTOM_COLUMNS = ("x_InvoiceStatus",)
+# 1.3's columns that 1.2 has not: the provider split in two (ProviderName stays, deprecated).
+COLUMNS_1_3_ONLY = ("HostProviderName", "ServiceProviderName")
+COLUMNS = {
+    FOCUS_1_2: MANDATORY_COLUMNS + OTHER_COLUMNS + CUSTOM_COLUMNS,
+    FOCUS_1_3: MANDATORY_COLUMNS + COLUMNS_1_3_ONLY + OTHER_COLUMNS + CUSTOM_COLUMNS,
+}
+DEFAULT_VERSION = FOCUS_1_3
+PROVIDER = INVOICE_ISSUER = "parkbrake"  # the platform team that re-bills the capacity
+HOST_PROVIDER = PUBLISHER = "AWS"  # who produced and hosts the instances
 SERVICE = "Amazon Elastic Compute Cloud"
 
 
@@ -52,11 +72,12 @@ def focus_decimal(value: Decimal) -> str:
     return format(value if value else abs(value), "f")
 
 
-def month_bounds(period: str) -> tuple[datetime, datetime]:
-    """A YYYY-MM month's inclusive start and exclusive end, UTC."""
+def month_bounds(period: str, zone: str = "UTC") -> tuple[datetime, datetime]:
+    """A YYYY-MM month's inclusive start and exclusive end in ``zone``."""
+    where = ZoneInfo(zone)
     year, month = (int(part) for part in period.split("-"))
-    start = datetime(year, month, 1, tzinfo=UTC)
-    return start, datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    start = datetime(year, month, 1, tzinfo=where)
+    return start, datetime(year + month // 12, month % 12 + 1, 1, tzinfo=where)
 
 
 def sku_price_id(line: InvoiceLine) -> str:
@@ -65,13 +86,25 @@ def sku_price_id(line: InvoiceLine) -> str:
     return f"{line.instance_type}/{line.region}/{line.pricing_model}/{line.price_basis or 'unpriced'}@{since}"
 
 
-def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
+def focus_row(invoice: Invoice, line: InvoiceLine, version: str = DEFAULT_VERSION) -> dict[str, str]:
+    """One line as a FOCUS row of ``version``, every text cell neutralised (guardrails.csv_cells)."""
+    row = _focus_values(invoice, line)
+    if version == FOCUS_1_3:
+        row |= {"HostProviderName": HOST_PROVIDER, "ServiceProviderName": PROVIDER}
+    types = spec_columns(version)
+    return {
+        name: text_cell(value) if name not in types or types[name].data_type in ("String", "JSON") else value
+        for name, value in row.items()
+    }
+
+
+def _focus_values(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
     billed = focus_decimal(line.subtotal_usd)
     unit_price = "" if line.usd_per_hour is None else focus_decimal(line.usd_per_hour)
     hours = focus_decimal(line.instance_hours.quantize(Decimal("0.000001")))
     # A late line's charge is usage of its closed month, billed in this invoice's period.
     charged = (
-        month_bounds(line.service_period)
+        invoice.service_bounds(line.service_period) or month_bounds(line.service_period, invoice.zone)
         if line.late and line.service_period
         else (invoice.since, invoice.until)
     )
@@ -81,8 +114,8 @@ def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
         "BillingAccountId": invoice.tenant,
         "BillingAccountName": invoice.tenant,
         "BillingCurrency": CURRENCY,
-        "BillingPeriodEnd": focus_time(invoice.until),
-        "BillingPeriodStart": focus_time(invoice.since),
+        "BillingPeriodEnd": focus_time(invoice.period_end),
+        "BillingPeriodStart": focus_time(invoice.period_start),
         "ChargeCategory": "Usage",
         # null: a regular charge; a late line corrects an earlier, closed month (FOCUS's Correction)
         "ChargeClass": "Correction" if line.late else "",
@@ -97,7 +130,7 @@ def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
         "PricingQuantity": hours,
         "PricingUnit": "Hours",
         "ProviderName": PROVIDER,
-        "PublisherName": PROVIDER,
+        "PublisherName": PUBLISHER,
         "ServiceCategory": "Compute",
         "ServiceName": SERVICE,
         "BillingAccountType": "Tenant",
@@ -107,6 +140,7 @@ def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
         ),
         "ConsumedUnit": "Accelerator-Hours",
         "ContractedUnitPrice": unit_price,
+        "InvoiceId": invoice.invoice_id,
         "ListUnitPrice": unit_price,
         "PricingCategory": "Dynamic" if line.pricing_model == SPOT else "Standard",
         "RegionId": line.region,
@@ -131,6 +165,7 @@ def focus_row(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
         "SubAccountName": line.pool,
         "SubAccountType": "Pool",
         "Tags": json.dumps({tags.TENANT: invoice.tenant, tags.POOL: line.pool}, sort_keys=True),
+        "x_InvoiceStatus": invoice.status,
     }
 
 
@@ -138,15 +173,17 @@ def unpriced_lines(invoices: Sequence[Invoice]) -> list[InvoiceLine]:
     return [line for invoice in invoices for line in invoice.lines if line.usd_per_hour is None]
 
 
-def invoices_focus(invoices: Sequence[Invoice]) -> str:
-    """The invoices' priced lines as FOCUS 1.2 CSV rows, header first. An unpriced line is not a
-    charge yet: FOCUS requires a usage charge's unit prices, so it joins the dataset once priced."""
+def invoices_focus(invoices: Sequence[Invoice], version: str = DEFAULT_VERSION) -> str:
+    """The invoices' priced lines as FOCUS CSV rows of ``version``, header first. An unpriced line
+    is not a charge yet: FOCUS requires a usage charge's unit prices, so it joins once priced."""
+    if version not in FOCUS_VERSIONS:
+        raise ValueError(f"FOCUS {version} is not one of {', '.join(FOCUS_VERSIONS)}")
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS[version], lineterminator=CSV_LINE_END)
     writer.writeheader()
     for invoice in invoices:
         for line in invoice.lines:
             if line.usd_per_hour is None:
                 continue
-            writer.writerow(focus_row(invoice, line))
+            writer.writerow(focus_row(invoice, line, version))
     return buffer.getvalue()

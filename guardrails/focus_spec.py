@@ -1,10 +1,18 @@
-"""FOCUS 1.2's column rules as data, and a check of one dataset row against them.
+"""FOCUS 1.2's and 1.3's column rules as data, and a check of one dataset row against them.
 
 Checked against the FinOps Foundation's FOCUS specification, release v1.2 (git tag ``v1.2``,
 commit 7296e3146fb931ee32b6496fa6e4200e7f4384f7 of FinOps-Open-Cost-and-Usage-Spec/FOCUS_Spec),
 its specification/columns/*.md and specification/attributes/*.md: each column's feature level, data
 type, whether it allows nulls, its allowed values, and the rules that make a column null or not null
 under a condition. Only the columns parkbrake can fill, and the rules that bear on them, are here.
+
+1.3's two new columns (ServiceProviderName replacing ProviderName, which stays as deprecated, and
+HostProviderName) follow the 1.3 column files specification/datasets/cost_and_usage/columns/
+serviceprovidername.md (commit 085459e3bc9c6ea0d4607b6bd423a98604802219) and hostprovidername.md
+(commit 03c652c35e241d7b546b77c7b07982a29376a7ea): Mandatory, String, not null (hostprovidername.md's
+constraint table says "Allows nulls: True" while its requirements say "MUST NOT be null"; the
+requirement is kept). The FinOps Foundation's own validator runs on real exports in CI
+(scripts/focus_validate.sh); this module is the project's quick check of every row in its tests.
 
 In CSV a null is an empty field (CSV has no other null); FOCUS forbids empty strings and placeholders
 for a value, so an empty field here always means null.
@@ -21,6 +29,9 @@ from decimal import Decimal
 from typing import Literal
 
 MANDATORY, CONDITIONAL, RECOMMENDED = "Mandatory", "Conditional", "Recommended"
+FOCUS_1_2, FOCUS_1_3 = "1.2", "1.3"
+FOCUS_VERSIONS = (FOCUS_1_2, FOCUS_1_3)
+CUSTOM_PREFIX = "x_"  # FOCUS's prefix for a provider's own columns
 DataType = Literal["String", "Decimal", "DateTime", "JSON"]
 
 
@@ -82,6 +93,7 @@ SPEC_COLUMNS = {
         FocusColumn("ContractedCost", MANDATORY, "Decimal", nullable=False),
         FocusColumn("ContractedUnitPrice", CONDITIONAL, "Decimal", nullable=True, non_negative=True),
         FocusColumn("EffectiveCost", MANDATORY, "Decimal", nullable=False),
+        FocusColumn("InvoiceId", RECOMMENDED, "String", nullable=True),
         FocusColumn("InvoiceIssuerName", MANDATORY, "String", nullable=False),
         FocusColumn("ListCost", MANDATORY, "Decimal", nullable=False),
         FocusColumn("ListUnitPrice", CONDITIONAL, "Decimal", nullable=True, non_negative=True),
@@ -115,6 +127,19 @@ SPEC_COLUMNS = {
     )
 }
 MANDATORY_COLUMNS = tuple(name for name, column in SPEC_COLUMNS.items() if column.level == MANDATORY)
+COLUMNS_1_3 = {
+    column.name: column
+    for column in (
+        FocusColumn("HostProviderName", MANDATORY, "String", nullable=False),
+        FocusColumn("ServiceProviderName", MANDATORY, "String", nullable=False),
+    )
+}
+
+
+def spec_columns(version: str) -> dict[str, FocusColumn]:
+    """The columns of FOCUS ``version`` that parkbrake fills, by name."""
+    return SPEC_COLUMNS | COLUMNS_1_3 if version == FOCUS_1_3 else SPEC_COLUMNS
+
 
 # Not null for a Usage or Purchase charge that is not a Correction; null for Tax.
 PRICED_CHARGE_COLUMNS = (
@@ -162,13 +187,19 @@ def _type_problem(column: FocusColumn, value: str) -> str | None:
     return None
 
 
-def row_problems(row: Mapping[str, str]) -> list[str]:
-    """Every way one CSV row of a FOCUS dataset breaks FOCUS 1.2's column rules (empty: none)."""
-    problems = [f"{name}: mandatory column missing" for name in MANDATORY_COLUMNS if name not in row]
-    problems += [f"{name}: not a FOCUS 1.2 column" for name in row if name not in SPEC_COLUMNS]
-    present = {name: value for name, value in row.items() if name in SPEC_COLUMNS}
+def row_problems(row: Mapping[str, str], version: str = FOCUS_1_2) -> list[str]:
+    """Every way one CSV row of a FOCUS dataset breaks FOCUS ``version``'s column rules (empty: none)."""
+    columns = spec_columns(version)
+    mandatory = [name for name, column in columns.items() if column.level == MANDATORY]
+    problems = [f"{name}: mandatory column missing" for name in mandatory if name not in row]
+    problems += [
+        f"{name}: not a FOCUS {version} column"
+        for name in row
+        if name not in columns and not name.startswith(CUSTOM_PREFIX)
+    ]
+    present = {name: value for name, value in row.items() if name in columns}
     for name, value in present.items():
-        column = SPEC_COLUMNS[name]
+        column = columns[name]
         if value == "":
             if not column.nullable:
                 problems.append(f"{name}: must not be null")

@@ -224,9 +224,10 @@ def _hours(ms: int) -> Decimal:
     return (Decimal(ms) / MS_PER_HOUR).quantize(Decimal("0.000001"))
 
 
-def _number(value: Decimal | None) -> float | None:
-    """JSON number; every amount here has few enough digits that the float prints back exactly."""
-    return None if value is None else float(value)
+def _number(value: Decimal | None) -> str | None:
+    """An amount as JSON carries every amount of parkbrake's: an exact decimal string
+    (docs/ledger.md, "Amounts in JSON")."""
+    return None if value is None else str(value)
 
 
 def money(value: Decimal) -> str:

@@ -179,10 +179,10 @@ def budget_summary(budget: Budget) -> tuple[dict[str, Any], str]:
         "tenant": budget.tenant,
         "period": budget.period,
         "timezone": budget.timezone,
-        "limit_usd": float(budget.limit_usd or 0),
+        "limit_usd": None if budget.limit_usd is None else str(budget.limit_usd),  # amounts: decimal strings
         "soft_thresholds": [float(threshold) for threshold in budget.soft_thresholds],
         "actions": actions,
-        "gpu_hours": None if budget.gpu_hours is None else float(budget.gpu_hours),
+        "gpu_hours": None if budget.gpu_hours is None else str(budget.gpu_hours),
         "source": budget.source,
     }
     percentages = ", ".join(f"{threshold:.0%}" for threshold in budget.soft_thresholds)

@@ -17,7 +17,7 @@ import psycopg
 
 from guardrails.decisions import Decision
 from guardrails.errors import InputError
-from guardrails.ledger import UNATTRIBUTED, from_ms, to_ms
+from guardrails.ledger import UNATTRIBUTED, from_ms, seconds, to_ms
 from lambdas.ledger.closes import PeriodCloses
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
@@ -105,7 +105,7 @@ class Reattributed:
             "opened_by": self.opened_by,
             "started": from_ms(self.started_ms).isoformat(),
             "ended": None if self.ended_ms is None else from_ms(self.ended_ms).isoformat(),
-            "accelerator_seconds": self.accelerator_ms / 1000,
+            "accelerator_seconds": str(seconds(self.accelerator_ms)),  # exact, as every JSON amount
             "before": {"tenant": self.tenant_before, "pool": self.pool_before},
             "after": {"tenant": self.tenant_after, "pool": self.pool_after},
         }

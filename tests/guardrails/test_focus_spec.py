@@ -1,17 +1,23 @@
-"""guardrails.focus_spec: the FOCUS 1.2 column rules catch what a dataset row gets wrong, and every
-row guardrails.focus writes, regular, late (a Correction, negative or not) or spot, passes them."""
+"""guardrails.focus_spec: the FOCUS 1.2 and 1.3 column rules catch what a dataset row gets wrong, and
+every row guardrails.focus writes, regular, late (a Correction, negative or not) or spot, passes them;
+the 1.3-only columns say what the 1.3 specification's column files say (guardrails.focus_spec cites
+them); every text cell is neutralised against spreadsheet formulas. The FinOps Foundation's
+validator runs on a ledger's exports in tests/lambdas/ledger/test_focus_validator.py."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guardrails.csv_cells import FORMULA_STARTS
 from guardrails.focus import COLUMNS, focus_decimal, focus_row, invoices_focus
-from guardrails.focus_spec import MANDATORY_COLUMNS, SPEC_COLUMNS, row_problems
+from guardrails.focus_spec import FOCUS_VERSIONS, MANDATORY_COLUMNS, row_problems, spec_columns
 from guardrails.invoice import Invoice, InvoiceLine
 
 DECEMBER = (datetime(2036, 12, 1, tzinfo=UTC), datetime(2037, 1, 1, tzinfo=UTC))
@@ -30,16 +36,85 @@ def line(
     return InvoiceLine(**fields)  # type: ignore[arg-type]
 
 
-def row(**changes: object) -> dict[str, str]:
+def row(version: str = "1.2", **changes: Any) -> dict[str, str]:
     one = line(**changes)
-    return focus_row(Invoice("research", *DECEMBER, (one,)), one)
+    return focus_row(Invoice("research", *DECEMBER, (one,)), one, version)
 
 
-def test_every_column_written_is_a_focus_column_and_every_mandatory_one_is_written() -> None:
-    assert set(COLUMNS) <= set(SPEC_COLUMNS)
-    assert set(MANDATORY_COLUMNS) <= set(COLUMNS)
+@pytest.mark.parametrize("version", FOCUS_VERSIONS)
+def test_every_column_written_is_a_focus_column_and_every_mandatory_one_is_written(version: str) -> None:
+    written = set(COLUMNS[version]) - {"x_InvoiceStatus"}  # FOCUS's x_ prefix: a provider's own column
+    assert written <= set(spec_columns(version))
+    assert set(MANDATORY_COLUMNS) <= written
     assert "BillingAccountType" not in MANDATORY_COLUMNS
-    assert row_problems(row()) == []
+    assert row_problems(row(version), version) == []
+
+
+def test_the_1_3_columns_say_what_the_1_3_column_files_say() -> None:
+    newer, older = row("1.3"), row("1.2")
+    # serviceprovidername.md: "Introduced as a replacement for ProviderName", MUST NOT be null; the
+    # platform team re-bills the capacity as its own service (the reseller note), so it is parkbrake.
+    assert newer["ServiceProviderName"] == newer["ProviderName"] == "parkbrake"
+    # hostprovidername.md: the entity providing the underlying infrastructure, "MUST reflect the
+    # name of the host provider when explicitly selected by the customer": the hosts are EC2's.
+    assert newer["HostProviderName"] == "AWS"
+    assert not {"ServiceProviderName", "HostProviderName"} & set(older)
+    assert row_problems(newer | {"HostProviderName": ""}, "1.3") == ["HostProviderName: must not be null"]
+    assert row_problems(newer | {"ServiceProviderName": ""}, "1.3") == [
+        "ServiceProviderName: must not be null"
+    ]
+    missing = dict(newer)
+    del missing["ServiceProviderName"]
+    assert row_problems(missing, "1.3") == ["ServiceProviderName: mandatory column missing"]
+
+
+@pytest.mark.parametrize("version", FOCUS_VERSIONS)
+def test_the_tenant_pays_the_issuer_so_billed_cost_is_the_charge(version: str) -> None:
+    # BilledCost-C-005-C (the Foundation's validator): BilledCost is 0 where ProviderName differs from
+    # InvoiceIssuerName (payment received by a third party). parkbrake provides and issues.
+    written = row(version)
+    assert written["ProviderName"] == written["InvoiceIssuerName"] == "parkbrake"
+    assert written["PublisherName"] == "AWS"
+    assert written["BilledCost"] == written["EffectiveCost"] == written["ListCost"] == "0.016767"
+    assert (written["InvoiceId"], written["x_InvoiceStatus"]) == ("research-2036-12", "final")
+    # SkuPriceDetails-C-017-C and C-002-O: a key is FOCUS-defined (InstanceType) or x_-prefixed, PascalCase.
+    keys = set(json.loads(written["SkuPriceDetails"]))
+    assert keys == {"InstanceType", "x_PricingModel", "x_PriceBasis"}
+    assert all(key.removeprefix("x_")[0].isupper() for key in keys)
+
+
+def test_the_billing_period_is_the_month_not_the_moment_the_report_ran() -> None:
+    one = line()
+    running = Invoice(
+        "research",
+        DECEMBER[0],
+        datetime(2036, 12, 5, 13, tzinfo=UTC),
+        (one,),
+        draft=True,
+        billing_period=DECEMBER,
+    )
+    written = focus_row(running, one)
+    assert (written["BillingPeriodStart"], written["BillingPeriodEnd"]) == (
+        "2036-12-01T00:00:00Z",
+        "2037-01-01T00:00:00Z",
+    )
+    assert written["ChargePeriodEnd"] == "2036-12-05T13:00:00Z"  # what is charged so far
+    assert (written["InvoiceId"], written["x_InvoiceStatus"]) == ("research-2036-12", "draft")
+
+
+@settings(max_examples=200, deadline=None)
+@given(pool=st.text(min_size=1, max_size=12), cents=st.integers(min_value=-(10**6), max_value=10**6))
+def test_no_text_cell_starts_a_formula_and_amounts_stay_numbers(pool: str, cents: int) -> None:
+    for version in FOCUS_VERSIONS:
+        written = row(version, pool=pool, billed_ms=cents * 1000, late=cents < 0, service_period="2036-11")
+        types = spec_columns(version)
+        for name, value in written.items():
+            if name in types and types[name].data_type in ("Decimal", "DateTime"):
+                assert not value.startswith("'"), (name, value)
+            else:
+                assert not value.startswith(FORMULA_STARTS), (name, value)
+        assert written["SubAccountId"] == ("'" + pool if pool.startswith(FORMULA_STARTS) else pool)
+        assert Decimal(written["BilledCost"]) == Decimal(line(billed_ms=cents * 1000).subtotal_usd)
 
 
 def test_a_late_line_is_a_correction_charged_in_its_closed_month() -> None:
@@ -81,6 +156,7 @@ def test_a_late_line_is_a_correction_charged_in_its_closed_month() -> None:
 )
 def test_a_row_that_breaks_a_rule_is_told_which(changes: dict[str, str], problem: str) -> None:
     assert problem in row_problems(row() | changes)
+    assert problem in row_problems(row("1.3") | changes, "1.3") or "1.2 column" in problem
 
 
 def test_a_missing_mandatory_column_is_named() -> None:
@@ -100,6 +176,7 @@ def test_unpriced_lines_are_left_out_of_the_dataset() -> None:
     assert len(rows) == 2  # the header and the priced line
 
 
+@settings(max_examples=100, deadline=None)
 @given(
     billed_ms=st.integers(min_value=-(10**12), max_value=10**12),
     cents=st.integers(min_value=0, max_value=10**7),
@@ -108,11 +185,13 @@ def test_unpriced_lines_are_left_out_of_the_dataset() -> None:
 )
 def test_every_row_written_passes_the_rules(billed_ms: int, cents: int, spot: bool, late: bool) -> None:
     model = "spot" if spot else "on-demand"
-    written = row(
-        billed_ms=billed_ms, usd_per_hour=Decimal(cents) / 1000, pricing_model=model, late=late,
-        service_period="2036-11" if late else None,
-    )  # fmt: skip
+    changes: dict[str, Any] = {
+        "billed_ms": billed_ms, "usd_per_hour": Decimal(cents) / 1000, "pricing_model": model, "late": late,
+        "service_period": "2036-11" if late else None,
+    }  # fmt: skip
+    written = row(**changes)
     assert row_problems(written) == []
+    assert row_problems(row("1.3", **changes), "1.3") == []
     assert written["PricingCategory"] == ("Dynamic" if spot else "Standard")
 
 

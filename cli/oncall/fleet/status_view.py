@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from rich.console import Console
@@ -103,7 +104,8 @@ def _span(duration: timedelta) -> str:
 
 
 def _money(value: Any) -> str:
-    return "?" if value is None else f"{value:,.2f}"
+    # The ledger's amounts arrive as exact decimal strings, the fleet's own as numbers.
+    return "?" if value is None else f"{Decimal(str(value)):,.2f}"
 
 
 def print_status(console: Console, report: FleetStatus, *, filters: Sequence[str] = ()) -> None:

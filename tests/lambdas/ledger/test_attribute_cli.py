@@ -64,7 +64,7 @@ def test_a_report_lists_unattributed_usage_with_the_fix_and_attribute_takes_it(
     after = invoke("ledger", "report", *WINDOW, "--output", "json")
     tenants = {row["tenant"]: row for row in json.loads(after.stdout)["tenants"]}
     assert "unattributed" not in tenants
-    assert tenants["research"]["accelerator_seconds"] == 8 * 90 * 60
+    assert tenants["research"]["accelerator_seconds"] == "43200.000"  # 8 GPUs × 90 minutes
     text = invoke("ledger", "report", *WINDOW).stdout
     assert "ledger attribute" not in text
     store = LedgerStore.connect(ledger_env)

@@ -53,12 +53,9 @@ def test_admission_refuses_what_would_pass_the_gpu_hour_limit_and_runway_reports
     )
     (status,) = store.runways(now=at(30), default_cap=CAP, tenants=["research"])
     shown = status.as_dict()
-    assert (shown["gpu_hours_limit"], shown["gpu_hours_spent"], shown["gpu_hours_reserved"]) == (
-        20.0,
-        4.0,
-        8.0,
-    )
-    assert shown["gpu_hours_remaining"] == 4.0
+    hours = ("gpu_hours_limit", "gpu_hours_spent", "gpu_hours_reserved", "gpu_hours_remaining")
+    assert all(isinstance(shown[key], str) for key in hours)  # amounts in JSON: exact decimal strings
+    assert [Decimal(shown[key]) for key in hours] == [20, 4, 8, 4]
     gate.release(first.reservation_id, at(31))
     assert gate.admit(p4d, at(31)).granted  # released: the hours are back
 

@@ -129,7 +129,7 @@ def test_a_files_own_events_never_refuse_each_other_whatever_its_batches(
     assert result.exit_code == 0, result.output
     assert [line["outcome"] for line in json.loads(result.stdout)["lines"]] == ["appended"] * 5
     report = json.loads(invoke("ledger", "report", *WINDOW, "--output", "json").stdout)
-    assert report["tenants"][0]["accelerator_seconds"] == 30 * 60  # 10 minutes and 20, not 30 and 20
+    assert report["tenants"][0]["accelerator_seconds"] == "1800.000"  # 10 minutes and 20, not 30 and 20
 
 
 def test_a_backfill_is_settled_in_groups_of_whole_hosts() -> None:
@@ -150,25 +150,33 @@ def test_report_json_per_tenant_with_pool_and_instance_type(seeded: dict[str, st
     tenants = {entry["tenant"]: entry for entry in report["tenants"]}
     assert sorted(tenants) == ["product", "research"]
     research = tenants["research"]
-    assert research["accelerator_seconds"] == 8 * 90 * 60
-    assert research["cost_usd"] == 49.1589  # p4d.24xlarge at $32.7726/h for 90 minutes
-    assert research["by_pool"] == [{"pool": "training", "accelerator_seconds": 43200.0, "cost_usd": 49.1589}]
+    assert research["accelerator_seconds"] == "43200.000"  # 90 min × 8 GPUs; amounts are exact strings
+    assert research["cost_usd"] == "49.158900"  # p4d.24xlarge at $32.7726/h for 90 minutes
+    assert research["by_pool"] == [
+        {"pool": "training", "accelerator_seconds": "43200.000", "cost_usd": "49.158900"}
+    ]
     assert research["by_instance_type"][0]["instance_type"] == "p4d.24xlarge"
     product = tenants["product"]
-    assert (product["accelerator_seconds"], product["cost_usd"]) == (30.0, 0.016767)  # 60 s of $1.006/h
+    assert (product["accelerator_seconds"], product["cost_usd"]) == ("30.000", "0.016767")  # 60 s of $1.006/h
     assert product["breakdown"] == [
-        {"pool": "inference", "instance_type": "g5.xlarge", "accelerator_seconds": 30.0, "cost_usd": 0.016767}
+        {
+            "pool": "inference",
+            "instance_type": "g5.xlarge",
+            "accelerator_seconds": "30.000",
+            "cost_usd": "0.016767",
+        }
     ]
+    assert (product["status"], product["invoice"]["status"], product["invoice"]["invoice_id"]) == (
+        "draft", "draft", "product-2036-05"
+    )  # fmt: skip
 
 
 def test_report_csv_is_an_invoice_for_one_tenant(seeded: dict[str, str]) -> None:
-    result = invoke(
-        "ledger", "report", "--tenant", "product", "--tenant", "nobody", *WINDOW, "--format", "csv"
-    )
+    result = invoke("ledger", "report", "--tenant", "product", *WINDOW, "--format", "csv")
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert rows == [{
-        "tenant": "product", "period_start": "2036-05-05T00:00:00+00:00", "period_end": "2036-05-06T00:00:00+00:00",
+        "invoice_id": "product-2036-05", "status": "draft", "timezone": "UTC", "tenant": "product", "period_start": "2036-05-05T00:00:00+00:00", "period_end": "2036-05-06T00:00:00+00:00",
         "pool": "inference", "instance_type": "g5.xlarge", "region": "us-east-1", "pricing_model": "on-demand",
         "instance_hours": "0.016667", "accelerator_seconds": "30.000", "unit_price_usd_per_hour": "1.006000",
         "price_source": "prices.json", "price_valid_from": "", "price_basis": "on-demand", "currency": "USD",
@@ -176,12 +184,36 @@ def test_report_csv_is_an_invoice_for_one_tenant(seeded: dict[str, str]) -> None
     }]  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (["report", "--tenant", "nobody"], "known tenants: product, research"),
+        (["report", "--tenant", "product", "--tenant", "reserch"], "did you mean 'research'?"),
+        (["runway", "--tenant", "prodcut"], "did you mean 'product'?"),
+        (["close", "--period", "2036-05", "--tenant", "nobody", "--yes"], "known tenants: product, research"),
+        (
+            ["admit", "--tenant", "nobody", "--instance-type", "g5.xlarge", "--max-runtime", "1h"],
+            "no tenant 'nobody'",
+        ),
+    ],
+)
+def test_an_unknown_tenant_is_one_line_naming_the_known_ones_and_exit_2(
+    seeded: dict[str, str], command: list[str], said: str
+) -> None:
+    result = invoke("ledger", *command)
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("error: --tenant: no tenant") or "--tenant: no tenant" in line
+    assert said in line
+
+
 def test_report_markdown_and_json_invoices_of_a_month_in_a_time_zone(seeded: dict[str, str]) -> None:
     markdown = invoke(
         "ledger", "report", "--month", "2036-05", "--timezone", "Europe/Berlin", "-o", "markdown"
     )
     assert markdown.exit_code == 0, markdown.output
-    assert "## research: 2036-05-01 00:00 CEST to 2036-06-01 00:00 CEST" in markdown.stdout
+    assert "## research: 2036-05-01 00:00 CEST to 2036-06-01 00:00 CEST (Europe/Berlin)" in markdown.stdout
+    assert "Invoice research-2036-05, **draft**" in markdown.stdout
     assert (
         "| training | p4d.24xlarge | us-east-1 | on-demand | 1.500000 | 43200.000 | 32.772600 |"
         in markdown.stdout
@@ -189,7 +221,7 @@ def test_report_markdown_and_json_invoices_of_a_month_in_a_time_zone(seeded: dic
     assert "**Total: 49.158900 USD**" in markdown.stdout
     document = json.loads(invoke("ledger", "report", "--month", "2036-05", "--output", "json").stdout)
     research = next(tenant for tenant in document["tenants"] if tenant["tenant"] == "research")
-    assert research["cost_usd"] == 49.1589
+    assert research["cost_usd"] == "49.158900"
     assert research["invoice"]["total_usd"] == "49.158900"
     assert research["invoice"]["lines"][0]["price_source"] == "prices.json"
     bad = invoke("ledger", "report", "--month", "May", "--timezone", "Mars/Olympus")
@@ -209,18 +241,35 @@ def test_a_budget_in_a_time_zone_sets_the_tenants_months_and_can_be_removed(seed
     )  # local midnight, CEST or CET
     # The tenant's invoice takes its months from the budget's zone unless --timezone says otherwise.
     markdown = invoke("ledger", "report", "--tenant", "research", "--month", "2036-05", "-o", "markdown")
-    assert "## research: 2036-05-01 00:00 CEST to 2036-06-01 00:00 CEST" in markdown.stdout
+    assert "## research: 2036-05-01 00:00 CEST to 2036-06-01 00:00 CEST (Europe/Berlin)" in markdown.stdout
+    assert "Invoice research-2036-05, **draft**" in markdown.stdout
     mixed = invoke("ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05")
     assert mixed.exit_code == 0, mixed.output  # product has no budget: UTC, research Europe/Berlin
     assert invoke("ledger", "budget", "product", "--limit-usd", "5").exit_code == 0
+    # Tenants whose months are in different zones: each its own month, each zone named.
     different = invoke(
-        "ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05"
+        "ledger", "report", "--tenant", "research", "--tenant", "product", "--month", "2036-05", "--wide"
     )
-    assert different.exit_code == 2
-    assert (
-        "research (Europe/Berlin), product (UTC)" in different.output
-        or "product (UTC), research (Europe/Berlin)" in different.output
+    assert different.exit_code == 0, different.output
+    assert "2036-05-01 00:00 – 2036-06-01 00:00 Europe/Berlin" in different.stdout
+    assert "2036-05-01 00:00 – 2036-06-01 00:00 UTC" in different.stdout
+    both = json.loads(
+        invoke(
+            "ledger",
+            "report",
+            "--tenant",
+            "research",
+            "--tenant",
+            "product",
+            "--month",
+            "2036-05",
+            "-o",
+            "json",
+        ).stdout
     )
+    assert {entry["tenant"]: entry["timezone"] for entry in both["tenants"]} == {
+        "research": "Europe/Berlin", "product": "UTC"
+    }  # fmt: skip
     removed = invoke("ledger", "budget", "research", "--remove", "-o", "json")
     assert json.loads(removed.stdout)["removed"] is True
     (status,) = json.loads(invoke("ledger", "runway", "--tenant", "research", "-o", "json").stdout)
@@ -303,7 +352,7 @@ def test_an_unknown_budget_time_zone_names_the_flag_and_an_example(ledger_env: s
 def test_report_text_is_a_table(seeded: dict[str, str]) -> None:
     result = invoke("ledger", "report", *WINDOW)
     assert result.exit_code == 0, result.output
-    for text in ("research", "p4d.24xlarge", "12.000", "49.16", "product"):
+    for text in ("research", "p4d.24xlarge", "12.000", "49.158900", "product", "UTC"):
         assert text in result.stdout
 
 
@@ -341,13 +390,14 @@ def test_budget_set_and_runway(seeded: dict[str, str]) -> None:
     result = invoke("ledger", "budget", "research", "--limit-usd", "5000", "--soft", "50,75%",
                     "--actions", "notify,deny,stop", "-o", "json")  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "timezone": "UTC", "limit_usd": 5000.0,
+    assert json.loads(result.stdout) == {"tenant": "research", "period": "month", "timezone": "UTC", "limit_usd": "5000.00",
                                          "soft_thresholds": [0.5, 0.75], "actions": ["deny", "notify", "stop"],
                                          "gpu_hours": None, "source": "hand",
                                          "crossing": {"tenant": "research", "crossing": "not armed",
                                                       "reason": "no --stack (or PARKBRAKE_STACK)"}}  # fmt: skip
     runway = {entry["tenant"]: entry for entry in json.loads(invoke("ledger", "runway", "-o", "json").stdout)}
-    assert runway["research"]["limit_usd"] == 5000.0
+    assert runway["research"]["limit_usd"] == "5000.00"  # amounts in JSON: exact decimal strings
+    assert runway["research"]["spent_usd"] == "49.158900"
     assert runway["research"]["runway_seconds"] is None  # nothing running: nothing burns
     assert runway["product"]["limit_usd"] is None
     assert "research" in invoke("ledger", "runway").stdout
@@ -516,7 +566,7 @@ def test_report_focus_is_a_focus_dataset_with_the_mandatory_columns_and_types(se
         ("product", "g5.xlarge"), ("research", "p4d.24xlarge")
     ]  # fmt: skip
     for row in rows:
-        assert row_problems(row) == [], row
+        assert row_problems(row, "1.3") == [], row
         assert row["ChargeClass"] == ""  # null: a regular charge
         assert datetime.strptime(row["ChargePeriodStart"], "%Y-%m-%dT%H:%M:%SZ").year == 2036
         assert json.loads(row["Tags"]) == {

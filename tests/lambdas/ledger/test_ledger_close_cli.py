@@ -7,6 +7,7 @@ import csv
 import io
 import json
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from click.testing import CliRunner, Result
@@ -61,7 +62,7 @@ def test_a_closed_november_prints_the_same_after_late_usage_which_december_bills
 
     after = invoke("ledger", "report", "--period", "2036-11", "--format", "json")
     assert after.stdout == before.stdout
-    assert json.loads(after.stdout)["tenants"][0]["accelerator_seconds"] == 7200.0
+    assert json.loads(after.stdout)["tenants"][0]["accelerator_seconds"] == "7200.000"
     again = invoke("ledger", "close", "--period", "2036-11", "--yes")
     assert again.exit_code == 0, again.output
     assert "research 2036-11 (UTC): already closed, 1 lines (0 late)" in again.stdout
@@ -86,13 +87,16 @@ def test_a_closed_november_prints_the_same_after_late_usage_which_december_bills
     )
     assert [row["ChargeClass"] for row in focus] == ["", "Correction"]
     assert "late usage of 2036-11" in focus[1]["ChargeDescription"]
-    assert [row_problems(row) for row in focus] == [[], []]  # FOCUS 1.2's rules (guardrails.focus_spec)
+    assert [row_problems(row, "1.3") for row in focus] == [
+        [],
+        [],
+    ]  # FOCUS 1.3's rules (guardrails.focus_spec)
     assert [(row["ChargePeriodStart"], row["BillingPeriodStart"]) for row in focus] == [
         ("2036-12-01T00:00:00Z", "2036-12-01T00:00:00Z"),
         ("2036-11-01T00:00:00Z", "2036-12-01T00:00:00Z"),  # charged in November, billed in December
     ]
     text = invoke("ledger", "report", "--period", "2036-12", "--wide").stdout
-    assert "training (late, 2036-11)" in text
+    assert "late, 2036-11" in text
 
 
 def test_closing_asks_first_and_refuses_bad_or_unfinished_months(november: LedgerStore) -> None:
@@ -112,7 +116,10 @@ def test_closing_asks_first_and_refuses_bad_or_unfinished_months(november: Ledge
     report = json.loads(invoke("ledger", "report", "--period", "2036-11", "--format", "json").stdout)
     hours_on(november, "i-more", 11, 1)  # the month is still open: the report is live
     later = json.loads(invoke("ledger", "report", "--period", "2036-11", "--format", "json").stdout)
-    assert later["tenants"][0]["accelerator_seconds"] == report["tenants"][0]["accelerator_seconds"] + 3600
+    assert (
+        Decimal(later["tenants"][0]["accelerator_seconds"])
+        == Decimal(report["tenants"][0]["accelerator_seconds"]) + 3600
+    )
 
 
 def test_a_tenant_with_nothing_but_late_usage_this_month_is_still_billed_it(november: LedgerStore) -> None:
@@ -121,7 +128,7 @@ def test_a_tenant_with_nothing_but_late_usage_this_month_is_still_billed_it(nove
     december = json.loads(invoke("ledger", "report", "--period", "2036-12", "--format", "json").stdout)
     (research,) = december["tenants"]
     assert research["tenant"] == "research"
-    assert research["accelerator_seconds"] == 0.0  # December's own usage: none
+    assert research["accelerator_seconds"] == "10800.000"  # no usage of December's own: the late lines'
     assert [(line["late"], line["subtotal_usd"]) for line in research["invoice"]["lines"]] == [
         (True, "3.018000")
     ]
@@ -139,5 +146,36 @@ def test_focus_leaves_out_an_unpriced_line_and_says_so(november: LedgerStore) ->
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [row["SkuId"] for row in rows] == ["g5.xlarge"]  # i-a's; the unpriced p4d.24xlarge left out
-    assert [row_problems(row) for row in rows] == [[]]
+    assert [row_problems(row, "1.3") for row in rows] == [[]]
     assert "1 unpriced line(s), 1.000000 instance-hours, left out until priced" in result.stderr
+
+
+def test_a_line_means_the_same_before_and_after_closing_and_an_open_month_is_a_draft_everywhere(
+    november: LedgerStore,
+) -> None:
+    def renderings() -> dict[str, str]:
+        return {
+            output: invoke("ledger", "report", "--period", "2036-11", "-o", output).stdout
+            for output in ("text", "csv", "json", "markdown", "focus")
+        }
+
+    draft = renderings()
+    assert "draft" in draft["text"]
+    assert [(row["status"], row["service_period"]) for row in csv.DictReader(io.StringIO(draft["csv"]))] == [
+        ("draft", "2036-11")
+    ]
+    document = json.loads(draft["json"])["tenants"][0]
+    assert (document["status"], document["invoice"]["lines"][0]["service_period"]) == ("draft", "2036-11")
+    assert "**draft**" in draft["markdown"]
+    assert [row["x_InvoiceStatus"] for row in csv.DictReader(io.StringIO(draft["focus"]))] == ["draft"]
+
+    assert invoke("ledger", "close", "--period", "2036-11", "--yes").exit_code == 0
+    final = renderings()
+    assert "draft" not in final["text"]
+    assert "draft" not in final["markdown"]
+    closed_rows = list(csv.DictReader(io.StringIO(final["csv"])))
+    assert [(row["status"], row["service_period"]) for row in closed_rows] == [("final", "2036-11")]
+    # Apart from its status, the line is the same line with the same id.
+    drafted = list(csv.DictReader(io.StringIO(draft["csv"])))
+    assert [row | {"status": ""} for row in drafted] == [row | {"status": ""} for row in closed_rows]
+    assert json.loads(final["json"])["tenants"][0]["invoice"]["invoice_id"] == "research-2036-11"

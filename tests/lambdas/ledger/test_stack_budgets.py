@@ -122,8 +122,8 @@ def test_from_stack_applies_pulumi_dev_yaml_and_runway_shows_it(
         ("research", "set"),
     ]
     runway = {entry["tenant"]: entry for entry in json.loads(invoke("ledger", "runway", "-o", "json").stdout)}
-    assert (runway["research"]["limit_usd"], runway["research"]["budget_source"]) == (6000.0, "stack")
-    assert (runway["product"]["limit_usd"], runway["product"]["budget_source"]) == (2500.0, "stack")
+    assert (runway["research"]["limit_usd"], runway["research"]["budget_source"]) == ("6000.00", "stack")
+    assert (runway["product"]["limit_usd"], runway["product"]["budget_source"]) == ("2500.00", "stack")
 
     assert invoke("ledger", "budget", "research", "--limit-usd", "9000").exit_code == 0
     edited = tmp_stack(REPO, "research", 6100)

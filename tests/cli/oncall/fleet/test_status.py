@@ -213,7 +213,7 @@ def test_with_the_ledger_configured_spend_and_runway_per_tenant(
     document = json.loads(result.stdout)
     assert document["ledger"] == "configured"
     research = next(row for row in document["tenants"] if row["tenant"] == "research")
-    assert research["ledger"]["limit_usd"] == 6000.0
+    assert research["ledger"]["limit_usd"] == "6000.00"  # the ledger's amounts: exact decimal strings
     assert research["ledger"]["remaining_usd"] is not None
     assert "runway" in text.output
     assert "ledger not configured" not in text.output
