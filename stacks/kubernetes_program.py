@@ -19,11 +19,12 @@ from components.k8s.budget_controller import BudgetController, BudgetControllerA
 from components.k8s.execution_time_limit import ExecutionTimeLimit, ExecutionTimeLimitArgs, TenantCaps
 from components.k8s.gpu_agent import GpuAgent, GpuAgentArgs
 from components.k8s.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.k8s.park_role import ParkRole, ParkRoleArgs
 from components.k8s.service_deployment import ServiceDeployment, ServiceDeploymentArgs
 from components.k8s.tenant_queues import GpuType, QueueTenant, TenantQueues, TenantQueuesArgs
 from guardrails.pricing import load_price_table
 from stacks.config import StackConfig
-from stacks.kubernetes_config import KubernetesConfig, kubernetes_config, nodepool_name
+from stacks.kubernetes_config import KubernetesConfig, flavor_name, kubernetes_config, nodepool_name
 from stacks.program import _admit_clients, _data_stores, _guardrails, _network
 
 NODE_ROLE_POLICIES = (
@@ -81,9 +82,11 @@ def build_kubernetes_platform(config: StackConfig) -> None:
             image=cluster.controller_image,
             revision=config.revision,
             environment=database_environment,
+            tenant_gpu_quotas={tenant.name: tenant.gpu_quota for tenant in cluster.tenants.values()},
         ),
         opts=in_system,
     )
+    ParkRole("park", ParkRoleArgs(stack=config.stack, namespace=cluster.namespace), opts=in_system)
 
     pulumi.export("parked", config.parked)
     pulumi.export("clusterName", cluster.cluster_name)
@@ -160,7 +163,9 @@ def _queues(config: StackConfig, cluster: KubernetesConfig) -> TenantQueuesArgs:
                 gpu_quota=tenant.gpu_quota,
                 gpu_types=tuple(
                     GpuType(
-                        pool.instance_type, pool.capacity.max * (prices.accelerators(pool.instance_type) or 0)
+                        flavor_name(pool.tenant, pool.name),
+                        pool.instance_type,
+                        pool.capacity.max * (prices.accelerators(pool.instance_type) or 0),
                     )
                     for pool in config.pools.values()
                     if pool.tenant == tenant.name and pool.role == "training"

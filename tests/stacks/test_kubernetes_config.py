@@ -91,5 +91,5 @@ def test_ec2_host_settings_are_refused_on_a_kubernetes_stack() -> None:
 
 
 def test_names_the_controller_relies_on() -> None:
-    assert flavor_name("g5.12xlarge") == "g5-12xlarge"
+    assert flavor_name("research", "training") == "research-training"
     assert nodepool_name("research", "training") == "research-training"
