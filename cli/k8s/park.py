@@ -175,13 +175,13 @@ def park_now(api: KubernetesApi, config: StackConfig, *, parking: bool, dry_run:
         ("deployment", deployments_path(namespace), asks_for_gpus),
     ]
     for kind, path, ours in steps if parking else reversed(steps):
-        for item in sorted(_listed(api, result, kind, path), key=_name):
+        for item in sorted(listed(api, result, kind, path), key=_name):
             if ours(item):  # another team's objects are left alone
                 _brake(api, result, BRAKES[kind], f"{path}/{_name(item)}", item)
     if parking:
-        for claim in sorted(_listed(api, result, "nodeclaim", NODE_CLAIMS), key=_name):
+        for claim in sorted(listed(api, result, "nodeclaim", NODE_CLAIMS), key=_name):
             if (claim["metadata"].get("labels") or {}).get(NODEPOOL_LABEL) in pools:
-                _delete_claim(api, result, _name(claim))
+                delete_claim(api, result, _name(claim))
     return result
 
 
@@ -189,7 +189,7 @@ def _name(item: Mapping[str, Any]) -> str:
     return str(item["metadata"]["name"])
 
 
-def _listed(api: KubernetesApi, result: KubernetesPark, kind: str, path: str) -> list[dict[str, Any]]:
+def listed(api: KubernetesApi, result: KubernetesPark, kind: str, path: str) -> list[dict[str, Any]]:
     try:
         items, _ = api.list(path)
     except (ApiError, OSError) as error:  # OSError: the API server does not answer
@@ -247,7 +247,7 @@ def _brake(
         result.objects.append(ObjectChange(brake.kind, name, change, "done", None, current, after))
 
 
-def _delete_claim(api: KubernetesApi, result: KubernetesPark, name: str) -> None:
+def delete_claim(api: KubernetesApi, result: KubernetesPark, name: str) -> None:
     change = "delete (Karpenter drains and terminates the node)"
     if result.dry_run:
         result.objects.append(ObjectChange("nodeclaim", name, change, "planned"))

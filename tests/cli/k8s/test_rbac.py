@@ -4,14 +4,18 @@ budget controller make: none may be forbidden (a 403 on a real API server) and n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from cli.k8s.api import NODE_CLAIMS, WORKLOADS, ApiError, KubernetesApi, workload_path
 from cli.k8s.park import park_now
-from stacks.config import StackConfig
+from cli.k8s.window import apply_window
+from guardrails.pricing import PriceTable
+from stacks.config import NightlyConfig, StackConfig
 from stacks.kubernetes_objects import kubernetes_objects
 from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
 from tests.cli.k8s.rbac import Authorizer, Grant, bound_grants, grants_of, request_attributes
@@ -42,8 +46,8 @@ def enforce(fake: FakeApiServer, rendered: list[dict[str, Any]], account: str) -
     return fake.rbac
 
 
-def test_park_and_unpark_now_ask_for_exactly_what_the_brakes_roles_grant(
-    fake: FakeApiServer, rendered: list[dict[str, Any]], eks: StackConfig
+def test_park_unpark_and_the_window_ask_for_exactly_what_the_brakes_roles_grant(
+    fake: FakeApiServer, rendered: list[dict[str, Any]], eks: StackConfig, prices: PriceTable
 ) -> None:
     rbac = enforce(fake, rendered, "parkbrake-park")
     api = api_of(fake)
@@ -53,11 +57,15 @@ def test_park_and_unpark_now_ask_for_exactly_what_the_brakes_roles_grant(
         park_now(api, eks, parking=True, dry_run=False),
         park_now(api, eks, parking=False, dry_run=False),
     ]
+    # the nightly window's CronJob runs as the same account: open, then closed (its nodes deleted)
+    with_nightly = dataclasses.replace(eks, nightly=NightlyConfig("training", "0 2 * * *", "UTC", 2))
+    for now in ("2025-01-14T03:00:00+00:00", "2025-01-14T12:00:00+00:00"):
+        results.append(apply_window(api, with_nightly, prices, datetime.fromisoformat(now), dry_run=False)[1])
 
-    assert [result.errors for result in results] == [[], [], []]
+    assert [result.errors for result in results] == [[]] * 5
     assert [str(request) for request in rbac.forbidden] == []  # no 403
     assert rbac.unused() == []  # no grant the brake does not use
-    assert fake.get("nodepools", "", "research-training")["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    assert fake.get("nodepools", "", "research-training")["spec"]["limits"] == {"nvidia.com/gpu": "0"}
 
 
 # The budget controller's requests, read from its code (cli/k8s/controller.py, cli/k8s/api.py) ...
