@@ -153,20 +153,43 @@ def match_conditions() -> list[dict[str, str]]:
     ]
 
 
-def policy_spec(tenant: TenantCaps) -> dict[str, object]:
-    """The policy's spec: when it applies, its variables, then the two refusals, each with a message that
-    says what to set."""
+def _cap_of(instance_type: str, smallest: int) -> str:
+    """CEL: the cap of the tenant's pool of ``instance_type`` (an expression), else the smallest."""
+    return f"({instance_type} in variables.caps ? variables.caps[{instance_type}] : {smallest})"
+
+
+def _variables(tenant: TenantCaps) -> list[dict[str, str]]:
+    """What the validations read, in order: the labels, the GPU pod templates, the caps and types."""
     caps = (
         "{"
         + ", ".join(f"{_cel_string(kind)}: {seconds}" for kind, seconds in sorted(tenant.caps.items()))
         + "}"
     )
-    smallest = min(tenant.caps.values(), default=0)
     instance_type = _cel_string(INSTANCE_TYPE_LABEL)
+    return [
+        {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
+        {"name": "gpuPods", "expression": f"({_pod_specs()}).filter(p, {_asks_for_gpus('p')})"},
+        {"name": "queued", "expression": f"{_cel_string(QUEUE_LABEL)} in variables.labels"},
+        {"name": "gpus", "expression": "size(variables.gpuPods) > 0"},
+        {"name": "caps", "expression": caps},
+        {
+            # the instance type each GPU pod template selects ('' none); a queued job without one: ['']
+            "name": "types",
+            "expression": (
+                f"size(variables.gpuPods) == 0 ? [''] : variables.gpuPods.map(p, has(p.nodeSelector)"
+                f" && {instance_type} in p.nodeSelector ? p.nodeSelector[{instance_type}] : '')"
+            ),
+        },
+        # the first GPU pod template's cap: for the message
+        {"name": "cap", "expression": _cap_of("variables.types[0]", min(tenant.caps.values(), default=0))},
+        {"name": "limit", "expression": _label(MAX_EXEC_TIME_LABEL, "object")},
+    ]
 
-    def cap_of(instance_type: str) -> str:
-        return f"({instance_type} in variables.caps ? variables.caps[{instance_type}] : {smallest})"
 
+def policy_spec(tenant: TenantCaps) -> dict[str, object]:
+    """The policy's spec: when it applies, its variables, then the two refusals, each with a message that
+    says what to set."""
+    smallest = min(tenant.caps.values(), default=0)
     if tenant.caps:
         limit_message = (
             f"'set label {MAX_EXEC_TIME_LABEL} to whole seconds from 1 to ' + string(variables.cap) + "
@@ -192,23 +215,7 @@ def policy_spec(tenant: TenantCaps) -> dict[str, object]:
             ]
         },
         "matchConditions": match_conditions(),
-        "variables": [
-            {"name": "labels", "expression": "has(object.metadata.labels) ? object.metadata.labels : {}"},
-            {"name": "gpuPods", "expression": f"({_pod_specs()}).filter(p, {_asks_for_gpus('p')})"},
-            {"name": "queued", "expression": f"{_cel_string(QUEUE_LABEL)} in variables.labels"},
-            {"name": "gpus", "expression": "size(variables.gpuPods) > 0"},
-            {"name": "caps", "expression": caps},
-            {
-                # the instance type each GPU pod template selects ('' none); a queued job without one: ['']
-                "name": "types",
-                "expression": (
-                    f"size(variables.gpuPods) == 0 ? [''] : variables.gpuPods.map(p, has(p.nodeSelector)"
-                    f" && {instance_type} in p.nodeSelector ? p.nodeSelector[{instance_type}] : '')"
-                ),
-            },
-            {"name": "cap", "expression": cap_of("variables.types[0]")},  # the first pod's: for the message
-            {"name": "limit", "expression": _label(MAX_EXEC_TIME_LABEL, "object")},
-        ],
+        "variables": _variables(tenant),
         "validations": [
             {
                 "expression": "variables.queued || !variables.gpus",
@@ -223,7 +230,7 @@ def policy_spec(tenant: TenantCaps) -> dict[str, object]:
                 "expression": (
                     f"!variables.queued || (variables.limit.matches('{SECONDS_PATTERN}')"
                     " && int(variables.limit) >= 1"
-                    f" && variables.types.all(t, int(variables.limit) <= {cap_of('t')}))"
+                    f" && variables.types.all(t, int(variables.limit) <= {_cap_of('t', smallest)}))"
                 ),
                 "messageExpression": limit_message,
                 "reason": "Invalid",

@@ -1,7 +1,7 @@
 """``parkbrake park --now`` / ``unpark --now`` on a Kubernetes stack (eks): the AWS actions against moto
-and the cluster's — ClusterQueues HoldAndDrain, GPU limits "0", GPU Deployments 0, the stack's NodeClaims
-deleted — against the FAKE API
-server (tests/cli/k8s/fake_api_server.py, not Kubernetes), listed in one table."""
+and the cluster's — ClusterQueues HoldAndDrain, GPU limits "0", GPU Deployments 0, the stack's
+NodeClaims deleted — against the FAKE API server (tests/cli/k8s/fake_api_server.py, not Kubernetes),
+listed in one table."""
 
 from __future__ import annotations
 
