@@ -50,14 +50,14 @@ for crd in podmonitors servicemonitors; do
 done
 
 say "fake GPU nodes (KWOK): two g5.12xlarge (4 GPUs each), one g5.xlarge"
-fake_node() { # name instance-type gpus
+fake_node() { # name instance-type gpus nodepool (Karpenter's label: the tenant pool's flavor selects it)
   cat <<EOF
 apiVersion: v1
 kind: Node
 metadata:
   name: $1
   annotations: {kwok.x-k8s.io/node: fake}
-  labels: {type: kwok, node.kubernetes.io/instance-type: $2, kubernetes.io/hostname: $1}
+  labels: {type: kwok, node.kubernetes.io/instance-type: $2, karpenter.sh/nodepool: $4, kubernetes.io/hostname: $1}
 spec:
   taints: [{key: nvidia.com/gpu, value: "true", effect: NoSchedule}, {key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}]
 status:
@@ -65,7 +65,8 @@ status:
   capacity: {cpu: "48", memory: 192Gi, pods: "110", nvidia.com/gpu: "$3"}
 EOF
 }
-{ fake_node gpu-a g5.12xlarge 4; echo ---; fake_node gpu-b g5.12xlarge 4; echo ---; fake_node gpu-c g5.xlarge 1; } \
+{ fake_node gpu-a g5.12xlarge 4 research-training; echo ---; fake_node gpu-b g5.12xlarge 4 research-training; echo ---
+  fake_node gpu-c g5.xlarge 1 product-inference; } \
   | kubectl apply -f -
 
 say "parkbrake k8s render --stack eks: server-side dry run, then for real"
@@ -84,6 +85,7 @@ parkbrake ledger budget research --limit-usd 30 --actions notify,deny
 say "the budget controller, as the stack's service account"
 kubectl config view --raw --minify -o jsonpath='{.clusters[0].cluster.certificate-authority-data}' | base64 -d > "$WORK/ca.crt"
 kubectl -n parkbrake create token parkbrake-budget-controller > "$WORK/token"
+kubectl -n parkbrake create token parkbrake-park > "$WORK/park-token"  # the brake's own account
 SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 parkbrake k8s controller --stack eks --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt" \
   > "$WORK/controller.log" 2>&1 &
@@ -132,13 +134,13 @@ job large 4 600 28800 | kubectl apply -f -
 wait_state large Rejected
 kubectl -n research get workloads
 
-say "3. parked: the queues hold and drain, the pools' NodeClaims go"
-parkbrake k8s park --stack eks --now --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt"
+say "3. parked: the queues hold and drain, GPU limits 0, GPU Deployments 0, the pools' NodeClaims go"
+parkbrake k8s park --stack eks --now --server "$SERVER" --token-file "$WORK/park-token" --ca-file "$WORK/ca.crt"
 kubectl get clusterqueues -o custom-columns=NAME:.metadata.name,STOP:.spec.stopPolicy
 job while-parked 1 60 600 | kubectl apply -f -
 sleep 10
 kubectl -n research get workloads
-parkbrake k8s park --stack eks --now --unpark --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt"
+parkbrake k8s park --stack eks --now --unpark --server "$SERVER" --token-file "$WORK/park-token" --ca-file "$WORK/ca.crt"
 
 say "4. a workload past its execution time (30 s of a 300 s job) is deactivated by Kueue"
 kubectl -n research delete job small large while-parked --ignore-not-found

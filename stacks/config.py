@@ -243,17 +243,13 @@ def parse_stack_config(
 
 
 def _hosts(root: Section, project_dir: Path) -> HostsConfig:
-    """How EC2 hosts get their tools; a Kubernetes stack has none (the agent runs as a DaemonSet's image)."""
+    """How EC2 hosts get their tools; a Kubernetes stack has none (the agent runs as a DaemonSet's image).
+    Its ``nightly`` is the nightly pool's NodePool window (guardrails/nightly_window.py)."""
     if not root.has("kubernetes"):
         return hosts(root, project_dir)
     if root.has("hosts"):
         root.problems.add(
             "hosts", "is not used by a Kubernetes stack (its nodes run the agent's image); remove it"
-        )
-    if root.has("nightly"):
-        root.problems.add(
-            "nightly",
-            "is not used by a Kubernetes stack (Karpenter starts nodes for admitted jobs); remove it",
         )
     return HostsConfig()
 

@@ -170,10 +170,11 @@ def kubernetes_config(config: _Stack) -> KubernetesConfig:
     return config.kubernetes
 
 
-def flavor_name(instance_type: str) -> str:
-    """The Kueue ResourceFlavor of an instance type: ``g5.12xlarge`` → ``g5-12xlarge``."""
-    return instance_type.replace(".", "-")
-
-
 def nodepool_name(tenant: str, pool: str) -> str:
     return f"{tenant}-{pool}"
+
+
+def flavor_name(tenant: str, pool: str) -> str:
+    """The Kueue ResourceFlavor of a tenant's pool: its NodePool's name (``research-training``), and it
+    selects that NodePool's nodes alone (components/k8s/tenant_queues.py)."""
+    return nodepool_name(tenant, pool)

@@ -17,7 +17,7 @@ APPLY_ORDER = (
     "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
     "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
     "EC2NodeClass", "NodePool", "ResourceFlavor", "AdmissionCheck", "WorkloadPriorityClass", "ClusterQueue",
-    "LocalQueue", "Service", "Deployment", "DaemonSet", "PodMonitor", "ServiceMonitor",
+    "LocalQueue", "Service", "Deployment", "DaemonSet", "CronJob", "PodMonitor", "ServiceMonitor",
 )  # fmt: skip
 
 

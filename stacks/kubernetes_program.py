@@ -8,7 +8,9 @@ every NodePool's GPU limit to "0", every ClusterQueue held, GPU Deployments to n
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
+from datetime import timedelta
 
 import pulumi
 import pulumi_aws as aws
@@ -19,11 +21,13 @@ from components.k8s.budget_controller import BudgetController, BudgetControllerA
 from components.k8s.execution_time_limit import ExecutionTimeLimit, ExecutionTimeLimitArgs, TenantCaps
 from components.k8s.gpu_agent import GpuAgent, GpuAgentArgs
 from components.k8s.gpu_node_pool import GpuNodePool, GpuNodePoolArgs
+from components.k8s.nightly_window import NightlyWindow, NightlyWindowArgs
+from components.k8s.park_role import ParkRole, ParkRoleArgs
 from components.k8s.service_deployment import ServiceDeployment, ServiceDeploymentArgs
 from components.k8s.tenant_queues import GpuType, QueueTenant, TenantQueues, TenantQueuesArgs
 from guardrails.pricing import load_price_table
 from stacks.config import StackConfig
-from stacks.kubernetes_config import KubernetesConfig, kubernetes_config, nodepool_name
+from stacks.kubernetes_config import KubernetesConfig, flavor_name, kubernetes_config, nodepool_name
 from stacks.program import _admit_clients, _data_stores, _guardrails, _network
 
 NODE_ROLE_POLICIES = (
@@ -38,7 +42,8 @@ def build_kubernetes_platform(config: StackConfig) -> None:
     tags = base_tags(config.stack, config.revision)
     network = _network(config, tags)
     database, cache = _data_stores(config, network, tags)
-    guardrails = _guardrails(config, network, {}, database, tags)
+    # The nightly schedule is the cluster's window below, not the EC2 launcher's schedule.
+    guardrails = _guardrails(dataclasses.replace(config, nightly=None), network, {}, database, tags)
     _admit_clients(database, cache, None, guardrails)
     if cluster.node_security_group_id is not None:
         for store in (database, cache):
@@ -81,9 +86,27 @@ def build_kubernetes_platform(config: StackConfig) -> None:
             image=cluster.controller_image,
             revision=config.revision,
             environment=database_environment,
+            tenant_gpu_quotas={tenant.name: tenant.gpu_quota for tenant in cluster.tenants.values()},
         ),
         opts=in_system,
     )
+    park_role = ParkRole(
+        "park", ParkRoleArgs(stack=config.stack, namespace=cluster.namespace), opts=in_system
+    )
+    if config.nightly is not None:
+        NightlyWindow(
+            "nightly-window",
+            NightlyWindowArgs(
+                stack=config.stack,
+                namespace=cluster.namespace,
+                image=cluster.controller_image,
+                revision=config.revision,
+                pool=config.nightly.pool,
+                parked=config.parked,
+                every=min(config.guardrails.sweep_every, timedelta(minutes=30)),
+            ),
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=[system, park_role]),
+        )
 
     pulumi.export("parked", config.parked)
     pulumi.export("clusterName", cluster.cluster_name)
@@ -120,6 +143,8 @@ def _node_pools(
     config: StackConfig, cluster: KubernetesConfig, node_role: pulumi.Input[str], opts: pulumi.ResourceOptions
 ) -> dict[str, GpuNodePool]:
     prices = load_price_table()
+    nightly = config.nightly.pool if config.nightly is not None else None
+    # Unparked, the nightly pool's GPU limit is its window's (`parkbrake k8s window`), not the program's.
     return {
         name: GpuNodePool(
             nodepool_name(pool.tenant, name),
@@ -141,6 +166,7 @@ def _node_pools(
                 consolidate_after=cluster.consolidate_after,
                 role=pool.role,
                 owner=pool.owner,
+                window_owns_limit=name == nightly and not config.parked,
             ),
             opts=opts,
         )
@@ -160,7 +186,9 @@ def _queues(config: StackConfig, cluster: KubernetesConfig) -> TenantQueuesArgs:
                 gpu_quota=tenant.gpu_quota,
                 gpu_types=tuple(
                     GpuType(
-                        pool.instance_type, pool.capacity.max * (prices.accelerators(pool.instance_type) or 0)
+                        flavor_name(pool.tenant, pool.name),
+                        pool.instance_type,
+                        pool.capacity.max * (prices.accelerators(pool.instance_type) or 0),
                     )
                     for pool in config.pools.values()
                     if pool.tenant == tenant.name and pool.role == "training"

@@ -15,6 +15,7 @@ SUBCOMMANDS: list[str] = [
     "cli.k8s.check:check",
     "cli.k8s.controller:controller",
     "cli.k8s.park:park",
+    "cli.k8s.window:window",
 ]
 
 

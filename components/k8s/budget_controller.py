@@ -1,15 +1,22 @@
 """``BudgetController``: ``parkbrake k8s controller`` as a Deployment, with its ServiceAccount and least-privilege RBAC.
 
 It is Kueue's external admission-check controller for ``parkbrake.dev/budget``: it watches Workloads, asks
-the ledger, and patches each Workload's admission-check state. Its ClusterRole grants exactly that and the
-park path: Workloads get/list/watch and their status patch; AdmissionChecks get/list/watch and their status
-(to mark the check Active); ClusterQueues get/list/watch/update (``stopPolicy`` for ``park --now``); NodeClaims
-list/delete (a node past its cap, a drain); Events create. It is never parked: parked queues are held, and
-the controller still releases reservations as admitted work finishes.
+the ledger, and patches each Workload's admission-check state. Its ClusterRole grants exactly what it
+requests (tests/cli/k8s/test_rbac.py runs those requests against the fake API server with the role
+enforced): Workloads get/list/watch and ``workloads/status`` patch; AdmissionChecks get/list/watch and
+``admissionchecks/status`` patch (to keep its check ``Active``); NodeClaims list/delete (a node past its
+cap); Events create (core group). The park brake's grants are another role's (components/k8s/park_role.py).
+It is never parked: parked queues are held, and the controller still releases reservations as admitted
+work finishes.
+
+``PARKBRAKE_TENANT_GPU_QUOTAS`` carries every tenant's ``gpu_quota`` (a JSON object, tenant → GPUs):
+the tenant's GPUs admitted at once across all its flavors, which Kueue cannot cap (its quota is per
+flavor, kueue #3215), so the budget check enforces the total.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -20,17 +27,26 @@ from components.common import child_of
 from components.k8s.common import NAME_LABEL, REVISION_LABEL, labels, type_token
 
 CONTROLLER = "parkbrake-budget-controller"
+GPU_QUOTAS_VARIABLE = "PARKBRAKE_TENANT_GPU_QUOTAS"
 # (API group, resources, verbs): everything the controller may do, nothing more.
 RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("kueue.x-k8s.io", ("workloads",), ("get", "list", "watch")),
     ("kueue.x-k8s.io", ("workloads/status",), ("patch",)),
     ("kueue.x-k8s.io", ("admissionchecks",), ("get", "list", "watch")),
-    ("kueue.x-k8s.io", ("admissionchecks/status",), ("get", "patch", "update")),
-    ("kueue.x-k8s.io", ("clusterqueues",), ("get", "list", "watch", "update")),
+    ("kueue.x-k8s.io", ("admissionchecks/status",), ("patch",)),
     ("karpenter.sh", ("nodeclaims",), ("list", "delete")),
     ("", ("events",), ("create",)),
-    ("events.k8s.io", ("events",), ("create",)),
 )
+
+
+def rules_of(
+    grants: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...],
+) -> list[dict[str, list[str]]]:
+    """(API group, resources, verbs) as RBAC policy rules."""
+    return [
+        {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
+        for group, resources, verbs in grants
+    ]
 
 
 @dataclass
@@ -40,6 +56,7 @@ class BudgetControllerArgs:
     image: str
     revision: str
     environment: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
+    tenant_gpu_quotas: Mapping[str, int] = field(default_factory=dict)  # tenant → its gpu_quota
 
 
 class BudgetController(pulumi.ComponentResource):
@@ -59,10 +76,7 @@ class BudgetController(pulumi.ComponentResource):
         role = k8s.rbac.v1.ClusterRole(
             f"{name}-cluster-role",
             metadata={"name": CONTROLLER, "labels": object_labels},
-            rules=[
-                {"apiGroups": [group], "resources": list(resources), "verbs": list(verbs)}
-                for group, resources, verbs in RULES
-            ],
+            rules=rules_of(RULES),
             opts=child_of(self),
         )
         binding = k8s.rbac.v1.ClusterRoleBinding(
@@ -73,8 +87,12 @@ class BudgetController(pulumi.ComponentResource):
             opts=child_of(self, depends_on=[role, account]),
         )
         pod_labels = labels(args.stack, {**selector, REVISION_LABEL: args.revision})
+        variables: dict[str, pulumi.Input[str]] = {
+            **args.environment,
+            GPU_QUOTAS_VARIABLE: json.dumps(dict(sorted(args.tenant_gpu_quotas.items()))),
+        }
         environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
-            {"name": key, "value": value} for key, value in sorted(args.environment.items())
+            {"name": key, "value": value} for key, value in sorted(variables.items())
         ]
         k8s.apps.v1.Deployment(
             f"{name}-deployment",

@@ -19,6 +19,8 @@ POOL_LABEL = "parkbrake.dev/pool"
 STACK_LABEL = "parkbrake.dev/stack"
 REVISION_LABEL = "parkbrake.dev/revision"
 NAME_LABEL = "app.kubernetes.io/name"
+# Karpenter's label on every node of a NodePool (karpenter v1.14.1 pkg/apis/v1/labels.go NodePoolLabelKey).
+NODE_POOL_LABEL = "karpenter.sh/nodepool"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "parkbrake"}
 # The budget admission check: Kueue hands its decision to the controller of this name.
 BUDGET_CHECK = "parkbrake-budget"

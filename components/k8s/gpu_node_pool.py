@@ -65,6 +65,9 @@ class GpuNodePoolArgs:
     consolidate_after: timedelta = timedelta(minutes=15)
     role: Literal["training", "inference"] = "training"
     owner: str | None = None
+    # The nightly pool, unparked: its window (``parkbrake k8s window``) sets the GPU limit, and the program
+    # leaves it as the window set it (``ignore_changes``); parked, the program sets "0" again.
+    window_owns_limit: bool = False
     # Searched by tag: the cluster's subnets and node security group carry karpenter.sh/discovery.
     discovery_tag: Mapping[str, str] = field(default_factory=dict)
 
@@ -156,7 +159,11 @@ class GpuNodePool(pulumi.ComponentResource):
                     "consolidateAfter": go_duration(args.consolidate_after),
                 },
             },
-            opts=child_of(self, depends_on=[node_class]),
+            opts=child_of(
+                self,
+                depends_on=[node_class],
+                **({"ignore_changes": ["spec.limits"]} if args.window_owns_limit else {}),
+            ),
         )
         self.node_pool_name = pulumi.Output.from_input(args.name)
         self.gpu_limit = pulumi.Output.from_input(args.gpu_limit)

@@ -16,9 +16,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.common import child_of
-from components.k8s.common import GPU_RESOURCE, GPU_TOLERATION, NAME_LABEL, REVISION_LABEL, labels, type_token
-
-NODE_POOL_LABEL = "karpenter.sh/nodepool"
+from components.k8s.common import (
+    GPU_RESOURCE,
+    GPU_TOLERATION,
+    NAME_LABEL,
+    NODE_POOL_LABEL,
+    REVISION_LABEL,
+    labels,
+    type_token,
+)
 
 
 @dataclass

@@ -1,7 +1,13 @@
 """``TenantQueues``: Kueue ``v1beta2`` admission for every tenant, gated by parkbrake's budget check.
 
-- a ``ResourceFlavor`` per GPU type, named after the instance type with dashes (``g5-12xlarge``), selecting
-  nodes by their instance-type label and tolerating the GPU taint;
+- a ``ResourceFlavor`` per tenant pool, named after its NodePool (``research-training``), whose
+  ``nodeLabels`` name that NodePool (``karpenter.sh/nodepool``) and its instance type, tolerating the GPU
+  taint. Kueue copies a flavor's ``nodeLabels`` into the admitted pods' ``nodeSelector``
+  (kueue v0.19.2 ``pkg/podset/podset.go``) and Karpenter labels every node it launches with its NodePool
+  (karpenter v1.14.1 ``pkg/apis/v1/labels.go`` ``NodePoolLabelKey``, set in
+  ``pkg/controllers/provisioning/scheduling/nodeclaimtemplate.go``): a tenant's Job lands only on its
+  tenant's nodes, even where two tenants run the same GPU type (a flavor per type would let one
+  tenant's Job take, and be billed against, the other's NodePool);
 - per tenant: its namespaces (labelled ``parkbrake.dev/tenant``), a ``ClusterQueue`` named after the
   tenant that admits only those namespaces, with a GPU ``nominalQuota`` per GPU type (the tenant's
   ``gpu_quota``, never more than the type's NodePool can hold), its admission gated by the
@@ -32,6 +38,7 @@ from components.k8s.common import (
     GPU_RESOURCE,
     GPU_TOLERATION,
     KUEUE_API,
+    NODE_POOL_LABEL,
     TENANT_LABEL,
     KubernetesObject,
     labels,
@@ -49,13 +56,21 @@ PRIORITY_CLASSES: Mapping[str, tuple[int, str]] = {
 
 @dataclass(frozen=True)
 class GpuType:
+    """One of the tenant's GPU pools, as its ClusterQueue offers it: a flavor of its own."""
+
+    node_pool: str  # the pool's NodePool (``<tenant>-<pool>``): also the flavor's name
     instance_type: str
-    gpu_limit: int  # the GPUs the tenant's NodePool of this type may hold (max nodes × GPUs per node)
+    gpu_limit: int  # the GPUs the NodePool may hold (max nodes × GPUs per node)
 
     @property
     def flavor(self) -> str:
-        """The ResourceFlavor's name; the controller maps it back to the instance type by this form."""
-        return self.instance_type.replace(".", "-")
+        """The ResourceFlavor's name: the NodePool's (stacks/kubernetes_config.py ``flavor_name``)."""
+        return self.node_pool
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """What the flavor selects: its NodePool's nodes (Karpenter's label), of its instance type."""
+        return {NODE_POOL_LABEL: self.node_pool, INSTANCE_TYPE_LABEL: self.instance_type}
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,9 @@ class TenantQueuesArgs:
         names = [tenant.name for tenant in self.tenants]
         if len(set(names)) != len(names):
             raise ValueError(f"tenant names repeat: {names}")
+        flavors = [gpu_type.flavor for tenant in self.tenants for gpu_type in tenant.gpu_types]
+        if len(set(flavors)) != len(flavors):
+            raise ValueError(f"flavor names repeat: {flavors}; a flavor selects one tenant's NodePool")
 
     @property
     def stop_policy(self) -> str:
@@ -95,23 +113,18 @@ class TenantQueues(pulumi.ComponentResource):
             spec={"controllerName": BUDGET_CONTROLLER_NAME},
             opts=child_of(self),
         )
-        flavors = {}
-        for gpu_type in sorted(
-            {t for tenant in args.tenants for t in tenant.gpu_types}, key=lambda t: t.flavor
-        ):
-            if gpu_type.flavor in flavors:
-                continue
-            flavors[gpu_type.flavor] = CustomResource(
+        flavors = {
+            gpu_type.flavor: CustomResource(
                 f"{name}-flavor-{gpu_type.flavor}",
                 api_version=KUEUE_API,
                 kind="ResourceFlavor",
-                metadata={"name": gpu_type.flavor, "labels": labels(args.stack)},
-                spec={
-                    "nodeLabels": {INSTANCE_TYPE_LABEL: gpu_type.instance_type},
-                    "tolerations": [GPU_TOLERATION],
-                },
+                metadata={"name": gpu_type.flavor, "labels": labels(args.stack, {TENANT_LABEL: tenant.name})},
+                spec={"nodeLabels": gpu_type.node_labels, "tolerations": [GPU_TOLERATION]},
                 opts=child_of(self),
             )
+            for tenant in args.tenants
+            for gpu_type in tenant.gpu_types
+        }
         for priority, (value, purpose) in PRIORITY_CLASSES.items():
             KubernetesObject(
                 f"{name}-priority-{priority}",

@@ -21,7 +21,7 @@ def test_yaml_is_one_document_per_object_namespaces_first() -> None:
 
     assert code == 0, output
     documents = list(YAML(typ="safe").load_all(output))
-    assert len(documents) == 35
+    assert len(documents) == 40
     assert documents[0]["kind"] == "Namespace"
     assert documents[-1]["kind"] == "PodMonitor"
 
@@ -38,6 +38,19 @@ def test_json_is_a_list_and_parked_changes_the_limits() -> None:
         if body["kind"] == "NodePool"
     }
     assert limits == {"research-training": "0", "research-large": "0", "product-inference": "0"}
+    stop_policies = {
+        body["metadata"]["name"]: body["spec"]["stopPolicy"]
+        for body in document["items"]
+        if body["kind"] == "ClusterQueue"
+    }
+    assert stop_policies == {"research": "Hold", "product": "Hold"}
+    replicas = {
+        body["metadata"]["name"]: body["spec"]["replicas"]
+        for body in document["items"]
+        if body["kind"] == "Deployment"
+    }
+    # Parked, the services have no replica (as their ECS services on AWS); the controller keeps its one.
+    assert replicas == {"inference": 0, "control-plane": 0, "parkbrake-budget-controller": 1}
 
 
 def test_an_aws_stack_is_refused_with_exit_2() -> None:

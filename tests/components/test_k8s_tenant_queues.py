@@ -11,9 +11,13 @@ from stacks.offline import OfflineRun, RegisteredResource, run_offline
 
 KUEUE = "kubernetes:kueue.x-k8s.io/v1beta2"
 RESEARCH = QueueTenant(
-    "research", ("research", "research-batch"), 24, (GpuType("g5.12xlarge", 16), GpuType("p4d.24xlarge", 8))
+    "research",
+    ("research", "research-batch"),
+    24,
+    (GpuType("research-training", "g5.12xlarge", 16), GpuType("research-large", "p4d.24xlarge", 8)),
 )
-PRODUCT = QueueTenant("product", ("product",), 2, (GpuType("g5.12xlarge", 8),))
+# The same GPU type as research's training pool: each tenant's pool is a flavor of its own.
+PRODUCT = QueueTenant("product", ("product",), 2, (GpuType("product-batch", "g5.12xlarge", 8),))
 
 
 def build(**overrides: Any) -> OfflineRun:
@@ -25,13 +29,46 @@ def by_name(run: OfflineRun, kind: str) -> dict[str, RegisteredResource]:
     return {resource.inputs["metadata"]["name"]: resource for resource in run.of_type(f"{KUEUE}:{kind}")}
 
 
-def test_one_flavor_per_gpu_type_named_with_dashes_selecting_the_instance_type() -> None:
+def test_one_flavor_per_tenant_pool_selecting_its_nodepool_and_instance_type() -> None:
     flavors = by_name(build(), "ResourceFlavor")
 
-    assert set(flavors) == {"g5-12xlarge", "p4d-24xlarge"}
-    spec = flavors["p4d-24xlarge"].inputs["spec"]
-    assert spec["nodeLabels"] == {"node.kubernetes.io/instance-type": "p4d.24xlarge"}
+    assert set(flavors) == {"research-training", "research-large", "product-batch"}
+    spec = flavors["research-large"].inputs["spec"]
+    assert spec["nodeLabels"] == {
+        "karpenter.sh/nodepool": "research-large",
+        "node.kubernetes.io/instance-type": "p4d.24xlarge",
+    }
     assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert flavors["product-batch"].inputs["metadata"]["labels"]["parkbrake.dev/tenant"] == "product"
+
+
+def selects(node_labels: dict[str, str], node: dict[str, str]) -> bool:
+    """Kueue writes a flavor's nodeLabels into the pods' nodeSelector (kueue v0.19.2 pkg/podset/podset.go);
+    a nodeSelector matches a node that carries every one of its labels."""
+    return all(node.get(key) == value for key, value in node_labels.items())
+
+
+def test_no_flavor_of_one_tenant_selects_another_tenants_nodes_of_the_same_gpu_type() -> None:
+    run = build()
+    flavors = by_name(run, "ResourceFlavor")
+    # Karpenter's labels on a node of each NodePool (karpenter v1.14.1 nodeclaimtemplate.go): its
+    # NodePool's name, its instance type.
+    nodes = {
+        tenant.name: [
+            {"karpenter.sh/nodepool": t.node_pool, "node.kubernetes.io/instance-type": t.instance_type}
+            for t in tenant.gpu_types
+        ]
+        for tenant in (RESEARCH, PRODUCT)
+    }
+    queues = by_name(run, "ClusterQueue")
+    for tenant, queue in queues.items():
+        (group,) = queue.inputs["spec"]["resourceGroups"]
+        for flavor in group["flavors"]:
+            node_labels = flavors[flavor["name"]].inputs["spec"]["nodeLabels"]
+            assert any(selects(node_labels, node) for node in nodes[tenant])
+            for other, other_nodes in nodes.items():
+                if other != tenant:
+                    assert not any(selects(node_labels, node) for node in other_nodes), (tenant, other)
 
 
 def test_each_tenant_has_a_gated_cluster_queue_with_gpu_quota_per_type() -> None:
@@ -44,8 +81,8 @@ def test_each_tenant_has_a_gated_cluster_queue_with_gpu_quota_per_type() -> None
     (group,) = research["resourceGroups"]
     assert group["coveredResources"] == ["nvidia.com/gpu"]
     assert [(f["name"], f["resources"][0]["nominalQuota"]) for f in group["flavors"]] == [
-        ("g5-12xlarge", 16),
-        ("p4d-24xlarge", 8),
+        ("research-training", 16),
+        ("research-large", 8),
     ]
     # The tenant's quota caps each type below what its NodePool could hold.
     (product_group,) = queues["product"].inputs["spec"]["resourceGroups"]
@@ -87,3 +124,9 @@ def test_parked_holds_every_cluster_queue() -> None:
 def test_a_tenant_named_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="tenant names repeat"):
         TenantQueuesArgs(stack="eks", tenants=[RESEARCH, RESEARCH])
+
+
+def test_two_tenants_naming_one_flavor_are_refused() -> None:
+    other = QueueTenant("other", ("other",), 2, (GpuType("research-training", "g5.12xlarge", 8),))
+    with pytest.raises(ValueError, match="flavor names repeat"):
+        TenantQueuesArgs(stack="eks", tenants=[RESEARCH, other])

@@ -45,11 +45,13 @@ def test_the_stack_declares_every_kind_it_should(rendered: dict[bool, list[dict[
         "kueue.x-k8s.io/v1beta2 ResourceFlavor": 2,
         "kueue.x-k8s.io/v1beta2 WorkloadPriorityClass": 3,
         "monitoring.coreos.com/v1 PodMonitor": 1,
-        "rbac.authorization.k8s.io/v1 ClusterRole": 1,
-        "rbac.authorization.k8s.io/v1 ClusterRoleBinding": 1,
+        "rbac.authorization.k8s.io/v1 ClusterRole": 2,  # the controller's, the park brake's
+        "rbac.authorization.k8s.io/v1 ClusterRoleBinding": 2,
+        "rbac.authorization.k8s.io/v1 Role": 1,  # the brake's Deployments, in the stack's namespace
+        "rbac.authorization.k8s.io/v1 RoleBinding": 1,
         "v1 Namespace": 4,
         "v1 Service": 2,
-        "v1 ServiceAccount": 1,
+        "v1 ServiceAccount": 2,
     }
     assert counts_by_kind(rendered[True]) == counts  # parking changes values, never what exists
 

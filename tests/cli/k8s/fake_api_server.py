@@ -32,6 +32,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.cli.k8s.rbac import Authorizer
+
 TOKEN = "fake-service-account-token"
 # path → (resource, namespace group or None, name group or None, subresource)
 ROUTES = [
@@ -39,6 +41,8 @@ ROUTES = [
     (re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads/(?P<name>[^/]+)(?P<sub>/status)?$"), "workloads"),
     (re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/clusterqueues(/(?P<name>[^/]+))?$"), "clusterqueues"),
     (re.compile(r"^/apis/karpenter\.sh/v1/nodeclaims(/(?P<name>[^/]+))?$"), "nodeclaims"),
+    (re.compile(r"^/apis/karpenter\.sh/v1/nodepools(/(?P<name>[^/]+))?$"), "nodepools"),
+    (re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments(/(?P<name>[^/]+))?$"), "deployments"),
 ]  # fmt: skip
 
 
@@ -101,6 +105,7 @@ class FakeApiServer:
         self.patches: list[tuple[float, str, dict[str, Any]]] = []  # (monotonic time, path, body)
         self.deleted: list[str] = []
         self.requests = 0
+        self.rbac: Authorizer | None = None  # set: every request is authorised by it (tests/cli/k8s/rbac.py)
         handler = type("Handler", (_Handler,), {"fake": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -197,6 +202,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._error(401, "Unauthorized")
             return False
+        if self.fake.rbac is not None and not self.fake.rbac.authorize(self.command, self.path):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))  # the connection stays usable
+            self._error(403, f"forbidden: {self.command} {self.path} is not granted by the role")
+            return False
         return True
 
     def do_GET(self) -> None:
@@ -212,7 +221,11 @@ class _Handler(BaseHTTPRequestHandler):
         if params.get("watch") in {"1", "true"}:
             return self._watch(resource, int(params.get("resourceVersion") or 0))
         with fake.lock:
-            items = [obj for (kind, _, _), obj in sorted(fake.objects.items()) if kind == resource]
+            items = [
+                obj
+                for (kind, namespace, _), obj in sorted(fake.objects.items())
+                if kind == resource and match.get("ns", namespace) == namespace
+            ]
             body = {"kind": "List", "metadata": {"resourceVersion": str(fake.version)}, "items": items}
         self._send(200, body)
 

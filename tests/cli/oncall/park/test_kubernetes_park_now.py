@@ -1,6 +1,7 @@
 """``parkbrake park --now`` / ``unpark --now`` on a Kubernetes stack (eks): the AWS actions against moto
-and the cluster's — ClusterQueues HoldAndDrain, the stack's NodeClaims deleted — against the FAKE API
-server (tests/cli/k8s/fake_api_server.py, not Kubernetes), listed in one table."""
+and the cluster's — ClusterQueues HoldAndDrain, GPU limits "0", GPU Deployments 0, the stack's
+NodeClaims deleted — against the FAKE API server (tests/cli/k8s/fake_api_server.py, not Kubernetes),
+listed in one table."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner, Result
 from cli.main import parkbrake
 from guardrails import names
 from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
-from tests.cli.k8s.test_k8s_park import claim, queue
+from tests.cli.k8s.test_k8s_park import put_cluster
 from tests.cli.oncall.ops_fleet import REPO_ROOT, aws_client, parameter
 
 STACK, REGION = "eks", "us-east-1"  # Pulumi.eks.yaml's aws:region
@@ -28,12 +29,7 @@ def fake(aws: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApiServer]:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # never a real pod's cluster
     aws_client(aws, "ssm", REGION).put_parameter(Name=PARAMETER, Value="false", Type="String")
     with fake_api_server() as server:
-        server.put("clusterqueues", queue("research"))
-        server.put("clusterqueues", queue("product", "Hold"))
-        server.put("clusterqueues", queue("another-team"))
-        server.put("nodeclaims", claim("research-training-x7k2p", "research-training"))
-        server.put("nodeclaims", claim("product-inference-a1b2c", "product-inference"))
-        server.put("nodeclaims", claim("system-abcde", "system"))
+        put_cluster(server)
         yield server
 
 
@@ -67,12 +63,16 @@ def test_park_now_parks_aws_and_the_cluster_and_unpark_now_restores_both(
     assert sorted(fake.deleted) == OURS
     assert "clusterqueue" in parked.output  # one table, both kinds
     assert "nodeclaim" in parked.output
+    assert fake.get("nodepools", "", "research-training")["spec"]["limits"] == {"nvidia.com/gpu": "0"}
+    assert fake.get("deployments", "parkbrake", "inference")["spec"]["replicas"] == 0
 
     unparked = invoke("unpark", fake, "--yes", "-o", "json")
 
     assert unparked.exit_code == 0, unparked.output
     report = json.loads(unparked.stdout)
     assert statuses(report, "clusterqueue") == {"product": "done", "research": "done"}
+    assert statuses(report, "nodepool") == {"product-inference": "done", "research-training": "done"}
+    assert statuses(report, "deployment") == {"inference": "done"}
     assert statuses(report, "ssm-parameter") == {PARAMETER: "done"}
     assert parameter(aws, PARAMETER) == "false"
     assert policies(fake) == ("None", "Hold", None)  # each as it was before parking
