@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
@@ -50,7 +50,9 @@ def client_from_options(server: str | None, token_file: Path | None, ca_file: Pa
     return Client(config, field_manager=FIELD_MANAGER, trust_env=False)
 
 
-def apply_check_entry(client: Client, workload: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+def apply_check_entry(
+    client: Client, workload: Mapping[str, Any], entry: Mapping[str, Any]
+) -> dict[str, Any]:
     """Apply the check's own entry onto ``workload``'s status, conditional on its resourceVersion."""
     meta = workload["metadata"]
     body = Workload.Status(
@@ -61,7 +63,15 @@ def apply_check_entry(client: Client, workload: Mapping[str, Any], entry: Mappin
         ),
         status={"admissionChecks": [dict(entry)]},
     )
-    return dict(client.apply(body, field_manager=FIELD_MANAGER, force=True))
+    return dict(
+        client.apply(
+            cast(Any, body),
+            meta["name"],
+            namespace=meta["namespace"],
+            field_manager=FIELD_MANAGER,
+            force=True,
+        )
+    )
 
 
 def apply_check_active(client: Client, name: str, condition: Mapping[str, Any]) -> None:
@@ -72,7 +82,7 @@ def apply_check_active(client: Client, name: str, condition: Mapping[str, Any]) 
         metadata=ObjectMeta(name=name),
         status={"conditions": [dict(condition)]},
     )
-    client.apply(body, field_manager=FIELD_MANAGER, force=True)
+    client.apply(body, name, field_manager=FIELD_MANAGER, force=True)
 
 
 def workload_event(client: Client, workload: Mapping[str, Any], reason: str, message: str, at: str) -> None:
@@ -84,9 +94,12 @@ def workload_event(client: Client, workload: Mapping[str, Any], reason: str, mes
     event = Event(
         metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=meta["namespace"]),
         involvedObject=ObjectReference(
-            apiVersion=f"{KUEUE}/v1beta2", kind="Workload", name=meta["name"],
-            namespace=meta["namespace"], uid=meta.get("uid"),
-        ),  # fmt: skip
+            apiVersion=f"{KUEUE}/v1beta2",
+            kind="Workload",
+            name=meta["name"],
+            namespace=meta["namespace"],
+            uid=meta.get("uid"),
+        ),
         reason=reason,
         message=message[:1024],
         type="Warning",

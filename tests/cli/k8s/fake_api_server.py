@@ -332,7 +332,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if not pending:
                     if fake.generation != generation:
                         if fake.cut:  # a chunk that promises more than it sends, then the end
-                            self.wfile.write(b"40\r\n{\"type\": \"MODIF")
+                            self.wfile.write(b'40\r\n{"type": "MODIF')
                         else:
                             self.wfile.write(b"0\r\n\r\n")
                         self.close_connection = True

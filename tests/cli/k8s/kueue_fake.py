@@ -106,8 +106,12 @@ class KueueFake:
         AdmissionCheckInactive); pkg/cache/scheduler/cache.go reads Active from the check's condition.
         A stopPolicy other than None stops it too (apis/kueue/v1beta2/clusterqueue_types.go)."""
         spec = queue.get("spec") or {}
-        names = [rule["name"] for rule in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []]
-        inactive = [name for name in names if name not in checks or not conditions_true(checks[name], "Active")]
+        names = [
+            rule["name"] for rule in (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+        ]
+        inactive = [
+            name for name in names if name not in checks or not conditions_true(checks[name], "Active")
+        ]
         stop = spec.get("stopPolicy") or "None"
         active = not inactive and stop == "None"
         reason = "AdmissionCheckInactive" if inactive else "Stopped" if stop != "None" else "Ready"
@@ -119,7 +123,11 @@ class KueueFake:
         return active, stop, names
 
     def _workload(
-        self, namespace: str, name: str, workload: dict[str, Any], queues: dict[str, tuple[bool, str, list[str]]]
+        self,
+        namespace: str,
+        name: str,
+        workload: dict[str, Any],
+        queues: dict[str, tuple[bool, str, list[str]]],
     ) -> None:
         status = workload.setdefault("status", {})
         queue = (workload.get("spec") or {}).get("queueName")
@@ -168,7 +176,10 @@ class KueueFake:
         status.pop("requeueState", None)
         entries = {entry["name"]: entry for entry in status.get("admissionChecks") or []}
         for check in names:
-            entries.setdefault(check, {"name": check, "state": "Pending", "message": "", "lastTransitionTime": stamp(self.now)})
+            entries.setdefault(
+                check,
+                {"name": check, "state": "Pending", "message": "", "lastTransitionTime": stamp(self.now)},
+            )
         status["admissionChecks"] = sorted(entries.values(), key=lambda entry: entry["name"])
 
     def _reserved(self, workload: dict[str, Any], stop: str) -> None:
@@ -186,13 +197,18 @@ class KueueFake:
                 parse(entry["lastTransitionTime"]) + timedelta(seconds=entry.get("requeueAfterSeconds", 0))
                 for entry in status["admissionChecks"] if entry.get("state") == "Retry"
             )  # fmt: skip
-            status["requeueState"] = {"requeueAt": stamp(requeue_at), "count": 1 + int((status.get("requeueState") or {}).get("count", 0))}
+            status["requeueState"] = {
+                "requeueAt": stamp(requeue_at),
+                "count": 1 + int((status.get("requeueState") or {}).get("count", 0)),
+            }
             self.evict(workload, "AdmissionCheck")
         elif stop == "HoldAndDrain" or (stop == "Hold" and not conditions_true(workload, "Admitted")):
             # apis/kueue/v1beta2/clusterqueue_types.go (StopPolicy): HoldAndDrain evicts admitted
             # Workloads; both cancel reservations not yet admitted.
             self.evict(workload, "ClusterQueueStopped")
-        elif states and all(state == "Ready" for state in states) and not conditions_true(workload, "Admitted"):
+        elif (
+            states and all(state == "Ready" for state in states) and not conditions_true(workload, "Admitted")
+        ):
             # pkg/workload/admissionchecks.go (SyncAdmittedCondition): quota and every check Ready → Admitted.
             set_condition(status, "Admitted", True, "Admitted", self.now)
 
