@@ -146,6 +146,7 @@ class FakeApiServer:
         self.patches: list[tuple[float, str, dict[str, Any]]] = []  # (monotonic time, path, body)
         self.deleted: list[str] = []
         self.events: list[dict[str, Any]] = []  # Events posted (core/v1)
+        self.suspensions: list[tuple[str, bool]] = []  # (Job, suspend) as the Kueue fake set them
         self.owners: dict[tuple[str, str, str], dict[str, set[Path_]]] = {}  # object → manager → fields
         self.faults: list[tuple[str, str, int]] = []  # (method, path part, status): answered once each
         self.requests = 0

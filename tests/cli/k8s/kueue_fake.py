@@ -142,6 +142,7 @@ class KueueFake:
             self._reserve(workload, queue, names)
         if workload["status"] != before:
             self.fake.update_status("workloads", namespace, name, workload["status"])
+        self._job(namespace, workload)
         if (workload.get("spec") or {}).get("active", True) is False:
             stored = self.fake.objects[("workloads", namespace, name)]
             if (stored.get("spec") or {}).get("active", True):
@@ -150,6 +151,23 @@ class KueueFake:
                     {**stored, "spec": {**stored["spec"], "active": False}}, "MODIFIED",
                 )  # fmt: skip
 
+    def _job(self, namespace: str, workload: dict[str, Any]) -> None:
+        """pkg/controller/jobframework/reconciler.go (ReconcileGenericJob, startJob, stopJob): the Job
+        that owns the Workload runs (``spec.suspend: false``) while its Workload is admitted and is
+        suspended again when it is not (the PATCH an execution-time policy must let through)."""
+        owner = next(
+            (ref for ref in workload["metadata"].get("ownerReferences") or [] if ref.get("kind") == "Job"),
+            None,
+        )
+        job = self.fake.objects.get(("jobs", namespace, owner["name"])) if owner else None
+        if job is None:
+            return
+        suspend = not conditions_true(workload, "Admitted")
+        if job["spec"].get("suspend") != suspend:
+            self.fake.suspensions.append((job["metadata"]["name"], suspend))
+            self.fake._store("jobs", ("jobs", namespace, job["metadata"]["name"]),
+                             {**job, "spec": {**job["spec"], "suspend": suspend}}, "MODIFIED")  # fmt: skip
+
     def _requeue_due(self, workload: dict[str, Any]) -> bool:
         """pkg/cache/queue/cluster_queue.go: a Workload whose requeueState.requeueAt is in the future
         waits until then."""
@@ -157,7 +175,8 @@ class KueueFake:
         return at is None or parse(at) <= self.now
 
     def _reserve(self, workload: dict[str, Any], queue: str, names: list[str]) -> None:
-        """pkg/scheduler/scheduler.go (admit): quota reserved, status.admission written; the Workload
+        """pkg/scheduler/scheduler.go (admit) and pkg/workload/workload.go (SetQuotaReservation): quota
+        reserved, status.admission written, a past Evicted condition set False; the Workload
         controller then adds a Pending entry for each of the ClusterQueue's checks
         (pkg/controller/core/workload_controller.go, syncAdmissionCheckConditions)."""
         status = workload["status"]
@@ -173,6 +192,8 @@ class KueueFake:
             )  # fmt: skip
         status["admission"] = {"clusterQueue": queue, "podSetAssignments": assignments}
         set_condition(status, "QuotaReserved", True, "QuotaReserved", self.now)
+        if conditions_true(workload, "Evicted"):  # pkg/workload/workload.go (SetQuotaReservation) resets it
+            set_condition(status, "Evicted", False, "QuotaReserved", self.now)
         status.pop("requeueState", None)
         entries = {entry["name"]: entry for entry in status.get("admissionChecks") or []}
         for check in names:
