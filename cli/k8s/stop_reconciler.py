@@ -14,6 +14,7 @@ from lightkube import ApiError
 
 from cli.k8s.admission import CheckDecision
 from cli.k8s.kube import Workload, apply_check_entry
+from cli.k8s.workload import mapping
 from cli.k8s.workload_reconciler import admission_key, ended, entry_for, own_entry
 from guardrails.runway import budget_decisions
 
@@ -53,7 +54,7 @@ class StopReconciler:
             entry = own_entry(workload, checks)
             if entry is None or entry.get("state") != "Ready" or ended(workload, entry):
                 continue
-            tenant = str(workload["status"]["admission"].get("clusterQueue"))
+            tenant = str(mapping(workload["status"]["admission"]).get("clusterQueue"))
             found.setdefault(tenant, []).append(workload)
         return found
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lightkube import ApiError
 
 from cli.k8s.kube import Workload, apply_check_entry, workload_event
-from cli.k8s.workload import WorkloadError, condition, workload_request
+from cli.k8s.workload import WorkloadError, condition, listed, mapping, workload_request
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -52,10 +52,8 @@ def stamp(moment: datetime) -> str:
 
 def own_entry(workload: Mapping[str, Any], checks: set[str]) -> dict[str, Any] | None:
     """The Workload's entry of one of this controller's AdmissionChecks (None: none gates it)."""
-    status = workload.get("status")
-    entries = status.get("admissionChecks") if isinstance(status, Mapping) else None
-    for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, Mapping) and entry.get("name") in checks:
+    for entry in listed(mapping(workload.get("status")).get("admissionChecks")):
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str) and entry["name"] in checks:
             return dict(entry)
     return None
 
@@ -63,11 +61,11 @@ def own_entry(workload: Mapping[str, Any], checks: set[str]) -> dict[str, Any] |
 def admission_key(workload: Mapping[str, Any]) -> str:
     """What tells this quota reservation from the Workload's earlier ones: the QuotaReserved condition's
     lastTransitionTime and Kueue's requeue count (status.requeueState.count)."""
-    status = workload.get("status") or {}
+    status = mapping(workload.get("status"))
     moment = next(
         (
             c.get("lastTransitionTime")
-            for c in status.get("conditions") or []
+            for c in listed(status.get("conditions"))
             if isinstance(c, Mapping) and c.get("type") == "QuotaReserved"
         ),
         "",
@@ -81,7 +79,7 @@ def ended(workload: Mapping[str, Any], entry: Mapping[str, Any]) -> str | None:
     """Why the Workload's admission ended (None: it has not)."""
     if condition(workload, "Finished"):
         return "finished"
-    status = workload.get("status") or {}
+    status = mapping(workload.get("status"))
     if not condition(workload, "QuotaReserved") or "admission" not in status:
         return "evicted"
     # Evicted counts while the entry is past Pending: Kueue resets it to Pending when it evicts.
