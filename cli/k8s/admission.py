@@ -164,36 +164,14 @@ class BudgetCheck:
     def decide(
         self, request: WorkloadRequest, *, now: datetime, version: str = "", admission: str = ""
     ) -> CheckDecision:
-        """Admit ``request`` (or find this admission's reservation) and log the decision. ``version``:
-        the Workload's resourceVersion, so that a Retry or Rejected decided again later is logged
-        again; ``admission``: what tells this quota reservation from the Workload's earlier ones."""
+        """Admit ``request`` (or find this admission's reservation) and log the decision, in one
+        transaction (on the store's single connection: the reservation and its decision commit
+        together, one commit a decision). ``version``: the Workload's resourceVersion, so that a Retry
+        or Rejected decided again later is logged again; ``admission``: what tells this quota
+        reservation from the Workload's earlier ones."""
         try:
-            prior, prior_admission = self.held_by(request)
-            if prior is not None and prior_admission == admission:
-                message = f"budget admitted this Workload before: reservation {prior} (uid {request.uid})"
-                return CheckDecision("Ready", message, request, reservation=prior, repeated=True)
-            if prior is not None:  # an earlier admission whose end was not seen: its money goes back
-                self.release(request, now=now, why="admitted again")
-            granted = self.store.admit(
-                AdmissionRequest(
-                    request.tenant,
-                    request.instance_type,
-                    request.hosts,
-                    request.cap,
-                    region=self.region,
-                    pricing_model=request.pricing_model,
-                ),
-                now=now,
-                default_cap=self.default_cap,
-                lease=self.lease,
-            )
-            runway = None
-            if not granted.granted:
-                runways = self.store.runways(now=now, default_cap=self.default_cap, tenants=[request.tenant])
-                runway = runways[0] if runways else None
-            decision = check_state(request, granted, runway, lease=self.lease, default_cap=self.default_cap)
-            self._log(decision, now=now, version=version, admission=admission)
-            return decision
+            with self.store.connections.connection() as connection, connection.transaction():
+                return self._decide(request, now=now, version=version, admission=admission)
         except (LedgerUnavailable, psycopg.OperationalError, psycopg.InterfaceError) as error:
             message = (
                 f"ledger unreachable, nothing admitted (fail closed): {str(error).strip().splitlines()[0]}"
@@ -204,6 +182,36 @@ class BudgetCheck:
             # The decision log is in the ledger that cannot be reached: the decision goes to stderr.
             print(json.dumps({"decision": decision.as_dict(), "logged": False}), file=sys.stderr)
             return decision
+
+    def _decide(
+        self, request: WorkloadRequest, *, now: datetime, version: str, admission: str
+    ) -> CheckDecision:
+        prior, prior_admission = self.held_by(request)
+        if prior is not None and prior_admission == admission:
+            message = f"budget admitted this Workload before: reservation {prior} (uid {request.uid})"
+            return CheckDecision("Ready", message, request, reservation=prior, repeated=True)
+        if prior is not None:  # an earlier admission whose end was not seen: its money goes back
+            self.release(request, now=now, why="admitted again")
+        granted = self.store.admit(
+            AdmissionRequest(
+                request.tenant,
+                request.instance_type,
+                request.hosts,
+                request.cap,
+                region=self.region,
+                pricing_model=request.pricing_model,
+            ),
+            now=now,
+            default_cap=self.default_cap,
+            lease=self.lease,
+        )
+        runway = None
+        if not granted.granted:
+            runways = self.store.runways(now=now, default_cap=self.default_cap, tenants=[request.tenant])
+            runway = runways[0] if runways else None
+        decision = check_state(request, granted, runway, lease=self.lease, default_cap=self.default_cap)
+        self._log(decision, now=now, version=version, admission=admission)
+        return decision
 
     def reservation_of(self, request: WorkloadRequest) -> int | None:
         """The reservation a Ready decision made for this uid and no release gave back (None: none)."""

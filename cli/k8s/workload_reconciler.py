@@ -161,10 +161,12 @@ class WorkloadReconciler:
         if entry is None:
             return "not gated"
         why = ended(workload, entry)
+        uid = str((workload.get("metadata") or {}).get("uid", ""))
+        if why == "evicted" and not condition(workload, "Evicted") and uid not in self.holding:
+            return "waiting for quota"  # never admitted (no eviction seen or recorded): nothing to give back
         if why is not None:
             self._settled(key)
             return self._release(check, workload, why)
-        uid = str((workload.get("metadata") or {}).get("uid", ""))
         if entry.get("state") == "Ready":
             if uid not in self.holding:
                 try:
