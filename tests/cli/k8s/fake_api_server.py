@@ -13,6 +13,7 @@ Every answer goes out as one write on a TCP_NODELAY socket (one segment, no Nagl
 
 from __future__ import annotations
 
+import bisect
 import copy
 import ipaddress
 import json
@@ -206,6 +207,7 @@ class FakeApiServer:
     def drop_watches(self) -> None:
         """End every open watch, as a restarted API server or a broken connection would."""
         with self.lock:
+            self.cut = False
             self.generation += 1
             self.lock.notify_all()
 
@@ -329,8 +331,12 @@ class _Handler(BaseHTTPRequestHandler):
         seen = since
         while True:
             with fake.lock:
-                pending = [entry for entry in fake.history if entry[0] > seen and entry[2] == resource]
+                start = bisect.bisect_right(
+                    fake.history, seen, key=lambda entry: entry[0]
+                )  # sorted by version
+                pending = [entry for entry in fake.history[start:] if entry[2] == resource]
                 if not pending:
+                    seen = fake.history[-1][0] if fake.history else seen
                     if fake.generation != generation:
                         if fake.cut:  # a chunk that promises more than it sends, then the end
                             self.wfile.write(b'40\r\n{"type": "MODIF')
