@@ -19,7 +19,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,12 +41,11 @@ if TYPE_CHECKING:
 
     from cli.k8s.admission import BudgetCheck
     from cli.k8s.api import KubernetesApi
-    from cli.k8s.workload import WorkloadRequest
     from guardrails.pricing import PriceTable
     from stacks.config import StackConfig
 
 Clock = Callable[[], datetime]
-__all__ = ["Controller", "stamp", "subject_of"]
+__all__ = ["Controller", "stamp"]
 
 
 class Controller:
@@ -207,26 +206,6 @@ class Controller:
     def _report(self, subject: str, message: str) -> None:
         print(json.dumps({"controller": subject, "error": message[:500]}), file=sys.stderr)
         self.outcomes.put((subject, f"error: {message}"))
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def subject_of(workload: Mapping[str, Any]) -> WorkloadRequest | None:
-    """Enough of a Workload to find its reservation (uid, name, tenant), however little else it says."""
-    from cli.k8s.workload import WorkloadRequest
-
-    meta = workload.get("metadata") or {}
-    status = _mapping(workload.get("status"))
-    admission, spec = _mapping(status.get("admission")), _mapping(workload.get("spec"))
-    tenant = admission.get("clusterQueue") or spec.get("queueName")
-    if not isinstance(meta, Mapping) or not meta.get("uid"):
-        return None
-    return WorkloadRequest(
-        str(meta["uid"]), str(meta.get("namespace")), str(meta.get("name")), str(tenant or "-"),
-        "", 0, 0, 0, timedelta(0), "", "",
-    )  # fmt: skip
 
 
 def run_forever(controller: Controller, *, output: str = "text") -> None:

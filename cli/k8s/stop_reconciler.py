@@ -14,7 +14,7 @@ from lightkube import ApiError
 
 from cli.k8s.admission import CheckDecision
 from cli.k8s.kube import Workload, apply_check_entry
-from cli.k8s.workload import mapping
+from cli.k8s.workload import mapping, subject_of
 from cli.k8s.workload_reconciler import admission_key, ended, entry_for, own_entry
 from guardrails.runway import budget_decisions
 
@@ -82,8 +82,6 @@ class StopReconciler:
     def _send_back(
         self, check: BudgetCheck, workload: dict[str, Any], message: str, now: datetime, period: datetime
     ) -> None:
-        from cli.k8s.controller import subject_of
-
         meta = workload["metadata"]
         for _attempt in range(3):
             entry = own_entry(workload, self.checks())

@@ -197,3 +197,17 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
         uid, namespace, name, tenant, instance_type, gpus, per_instance, hosts, cap, pool.name,
         pool.capacity_type,
     )  # fmt: skip
+
+
+def subject_of(workload: Mapping[str, Any]) -> WorkloadRequest | None:
+    """Enough of a Workload to find its reservation (uid, name, tenant), however little else it says."""
+    meta = workload.get("metadata") or {}
+    status = mapping(workload.get("status"))
+    admission, spec = mapping(status.get("admission")), mapping(workload.get("spec"))
+    tenant = admission.get("clusterQueue") or spec.get("queueName")
+    if not isinstance(meta, Mapping) or not meta.get("uid"):
+        return None
+    return WorkloadRequest(
+        str(meta["uid"]), str(meta.get("namespace")), str(meta.get("name")), str(tenant or "-"),
+        "", 0, 0, 0, timedelta(0), "", "",
+    )  # fmt: skip

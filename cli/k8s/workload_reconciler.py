@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lightkube import ApiError
 
 from cli.k8s.kube import Workload, apply_check_entry, workload_event
-from cli.k8s.workload import WorkloadError, condition, listed, mapping, workload_request
+from cli.k8s.workload import WorkloadError, condition, listed, mapping, subject_of, workload_request
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -236,8 +236,6 @@ class WorkloadReconciler:
         )
 
     def _release(self, check: BudgetCheck, workload: Mapping[str, Any], why: str) -> str:
-        from cli.k8s.controller import subject_of
-
         uid = str((workload.get("metadata") or {}).get("uid", ""))
         with self.lock:
             if uid not in self.holding and uid in self.looked_up:

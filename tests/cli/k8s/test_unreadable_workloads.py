@@ -12,8 +12,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli.k8s.controller import subject_of
-from cli.k8s.workload import WorkloadError, workload_request
+from cli.k8s.workload import WorkloadError, subject_of, workload_request
 from cli.k8s.workload_reconciler import admission_key, ended, own_entry
 from guardrails.pricing import PriceTable
 from stacks.config import StackConfig
