@@ -243,3 +243,17 @@ def test_a_resync_queues_every_pending_workload(
         manual.queue.done(key)
     assert manual.resync_pending() == 2
     assert len(manual.queue) == 2
+
+
+def test_a_job_no_period_could_carry_is_rejected_and_deactivated_for_good(
+    fake: FakeApiServer, kueue: KueueFake, controller: Controller, store: LedgerStore
+) -> None:
+    set_budget(store, "research", "30")
+    submit(fake, "large", pods=4, max_seconds=8 * 3600)  # $45.38 > the whole $30
+    assert wait_for(lambda: current(fake, "large")["spec"].get("active") is False)
+    assert "admission" not in current(fake, "large")["status"]  # its quota released
+    (rejected,) = DecisionLedger.of(store).read(instance_id="workload/research/large")
+    assert "can never admit" in rejected.decision.reason
+    kueue.advance(3600 * 24)
+    assert "admission" not in current(fake, "large")["status"]  # never requeued
+    assert kinds(store, "large") == ["workload-rejected"]
