@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Kubernetes variant on a real (local) cluster: kind + Kueue + KWOK fake GPU nodes, the eks stack's
 # rendered objects applied (server dry run, then for real), and the budget controller against a local
-# ledger. Shows: a job admitted within budget, a job rejected past it, a held queue when parked, and a
-# workload deactivated past its execution time.
+# ledger. Shows: the controller's AdmissionCheck marked Active, a job admitted within budget, a job held
+# past it (Retry: evicted and requeued by Kueue, retryCount rising, never deactivated), a job that no
+# budget period could carry rejected, a held queue when parked, and a workload deactivated past its
+# execution time. The same scenarios run in CI against the Kueue fake (tests/cli/k8s/test_kueue_conformance.py).
 #
 # NOT RUN in parkbrake's CI or on its development machines: they have no Docker and no API server
 # (docs/kubernetes.md says what is exercised where). Needs: docker, kind, kubectl, and parkbrake
@@ -20,7 +22,7 @@ KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 PG_PORT=${PG_PORT:-55432}
 WORK=$(mktemp -d)
 say() { printf '\n== %s\n' "$*"; }
-for tool in docker kind kubectl parkbrake; do
+for tool in docker kind kubectl curl parkbrake; do
   command -v "$tool" >/dev/null || { echo "kind_check: $tool is not on PATH" >&2; exit 2; }
 done
 
@@ -88,8 +90,18 @@ kubectl -n parkbrake create token parkbrake-budget-controller > "$WORK/token"
 kubectl -n parkbrake create token parkbrake-park > "$WORK/park-token"  # the brake's own account
 SERVER=$(kubectl config view --minify -o jsonpath='{.clusters[0].cluster.server}')
 parkbrake k8s controller --stack eks --server "$SERVER" --token-file "$WORK/token" --ca-file "$WORK/ca.crt" \
-  > "$WORK/controller.log" 2>&1 &
+  --health-port 18081 > "$WORK/controller.log" 2>&1 &
 CONTROLLER_PID=$!
+
+say "the controller marks its AdmissionCheck (controllerName parkbrake.dev/budget) Active; Kueue's queues follow"
+for _ in $(seq 60); do
+  active=$(kubectl get admissionchecks -o jsonpath='{range .items[?(@.spec.controllerName=="parkbrake.dev/budget")]}{.status.conditions[?(@.type=="Active")].status}{end}')
+  [[ "$active" == True* ]] && break
+  sleep 2
+done
+[[ "$active" == True* ]] || { echo "kind_check: the budget AdmissionCheck never became Active" >&2; tail -20 "$WORK/controller.log" >&2; exit 1; }
+kubectl get clusterqueues -o custom-columns=NAME:.metadata.name,ACTIVE:'.status.conditions[?(@.type=="Active")].status'
+curl -fsS http://127.0.0.1:18081/healthz
 
 job() { # name gpus seconds-of-work max-exec-seconds
   cat <<EOF
@@ -110,10 +122,12 @@ spec:
       - {name: train, image: busybox, command: [sleep, "$3"], resources: {requests: {nvidia.com/gpu: "$2"}, limits: {nvidia.com/gpu: "$2"}}}
 EOF
 }
-check_state() { # workload-owner-job
+workload_field() { # workload-owner-job jsonpath-below-the-item
   kubectl -n research get workloads -l "kueue.x-k8s.io/job-uid=$(kubectl -n research get job "$1" -o jsonpath='{.metadata.uid}')" \
-    -o jsonpath='{.items[0].status.admissionChecks[?(@.name=="parkbrake-budget")].state}' 2>/dev/null
+    -o jsonpath="{.items[0]$2}" 2>/dev/null
 }
+check_state() { workload_field "$1" '.status.admissionChecks[?(@.name=="parkbrake-budget")].state'; }
+retry_count() { workload_field "$1" '.status.admissionChecks[?(@.name=="parkbrake-budget")].retryCount'; }
 wait_state() { # job state
   for _ in $(seq 60); do [[ "$(check_state "$1")" == "$2" ]] && { echo "$1: $2"; return; }; sleep 2; done
   echo "kind_check: $1 never reached $2 (now: $(check_state "$1"))" >&2; tail -20 "$WORK/controller.log" >&2; exit 1
@@ -129,7 +143,14 @@ say "1. a job within budget (4 GPUs, 1 h: \$5.67 of \$30) is admitted"
 job small 4 600 3600 | kubectl apply -f -
 wait_state small Ready
 
-say "2. a job past the budget (4 GPUs for 8 h: \$45.38, \$24.33 left) is rejected"
+say "2. a job past what is left (4 GPUs for 5 h: \$28.36, \$24.33 left) is held: Retry, evicted and requeued, never deactivated"
+job held 4 600 18000 | kubectl apply -f -
+for _ in $(seq 60); do [[ "$(retry_count held)" -ge 1 ]] 2>/dev/null && break; sleep 2; done
+[[ "$(retry_count held)" -ge 1 ]] || { echo "kind_check: held was never sent back with Retry" >&2; exit 1; }
+[[ "$(workload_field held .spec.active)" != false ]] || { echo "kind_check: held was deactivated" >&2; exit 1; }
+echo "held: retryCount $(retry_count held), $(workload_field held '.status.admissionChecks[0].message')"
+
+say "2b. a job no budget period could carry (4 GPUs for 8 h: \$45.38 > the \$30 limit) is rejected"
 job large 4 600 28800 | kubectl apply -f -
 wait_state large Rejected
 kubectl -n research get workloads
@@ -143,7 +164,7 @@ kubectl -n research get workloads
 parkbrake k8s park --stack eks --now --unpark --server "$SERVER" --token-file "$WORK/park-token" --ca-file "$WORK/ca.crt"
 
 say "4. a workload past its execution time (30 s of a 300 s job) is deactivated by Kueue"
-kubectl -n research delete job small large while-parked --ignore-not-found
+kubectl -n research delete job small held large while-parked --ignore-not-found
 job overrun 1 300 30 | kubectl apply -f -
 wait_state overrun Ready
 for _ in $(seq 60); do

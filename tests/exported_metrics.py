@@ -1,7 +1,8 @@
 """The Prometheus series parkbrake exports, collected from the code that exports them (never a hand list).
 
 The agent's registry, the ledger exporter's collectors (which republish the guardrails' CloudWatch
-heartbeats) and the inference service's registry each describe their families; a scrape shows a
+heartbeats), the Kubernetes budget controller's registry and the inference service's registry each
+describe their families; a scrape shows a
 counter ``x`` as ``x_total`` (and ``x_created``). The guardrail Lambdas themselves export nothing to
 Prometheus: their counters go to CloudWatch in the embedded metric format.
 """
@@ -18,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 
 from cli.exporter import LedgerCollector
 from cli.host.nvml_agent import GpuMetrics
+from cli.k8s.metrics import ControllerMetrics
 from cli.oncall.fleet.metrics import HeartbeatCollector, UnmanagedHostsCollector
 from lambdas.ledger.store import LedgerStore
 from services.inference.metrics import ServiceMetrics
@@ -64,10 +66,12 @@ def aws_exporter_families() -> list[Metric]:
 
 
 def fleet_metrics() -> set[str]:
-    """What the agent, the ledger exporter and the guardrails export: what alerts and dashboards may read."""
+    """What the agent, the ledger exporter, the guardrails and the Kubernetes budget controller export:
+    what alerts and dashboards may read."""
     agent = list(GpuMetrics().registry.collect())
     exporter = [*ledger_exporter_families(), *aws_exporter_families()]
-    return exposed_names([*exporter, *agent])
+    controller = list(ControllerMetrics().registry.collect())
+    return exposed_names([*exporter, *agent, *controller])
 
 
 def inference_metrics() -> set[str]:

@@ -1,13 +1,20 @@
 """The budget admission check: a Workload's reserved quota → the ledger's admission → the check's state.
 
-``Ready`` when the ledger grants the reservation; ``Retry`` (with ``requeueAfterSeconds``) when the
-tenant's runway is short only because of money reserved for hosts still starting (those reservations
-lapse or are claimed within their lease) or when the ledger cannot be reached (fail closed: nothing
-starts unaccounted); ``Rejected`` when the budget denies (what remains after spending and running caps
-cannot cover the Workload). The reservation is the ledger's own (:meth:`LedgerStore.admit`, the same
-one ``parkbrake ledger admit`` makes), keyed by the Workload's uid through the decision log: deciding
-a Workload again finds its reservation there and reserves nothing twice. Every decision is logged with
-the Workload's namespace/name as its subject.
+``Ready`` when the ledger grants the reservation. ``Retry`` (with ``requeueAfterSeconds``, which Kueue
+counts from the entry's lastTransitionTime: pkg/workload/admissionchecks.go) for what can pass later:
+the runway short only because of money reserved for hosts still starting (after the lease, when
+those reservations lapse or are claimed), or short because of what running hosts may still cost
+(after the default cap, at most the period's end), or spent (at the period's end, when the budget
+renews). ``Rejected`` — which deactivates the Workload for good (pkg/controller/core/
+workload_controller.go) — only when the Workload alone costs more than the tenant's whole limit, so
+no period could carry it. A ledger that cannot be reached decides nothing (``undecided``): the
+controller leaves the check Pending and tries again.
+
+The reservation is the ledger's own (:meth:`LedgerStore.admit`, the same one ``parkbrake ledger admit``
+makes), keyed by the Workload's uid and its admission (``admission``: the quota reservation's
+lastTransitionTime), so a requeued Workload's next admission is a new reservation, while deciding the
+same admission again finds its reservation in the decision log and reserves nothing twice. Every
+decision is logged with the Workload's namespace/name as its subject.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from cli.k8s.workload import WorkloadRequest
 from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.launch import AdmissionRequest
+from guardrails.runway import TenantRunway, period_bounds
 from lambdas.ledger.connections import LedgerUnavailable
 from lambdas.ledger.decisions import DecisionLedger
 
@@ -56,6 +64,7 @@ class CheckDecision:
     remaining_usd: Decimal | None = None
     requeue_after: timedelta | None = None
     repeated: bool = False  # an earlier decision's reservation, found by uid: nothing reserved now
+    undecided: bool = False  # the ledger could not be asked: nothing decided, the check stays Pending
 
     def as_dict(self) -> dict[str, Any]:
         request = self.request
@@ -80,10 +89,15 @@ class CheckDecision:
 
 
 def check_state(
-    request: WorkloadRequest, admission: Admission, reserved_usd: Decimal, *, lease: timedelta
+    request: WorkloadRequest,
+    admission: Admission,
+    runway: TenantRunway | None,
+    *,
+    lease: timedelta,
+    default_cap: timedelta,
 ) -> CheckDecision:
-    """The state for the ledger's answer (pure). ``reserved_usd``: what the tenant's runway holds for
-    hosts still starting; a refusal that those reservations alone cause is a Retry after the lease."""
+    """The state for the ledger's answer (pure). ``runway``: the tenant's, read after a refusal (its
+    limit, what it holds for hosts starting and running, its period)."""
     what = (
         f"{request.hosts} x {request.instance_type} ({request.gpus} GPUs) for "
         f"{format_duration(request.cap)}, tenant {request.tenant}"
@@ -101,15 +115,38 @@ def check_state(
         )
         message = f"budget admits {what}: ${admission.needed_usd:.2f}, {held}"
         return CheckDecision("Ready", message, reservation=admission.reservation_id, **common)
-    remaining = admission.remaining_usd or Decimal(0)
-    if reserved_usd > 0 and admission.needed_usd <= remaining + reserved_usd:
+    limit = runway.budget.limit_usd if runway is not None else None
+    if limit is not None and admission.needed_usd > limit:
         message = (
-            f"runway short for {what}: ${admission.needed_usd:.2f} needed, ${max(remaining, Decimal(0)):.2f} "
-            f"left while ${reserved_usd:.2f} is reserved for hosts starting; retrying after "
-            f"{format_duration(lease)}"
+            f"budget can never admit {what}: it alone costs ${admission.needed_usd:.2f}, more than tenant "
+            f"{request.tenant}'s whole {runway.budget.period if runway else ''} limit of ${limit:.2f}; "
+            "ask for fewer hosts or a shorter spec.maximumExecutionTimeSeconds"
         )
-        return CheckDecision("Retry", message, requeue_after=lease, **common)
-    return CheckDecision("Rejected", f"budget denies {what}: {admission.reason}", **common)
+        return CheckDecision("Rejected", message, **common)
+    after, why = retry_after(admission, runway, lease=lease, default_cap=default_cap)
+    message = (
+        f"budget short now for {what}: {admission.reason}; {why}, retrying after {format_duration(after)}"
+    )
+    return CheckDecision("Retry", message, requeue_after=after, **common)
+
+
+def retry_after(
+    admission: Admission, runway: TenantRunway | None, *, lease: timedelta, default_cap: timedelta
+) -> tuple[timedelta, str]:
+    """When a refused Workload can pass, and why then: after the lease when reservations for hosts
+    starting alone stand in the way; after the default cap (the longest a running host's worst case
+    stays committed) when running hosts do; else at the period's end, when the budget renews."""
+    if runway is None:
+        return lease, "no budget period to wait for"
+    remaining = admission.remaining_usd or Decimal(0)
+    period_end = period_bounds(runway.budget.period, runway.now, runway.budget.timezone)[1]
+    to_period_end = max(period_end - runway.now, timedelta(minutes=1))
+    if runway.reserved_usd > 0 and admission.needed_usd <= remaining + runway.reserved_usd:
+        return min(lease, to_period_end), f"${runway.reserved_usd:.2f} is reserved for hosts starting"
+    if admission.needed_usd <= remaining + runway.reserved_usd + runway.committed_usd:
+        held = runway.reserved_usd + runway.committed_usd
+        return min(default_cap, to_period_end), f"${held:.2f} is held by hosts running or starting"
+    return to_period_end, f"the {runway.budget.period}'s budget renews at {period_end.isoformat()}"
 
 
 class BudgetCheck:
@@ -124,53 +161,76 @@ class BudgetCheck:
         self.region = region
         self.lease = lease
 
-    def decide(self, request: WorkloadRequest, *, now: datetime, version: str = "") -> CheckDecision:
-        """Admit ``request`` (or find its earlier reservation) and log the decision. ``version``: the
-        Workload's resourceVersion, so that a Retry or Rejected decided again later is logged again."""
+    def decide(
+        self, request: WorkloadRequest, *, now: datetime, version: str = "", admission: str = ""
+    ) -> CheckDecision:
+        """Admit ``request`` (or find this admission's reservation) and log the decision, in one
+        transaction (on the store's single connection: the reservation and its decision commit
+        together, one commit a decision). ``version``: the Workload's resourceVersion, so that a Retry
+        or Rejected decided again later is logged again; ``admission``: what tells this quota
+        reservation from the Workload's earlier ones."""
         try:
-            prior = self.reservation_of(request)
-            if prior is not None:
-                message = f"budget admitted this Workload before: reservation {prior} (uid {request.uid})"
-                return CheckDecision("Ready", message, request, reservation=prior, repeated=True)
-            admission = self.store.admit(
-                AdmissionRequest(
-                    request.tenant,
-                    request.instance_type,
-                    request.hosts,
-                    request.cap,
-                    region=self.region,
-                    pricing_model=request.pricing_model,
-                ),
-                now=now,
-                default_cap=self.default_cap,
-                lease=self.lease,
-            )
-            reserved = Decimal(0)
-            if not admission.granted:
-                runways = self.store.runways(now=now, default_cap=self.default_cap, tenants=[request.tenant])
-                reserved = runways[0].reserved_usd if runways else Decimal(0)
-            decision = check_state(request, admission, reserved, lease=self.lease)
-            self._log(decision, now=now, version=version)
-            return decision
+            with self.store.connections.connection() as connection, connection.transaction():
+                return self._decide(request, now=now, version=version, admission=admission)
         except (LedgerUnavailable, psycopg.OperationalError, psycopg.InterfaceError) as error:
             message = (
                 f"ledger unreachable, nothing admitted (fail closed): {str(error).strip().splitlines()[0]}"
             )
-            decision = CheckDecision("Retry", message, request, requeue_after=UNREACHABLE_RETRY)
+            decision = CheckDecision(
+                "Retry", message, request, requeue_after=UNREACHABLE_RETRY, undecided=True
+            )
             # The decision log is in the ledger that cannot be reached: the decision goes to stderr.
             print(json.dumps({"decision": decision.as_dict(), "logged": False}), file=sys.stderr)
             return decision
 
+    def _decide(
+        self, request: WorkloadRequest, *, now: datetime, version: str, admission: str
+    ) -> CheckDecision:
+        prior, prior_admission = self.held_by(request)
+        if prior is not None and prior_admission == admission:
+            message = f"budget admitted this Workload before: reservation {prior} (uid {request.uid})"
+            return CheckDecision("Ready", message, request, reservation=prior, repeated=True)
+        if prior is not None:  # an earlier admission whose end was not seen: its money goes back
+            self.release(request, now=now, why="admitted again")
+        granted = self.store.admit(
+            AdmissionRequest(
+                request.tenant,
+                request.instance_type,
+                request.hosts,
+                request.cap,
+                region=self.region,
+                pricing_model=request.pricing_model,
+            ),
+            now=now,
+            default_cap=self.default_cap,
+            lease=self.lease,
+        )
+        runway = None
+        if not granted.granted:
+            runways = self.store.runways(now=now, default_cap=self.default_cap, tenants=[request.tenant])
+            runway = runways[0] if runways else None
+        decision = check_state(request, granted, runway, lease=self.lease, default_cap=self.default_cap)
+        self._log(decision, now=now, version=version, admission=admission)
+        return decision
+
     def reservation_of(self, request: WorkloadRequest) -> int | None:
         """The reservation a Ready decision made for this uid and no release gave back (None: none)."""
-        held: int | None = None
+        return self.held_by(request)[0]
+
+    def held_by(self, request: WorkloadRequest) -> tuple[int | None, str | None]:
+        """The reservation a Ready decision made for this uid that no release gave back, and the
+        admission it was made for ((None, None): none)."""
+        held: tuple[int | None, str | None] = (None, None)
         for logged in self.decisions.read(
             instance_id=request.subject, kinds=[KIND_OF_STATE["Ready"], RELEASED], limit=50
         ):
-            if logged.decision.details.get("uid") != request.uid:
+            details = logged.decision.details
+            if details.get("uid") != request.uid:
                 continue
-            reservation = logged.decision.details.get("reservation")
-            held = reservation if logged.decision.kind == KIND_OF_STATE["Ready"] else None
+            if logged.decision.kind == KIND_OF_STATE["Ready"]:
+                held = (details.get("reservation"), str(details.get("admission", "")))
+            elif details.get("reservation") == held[0]:
+                held = (None, None)
         return held
 
     def release(self, request: WorkloadRequest, *, now: datetime, why: str) -> int | None:
@@ -185,18 +245,20 @@ class BudgetCheck:
         details = {"uid": request.uid, "reservation": reservation, "released": released, "why": why}
         self.decisions.append(
             [Decision(RELEASED, ACTOR, reason, now, request.subject, request.tenant, details)],
-            origin=f"k8s:{request.uid}",
+            origin=f"k8s:{request.uid}:release:{reservation}",
         )
         return reservation
 
-    def _log(self, decision: CheckDecision, *, now: datetime, version: str) -> None:
+    def _log(self, decision: CheckDecision, *, now: datetime, version: str, admission: str = "") -> None:
         request = decision.request
         details = {
             key: value
             for key, value in decision.as_dict().items()
             if key not in {"message", "tenant", "workload"}
-        } | {"uid": request.uid, "namespace": request.namespace, "name": request.name}
-        origin = f"k8s:{request.uid}" if decision.state == "Ready" else f"k8s:{request.uid}:{version}"
+        } | {"uid": request.uid, "namespace": request.namespace, "name": request.name, "admission": admission}
+        origin = (
+            f"k8s:{request.uid}:{admission}" if decision.state == "Ready" else f"k8s:{request.uid}:{version}"
+        )
         self.decisions.append(
             [
                 Decision(

@@ -2,8 +2,8 @@
 delete, authenticated with a bearer token. In a pod it is the service account's
 (:meth:`KubernetesApi.in_cluster`); elsewhere ``--server``, ``--token-file`` and ``--ca-file``.
 
-The controller needs five verbs on four resources, so the full ``kubernetes`` client (and its
-dependency tree) is not pulled in for them.
+``park --now`` uses it (a few verbs on ClusterQueues and NodeClaims); the budget controller uses
+lightkube (cli/k8s/kube.py).
 """
 
 from __future__ import annotations

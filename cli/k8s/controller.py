@@ -1,11 +1,15 @@
-"""The budget admission check's controller: watch Kueue Workloads, decide each one whose quota is
-reserved on a gated ClusterQueue, write the ``parkbrake-budget`` check's state, release reservations
-of Workloads that finished, were evicted or deleted, and send a tenant's admitted Workloads back
-(``Retry``, which Kueue evicts) when its budget's ``stop`` action fires.
+"""The budget admission check's controller: Kueue's external AdmissionCheck controller for
+``parkbrake.dev/budget``, on lightkube (docs/architecture.md says why), laid out as Kueue lays its
+own: one reconciler per resource — AdmissionChecks (cli/k8s/check_reconciler.py), Workloads
+(cli/k8s/workload_reconciler.py), budget stops (cli/k8s/stop_reconciler.py), NodeClaims
+(cli/k8s/nodeclaim_reconciler.py).
 
-One list + watch (from the list's resourceVersion, again after a dropped connection, listed anew
-after a 410) feeds worker threads; a Workload always goes to the same worker (by uid), so its
-events are handled in order, and each worker holds one ledger connection (its own LedgerStore).
+Informers (cli/k8s/informer.py) list and watch Workloads and AdmissionChecks, reconnecting however a
+watch ends; each change queues the object's key on a work queue (cli/k8s/workqueue.py) that hands a
+key to one worker at a time, retries every failure after a per-key backoff, and is refilled with every
+Workload each ``resync`` so none waits on an unrelated event. Each worker holds one ledger connection
+(its own BudgetCheck); one more runs the budget stops and NodeClaim reclaim every ``sweep_every``.
+/healthz (cli/k8s/metrics.py) fails once any of these loops has died.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ import queue
 import sys
 import threading
 import time
-import zlib
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,329 +26,196 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.k8s.admission import ACTOR, KIND_OF_STATE, BudgetCheck, CheckDecision
-from cli.k8s.api import NODE_CLAIMS, WORKLOADS, ApiError, KubernetesApi, workload_path
-from cli.k8s.workload import BUDGET_CHECK, WorkloadError, check_entry, condition, workload_request
+from cli.k8s.check_reconciler import CheckReconciler
+from cli.k8s.informer import Informer, object_key
+from cli.k8s.kube import AdmissionCheck, Workload
+from cli.k8s.metrics import HEALTH_PORT, ControllerMetrics, serve_health
+from cli.k8s.nodeclaim_reconciler import NodeClaimReconciler
+from cli.k8s.stop_reconciler import StopReconciler
+from cli.k8s.workload_reconciler import Key, Undecided, WorkloadReconciler, own_entry, stamp
+from cli.k8s.workqueue import WorkQueue
 from cli.options import output_option, project_dir_option, stack_option
-from guardrails.decisions import Decision
-from guardrails.runway import budget_decisions
 
 if TYPE_CHECKING:
-    from cli.k8s.workload import WorkloadRequest
+    from lightkube import Client
+
+    from cli.k8s.admission import BudgetCheck
+    from cli.k8s.api import KubernetesApi
     from guardrails.pricing import PriceTable
     from stacks.config import StackConfig
 
 Clock = Callable[[], datetime]
-STOP_RETRY = timedelta(hours=1)
-
-
-def stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def check_patch(
-    workload: dict[str, Any], state: str, message: str, now: datetime, requeue_after: timedelta | None
-) -> dict[str, Any]:
-    """A merge patch of ``status.admissionChecks`` with the budget check's entry set (the list is a map
-    keyed by name, which a merge patch replaces whole: the other checks' entries are kept as read). The
-    resourceVersion makes it conditional: a Workload changed since it was read answers 409."""
-    entry: dict[str, Any] = {
-        "name": BUDGET_CHECK,
-        "state": state,
-        "message": message[:32768],
-        "lastTransitionTime": stamp(now),
-    }
-    if requeue_after is not None:
-        entry["requeueAfterSeconds"] = int(requeue_after.total_seconds())
-    entries = [
-        entry if item.get("name") == BUDGET_CHECK else item
-        for item in (workload.get("status") or {}).get("admissionChecks") or []
-    ]
-    return {
-        "metadata": {"resourceVersion": workload["metadata"]["resourceVersion"]},
-        "status": {"admissionChecks": entries},
-    }
+__all__ = ["Controller", "stamp"]
 
 
 class Controller:
     def __init__(
         self,
-        api: KubernetesApi,
+        client: Client,
         config: StackConfig,
         prices: PriceTable,
         checks: Sequence[BudgetCheck],
         *,
         clock: Clock | None = None,
+        resync: timedelta = timedelta(minutes=3),
+        sweep_every: timedelta = timedelta(minutes=1),
+        undecided_after: timedelta = timedelta(minutes=10),
+        watch_seconds: int = 300,
+        max_backoff: float = 30.0,
     ) -> None:
         if len(checks) < 2:
-            raise ValueError("the controller needs one check per worker and one for the budget sweep")
-        self.api, self.config, self.prices = api, config, prices
+            raise ValueError("the controller needs one check per worker and one for the sweeps")
+        self.client = client
         self.workers, self.sweeper = list(checks[:-1]), checks[-1]
         self.clock = clock or (lambda: datetime.now(UTC))
-        self.queues: list[queue.Queue[tuple[str, dict[str, Any]] | None]] = [
-            queue.Queue() for _ in self.workers
-        ]
-        self.lock = threading.Lock()
-        self.admitted: dict[str, dict[str, dict[str, Any]]] = {}  # tenant → uid → Workload (Ready)
-        self.released: set[str] = set()  # uids already given back: a finished Workload's events add nothing
-        self.outcomes: queue.Queue[tuple[str, str]] = queue.Queue()  # (Workload name, what was done)
+        self.resync, self.sweep_every = resync, sweep_every
+        self.metrics = ControllerMetrics()
+        self.queue: WorkQueue[Key] = WorkQueue(max_delay=max_backoff)
+        self.check_queue: WorkQueue[str] = WorkQueue(max_delay=max_backoff)
+        self.workloads = Informer(client, Workload, self._on_workload, watch_seconds=watch_seconds)
+        self.admission_checks = Informer(client, AdmissionCheck, self._on_check, watch_seconds=watch_seconds)
+        self.check_reconciler = CheckReconciler(
+            client, self.admission_checks, clock=self.clock, on_change=self.enqueue_all
+        )
+        checks_of = self.check_reconciler.checks
+        self.workload_reconciler = WorkloadReconciler(
+            client, config, prices, self.workloads, checks=checks_of, metrics=self.metrics,
+            clock=self.clock, undecided_after=undecided_after,
+        )  # fmt: skip
+        self.stop_reconciler = StopReconciler(
+            client, self.workloads, checks_of, self.metrics, clock=self.clock
+        )
+        self.nodeclaim_reconciler = NodeClaimReconciler(client, config, self.metrics, clock=self.clock)
+        self.outcomes: queue.Queue[tuple[str, str]] = queue.Queue()  # (what, what was done)
         self.threads: list[threading.Thread] = []
+        self.decided_at: dict[Key, float] = {}  # monotonic time of each Workload's last write (benchmark)
 
-    # --- the watch --------------------------------------------------------------------------------
+    # --- events into the queues ---------------------------------------------------------------------
 
-    def dispatch(self, kind: str, workload: dict[str, Any]) -> None:
-        uid = str(workload.get("metadata", {}).get("uid", ""))
-        self.queues[zlib.crc32(uid.encode()) % len(self.queues)].put((kind, workload))
+    def _on_workload(self, kind: str, workload: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self.workload_reconciler.deleted(workload)
+        self.queue.add(object_key(workload))
 
-    def watch(self, stop: threading.Event, *, timeout_seconds: int = 300, backoff: float = 1.0) -> None:
-        version: str | None = None
-        while not stop.is_set():
-            try:
-                if version is None:
-                    items, version = self.api.list(WORKLOADS)
-                    for item in items:
-                        self.dispatch("ADDED", item)
-                for event in self.api.watch(WORKLOADS, version, timeout_seconds=timeout_seconds):
-                    version = str(event["object"]["metadata"]["resourceVersion"])
-                    if event["type"] != "BOOKMARK":
-                        self.dispatch(event["type"], event["object"])
-                    if stop.is_set():
-                        return
-            except ApiError as error:
-                if error.status == 410:  # the version is compacted away: list again
-                    version = None
-                    continue
-                self._report("watch", str(error))
-                stop.wait(backoff)
-            except (OSError, ValueError) as error:  # a dropped or garbled stream: watch again from version
-                self._report("watch", f"reconnecting: {error}")
-                stop.wait(backoff)
+    def _on_check(self, kind: str, check: dict[str, Any]) -> None:
+        self.check_queue.add(object_key(check)[1])
 
-    def start(self, stop: threading.Event, *, stop_every: timedelta = timedelta(minutes=1)) -> None:
-        for index, check in enumerate(self.workers):
-            self.threads.append(threading.Thread(target=self._work, args=(index, check), daemon=True))
-        self.threads.append(threading.Thread(target=self._sweep, args=(stop, stop_every), daemon=True))
-        self.threads.append(threading.Thread(target=self.watch, args=(stop,), daemon=True))
+    def sync(self) -> None:
+        """List AdmissionChecks and Workloads once, as the watches' first list does (tests)."""
+        self.admission_checks.relist()
+        self.check_reconciler.refresh()
+        self.workloads.relist()
+
+    def enqueue_all(self) -> None:
+        for workload in self.workloads.items():
+            self.queue.add(object_key(workload))
+
+    def resync_pending(self) -> int:
+        """Queue every Workload whose check entry is still Pending; how many."""
+        checks = self.check_reconciler.checks()
+        pending = [
+            object_key(w)
+            for w in self.workloads.items()
+            if (own_entry(w, checks) or {}).get("state") == "Pending"
+        ]
+        for key in pending:
+            self.queue.add(key)
+        return len(pending)
+
+    # --- the loops -----------------------------------------------------------------------------------
+
+    def start(self, stop: threading.Event) -> None:
+        loops: list[tuple[str, Callable[..., None], tuple[Any, ...]]] = [
+            ("watch workloads", self.workloads.run, (stop,)),
+            ("watch admissionchecks", self.admission_checks.run, (stop,)),
+            ("admissionchecks", self._check_worker, ()),
+            ("sweeps", self._sweep, (stop,)),
+            ("resync", self._resync, (stop,)),
+        ]
+        loops += [(f"worker {n}", self._worker, (check,)) for n, check in enumerate(self.workers)]
+        for name, target, args in loops:
+            self.threads.append(threading.Thread(target=target, args=args, name=name, daemon=True))
         for thread in self.threads:
             thread.start()
 
     def stop(self) -> None:
-        for work in self.queues:
-            work.put(None)
+        self.queue.shutdown()
+        self.check_queue.shutdown()
 
-    def _work(self, index: int, check: BudgetCheck) -> None:
-        while (item := self.queues[index].get()) is not None:
-            kind, workload = item
-            try:
-                self.handle(check, kind, workload)
-            except Exception as error:  # one Workload's failure must not end the worker
-                self._report(workload.get("metadata", {}).get("name", "?"), repr(error))
+    def alive(self) -> bool:
+        """Every loop still running (the liveness probe's answer)."""
+        return bool(self.threads) and all(thread.is_alive() for thread in self.threads)
 
-    def _sweep(self, stop: threading.Event, every: timedelta) -> None:
-        while not stop.wait(every.total_seconds()):
-            for name, duty in (("budget sweep", self.enforce_stops), ("node reclaim", self.reclaim_nodes)):
-                try:
-                    duty()
-                except Exception as error:
-                    self._report(name, repr(error))
-
-    def reclaim_nodes(self) -> list[str]:
-        """Delete the NodeClaims of the stack's NodePools past their cap and drain (cli/k8s/reclaim.py),
-        each a ``stop`` decision of its instance; the names deleted."""
-        from cli.k8s.reclaim import overdue_nodeclaims
-        from stacks.kubernetes_config import kubernetes_config, nodepool_name
-
-        caps = {nodepool_name(p.tenant, p.name): p.max_runtime for p in self.config.pools.values()}
-        grace = kubernetes_config(self.config).termination_grace_period
-        claims, _ = self.api.list(NODE_CLAIMS)
-        now = self.clock()
-        deleted = []
-        for reclaim in overdue_nodeclaims(claims, caps, grace, now):
-            try:
-                self.api.delete(f"{NODE_CLAIMS}/{reclaim.nodeclaim}")
-            except ApiError as error:
-                if error.status != 404:
-                    raise
-            details = {
-                "action": "delete-nodeclaim",
-                "nodeclaim": reclaim.nodeclaim,
-                "nodepool": reclaim.nodepool,
-            }
-            tenant = next(
-                (
-                    p.tenant
-                    for p in self.config.pools.values()
-                    if nodepool_name(p.tenant, p.name) == reclaim.nodepool
-                ),
-                None,
-            )
-            self.sweeper.decisions.append(
-                [
-                    Decision(
-                        "stop",
-                        ACTOR,
-                        reclaim.reason,
-                        now,
-                        reclaim.instance_id or f"nodeclaim/{reclaim.nodeclaim}",
-                        tenant,
-                        details,
-                    )
-                ],
-                origin=f"k8s:nodeclaim:{reclaim.nodeclaim}",
-            )
-            deleted.append(reclaim.nodeclaim)
-        return deleted
-
-    def _report(self, subject: str, message: str) -> None:
-        print(json.dumps({"controller": subject, "error": message}), file=sys.stderr)
-        self.outcomes.put((subject, f"error: {message}"))
-
-    # --- one Workload -------------------------------------------------------------------------------
-
-    def handle(self, check: BudgetCheck, kind: str, workload: dict[str, Any]) -> str:
-        """What one event of one Workload calls for; returns what was done (for logs and tests)."""
-        entry = check_entry(workload)
-        name = str(workload.get("metadata", {}).get("name", "?"))
-        if entry is None:
-            return self._done(name, "not gated")
-        uid = str(workload["metadata"].get("uid", ""))
-        reserved = condition(workload, "QuotaReserved") and "admission" in (workload.get("status") or {})
-        # Evicted counts while the check is past Pending: Kueue resets the check to Pending when it
-        # reserves quota again, and a Pending check with quota is decided, whatever the conditions say.
-        gone = (
-            "deleted" if kind == "DELETED"
-            else "finished" if condition(workload, "Finished")
-            else "evicted" if not reserved or (condition(workload, "Evicted") and entry.get("state") != "Pending")
-            else None
-        )  # fmt: skip
-        if gone is not None:
-            self._forget(uid)
-            return self._done(name, self._release(check, workload, gone))
-        if entry.get("state") == "Ready":
-            tenant = str(workload["status"]["admission"]["clusterQueue"])
-            with self.lock:
-                self.admitted.setdefault(tenant, {})[uid] = workload
-            return self._done(name, "ready")
-        if entry.get("state") != "Pending":
-            return self._done(name, f"left {entry.get('state')}")
-        now = self.clock()
-        try:
-            request = workload_request(workload, self.config, self.prices)
-        except WorkloadError as error:
-            self._log_unreadable(check, workload, str(error), now)
-            self._patch(workload, "Rejected", f"unreadable Workload: {error}", now, None)
-            return self._done(name, "Rejected")
-        decision = check.decide(request, now=now, version=str(workload["metadata"]["resourceVersion"]))
-        self._patch(workload, decision.state, decision.message, now, decision.requeue_after)
-        self.released.discard(uid)
-        return self._done(name, decision.state)
-
-    def _done(self, name: str, outcome: str) -> str:
-        self.outcomes.put((name, outcome))
+    def handle(self, check: BudgetCheck, key: Key) -> str:
+        """Reconcile one Workload now (the workers' step; tests call it directly)."""
+        outcome = self.workload_reconciler.reconcile(check, key)
+        if outcome in {"Ready", "Retry", "Rejected"}:
+            self.decided_at[key] = time.monotonic()
+        self.outcomes.put((f"{key[0]}/{key[1]}", outcome))
         return outcome
 
-    def _forget(self, uid: str) -> None:
-        with self.lock:
-            for workloads in self.admitted.values():
-                workloads.pop(uid, None)
-
-    def _release(self, check: BudgetCheck, workload: dict[str, Any], why: str) -> str:
-        uid = str(workload["metadata"].get("uid", ""))
-        if uid in self.released:
-            return f"{why}, released before"
-        request = _subject(workload)
-        released = check.release(request, now=self.clock(), why=why) if request else None
-        self.released.add(uid)
-        return f"{why}, released {released}" if released is not None else f"{why}, nothing held"
-
-    def _patch(
-        self, workload: dict[str, Any], state: str, message: str, now: datetime, requeue: timedelta | None
-    ) -> None:
-        meta = workload["metadata"]
-        path = workload_path(meta["namespace"], meta["name"], status=True)
-        for _attempt in range(3):
+    def _worker(self, check: BudgetCheck) -> None:
+        while (key := self.queue.get()) is not None:
             try:
-                self.api.merge_patch(path, check_patch(workload, state, message, now, requeue))
-                return
-            except ApiError as error:
-                if error.status == 404:
-                    return  # deleted meanwhile: its DELETED event releases what it held
-                if error.status != 409:
-                    raise
-                workload = self.api.request("GET", workload_path(meta["namespace"], meta["name"]))
-        raise ApiError(409, f"workload {meta['namespace']}/{meta['name']} kept changing; not patched")
+                self.handle(check, key)
+                self.queue.forget(key)
+            except Undecided as error:
+                self.queue.add_rate_limited(key)
+                self.outcomes.put((f"{key[0]}/{key[1]}", f"undecided: {error}"))
+            except Exception as error:  # any failure: this key again after its backoff
+                self.metrics.errors.labels(reconciler="workloads").inc()
+                self.queue.add_rate_limited(key)
+                self._report(f"{key[0]}/{key[1]}", repr(error))
+            finally:
+                self.queue.done(key)
 
-    def _log_unreadable(
-        self, check: BudgetCheck, workload: dict[str, Any], reason: str, now: datetime
-    ) -> None:
-        meta = workload["metadata"]
-        queue_name = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue")
-        details = {"uid": meta.get("uid"), "namespace": meta.get("namespace"), "name": meta.get("name")}
-        check.decisions.append(
-            [
-                Decision(
-                    KIND_OF_STATE["Rejected"], ACTOR, f"unreadable Workload: {reason}", now,
-                    f"workload/{meta.get('namespace')}/{meta.get('name')}",
-                    queue_name if queue_name in self.config.tenants else None, details,
-                )
-            ],
-            origin=f"k8s:{meta.get('uid')}:{meta.get('resourceVersion')}",
-        )  # fmt: skip
+    def _check_worker(self) -> None:
+        while (name := self.check_queue.get()) is not None:
+            try:
+                self.outcomes.put((f"admissioncheck/{name}", self.check_reconciler.reconcile(name)))
+                self.check_queue.forget(name)
+            except Exception as error:
+                self.metrics.errors.labels(reconciler="admissionchecks").inc()
+                self.check_queue.add_rate_limited(name)
+                self._report(f"admissioncheck/{name}", repr(error))
+            finally:
+                self.check_queue.done(name)
 
-    # --- the budget's stop action ------------------------------------------------------------------
+    def _sweep(self, stop: threading.Event) -> None:
+        while not stop.wait(self.sweep_every.total_seconds()):
+            for name, reconciler in (
+                ("stops", self.stop_reconciler),
+                ("nodeclaims", self.nodeclaim_reconciler),
+            ):
+                try:
+                    done = reconciler.reconcile(self.sweeper)
+                    if done:
+                        self.outcomes.put((name, ", ".join(done)))
+                except Exception as error:  # the next sweep tries again
+                    self.metrics.errors.labels(reconciler=name).inc()
+                    self._report(name, repr(error))
 
-    def enforce_stops(self) -> list[str]:
-        """Send the admitted Workloads of each tenant whose budget's ``stop`` fires back (Retry: Kueue
-        evicts them and the finished reservation is released); the names sent back."""
-        with self.lock:
-            tenants = sorted(tenant for tenant, workloads in self.admitted.items() if workloads)
-        if not tenants:
-            return []
-        now = self.clock()
-        check = self.sweeper
-        sent: list[str] = []
-        for status in check.store.runways(now=now, default_cap=check.default_cap, tenants=tenants):
-            stops = [decision for decision in budget_decisions(status) if decision.action == "stop"]
-            if not stops:
-                continue
-            with self.lock:
-                workloads = list(self.admitted.get(status.tenant, {}).values())
-            for workload in workloads:
-                message = f"budget stop: {stops[0].reason}"
-                self._patch(workload, "Retry", message, now, STOP_RETRY)
-                request = _subject(workload)
-                if request is not None:
-                    decision = CheckDecision("Retry", message, request, requeue_after=STOP_RETRY)
-                    check._log(decision, now=now, version=f"stop:{status.period_start.isoformat()}")
-                self._forget(str(workload["metadata"]["uid"]))
-                sent.append(str(workload["metadata"]["name"]))
-        return sent
+    def _resync(self, stop: threading.Event) -> None:
+        while not stop.wait(self.resync.total_seconds()):
+            self.resync_pending()
+            for name in self.check_reconciler.checks():  # and the checks stay Active
+                self.check_queue.add(name)
+            self.metrics.watch_restarts.labels(resource="workloads").set(self.workloads.failures)
+            self.metrics.watch_restarts.labels(resource="admissionchecks").set(self.admission_checks.failures)
+
+    def _report(self, subject: str, message: str) -> None:
+        print(json.dumps({"controller": subject, "error": message[:500]}), file=sys.stderr)
+        self.outcomes.put((subject, f"error: {message}"))
 
 
-def _subject(workload: dict[str, Any]) -> WorkloadRequest | None:
-    """Enough of a Workload to find its reservation (uid, name, tenant), however little else it says."""
-    from cli.k8s.workload import WorkloadRequest
-
-    meta = workload.get("metadata") or {}
-    tenant = ((workload.get("status") or {}).get("admission") or {}).get("clusterQueue") or (
-        workload.get("spec") or {}
-    ).get("queueName")
-    if not meta.get("uid"):
-        return None
-    return WorkloadRequest(
-        str(meta["uid"]), str(meta.get("namespace")), str(meta.get("name")), str(tenant or "-"),
-        "", 0, 0, 0, timedelta(0), "", "",
-    )  # fmt: skip
-
-
-def run_forever(controller: Controller, *, stop_every: timedelta, output: str = "text") -> None:
+def run_forever(controller: Controller, *, output: str = "text") -> None:
     """Run until SIGTERM or Ctrl-C (a Deployment's rollout ends the old pod with SIGTERM), printing
     what was done with each Workload: a line each, or (json) one JSON object a line."""
     import signal
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    controller.start(stop, stop_every=stop_every)
+    controller.start(stop)
     try:
         while not stop.is_set():
             try:
@@ -363,8 +233,10 @@ def run_forever(controller: Controller, *, stop_every: timedelta, output: str = 
 
 
 def api_from_options(server: str | None, token_file: Path | None, ca_file: Path | None) -> KubernetesApi:
-    """``--server`` (with its token and CA files), else the pod's own service account."""
+    """``--server`` (with its token and CA files), else the pod's own service account (``park``'s client)."""
     import os
+
+    from cli.k8s.api import KubernetesApi
 
     if server is None:
         return KubernetesApi.in_cluster(os.environ)
@@ -403,12 +275,24 @@ def with_server_options(command: Callable[..., Any]) -> Callable[..., Any]:
 )  # fmt: skip
 @click.option(
     "--stop-every", default="1m", show_default=True,
-    help="How often tenants' budgets are checked for their stop action.",
+    help="How often tenants' budgets are checked for their stop action (and NodeClaims for their cap).",
+)  # fmt: skip
+@click.option(
+    "--resync-every", default="3m", show_default=True,
+    help="How often every Workload still Pending is decided again, whatever its events.",
+)  # fmt: skip
+@click.option(
+    "--undecided-after", default="10m", show_default=True,
+    help="How long a check may stay undecided (ledger unreachable) before an Event and the metric report it.",
+)  # fmt: skip
+@click.option(
+    "--health-port", default=HEALTH_PORT, show_default=True, type=click.IntRange(0, 65535),
+    help="Port of GET /healthz (the liveness probe) and GET /metrics.",
 )  # fmt: skip
 @output_option
 def controller(
     *, stack: str, project_dir: Path, server: str | None, token_file: Path | None, ca_file: Path | None,
-    workers: int, stop_every: str, output: str,
+    workers: int, stop_every: str, resync_every: str, undecided_after: str, health_port: int, output: str,
 ) -> None:  # fmt: skip
     """Run the budget admission check: gate Kueue Workloads on the ledger until stopped (SIGTERM).
 
@@ -422,15 +306,31 @@ def controller(
         --server https://127.0.0.1:6443 --token-file t --ca-file ca.crt
     """
     from cli.k8s.check import budget_check, kubernetes_stack
+    from cli.k8s.kube import client_from_options
     from guardrails.durations import parse_duration
+    from guardrails.errors import InputError
 
+    periods = {}
+    for name, value in (
+        ("stop-every", stop_every),
+        ("resync-every", resync_every),
+        ("undecided-after", undecided_after),
+    ):
+        try:
+            periods[name] = parse_duration(value)
+        except ValueError as error:
+            raise InputError(f"--{name}: {error}") from None
     config, prices = kubernetes_stack(stack, project_dir)
-    api = api_from_options(server, token_file, ca_file)
+    client = client_from_options(server, token_file, ca_file)
     checks = [budget_check(config) for _ in range(workers + 1)]
-    every = parse_duration(stop_every)
-    click.echo(f"parkbrake-budget controller: {workers} workers watching {api.host}", err=True)
+    running = Controller(
+        client, config, prices, checks, sweep_every=periods["stop-every"], resync=periods["resync-every"],
+        undecided_after=periods["undecided-after"],
+    )  # fmt: skip
+    serve_health(health_port, running.alive, running.metrics)
+    click.echo(f"parkbrake-budget controller: {workers} workers; /healthz on :{health_port}", err=True)
     try:
-        run_forever(Controller(api, config, prices, checks), stop_every=every, output=output)
+        run_forever(running, output=output)
     finally:
         for check in checks:
             check.store.close()

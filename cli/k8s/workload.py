@@ -70,15 +70,24 @@ def _field(document: Any, path: str) -> Any:
 
 def check_entry(workload: Mapping[str, Any]) -> dict[str, Any] | None:
     """The Workload's ``parkbrake-budget`` entry in ``status.admissionChecks`` (None: not gated by it)."""
-    for entry in (workload.get("status") or {}).get("admissionChecks") or []:
+    for entry in listed(mapping(workload.get("status")).get("admissionChecks")):
         if isinstance(entry, Mapping) and entry.get("name") == BUDGET_CHECK:
             return dict(entry)
     return None
 
 
+def mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` if it is a JSON object, else an empty one (a schema-invalid Workload is read, not crashed on)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def condition(workload: Mapping[str, Any], kind: str) -> bool:
     """Whether the Workload's condition ``kind`` (QuotaReserved, Admitted, Finished, Evicted) is True."""
-    for entry in (workload.get("status") or {}).get("conditions") or []:
+    for entry in listed(mapping(workload.get("status")).get("conditions")):
         if isinstance(entry, Mapping) and entry.get("type") == kind:
             return entry.get("status") == "True"
     return False
@@ -127,7 +136,7 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
         )
     uid, namespace, name = (str(_field(workload, f"metadata.{key}")) for key in ("uid", "namespace", "name"))
     tenant = _field(workload, "status.admission.clusterQueue")
-    if tenant not in stack.tenants:
+    if not isinstance(tenant, str) or tenant not in stack.tenants:
         raise WorkloadError(
             f"status.admission.clusterQueue: {tenant!r} is not a tenant of stack {stack.stack} "
             f"(its ClusterQueues: {', '.join(sorted(stack.tenants))})"
@@ -139,13 +148,13 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
     per_pod: list[tuple[int, int]] = []  # (pods, GPUs each) of every pod set that uses GPUs
     for index, assignment in enumerate(assignments):
         where = f"status.admission.podSetAssignments[{index}]"
-        usage = (assignment.get("resourceUsage") or {}) if isinstance(assignment, Mapping) else {}
+        usage = mapping(mapping(assignment).get("resourceUsage"))
         if GPU not in usage:
             continue
         total = _gpus(usage[GPU], f"{where}.resourceUsage[{GPU!r}]")
         if total == 0:
             continue
-        flavor = (assignment.get("flavors") or {}).get(GPU)
+        flavor = mapping(assignment.get("flavors")).get(GPU)
         if not isinstance(flavor, str):
             raise WorkloadError(
                 f"{where}.flavors[{GPU!r}]: missing; Kueue assigns a flavor to every resource"
@@ -179,7 +188,7 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
     gpus = sum(count * each for count, each in per_pod)
     hosts = max(hosts, math.ceil(gpus / per_instance))
     cap = pool.max_runtime
-    limit = (workload.get("spec") or {}).get("maximumExecutionTimeSeconds")
+    limit = mapping(workload.get("spec")).get("maximumExecutionTimeSeconds")
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise WorkloadError(f"spec.maximumExecutionTimeSeconds: {limit!r} is not a positive integer")
@@ -187,4 +196,18 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
     return WorkloadRequest(
         uid, namespace, name, tenant, instance_type, gpus, per_instance, hosts, cap, pool.name,
         pool.capacity_type,
+    )  # fmt: skip
+
+
+def subject_of(workload: Mapping[str, Any]) -> WorkloadRequest | None:
+    """Enough of a Workload to find its reservation (uid, name, tenant), however little else it says."""
+    meta = workload.get("metadata") or {}
+    status = mapping(workload.get("status"))
+    admission, spec = mapping(status.get("admission")), mapping(workload.get("spec"))
+    tenant = admission.get("clusterQueue") or spec.get("queueName")
+    if not isinstance(meta, Mapping) or not meta.get("uid"):
+        return None
+    return WorkloadRequest(
+        str(meta["uid"]), str(meta.get("namespace")), str(meta.get("name")), str(tenant or "-"),
+        "", 0, 0, 0, timedelta(0), "", "",
     )  # fmt: skip

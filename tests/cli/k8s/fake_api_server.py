@@ -1,20 +1,24 @@
 """A FAKE Kubernetes API server, in process, for the budget controller's tests and benchmark.
 
 Not Kubernetes: a small HTTPS server (its own throwaway CA, a bearer token) that implements just what
-the controller and ``park`` call — list and watch (from a resourceVersion, 410 once compacted) of
-Workloads, ClusterQueues and NodeClaims; GET; JSON merge patch of a Workload's status and a
-ClusterQueue's spec, conditional on ``metadata.resourceVersion`` (409 when stale); DELETE of a
-NodeClaim. Tests change objects as Kueue would (:meth:`FakeApiServer.put`) and read what the
-controller wrote. No admission webhooks, no Kueue: what Kueue does with a check state is not
-exercised here (scripts/kind_check.sh does, on a real cluster).
+the controller and ``park`` call — list and watch (from a resourceVersion, 410 once compacted; the
+stream chunked as the API server's is) of Workloads, AdmissionChecks, ClusterQueues and NodeClaims;
+GET; JSON merge patch of a Workload's status and a ClusterQueue's spec; server-side apply of a
+status subresource (:func:`apply_status`, a small model of structured-merge-diff's list-map rules);
+all conditional on ``metadata.resourceVersion`` (409 when stale); POST of an Event; DELETE of a
+NodeClaim. Kueue's rules are a separate fake (tests/cli/k8s/kueue_fake.py) that changes objects here
+as Kueue would. Faults can be injected (:meth:`FakeApiServer.fail`, :meth:`FakeApiServer.cut_watches`).
+Every answer goes out as one write on a TCP_NODELAY socket (one segment, no Nagle delay).
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import ipaddress
 import json
 import re
+import socket
 import ssl
 import tempfile
 import threading
@@ -40,10 +44,51 @@ ROUTES = [
     (re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/workloads$"), "workloads"),
     (re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/namespaces/(?P<ns>[^/]+)/workloads/(?P<name>[^/]+)(?P<sub>/status)?$"), "workloads"),
     (re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/clusterqueues(/(?P<name>[^/]+))?$"), "clusterqueues"),
+    (re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta2/admissionchecks(/(?P<name>[^/]+)(?P<sub>/status)?)?$"), "admissionchecks"),
     (re.compile(r"^/apis/karpenter\.sh/v1/nodeclaims(/(?P<name>[^/]+))?$"), "nodeclaims"),
     (re.compile(r"^/apis/karpenter\.sh/v1/nodepools(/(?P<name>[^/]+))?$"), "nodepools"),
     (re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/deployments(/(?P<name>[^/]+))?$"), "deployments"),
+    (re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/events$"), "events"),
 ]  # fmt: skip
+APPLY_PATCH = "application/apply-patch+yaml"
+# The status lists that are maps (``+listType=map``): list → key (apis/kueue/v1beta2/workload_types.go,
+# ``admissionChecks`` keyed by name; metav1.Condition lists keyed by type).
+LIST_MAPS = {"admissionChecks": "name", "conditions": "type"}
+Path_ = tuple[str, str, str]  # (list, key, field) a manager owns in status
+
+
+def apply_status(
+    status: dict[str, Any], applied: dict[str, Any], owned: set[Path_]
+) -> tuple[dict[str, Any], set[Path_]]:
+    """Server-side apply of ``applied`` (one manager's status) onto ``status``, as structured-merge-diff
+    merges list-maps (sigs.k8s.io/structured-merge-diff v4 ``merge/update.go``): each applied entry's
+    fields are set, every other entry and field is kept, and a field this manager applied before and
+    omits now is removed (``owned``: what it owned; returns the new status and what it owns now)."""
+    result = copy.deepcopy(status)
+    now_owned: set[Path_] = set()
+    for field, value in applied.items():
+        key = LIST_MAPS.get(field)
+        if key is None:
+            result[field] = copy.deepcopy(value)
+            now_owned.add((field, "", ""))
+            continue
+        entries = result.setdefault(field, [])
+        for item in value:
+            found = next((entry for entry in entries if entry.get(key) == item[key]), None)
+            if found is None:
+                found = {key: item[key]}
+                entries.append(found)
+            for name, part in item.items():
+                found[name] = copy.deepcopy(part)
+                now_owned.add((field, str(item[key]), name))
+    for field, item_key, name in owned - now_owned:
+        if not item_key:
+            result.pop(field, None)
+            continue
+        for entry in result.get(field) or []:
+            if entry.get(LIST_MAPS[field]) == item_key and name != LIST_MAPS[field]:
+                entry.pop(name, None)
+    return result, now_owned
 
 
 def merge(target: Any, patch: Any) -> Any:
@@ -101,11 +146,18 @@ class FakeApiServer:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (version, type, resource, object)
         self.compacted = 0  # watches from before this version answer 410
+        self.cut = False  # the next ended watches end mid-chunk (cut_watches)
         self.generation = 0  # bumped by drop_watches: open watches end
         self.patches: list[tuple[float, str, dict[str, Any]]] = []  # (monotonic time, path, body)
         self.deleted: list[str] = []
+        self.events: list[dict[str, Any]] = []  # Events posted (core/v1)
+        self.suspensions: list[tuple[str, bool]] = []  # (Job, suspend) as the Kueue fake set them
+        self.owners: dict[tuple[str, str, str], dict[str, set[Path_]]] = {}  # object → manager → fields
+        self.faults: list[tuple[str, str, int]] = []  # (method, path part, status): answered once each
         self.requests = 0
         self.rbac: Authorizer | None = None  # set: every request is authorised by it (tests/cli/k8s/rbac.py)
+        self.log: list[tuple[str, str]] = []  # (method, path without query) of every request
+        self.observers: list[Any] = []  # called (under the lock) after each stored change
         handler = type("Handler", (_Handler,), {"fake": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -144,9 +196,23 @@ class FakeApiServer:
         with self.lock:
             return copy.deepcopy(self.objects[(resource, namespace, name)])
 
+    def fail(self, method: str, path_part: str, status: int, times: int = 1) -> None:
+        """Answer the next ``times`` requests of ``method`` whose path contains ``path_part`` with
+        ``status`` (a 5xx, a 422, a 409)."""
+        with self.lock:
+            self.faults.extend([(method, path_part, status)] * times)
+
+    def cut_watches(self) -> None:
+        """End every open watch in the middle of a chunk (the client reads an IncompleteRead)."""
+        with self.lock:
+            self.cut = True
+            self.generation += 1
+            self.lock.notify_all()
+
     def drop_watches(self) -> None:
         """End every open watch, as a restarted API server or a broken connection would."""
         with self.lock:
+            self.cut = False
             self.generation += 1
             self.lock.notify_all()
 
@@ -166,23 +232,54 @@ class FakeApiServer:
 
     def _record(self, kind: str, resource: str, stored: dict[str, Any]) -> None:
         self.history.append((self.version, kind, resource, copy.deepcopy(stored)))
+        for observer in self.observers:
+            observer(resource, kind, stored)
         self.lock.notify_all()
+
+    def update_status(self, resource: str, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replace an object's status as a controller's Update would (Kueue's): the fields it changes in
+        the list-maps leave every other manager's ownership (sigs.k8s.io/structured-merge-diff)."""
+        key = (resource, namespace, name)
+        current = self.objects[key]
+        before = current.get("status") or {}
+        for field, item_key in LIST_MAPS.items():
+            old = {e.get(item_key): e for e in before.get(field) or []}
+            for entry in status.get(field) or []:
+                prior = old.get(entry.get(item_key), {})
+                changed = {n for n in set(entry) | set(prior) if entry.get(n) != prior.get(n)}
+                for owned in self.owners.get(key, {}).values():
+                    owned -= {(field, str(entry.get(item_key)), n) for n in changed}
+        self._store(resource, key, {**current, "status": status}, "MODIFIED")
+
+    def _fault(self, method: str, path: str) -> int | None:
+        with self.lock:
+            for index, (verb, part, status) in enumerate(self.faults):
+                if verb == method and part in path:
+                    del self.faults[index]
+                    return status
+        return None
 
 
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeApiServer
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
+        """The status line, headers and body in one write: one TCP segment for a small answer."""
         data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        head = (
+            f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        )
+        self.wfile.write(head.encode() + data)
+        self.wfile.flush()
 
     def _error(self, status: int, message: str) -> None:
         self._send(status, {"kind": "Status", "status": "Failure", "code": status, "message": message})
@@ -199,12 +296,18 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorised(self) -> bool:
         self.fake.requests += 1
+        self.fake.log.append((self.command, self.path.partition("?")[0]))
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._error(401, "Unauthorized")
             return False
         if self.fake.rbac is not None and not self.fake.rbac.authorize(self.command, self.path):
             self.rfile.read(int(self.headers.get("Content-Length", 0)))  # the connection stays usable
             self._error(403, f"forbidden: {self.command} {self.path} is not granted by the role")
+            return False
+        if (status := self.fake._fault(self.command, self.path)) is not None:
+            if self.command == "PATCH":  # the body is read, so the kept-alive connection stays usable
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self._error(status, f"injected fault {status}")
             return False
         return True
 
@@ -235,22 +338,32 @@ class _Handler(BaseHTTPRequestHandler):
             if since < fake.compacted:
                 return self._error(410, f"too old resource version: {since} ({fake.compacted})")
             generation = fake.generation
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Connection", "close")  # the stream ends when the connection does
-        self.end_headers()
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         seen = since
         while True:
             with fake.lock:
-                pending = [entry for entry in fake.history if entry[0] > seen and entry[2] == resource]
+                start = bisect.bisect_right(
+                    fake.history, seen, key=lambda entry: entry[0]
+                )  # sorted by version
+                pending = [entry for entry in fake.history[start:] if entry[2] == resource]
                 if not pending:
+                    seen = fake.history[-1][0] if fake.history else seen
                     if fake.generation != generation:
+                        if fake.cut:  # a chunk that promises more than it sends, then the end
+                            self.wfile.write(b'40\r\n{"type": "MODIF')
+                        else:
+                            self.wfile.write(b"0\r\n\r\n")
+                        self.close_connection = True
                         return
                     fake.lock.wait(0.5)
                     continue
-            for version, kind, _, obj in pending:
-                self.wfile.write(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
-                seen = version
+            lines = b"".join(
+                json.dumps({"type": kind, "object": obj}).encode() + b"\n" for _, kind, _, obj in pending
+            )
+            seen = pending[-1][0]
+            self.wfile.write(f"{len(lines):x}\r\n".encode() + lines + b"\r\n")
             self.wfile.flush()
 
     def do_PATCH(self) -> None:
@@ -258,8 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         resource, match, _ = route
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-        if self.headers.get("Content-Type") != "application/merge-patch+json":
-            return self._error(415, "the fake takes JSON merge patches only")
+        content_type = self.headers.get("Content-Type")
+        if content_type not in {"application/merge-patch+json", APPLY_PATCH}:
+            return self._error(415, "the fake takes JSON merge patches and server-side apply only")
         fake = self.fake
         key = (resource, match.get("ns", ""), match.get("name", ""))
         with fake.lock:
@@ -271,6 +385,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._error(
                     409, "the object has been modified; please apply your changes to the latest version"
                 )
+            if content_type == APPLY_PATCH:
+                return self._apply(resource, key, match, body, current)
             # the status subresource changes status only; the object itself everything but status
             part = (
                 {"status": body.get("status")}
@@ -287,6 +403,39 @@ class _Handler(BaseHTTPRequestHandler):
             fake._store(resource, key, updated, "MODIFIED")
             answer = copy.deepcopy(updated)
         self._send(200, answer)
+
+    def _apply(
+        self, resource: str, key: tuple[str, str, str], match: dict[str, Any], body: dict[str, Any],
+        current: dict[str, Any],
+    ) -> None:  # fmt: skip
+        """Server-side apply of a status subresource (the fake's only apply): ``fieldManager`` is required
+        (k8s.io/apiserver ``pkg/endpoints/handlers/patch.go``)."""
+        params = dict(part.split("=", 1) for part in self.path.partition("?")[2].split("&") if "=" in part)
+        manager = params.get("fieldManager")
+        if not manager:
+            return self._error(422, "fieldManager is required for apply patch")
+        if not match.get("sub"):
+            return self._error(415, "the fake applies status subresources only")
+        fake = self.fake
+        owners = fake.owners.setdefault(key, {})
+        status, owners[manager] = apply_status(
+            current.get("status") or {}, body.get("status") or {}, owners.get(manager, set())
+        )
+        updated = {**current, "status": status}
+        fake.patches.append((time.monotonic(), self.path, body))
+        fake._store(resource, key, updated, "MODIFIED")
+        self._send(200, copy.deepcopy(updated))
+
+    def do_POST(self) -> None:
+        if not self._authorised() or (route := self._route()) is None:
+            return
+        resource, match, _ = route
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        if resource != "events":
+            return self._error(405, "the fake creates Events only")
+        with self.fake.lock:
+            self.fake.events.append({**body, "namespace": match.get("ns")})
+        self._send(201, body)
 
     def do_DELETE(self) -> None:
         if not self._authorised() or (route := self._route()) is None:

@@ -1,5 +1,6 @@
 """The budget check against a real ledger: Ready reserves, Retry when reservations hold the runway or
-the ledger is down, Rejected when the budget denies; one reservation per uid; releases; the decision log."""
+the ledger is down, Rejected when the Workload alone exceeds the limit; one reservation per admission;
+releases; the decision log."""
 
 from __future__ import annotations
 
@@ -45,7 +46,9 @@ def test_a_workload_the_budget_cannot_cover_is_rejected(
     decision = check.decide(request, now=NOW)
     assert decision.state == "Rejected"
     assert decision.reservation is None
-    assert "less than the $45.38 needed" in decision.message
+    assert (
+        "it alone costs $45.38, more than tenant research's whole month limit of $10.00" in decision.message
+    )
     (logged,) = DecisionLedger.of(store).read(instance_id=request.subject)
     assert (logged.decision.kind, logged.decision.tenant) == ("workload-rejected", "research")
 
@@ -60,7 +63,7 @@ def test_money_held_for_starting_hosts_is_a_retry_and_its_release_admits_the_nex
     waiting = check.decide(small, now=NOW, version="7")
     assert waiting.state == "Retry"
     assert waiting.requeue_after == timedelta(minutes=30)
-    assert "runway short" in waiting.message
+    assert "is reserved for hosts starting, retrying after 30m" in waiting.message
     assert check.release(big, now=NOW, why="finished") is not None
     assert check.release(big, now=NOW, why="finished") is None  # given back once
     assert check.decide(small, now=NOW, version="9").state == "Ready"

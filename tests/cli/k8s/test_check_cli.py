@@ -62,3 +62,17 @@ def test_bad_input_is_one_line_naming_the_field_exit_2(
     assert code == 2
     assert names in out
     assert len(out.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--resync-every", "soon"), ("--undecided-after", "0s"), ("--stop-every", "1x")]
+)
+def test_the_controllers_bad_periods_are_one_line_naming_the_flag(flag: str, value: str) -> None:
+    result = CliRunner().invoke(
+        parkbrake,
+        ["k8s", "controller", "--stack", "eks", "--project-dir", str(REPOSITORY), "--server",
+         "https://127.0.0.1:1", flag, value],
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {flag}: {value!r} ")
+    assert result.output.count("\n") == 1
