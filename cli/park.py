@@ -282,7 +282,7 @@ def _cluster(
             )
         return None
     from cli.k8s.check import kubernetes_stack
-    from cli.k8s.controller import api_from_options
+    from cli.k8s.server_options import api_from_options
 
     config, _ = kubernetes_stack(stack, project_dir)
     return cluster_brake(api_from_options(server, token_file, ca_file), config)

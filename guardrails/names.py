@@ -139,3 +139,8 @@ HEARTBEAT_METRIC = "GuardrailSuccess"
 # as Docker recommends for label keys). `parkbrake deploy` writes it and `parkbrake verify` reads it,
 # beside the task definition's `parkbrake:revision` tag.
 CONTAINER_REVISION_LABEL = "parkbrake.revision"
+
+# The budget controller's health server: the Deployment's liveness probe GETs it and Prometheus scrapes
+# /metrics on the same port (components/k8s/budget_controller.py, cli/k8s/metrics.py).
+CONTROLLER_HEALTH_PORT = 8081
+CONTROLLER_HEALTH_PATH = "/healthz"

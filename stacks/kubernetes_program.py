@@ -86,7 +86,6 @@ def build_kubernetes_platform(config: StackConfig) -> None:
             image=cluster.controller_image,
             revision=config.revision,
             environment=database_environment,
-            tenant_gpu_quotas={tenant.name: tenant.gpu_quota for tenant in cluster.tenants.values()},
         ),
         opts=in_system,
     )

@@ -31,6 +31,7 @@ from cli.k8s.informer import Informer, object_key
 from cli.k8s.kube import AdmissionCheck, Workload
 from cli.k8s.metrics import HEALTH_PORT, ControllerMetrics, serve_health
 from cli.k8s.nodeclaim_reconciler import NodeClaimReconciler
+from cli.k8s.server_options import with_server_options
 from cli.k8s.stop_reconciler import StopReconciler
 from cli.k8s.workload_reconciler import Key, Undecided, WorkloadReconciler, own_entry, stamp
 from cli.k8s.workqueue import WorkQueue
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from lightkube import Client
 
     from cli.k8s.admission import BudgetCheck
-    from cli.k8s.api import KubernetesApi
     from guardrails.pricing import PriceTable
     from stacks.config import StackConfig
 
@@ -230,39 +230,6 @@ def run_forever(controller: Controller, *, output: str = "text") -> None:
         stop.set()
     controller.stop()
     time.sleep(0.1)
-
-
-def api_from_options(server: str | None, token_file: Path | None, ca_file: Path | None) -> KubernetesApi:
-    """``--server`` (with its token and CA files), else the pod's own service account (``park``'s client)."""
-    import os
-
-    from cli.k8s.api import KubernetesApi
-
-    if server is None:
-        return KubernetesApi.in_cluster(os.environ)
-    token = token_file.read_text().strip() if token_file else None
-    return KubernetesApi(server, token=token, ca_file=str(ca_file) if ca_file else None)
-
-
-server_options = [
-    click.option("--server", help="The API server's URL (default: in a pod, the pod's cluster)."),
-    click.option(
-        "--token-file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="A bearer token for --server (in a pod: the service account's).",
-    ),
-    click.option(
-        "--ca-file",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        help="The CA bundle that signed --server's certificate.",
-    ),
-]
-
-
-def with_server_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(server_options):
-        command = option(command)
-    return command
 
 
 @click.command()

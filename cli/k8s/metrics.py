@@ -11,8 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-HEALTH_PORT = 8081  # the Deployment's probe: GET :8081/healthz (components/k8s/budget_controller.py)
-HEALTH_PATH = "/healthz"
+from guardrails.names import CONTROLLER_HEALTH_PATH, CONTROLLER_HEALTH_PORT
+
+HEALTH_PORT = CONTROLLER_HEALTH_PORT  # the Deployment's liveness probe GETs HEALTH_PATH here
+HEALTH_PATH = CONTROLLER_HEALTH_PATH
 
 
 class ControllerMetrics:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import click
 
 from cli.k8s.api import CLUSTER_QUEUES, NODE_CLAIMS, ApiError, KubernetesApi
-from cli.k8s.controller import api_from_options, with_server_options
+from cli.k8s.server_options import api_from_options, with_server_options
 from cli.options import output_option, project_dir_option, stack_option
 
 if TYPE_CHECKING:

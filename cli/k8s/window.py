@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.k8s.api import NODE_CLAIMS, ApiError, KubernetesApi
-from cli.k8s.controller import api_from_options, with_server_options
 from cli.k8s.park import (
     GPU_LIMIT_BEFORE_PARK,
     GPU_RESOURCE,
@@ -31,6 +30,7 @@ from cli.k8s.park import (
     delete_claim,
     listed,
 )
+from cli.k8s.server_options import api_from_options, with_server_options
 from cli.options import output_option, project_dir_option, stack_option
 from guardrails.errors import InputError
 

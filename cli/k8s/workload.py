@@ -101,28 +101,23 @@ def _gpus(value: Any, where: str) -> int:
 
 
 def _pool_of(stack: StackConfig, tenant: str, flavor: str) -> tuple[GpuPoolConfig, str]:
-    """The tenant's pool that launches the flavor's type; of several, the one with the longest cap."""
-    candidates = [
-        (pool, instance_type)
+    """The tenant's training pool whose ResourceFlavor ``flavor`` is, and the instance type it selects:
+    one flavor per tenant pool, named after its NodePool (stacks/kubernetes_config.py ``flavor_name``),
+    so a flavor of another tenant's pool is refused here even where both run the same GPU type."""
+    from stacks.kubernetes_config import flavor_name
+
+    pools = {
+        flavor_name(pool.tenant, pool.name): pool
         for pool in stack.pools.values()
-        if pool.tenant == tenant
-        for instance_type in pool.instance_types
-        if instance_type.replace(".", "-") == flavor
-    ]
-    if not candidates:
-        known = sorted(
-            {
-                t.replace(".", "-")
-                for p in stack.pools.values()
-                if p.tenant == tenant
-                for t in p.instance_types
-            }
-        )
+        if pool.tenant == tenant and pool.role == "training"
+    }
+    if flavor not in pools:
         raise WorkloadError(
-            f"status.admission.podSetAssignments[].flavors[{GPU!r}]: flavor {flavor!r} is no GPU type of "
-            f"tenant {tenant}'s pools in stack {stack.stack} (its flavors: {', '.join(known) or 'none'})"
+            f"status.admission.podSetAssignments[].flavors[{GPU!r}]: flavor {flavor!r} is none of tenant "
+            f"{tenant}'s GPU pools in stack {stack.stack} (its flavors: {', '.join(sorted(pools)) or 'none'})"
         )
-    return max(candidates, key=lambda candidate: candidate[0].max_runtime)
+    pool = pools[flavor]
+    return pool, pool.instance_type
 
 
 def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> WorkloadRequest:

@@ -173,7 +173,9 @@ def tenant_invoices(
         by_tenant.setdefault(line.tenant, []).append(line)
     burns = {}
     if since <= now < month_end:
-        runways = store.runways(now=now, default_cap=timedelta(0), tenants=list(tenants) or None)  # only theirs
+        runways = store.runways(
+            now=now, default_cap=timedelta(0), tenants=list(tenants) or None
+        )  # only theirs
         burns = {status.tenant: status.totals.burn_usd_per_hour for status in runways}
     invoices = []
     for tenant in sorted(by_tenant):

@@ -9,14 +9,15 @@ cap); Events create (core group). The park brake's grants are another role's (co
 It is never parked: parked queues are held, and the controller still releases reservations as admitted
 work finishes.
 
-``PARKBRAKE_TENANT_GPU_QUOTAS`` carries every tenant's ``gpu_quota`` (a JSON object, tenant → GPUs):
-the tenant's GPUs admitted at once across all its flavors, which Kueue cannot cap (its quota is per
-flavor, kueue #3215), so the budget check enforces the total.
+Its container is probed: GET ``/healthz`` on port 8081 answers 503 once one of its loops (a watch, the
+workers, the budget sweep) has died, so the kubelet restarts it instead of leaving a live process that
+decides nothing; ``/metrics`` is on the same port. Each tenant's ``gpu_quota`` (the total across its
+flavors, which Kueue cannot cap: kueue #3215) the controller reads from the stack file it loads, as it
+reads the pools and caps.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,9 +26,9 @@ import pulumi_kubernetes as k8s
 
 from components.common import child_of
 from components.k8s.common import NAME_LABEL, REVISION_LABEL, labels, type_token
+from guardrails.names import CONTROLLER_HEALTH_PATH, CONTROLLER_HEALTH_PORT
 
 CONTROLLER = "parkbrake-budget-controller"
-GPU_QUOTAS_VARIABLE = "PARKBRAKE_TENANT_GPU_QUOTAS"
 # (API group, resources, verbs): everything the controller may do, nothing more.
 RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("kueue.x-k8s.io", ("workloads",), ("get", "list", "watch")),
@@ -56,7 +57,6 @@ class BudgetControllerArgs:
     image: str
     revision: str
     environment: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
-    tenant_gpu_quotas: Mapping[str, int] = field(default_factory=dict)  # tenant → its gpu_quota
 
 
 class BudgetController(pulumi.ComponentResource):
@@ -87,12 +87,8 @@ class BudgetController(pulumi.ComponentResource):
             opts=child_of(self, depends_on=[role, account]),
         )
         pod_labels = labels(args.stack, {**selector, REVISION_LABEL: args.revision})
-        variables: dict[str, pulumi.Input[str]] = {
-            **args.environment,
-            GPU_QUOTAS_VARIABLE: json.dumps(dict(sorted(args.tenant_gpu_quotas.items()))),
-        }
         environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
-            {"name": key, "value": value} for key, value in sorted(variables.items())
+            {"name": key, "value": value} for key, value in sorted(args.environment.items())
         ]
         k8s.apps.v1.Deployment(
             f"{name}-deployment",
@@ -113,6 +109,16 @@ class BudgetController(pulumi.ComponentResource):
                                 "image": args.image,
                                 "command": ["parkbrake", "k8s", "controller", "--stack", args.stack],
                                 "env": environment,
+                                "ports": [{"name": "health", "containerPort": CONTROLLER_HEALTH_PORT}],
+                                # A died loop answers 503 (cli/k8s/metrics.py): restarted, not left deciding
+                                # nothing; three misses a minute apart, so a slow ledger is not a death.
+                                "livenessProbe": {
+                                    "httpGet": {"path": CONTROLLER_HEALTH_PATH, "port": "health"},
+                                    "initialDelaySeconds": 10,
+                                    "periodSeconds": 20,
+                                    "timeoutSeconds": 5,
+                                    "failureThreshold": 3,
+                                },
                                 "resources": {
                                     "requests": {"cpu": "100m", "memory": "128Mi"},
                                     "limits": {"memory": "256Mi"},

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from components.k8s.budget_controller import BudgetController, BudgetControllerArgs
 from stacks.offline import OfflineRun, run_offline
 
@@ -14,7 +12,6 @@ def build() -> OfflineRun:
         namespace="parkbrake",
         image="example/control-plane:1",
         revision="abc",
-        tenant_gpu_quotas={"research": 24, "product": 3},
     )
     return run_offline(lambda: BudgetController("budget-controller", args), stack="eks", region="us-east-1")
 
@@ -54,11 +51,13 @@ def test_the_deployment_runs_the_controller_for_its_stack_as_its_service_account
     assert binding.inputs["roleRef"]["name"] == "parkbrake-budget-controller"
 
 
-def test_the_controller_is_told_each_tenants_gpu_quota_across_its_flavors() -> None:
+def test_the_container_is_restarted_when_a_loop_dies_and_serves_metrics_on_the_probed_port() -> None:
+    from cli.k8s.metrics import HEALTH_PATH, HEALTH_PORT
+
     (deployment,) = build().of_type("kubernetes:apps/v1:Deployment")
 
-    environment = {
-        variable["name"]: variable["value"]
-        for variable in deployment.inputs["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
-    assert json.loads(environment["PARKBRAKE_TENANT_GPU_QUOTAS"]) == {"product": 3, "research": 24}
+    (container,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+    assert container["ports"] == [{"name": "health", "containerPort": HEALTH_PORT}]
+    probe = container["livenessProbe"]
+    assert probe["httpGet"] == {"path": HEALTH_PATH, "port": "health"}  # what the controller serves
+    assert probe["failureThreshold"] * probe["periodSeconds"] >= 60  # a slow minute is not a death

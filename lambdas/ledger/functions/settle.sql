@@ -61,7 +61,7 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT 1000 $$;
 -- from its last settled event. Returns how many were appended, the key of the slice's last event
 -- (NULL when the slice reached the end of the queue), and whether any event is still queued (one
 -- queued before ``after`` while the slices went on is taken from the queue's start again). The
--- caller holds the settle lock exclusively. Rows are found by ledger_backfill_order (0028), read by
+-- caller holds the settle lock exclusively. Rows are found by ledger_backfill_order (0026), read by
 -- their addresses; the queue is emptied (truncated when large) by the slice that takes its last.
 CREATE OR REPLACE FUNCTION ledger_settle_backfill(
     after ledger_cut, OUT appended integer, OUT last ledger_cut, OUT waiting boolean

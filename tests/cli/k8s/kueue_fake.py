@@ -180,7 +180,9 @@ class KueueFake:
         controller then adds a Pending entry for each of the ClusterQueue's checks
         (pkg/controller/core/workload_controller.go, syncAdmissionCheckConditions)."""
         status = workload["status"]
-        flavor = ((workload["metadata"].get("annotations") or {}).get(FLAVOR_ANNOTATION)) or "g5-12xlarge"
+        flavor = (
+            (workload["metadata"].get("annotations") or {}).get(FLAVOR_ANNOTATION)
+        ) or "research-training"
         assignments = []
         for pod_set in workload["spec"]["podSets"]:
             count = int(pod_set.get("count", 1))

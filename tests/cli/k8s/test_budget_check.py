@@ -90,11 +90,6 @@ def test_an_unreachable_ledger_is_a_retry_and_admits_nothing(eks: StackConfig, p
 
 
 def test_a_tenant_without_a_budget_is_ready(check: BudgetCheck, eks: StackConfig, prices: PriceTable) -> None:
-    decision = check.decide(
-        workload_request(
-            workload(queue="product", namespace="product", flavor="g5-xlarge", gpus_per_pod=1), eks, prices
-        ),
-        now=NOW,
-    )
+    decision = check.decide(workload_request(workload(gpus_per_pod=1), eks, prices), now=NOW)  # no budget set
     assert decision.state == "Ready"
-    assert decision.request.instance_type == "g5.xlarge"
+    assert decision.request.instance_type == "g5.12xlarge"

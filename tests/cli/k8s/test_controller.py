@@ -209,7 +209,7 @@ def test_the_tenants_gpu_quota_is_a_total_across_gpu_types(
 ) -> None:
     set_budget(store, "research", "100000")
     documents = [workload(f"g5-{n}", pods=1) for n in range(4)]  # 4 x 4 GPUs of g5.12xlarge
-    documents.append(workload("p4d", flavor="p4d-24xlarge", gpus_per_pod=8))  # 8 more: 24, the quota
+    documents.append(workload("p4d", flavor="research-large", gpus_per_pod=8))  # 8 more: 24, the quota
     documents.append(workload("over", pods=1))
     ready(controller, fake, *documents)
     worker = controller.workers[0]

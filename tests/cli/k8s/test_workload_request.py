@@ -53,7 +53,7 @@ def test_tenant_type_hosts_and_cap(eks: StackConfig, prices: PriceTable) -> None
     # no limit of its own: the pool's cap; a longer limit is cut to it (expireAfter ends the node)
     assert workload_request(workload(max_seconds=None), eks, prices).cap == timedelta(hours=8)
     assert workload_request(workload(max_seconds=86_400), eks, prices).cap == timedelta(hours=8)
-    large = workload_request(workload(flavor="p4d-24xlarge", pods=2, gpus_per_pod=8), eks, prices)
+    large = workload_request(workload(flavor="research-large", pods=2, gpus_per_pod=8), eks, prices)
     assert (large.instance_type, large.hosts, large.pool, large.cap) == (
         "p4d.24xlarge", 2, "large", timedelta(hours=1),
     )  # fmt: skip
@@ -73,6 +73,18 @@ def test_tenant_type_hosts_and_cap(eks: StackConfig, prices: PriceTable) -> None
                 {"nvidia.com/gpu": "g4dn-xlarge"}
             ),
             "flavor 'g4dn-xlarge'",
+        ),
+        (  # another tenant's pool: one flavor per tenant pool, so research's Workload cannot land there
+            lambda w: w["status"]["admission"]["podSetAssignments"][0]["flavors"].update(
+                {"nvidia.com/gpu": "product-inference"}
+            ),
+            "flavor 'product-inference' is none of tenant research's GPU pools",
+        ),
+        (  # a flavor named after the instance type alone (before one flavor per tenant pool)
+            lambda w: w["status"]["admission"]["podSetAssignments"][0]["flavors"].update(
+                {"nvidia.com/gpu": "g5-12xlarge"}
+            ),
+            "its flavors: research-large, research-training",
         ),
         (
             lambda w: w["status"]["admission"]["podSetAssignments"][0]["resourceUsage"].update(
@@ -104,7 +116,7 @@ def test_a_pod_larger_than_any_node_and_two_gpu_types_are_refused(
         workload_request(workload(gpus_per_pod=8), eks, prices)
     document = workload()
     assignments = document["status"]["admission"]["podSetAssignments"]
-    assignments.append({**assignments[0], "name": "big", "flavors": {"nvidia.com/gpu": "p4d-24xlarge"}})
+    assignments.append({**assignments[0], "name": "big", "flavors": {"nvidia.com/gpu": "research-large"}})
     with pytest.raises(WorkloadError, match="two GPU types"):
         workload_request(document, eks, prices)
     with pytest.raises(WorkloadError, match="not a JSON object"):

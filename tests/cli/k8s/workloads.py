@@ -15,7 +15,7 @@ def workload(
     *,
     namespace: str = "research",
     queue: str = "research",
-    flavor: str = "g5-12xlarge",
+    flavor: str = "research-training",  # the ResourceFlavor of research's pool "training"
     pods: int = 1,
     gpus_per_pod: int = 4,
     max_seconds: int | None = 3600,

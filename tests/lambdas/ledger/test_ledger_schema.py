@@ -241,8 +241,7 @@ def test_a_function_file_list_that_disagrees_with_the_folder_is_refused(
 
 
 def test_the_shipped_migrations_explain_their_missing_numbers() -> None:
-    # 0022: a parallel change's (closed periods), listed until it is merged beside 0023 (attributions).
-    assert unused_numbers() == {8, 9, 18, 19, 25, 26, 27}  # 25-27: until the work numbered so lands
+    assert unused_numbers() == {8, 9, 18, 19}
     numbers = {migration.version for migration in NUMBERED}
     assert numbers | unused_numbers() == set(range(1, max(numbers) + 1))
 
