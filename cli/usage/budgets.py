@@ -179,7 +179,9 @@ def budget_summary(budget: Budget) -> tuple[dict[str, Any], str]:
         "tenant": budget.tenant,
         "period": budget.period,
         "timezone": budget.timezone,
-        "limit_usd": None if budget.limit_usd is None else str(budget.limit_usd),  # amounts: decimal strings
+        "limit_usd": None
+        if budget.limit_usd is None
+        else f"{budget.limit_usd:.2f}",  # as the ledger keeps it
         "soft_thresholds": [float(threshold) for threshold in budget.soft_thresholds],
         "actions": actions,
         "gpu_hours": None if budget.gpu_hours is None else str(budget.gpu_hours),

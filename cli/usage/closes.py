@@ -81,9 +81,7 @@ def with_closes(
 
     from cli.usage.invoices import TenantReport
     from guardrails.invoice import Invoice
-    from guardrails.ledger import Usage
     from lambdas.ledger.closes import PeriodCloses, between_closes
-    from lambdas.ledger.store import UsageRow
 
     closes = PeriodCloses(store)
     known = closes.closes(list(tenants) or None)
@@ -99,21 +97,15 @@ def with_closes(
             if not invoice.lines:  # closed with nothing billed: not shown, as an open month's idle tenant
                 report_of.pop(tenant, None)
                 continue
-            rows = [
-                UsageRow(
-                    tenant, line.pool, line.instance_type, Usage(line.accelerator_ms, line.usd_hour_ms), 0
-                )
-                for line in invoice.lines
-                if not line.late
-            ]
-            report_of[tenant] = TenantReport(tenant, _merged(rows))
+            report_of[tenant] = _report_of(invoice)
             result.append(invoice)
             continue
         late = closes.late_lines_for(tenant=tenant, period=period, now=now, closes=known)
         live = by_tenant.get(tenant)
         bounds = between_closes(tenant, period, window, known)
         if bounds != window:  # its budget's zone changed since a close next to this month
-            live, report_of[tenant] = _between_closes(store, tenant, bounds, now=now, forecast=live)
+            live = _between_closes(store, tenant, bounds, now=now, forecast=live)
+            report_of[tenant] = _report_of(live)
             if not live.lines:
                 live = None
                 report_of.pop(tenant, None)
@@ -134,16 +126,29 @@ def _between_closes(
     *,
     now: datetime,
     forecast: Invoice | None,
-) -> tuple[Invoice, TenantReport]:
-    """``tenant``'s own invoice and usage rows in ``bounds``, its open month between its closes."""
-    from cli.usage.invoices import usage_report
+) -> Invoice:
+    """``tenant``'s own invoice in ``bounds``, its open month between its closes."""
     from guardrails.invoice import Invoice
 
     since, until = bounds
     lines = store.invoice_lines(now=now, since=since, until=until, tenants=[tenant])
-    (report,) = usage_report(store, now=now, since=since, until=until, tenants=[tenant])
-    invoice = Invoice(tenant, since, until, tuple(lines), None if forecast is None else forecast.forecast_usd)
-    return invoice, report
+    return Invoice(tenant, since, until, tuple(lines), None if forecast is None else forecast.forecast_usd)
+
+
+def _report_of(invoice: Invoice) -> TenantReport:
+    """The usage rows of an invoice's own lines (late ones are another month's usage)."""
+    from cli.usage.invoices import TenantReport
+    from guardrails.ledger import Usage
+    from lambdas.ledger.store import UsageRow
+
+    rows = [
+        UsageRow(
+            invoice.tenant, line.pool, line.instance_type, Usage(line.accelerator_ms, line.usd_hour_ms), 0
+        )
+        for line in invoice.lines
+        if not line.late
+    ]
+    return TenantReport(invoice.tenant, _merged(rows))
 
 
 def month_bounds(

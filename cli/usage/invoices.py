@@ -189,7 +189,8 @@ def tenant_invoices(
 
 def billing_period(start: datetime, zone: str) -> tuple[datetime, datetime]:
     """The month ``start`` falls in, in ``zone``: the billing period of a report that starts there."""
-    from guardrails.runway import period_bounds, time_zone
+    from guardrails.runway import period_bounds
+    from guardrails.time_zones import time_zone
 
     where = time_zone(zone, "--timezone")
     first, end = period_bounds("month", start, zone)
