@@ -165,8 +165,14 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     "--focus-version", type=click.Choice(["1.3", "1.2"]), default="1.3", show_default=True,
     help="The FOCUS version --format focus writes, e.g. --focus-version 1.2.",
 )  # fmt: skip
+@click.option(
+    "--with-savings", is_flag=True,
+    help="markdown: add what the guardrails saved in the month as a section (ledger savings).",
+)  # fmt: skip
 @wide_option
-def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: Any) -> None:
+def report(
+    tenants: tuple[str, ...], output: str, focus_version: str, with_savings: bool, **window: Any
+) -> None:
     """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
     instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
     model, price source and date, currency, subtotal, total and a month-end forecast. A month that
@@ -180,6 +186,7 @@ def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: 
           > parkbrake-focus-2026-11.csv
     """
     from cli.usage.invoices import report_invoices, report_window
+    from cli.usage.savings import month_savings
     from lambdas.ledger.attributions import (
         attribute_hint,
         unattributed_hosts,
@@ -190,15 +197,24 @@ def report(tenants: tuple[str, ...], output: str, focus_version: str, **window: 
 
     now = datetime.now(UTC)
     report_window(now, **window)  # bad flags fail before the database is asked
+    if with_savings and (output != "markdown" or window["since"] or window["until"]):
+        raise InputError("--with-savings: a month's markdown invoice only; add --format markdown and --month")
     store = store_from_environment()
     try:
         invoices, (start, end, zone) = report_invoices(store, tenants, window=window, now=now)
+        saved = (
+            month_savings(store, window["month"] or f"{start:%Y-%m}", tenants, now) if with_savings else None
+        )
         listed = output == "text" and (not tenants or "unattributed" in tenants)
         unattributed = unattributed_hosts(store, now=now, since=start, until=end) if listed else []
         waiting = waiting_stops(store, now=now) if listed else []
     finally:
         store.close()
     _print_report(invoices, output, focus_version, (start, end, zone))
+    if saved is not None:
+        from guardrails.savings import savings_markdown
+
+        click.echo("\n" + savings_markdown(saved[0], saved[1]))
     if unattributed:  # usage metered for no tenant, with the command that attributes it
         click.echo(attribute_hint(unattributed))
     if waiting:  # stops that close nothing yet: their starts are missing
@@ -325,21 +341,13 @@ def savings(month: str, tenants: tuple[str, ...], output: str) -> None:
     Example:
       parkbrake ledger savings --month 2026-11 --tenant research
     """
-    from cli.usage.savings import print_savings, savings_document, tenant_month_savings
+    from cli.usage.savings import month_savings, print_savings, savings_document
     from guardrails.savings import savings_markdown
-    from lambdas.ledger.closes import parse_period
     from lambdas.ledger.store import store_from_environment
 
-    month = parse_period(month, "--month")
     store = store_from_environment()
     try:
-        found = tenant_month_savings(
-            store,
-            month=month,
-            tenants=tenants,
-            default_cap=metering_settings(os.environ).default_max_runtime,
-            now=datetime.now(UTC),
-        )
+        month, found = month_savings(store, month, tenants, datetime.now(UTC))
     finally:
         store.close()
     if output == "json":

@@ -93,6 +93,9 @@ class RunwayTotals:
     spent_accelerator_ms: int = 0
     committed_accelerator_ms: int = 0
     reserved_accelerator_ms: int = 0
+    # When the first running host reaches its cap (its worst case ends): the earliest moment a
+    # budget held by running hosts can free anything (None: no host running).
+    first_cap_end_ms: int | None = None
 
 
 def runway_totals(
@@ -106,18 +109,21 @@ def runway_totals(
     """The totals of one tenant's intervals (the pure twin of the ledger store's runway query)."""
     spent = committed = burn = Decimal(0)
     hosts = accelerators = 0
+    cap_ends: list[int] = []
     for interval in intervals:
         who = interval.attribution
         billed_until_ms = interval.billed_until_ms(now_ms)
         spent += prices.usd_hour_ms(who, max(interval.started_ms, period_start_ms), billed_until_ms)
         if interval.is_open:
-            committed += prices.usd_hour_ms(
-                who, billed_until_ms, interval.projected_until_ms(now_ms, default_cap_ms)
-            )
+            cap_end_ms = interval.projected_until_ms(now_ms, default_cap_ms)
+            committed += prices.usd_hour_ms(who, billed_until_ms, cap_end_ms)
+            cap_ends.append(cap_end_ms)
             burn += prices.usd_per_hour_at(who, now_ms)
             hosts += 1
             accelerators += interval.attribution.accelerators
-    return RunwayTotals(spent, committed, burn, hosts, accelerators)
+    return RunwayTotals(
+        spent, committed, burn, hosts, accelerators, first_cap_end_ms=min(cap_ends, default=None)
+    )
 
 
 @dataclass(frozen=True)

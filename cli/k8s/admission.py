@@ -32,6 +32,7 @@ from cli.k8s.workload import WorkloadRequest
 from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.launch import AdmissionRequest
+from guardrails.ledger import from_ms
 from guardrails.runway import TenantRunway, period_bounds
 from lambdas.ledger.connections import LedgerUnavailable
 from lambdas.ledger.decisions import DecisionLedger
@@ -134,8 +135,9 @@ def retry_after(
     admission: Admission, runway: TenantRunway | None, *, lease: timedelta, default_cap: timedelta
 ) -> tuple[timedelta, str]:
     """When a refused Workload can pass, and why then: after the lease when reservations for hosts
-    starting alone stand in the way; after the default cap (the longest a running host's worst case
-    stays committed) when running hosts do; else at the period's end, when the budget renews."""
+    starting alone stand in the way; when the first running host reaches its cap (its worst case
+    stops being committed) when running hosts do; else at the period's end, when the budget renews.
+    Never sooner than a minute, never past the period's end."""
     if runway is None:
         return lease, "no budget period to wait for"
     remaining = admission.remaining_usd or Decimal(0)
@@ -145,7 +147,13 @@ def retry_after(
         return min(lease, to_period_end), f"${runway.reserved_usd:.2f} is reserved for hosts starting"
     if admission.needed_usd <= remaining + runway.reserved_usd + runway.committed_usd:
         held = runway.reserved_usd + runway.committed_usd
-        return min(default_cap, to_period_end), f"${held:.2f} is held by hosts running or starting"
+        first = runway.totals.first_cap_end_ms
+        until_first = default_cap if first is None else from_ms(first) - runway.now
+        return (
+            min(max(until_first, timedelta(minutes=1)), to_period_end),
+            f"${held:.2f} is held by hosts running or starting, the first of them capped in "
+            f"{format_duration(max(until_first, timedelta(0)))}",
+        )
     return to_period_end, f"the {runway.budget.period}'s budget renews at {period_end.isoformat()}"
 
 

@@ -301,7 +301,12 @@ def park(
     )
     if output == "json":
         click.echo(json.dumps(result.as_dict(), indent=2))
-    else:
+    echo_changes(result, output=output)
+
+
+def echo_changes(result: KubernetesPark, *, output: str) -> None:
+    """What changed, an object a line (text), and every failure on stderr; exit 1 if any failed."""
+    if output != "json":
         for item in result.objects:
             if item.name != "*" and not item.error:
                 click.echo(f"{item.kind} {item.name}: {item.change} ({item.status})")

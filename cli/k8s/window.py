@@ -28,6 +28,7 @@ from cli.k8s.park import (
     ObjectChange,
     Status,
     delete_claim,
+    echo_changes,
     listed,
 )
 from cli.k8s.server_options import api_from_options, with_server_options
@@ -139,10 +140,4 @@ def window(
         click.echo(json.dumps({"open": state.open, "reason": state.reason, **result.as_dict()}, indent=2))
     else:
         click.echo(f"window {'open' if state.open else 'closed'}: {state.reason}")
-        for item in result.objects:
-            if item.name != "*" and not item.error:
-                click.echo(f"{item.kind} {item.name}: {item.change} ({item.status})")
-        for error in result.errors:
-            click.echo(f"failed: {error}", err=True)
-    if result.errors:
-        click.get_current_context().exit(1)
+    echo_changes(result, output=output)

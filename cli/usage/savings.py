@@ -15,6 +15,21 @@ if TYPE_CHECKING:
     from lambdas.ledger.store import LedgerStore
 
 
+def month_savings(
+    store: LedgerStore, month: str, tenants: Sequence[str], now: datetime
+) -> tuple[str, list[Saving]]:
+    """``--month`` checked, and its savings at the stack's default cap (the meter's setting): what
+    ``ledger savings`` and ``ledger report --with-savings`` show."""
+    import os
+
+    from cli.usage.budgets import metering_settings
+    from lambdas.ledger.closes import parse_period
+
+    month = parse_period(month, "--month")
+    default_cap = metering_settings(os.environ).default_max_runtime
+    return month, tenant_month_savings(store, month=month, tenants=tenants, default_cap=default_cap, now=now)
+
+
 def tenant_month_savings(
     store: LedgerStore, *, month: str, tenants: Sequence[str], default_cap: timedelta, now: datetime
 ) -> list[Saving]:

@@ -114,7 +114,7 @@ def _runway(row: Sequence[Any], now: datetime) -> TenantRunway:
         unpriced,
         zone,
     ) = row[:13]
-    gpu_hours, source = row[14:16]
+    gpu_hours, source, first_cap_end_ms = row[14:17]
     if limit is None:  # no budget: usage is shown against the calendar month
         budget = Budget(tenant, None, actions=frozenset(actions))
     else:
@@ -136,6 +136,7 @@ def _runway(row: Sequence[Any], now: datetime) -> TenantRunway:
         int(gpus),
         Decimal(reserved),
         int(unpriced),
+        first_cap_end_ms=None if first_cap_end_ms is None else int(first_cap_end_ms),
     )
     start = (
         from_ms(row[13])

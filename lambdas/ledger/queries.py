@@ -300,7 +300,8 @@ WHERE %(tenants)s::text[] IS NULL OR t.tenant = ANY(%(tenants)s::text[])
 # running hosts cost per hour now (burn) and how many of them have no price. A period that starts
 # off a UTC midnight (a tenant in its own time zone) takes its closed intervals' cost from the start
 # to the first UTC midnight from the intervals themselves, and the daily rollup after it. The last
-# two columns are the budget's time zone and its period's start (NULL: a pair not passed in).
+# columns are the budget's time zone and its period's start (NULL: a pair not passed in), its GPU-hour
+# limit and source, and when its first running host reaches its cap (NULL: none running).
 RUNWAYS = """
 WITH budgeted AS (
     SELECT t.tenant, t.actions, b.limit_usd, coalesce(b.period, 'month') AS period, b.soft_thresholds,
@@ -379,7 +380,8 @@ WITH budgeted AS (
     GROUP BY v.tenant
 ), burning AS (
     SELECT r.tenant, sum(p.usd_per_hour) AS usd_per_hour, count(*) AS hosts,
-           sum(r.accelerators) AS accelerators, count(*) FILTER (WHERE p.usd_per_hour IS NULL) AS unpriced
+           sum(r.accelerators) AS accelerators, count(*) FILTER (WHERE p.usd_per_hour IS NULL) AS unpriced,
+           min(r.projected_until_ms) AS first_cap_end_ms
     FROM running r
     LEFT JOIN LATERAL ledger_prices_for(r.instance_type, r.region, r.pricing_model, r.zone) AS p
            ON p.from_ms <= %(now_ms)s AND p.until_ms > %(now_ms)s
@@ -391,7 +393,7 @@ SELECT s.tenant, s.actions, s.limit_usd, s.period, s.soft_thresholds,
        coalesce(committed.usd_hour_ms, 0),
        coalesce(burning.usd_per_hour, 0), coalesce(burning.hosts, 0), coalesce(burning.accelerators, 0),
        coalesce(reserved.usd_hour_ms, 0), coalesce(burning.unpriced, 0), s.timezone, s.period_start_ms,
-       s.gpu_hours, s.source
+       s.gpu_hours, s.source, burning.first_cap_end_ms
 FROM scope s
 LEFT JOIN closed_spent USING (tenant)
 LEFT JOIN closed_partial USING (tenant)

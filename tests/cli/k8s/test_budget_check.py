@@ -15,6 +15,7 @@ from lambdas.ledger.store import LedgerStore
 from stacks.config import StackConfig
 from tests.cli.k8s.conftest import set_budget
 from tests.cli.k8s.workloads import workload
+from tests.lambdas.ledger.ledger_streams import T0, at, ms, step, who
 
 NOW = datetime(2026, 12, 2, 5, 0, tzinfo=UTC)
 
@@ -93,3 +94,22 @@ def test_a_tenant_without_a_budget_is_ready(check: BudgetCheck, eks: StackConfig
     decision = check.decide(workload_request(workload(gpus_per_pod=1), eks, prices), now=NOW)  # no budget set
     assert decision.state == "Ready"
     assert decision.request.instance_type == "g5.12xlarge"
+
+
+def test_money_held_by_running_hosts_is_retried_when_the_first_of_them_reaches_its_cap(
+    check: BudgetCheck, store: LedgerStore, eks: StackConfig, prices: PriceTable
+) -> None:
+    set_budget(store, "research", "20")
+    store.append(
+        [
+            step("run-1", "i-1", "running", ms(0), who("research", "training", "g5.12xlarge", 120)),
+            step("run-2", "i-2", "running", ms(0), who("research", "training", "g5.12xlarge", 60)),
+        ],
+        source="meter",
+        received_at=T0,
+    )  # $1.89 spent by minute 10, $15.13 still committed to the two caps: $2.98 left
+    request = workload_request(workload(pods=1, gpus_per_pod=4, max_seconds=3600), eks, prices)
+    decision = check.decide(request, now=at(10))
+    assert decision.state == "Retry"
+    assert decision.requeue_after == timedelta(minutes=50)  # i-2's cap ends at minute 60, not the default cap
+    assert "held by hosts running or starting, the first of them capped in 50m" in decision.message

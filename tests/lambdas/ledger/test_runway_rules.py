@@ -95,7 +95,9 @@ def test_runway_totals_of_a_running_host() -> None:
     book = us_east_book([("g5.xlarge", None, Decimal(2))])
     intervals = intervals_from([step("r", "i-1", "running", ms(0), who(cap_minutes=60))])
     totals = runway_totals(intervals, book, period_start_ms=ms(-600), now_ms=ms(15), default_cap_ms=1)
-    assert totals == RunwayTotals(Decimal(2 * 15 * 60_000), Decimal(2 * 45 * 60_000), Decimal(2), 1, 1)
+    assert totals == RunwayTotals(
+        Decimal(2 * 15 * 60_000), Decimal(2 * 45 * 60_000), Decimal(2), 1, 1, first_cap_end_ms=ms(60)
+    )
 
 
 def test_thresholds_and_the_limit_are_measured_on_spent_plus_committed() -> None:

@@ -142,6 +142,24 @@ def test_the_cli_prints_each_figure_beside_its_decision_in_parkbrake_log(
     assert "--month" in bad.output
 
 
+def test_the_markdown_invoice_carries_the_savings_as_a_section(
+    ledger_url: str, history: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    invoice = ["ledger", "report", "--tenant", "research", "--month", "2036-11", "--format", "markdown"]
+    result = CliRunner().invoke(parkbrake, [*invoice, "--with-savings"])
+    assert result.exit_code == 0, result.output
+    plain = CliRunner().invoke(parkbrake, invoice).stdout
+    assert result.stdout.startswith(plain.rstrip("\n"))  # the invoice unchanged, the section after it
+    section = result.stdout[len(plain) :]
+    assert section.lstrip("\n").startswith("### What the guardrails saved, 2036-11")
+    assert f"| research | training | deadline | 1 | 7.933333 | 32.499495 | #{history['i-a']} |" in section
+    assert "| product |" not in section  # the report's tenants only
+    wrong = CliRunner().invoke(parkbrake, ["ledger", "report", "--month", "2036-11", "--with-savings"])
+    assert wrong.exit_code == 2
+    assert "--with-savings: a month's markdown invoice only" in wrong.output
+
+
 def host(**overrides: object) -> StoppedHost:
     fields: dict[str, object] = {
         "decision_id": 1, "decided_at": NOVEMBER, "kind": "stop", "actor": "reaper", "rule": "orphaned",
