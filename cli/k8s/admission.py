@@ -135,9 +135,10 @@ def retry_after(
     admission: Admission, runway: TenantRunway | None, *, lease: timedelta, default_cap: timedelta
 ) -> tuple[timedelta, str]:
     """When a refused Workload can pass, and why then: after the lease when reservations for hosts
-    starting alone stand in the way; when the first running host reaches its cap (its worst case
-    stops being committed) when running hosts do; else at the period's end, when the budget renews.
-    Never sooner than a minute, never past the period's end."""
+    starting alone stand in the way; when running hosts' worst cases do, money comes back only when
+    one of them stops before its cap, which may be any moment: looked at again after the default cap,
+    or when the first of them reaches its cap if sooner (its worst case is settled then); else at the
+    period's end, when the budget renews. Never sooner than a minute, never past the period's end."""
     if runway is None:
         return lease, "no budget period to wait for"
     remaining = admission.remaining_usd or Decimal(0)
@@ -150,7 +151,7 @@ def retry_after(
         first = runway.totals.first_cap_end_ms
         until_first = default_cap if first is None else from_ms(first) - runway.now
         return (
-            min(max(until_first, timedelta(minutes=1)), to_period_end),
+            min(max(min(until_first, default_cap), timedelta(minutes=1)), to_period_end),
             f"${held:.2f} is held by hosts running or starting, the first of them capped in "
             f"{format_duration(max(until_first, timedelta(0)))}",
         )

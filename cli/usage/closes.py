@@ -9,11 +9,10 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cli.usage.invoices import TenantReport
     from guardrails.invoice import Invoice
     from lambdas.aws.environment import ClientFactory
     from lambdas.ledger.closes import CloseOutcome
-    from lambdas.ledger.store import LedgerStore, UsageRow
+    from lambdas.ledger.store import LedgerStore
 
 
 def closing_now() -> datetime:
@@ -67,56 +66,47 @@ def close_summary(outcomes: Sequence[CloseOutcome]) -> list[str]:
 def with_closes(
     store: LedgerStore,
     invoices: Sequence[Invoice],
-    reports: Sequence[TenantReport],
     *,
     tenants: Sequence[str],
     period: str,
     window: tuple[datetime, datetime],
     now: datetime,
-) -> tuple[list[Invoice], list[TenantReport]]:
-    """A month's invoices as closing decides them: each closed tenant's is its snapshot (and its usage
-    rows the snapshot's own lines), each open one's carries the late lines of closed months before it
-    (a tenant with nothing but late lines this month included)."""
+) -> list[Invoice]:
+    """A month's invoices as closing decides them: each closed tenant's is its snapshot, each open
+    one's carries the late lines of closed months before it (a tenant with nothing but late lines
+    this month included)."""
     from dataclasses import replace
 
-    from cli.usage.invoices import TenantReport
     from guardrails.invoice import Invoice
     from lambdas.ledger.closes import PeriodCloses, between_closes
 
     closes = PeriodCloses(store)
     known = closes.closes(list(tenants) or None)
     if not known:
-        return list(invoices), list(reports)
+        return list(invoices)
     by_tenant = {invoice.tenant: invoice for invoice in invoices}
-    report_of = {report.tenant: report for report in reports}
     result = []
     for tenant in sorted(set(by_tenant) | {owner for owner, _ in known}):
         close = known.get((tenant, period))
         if close is not None:
             invoice = closes.snapshot(close)
-            if not invoice.lines:  # closed with nothing billed: not shown, as an open month's idle tenant
-                report_of.pop(tenant, None)
-                continue
-            report_of[tenant] = _report_of(invoice)
-            result.append(invoice)
+            if invoice.lines:  # closed with nothing billed: not shown, as an open month's idle tenant
+                result.append(invoice)
             continue
         late = closes.late_lines_for(tenant=tenant, period=period, now=now, closes=known)
         live = by_tenant.get(tenant)
         bounds = between_closes(tenant, period, window, known)
         if bounds != window:  # its budget's zone changed since a close next to this month
             live = _between_closes(store, tenant, bounds, now=now, forecast=live)
-            report_of[tenant] = _report_of(live)
             if not live.lines:
                 live = None
-                report_of.pop(tenant, None)
         if live is None:  # nothing of its own this month: shown for its late lines only
             if not late:
                 continue
             live = Invoice(tenant, *bounds, ())
-            report_of.setdefault(tenant, TenantReport(tenant, []))
         own = tuple(replace(line, service_period=period) for line in live.lines)
         result.append(replace(live, lines=own + tuple(late)))
-    return result, [report_of[tenant] for tenant in sorted(report_of)]
+    return result
 
 
 def _between_closes(
@@ -133,22 +123,6 @@ def _between_closes(
     since, until = bounds
     lines = store.invoice_lines(now=now, since=since, until=until, tenants=[tenant])
     return Invoice(tenant, since, until, tuple(lines), None if forecast is None else forecast.forecast_usd)
-
-
-def _report_of(invoice: Invoice) -> TenantReport:
-    """The usage rows of an invoice's own lines (late ones are another month's usage)."""
-    from cli.usage.invoices import TenantReport
-    from guardrails.ledger import Usage
-    from lambdas.ledger.store import UsageRow
-
-    rows = [
-        UsageRow(
-            invoice.tenant, line.pool, line.instance_type, Usage(line.accelerator_ms, line.usd_hour_ms), 0
-        )
-        for line in invoice.lines
-        if not line.late
-    ]
-    return TenantReport(invoice.tenant, _merged(rows))
 
 
 def month_bounds(
@@ -173,14 +147,3 @@ def month_bounds(
         return window
     since, until = bounds.pop()
     return since.astimezone(window[0].tzinfo), until.astimezone(window[1].tzinfo)
-
-
-def _merged(rows: Sequence[UsageRow]) -> list[UsageRow]:
-    """One row per pool and instance type (a snapshot has a line per region and price)."""
-    from lambdas.ledger.store import UsageRow
-
-    sums: dict[tuple[str, str, str], UsageRow] = {}
-    for row in rows:
-        before = sums.get(row.key)
-        sums[row.key] = row if before is None else UsageRow(*row.key, before.usage + row.usage, 0)
-    return [sums[key] for key in sorted(sums)]

@@ -144,9 +144,7 @@ def zone_invoices(
         from cli.usage.closes import with_closes
 
         period = window["month"] or f"{start:%Y-%m}"
-        invoices, _ = with_closes(
-            store, invoices, [], tenants=tenants, period=period, window=(start, end), now=now
-        )
+        invoices = with_closes(store, invoices, tenants=tenants, period=period, window=(start, end), now=now)
     finished = finished_invoices(
         store, invoices, period=period, zone=zone, billing=billing_period(start, zone), now=now
     )

@@ -151,11 +151,13 @@ def run_reconciler(
     } | result.as_dict()
 
 
-def stack_budgets_step(store: LedgerStore, *, now: datetime) -> tuple[list[dict[str, Any]], list[str]]:
+def stack_budgets_step(
+    store: LedgerStore, *, stack: str, now: datetime
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The stack's budgets (``PARKBRAKE_STACK_BUDGETS``) applied once per container: a deploy that
     changes them starts new containers. A failure is the run's error, never the end of the run."""
     try:
-        return apply_declared_once(store, os.environ, now=now), []
+        return apply_declared_once(store, os.environ, stack=stack, now=now), []
     except Exception as error:  # reported with the run's other errors; the next container tries again
         log.exception("applying the stack's budgets failed")
         return [], [f"applying the stack's budgets failed: {error}"]
@@ -168,7 +170,7 @@ def reconcile_ledger(
     no price and about usage metered for no tenant, then the heartbeat (a failure before it raises,
     and the heartbeat's alarm pages)."""
     outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now)
-    outcome["stack_budgets"], budget_errors = stack_budgets_step(store, now=now)
+    outcome["stack_budgets"], budget_errors = stack_budgets_step(store, stack=settings.stack or "", now=now)
     outcome["errors"] = [
         *outcome.get("errors", []),
         *budget_errors,

@@ -125,14 +125,13 @@ _APPLIED: set[str] = set()  # per container: the declarations applied already
 
 
 def apply_declared_once(
-    store: LedgerStore, environ: Mapping[str, str], *, now: datetime
+    store: LedgerStore, environ: Mapping[str, str], *, stack: str, now: datetime
 ) -> list[dict[str, Any]]:
     """The Lambdas' step: apply ``PARKBRAKE_STACK_BUDGETS`` once per container (a deploy that
-    changes it starts new containers), as the stack (actor ``stack:<name>``)."""
+    changes it starts new containers), as the stack (actor ``stack:<name>``, the settings' stack)."""
     text = environ.get(STACK_BUDGETS)
     if not text or text in _APPLIED:
         return []
-    stack = environ.get("PARKBRAKE_STACK", "")
     outcomes = apply_stack_budgets(store, stack, budgets_from_json(text), now=now, actor=f"stack:{stack}")
     _APPLIED.add(text)
     return [outcome.as_dict() for outcome in outcomes]

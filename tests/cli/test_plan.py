@@ -180,7 +180,7 @@ def test_the_answer_comes_first_and_item_names_are_whole_at_80_columns(
 
     every_rule_passes = f"Policies: all {len(RULES)} pass"
     assert all(figure in opening for figure in ("unparked", "parked", "worst case", every_rule_passes))
-    assert "$11,034.77" in opening
+    assert "$11,034.87" in opening
     assert max(len(line.rstrip()) for line in lines) <= 80
     table = lines[lines.index(next(line for line in lines if line.startswith("Cost items"))) :]
     names = [line.split()[0] for line in table[3:15]]
@@ -188,7 +188,7 @@ def test_the_answer_comes_first_and_item_names_are_whole_at_80_columns(
     assert "cache-replication-group" in names
     assert "…" not in "\n".join(table[:20])
     # the tree comes last: after the verdict table
-    assert lines.index("Policies") < lines.index("182 resources")
+    assert lines.index("Policies") < lines.index("185 resources")
 
 
 def test_a_narrow_terminal_stacks_the_items_rather_than_dropping_a_figure(
@@ -197,7 +197,7 @@ def test_a_narrow_terminal_stacks_the_items_rather_than_dropping_a_figure(
     monkeypatch.setenv("COLUMNS", "60")
     output = plan("--project-dir", str(REPO_ROOT), "--no-tree").output
     assert " cache-replication-group (cache)\n   unparked 18.69  parked 18.69  worst case 18.69\n" in output
-    assert "   unparked 849.83  parked 105.85  worst case 11,034.77\n" in output
+    assert "   unparked 849.93  parked 105.95  worst case 11,034.87\n" in output
 
 
 @pytest.mark.parametrize("columns", ["60", "80", "120"])
@@ -248,8 +248,8 @@ def test_a_doubled_gpu_maximum_is_the_headline_of_the_diff(tmp_path: Path) -> No
     markdown = plan("--config", str(current), "--against", str(DEV), "--output", "markdown").output
     lines = markdown.splitlines()
     assert lines[2] == f"**Against `{DEV}`**: worst case +$8,297.12 a month"
-    assert "| worst case | $11,034.77 | $19,331.89 | +$8,297.12 |" in lines
-    assert "| unparked | $849.83 | $849.83 | +$0.00 |" in lines
+    assert "| worst case | $11,034.87 | $19,331.99 | +$8,297.12 |" in lines
+    assert "| unparked | $849.93 | $849.93 | +$0.00 |" in lines
     assert "| training | gpu-pool | $681.96 | $0.00 | $8,297.12 → $16,594.24 (+$8,297.12) |" in lines
     text = plan("--config", str(current), "--against", str(DEV), "--summary").output
     assert f"Against {DEV}: worst case +$8,297.12 a month" in text

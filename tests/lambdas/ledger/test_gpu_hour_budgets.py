@@ -88,7 +88,7 @@ def test_the_cli_sets_gpu_hours_and_runway_shows_used_and_left(
         json.loads(CliRunner().invoke(parkbrake, ["ledger", "runway", "-o", "json"]).stdout)[0][
             "gpu_hours_remaining"
         ]
-        == 400.0
+        == "400.000000"  # an exact decimal string, as every amount in JSON (docs/ledger.md)
     )
 
 

@@ -83,13 +83,13 @@ def test_the_reconciler_applies_the_deployed_budgets_once_per_container(
     declared = budgets_json(
         [StackBudget("research", Decimal(6000)), StackBudget("product", Decimal(2500), Decimal(40))]
     )
-    environ = {STACK_BUDGETS: declared, "PARKBRAKE_STACK": "dev"}
-    first = apply_declared_once(store, environ, now=NOW)
+    environ = {STACK_BUDGETS: declared}
+    first = apply_declared_once(store, environ, stack="dev", now=NOW)
     assert [(entry["tenant"], entry["outcome"]) for entry in first] == [
         ("product", "set"),
         ("research", "set"),
     ]
-    assert apply_declared_once(store, environ, now=NOW) == []  # the same container: once
+    assert apply_declared_once(store, environ, stack="dev", now=NOW) == []  # the same container: once
     assert limits(store, "product") == (Decimal(2500), Decimal(40), "stack")
     (decision,) = DecisionLedger.of(store).read(kinds=["budget-set"], tenant="product")
     assert decision.decision.actor == "stack:dev"
