@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from lambdas.aws import heartbeat
 from lambdas.aws.environment import container_settings, default_clients, ledger_configured
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 # Under ``lambdas``, so that configure_logging makes it a JSON logger in the Lambdas.
 log = logging.getLogger("lambdas.decisions")

@@ -40,7 +40,7 @@ from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.engines import budgeting
 from lambdas.ledger.appends import APPENDED, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore

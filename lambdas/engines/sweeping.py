@@ -31,9 +31,10 @@ from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import PAGE_SIZE, list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.notices import Publication, publish_notices
 from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
-from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
+from lambdas.aws.stop_path import StopOutcome, stop_hosts
 from lambdas.aws.stopped_hosts import Retirement, list_stopped_hosts, retire_hosts, volumes_by_host
 
 log = logging.getLogger(__name__)
