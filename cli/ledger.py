@@ -373,7 +373,7 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
     Example:
       parkbrake ledger replay-dlq --stack prod
     """
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
     from lambdas.engines.replaying import replay_dead_letters
     from lambdas.ledger.store import store_from_environment
 

@@ -68,7 +68,7 @@ class ApiStopResult:
 
 
 def _ec2_client(region: str) -> Any:
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     return client("ec2", region)
 

@@ -182,7 +182,7 @@ class ReleaseResult:
 
 
 def _autoscaling_client(region: str) -> Any:
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     return client("autoscaling", region)
 

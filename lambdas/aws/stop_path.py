@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardrails.hosts import Host
-from lambdas.aws.clients import CONCURRENT_CALLS
 from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.clients import CONCURRENT_CALLS
 
 log = logging.getLogger(__name__)
 
