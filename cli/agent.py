@@ -21,6 +21,7 @@ from cli.options import (
     spot_options,
 )
 from guardrails.durations import format_duration
+from guardrails.idle import QUIET_PERCENT
 from guardrails.settings_table import AGENT_IDLE_AFTER
 
 
@@ -37,7 +38,7 @@ from guardrails.settings_table import AGENT_IDLE_AFTER
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 100),
-    default=5.0,
+    default=QUIET_PERCENT,
     show_default=True,
     help="A GPU at or under this utilisation (percent) with no compute process is idle.",
 )

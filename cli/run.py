@@ -26,6 +26,7 @@ from cli.options import (
 )
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.idle import QUIET_PERCENT
 from guardrails.job_policy import OnExit
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ if TYPE_CHECKING:
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 100),
-    default=5.0,
+    default=QUIET_PERCENT,
     show_default=True,
     help="A GPU at or under this utilisation (percent) is quiet, for --hang-after.",
 )

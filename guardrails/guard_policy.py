@@ -30,10 +30,10 @@ from typing import Any
 from guardrails import names, tags
 from guardrails.duration_patterns import SKIPPED_UNITS, duration_patterns
 from guardrails.instance_types import accelerator_filter_values
+from guardrails.settings_table import DEFAULTS
 
-# The default of PARKBRAKE_MAX_RUNTIME_CEILING (guardrails/settings.py), spelled here so that this pure
-# module needs no settings.
-DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
+# The default of PARKBRAKE_MAX_RUNTIME_CEILING, from the settings table (pure, as this module is).
+DEFAULT_MAX_RUNTIME_CEILING = DEFAULTS.max_runtime_ceiling
 
 VERSION = "2012-10-17"
 TAG_PATTERN = "parkbrake:*"

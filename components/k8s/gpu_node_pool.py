@@ -39,6 +39,7 @@ from components.k8s.common import (
 )
 from guardrails import tags
 from guardrails.durations import format_duration
+from guardrails.settings_table import SWEEP_EVERY
 
 # EKS-optimised Amazon Linux 2023: Karpenter picks its NVIDIA variant for GPU instance types.
 AMI_ALIAS = "al2023@latest"
@@ -61,7 +62,7 @@ class GpuNodePoolArgs:
     parked: bool = False
     capacity_type: Literal["on-demand", "spot"] = "on-demand"
     termination_grace_period: timedelta = timedelta(minutes=30)
-    sweep_every: timedelta = timedelta(minutes=5)  # the guardrails' sweep: one interval more of grace
+    sweep_every: timedelta = SWEEP_EVERY  # the guardrails' sweep: one interval more of grace
     consolidate_after: timedelta = timedelta(minutes=15)
     role: Literal["training", "inference"] = "training"
     owner: str | None = None
