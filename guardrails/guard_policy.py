@@ -54,8 +54,13 @@ def guard_statements(
     ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING,
 ) -> list[dict[str, Any]]:
     """The deny statements shared by the SCP and the permissions boundary."""
-    accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
     allowed_principals = [stack_role_pattern(stack), *deployer_roles]
+    return [*_launch_statements(ceiling), *_tag_edit_statements(allowed_principals, extender_roles)]
+
+
+def _launch_statements(ceiling: timedelta) -> list[dict[str, Any]]:
+    """An accelerator host launched unmanaged, without a cap, or with a cap beyond ``ceiling`` is denied."""
+    accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
     return [
         {
             "Sid": "DenyAcceleratorsNotManaged",
@@ -98,8 +103,16 @@ def guard_statements(
                 }
             },
         },
+    ]
+
+
+def _tag_edit_statements(
+    allowed_principals: Sequence[str], extender_roles: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Edits of ``parkbrake:*`` tags after launch are denied but to the stack's roles (and the extenders')."""
+    return [
         {
-            # Tags given at launch (ec2:CreateAction is set) are what the statements above require.
+            # Tags given at launch (ec2:CreateAction is set) are what _launch_statements require.
             "Sid": "DenyParkbrakeTagEditsOnEC2",
             "Effect": "Deny",
             "Action": ["ec2:CreateTags", "ec2:DeleteTags"],
