@@ -30,7 +30,7 @@ from guardrails.idle import QUIET_PERCENT
 from guardrails.settings_table import SETTINGS, SWEEP_EVERY, Setting
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("cli", "lambdas", "guardrails", "stacks", "components", "services", "policies")
+SCANNED = ("cli", "lambdas", "guardrails", "stacks", "components", "services", "policies", "alerts", "scripts")  # fmt: skip
 DURATION_TEXT = re.compile(r"(\d+[dhms])+")
 OPTION_OR_KEY = re.compile(r"-{0,2}[A-Za-z_][\w.-]{0,80}")
 
