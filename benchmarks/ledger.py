@@ -2,6 +2,7 @@
 
     python -m benchmarks.ledger                   # 10 million events across 1,000 tenants
     python -m benchmarks.ledger --events 200000   # a quick run
+    python -m benchmarks.ledger --events 0 --load 2   # ingest only, both cores busy with spinners
 
 Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver):
 - ingest through ``LedgerStore.append``, in events per second: one event per transaction, alone,
@@ -15,10 +16,13 @@ Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway
   transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second; and
   the storage floor: that COPY into a copy of ``events`` (its keys, indexes and checks), then the
   intervals those events derive to (by the pure reference) inserted into a copy of ``intervals``:
-  what storing the ledger's rows costs before any queueing, deriving or rollups. The
-  one-event figures and the single-row ceiling are measured in turn, in 5 rounds of a fifth of
-  ``--single`` each, and each is the median of its rounds (a ratio is the median of the rounds'
-  ratios): a commit's cost drifts over a run;
+  what storing the ledger's rows costs before any queueing, deriving or rollups. Every figure is
+  measured in turn with the ceiling that bounds it (the one-event ways with the single-row INSERT,
+  the backfill with the COPY and the storage floor), in ``--rounds`` rounds (default 5) each of a
+  share of ``--single`` / ``--batched`` events (benchmarks.rounds): each figure is the median of its
+  rounds with their min–max and the load average, a ratio the median of the rounds' ratios, flagged
+  when it beats its ceiling (a broken ceiling) or moves with the load. ``--load N`` runs N busy
+  processes throughout (load ≥ 2 on the 2-core machine: ``--load 2``);
 - the latency of one tenant's runway query (``LedgerStore.runways``) and month report
   (``LedgerStore.usage_rows``) with ``--events`` events generated in SQL (``generate_series``)
   across ``--tenants`` tenants, and of a full exporter read (every tenant);
@@ -33,7 +37,6 @@ import json
 import random
 import statistics
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,6 +47,16 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from benchmarks.ledger_late import LargeLedger, late_event_figures, print_late
+from benchmarks.rounds import (
+    Figure,
+    Ratio,
+    alternate,
+    busy_load,
+    figure_line,
+    per_round_loads,
+    ratio,
+    warm_up_load,
+)
 from guardrails.ledger import STATES, Attribution, Transition, from_ms, intervals_from, to_ms
 from guardrails.pricing import load_price_table
 from lambdas.ledger.store import LedgerStore
@@ -56,13 +69,8 @@ EVENT_SPACING = timedelta(hours=17)  # ~500 events per host cover a year
 # In the future, so the benchmark's price change three months back is not in the past (refused).
 NOW = datetime(2036, 6, 15, 12, 0, tzinfo=UTC)
 CAP = timedelta(minutes=90)
-SINGLE_ROUNDS = 5  # the one-event figures, each way in turn with its ceiling (run)
-# The one-event ways, each with the name of its ratio to the single-row INSERT ceiling.
-SINGLE_RATIOS = {
-    "ingest_single_events_per_s": "single_vs_ceiling",
-    "settled_single_events_per_s": "settled_single_vs_ceiling",
-    "then_settled_single_events_per_s": "then_settled_single_vs_ceiling",
-}
+# The one-event ways, each compared with the single-row INSERT ceiling of its round.
+SINGLE_WAYS = ("alone", "settled", "then_settled")
 
 
 def fresh_database(url: str) -> str:
@@ -379,91 +387,137 @@ def query_latencies(url: str, tenants: int, repeats: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"events_requested": args.events, "tenants": args.tenants}
-    with postgres_url("parkbrake-bench-pg-") as base_url:
+    results: dict[str, Any] = {"events_requested": args.events, "tenants": args.tenants, "load": args.load}
+    with postgres_url("parkbrake-bench-pg-") as base_url, busy_load(args.load):
+        warm_up_load(args.load)
         url = fresh_database(base_url)
         store = LedgerStore.connect(url)
         store.migrate()
         seed_prices(url)
-        batched = synthetic_transitions(args.batched, "batched")
-
-        def meter(batch: list[Transition]) -> object:
-            return store.append(batch, source="meter", received_at=NOW)
-
-        def meter_settled(batch: list[Transition]) -> object:  # as the meter appends: settled in the call
-            return store.append(batch, source="meter", received_at=NOW, settled=True)
-
-        def backfill(batch: list[Transition]) -> None:  # as `parkbrake ledger ingest` queues a batch
-            store.queue_backfill(batch, received_at=NOW)
-
-        # One event per transaction, each way and the single-row INSERT ceiling in turn, round by
-        # round: a commit's cost drifts with the disk over a run, and a ratio of rates measured
-        # minutes apart measured the drift. Each figure is the median of the rounds'.
-        rounds: dict[str, list[float]] = defaultdict(list)
-        part = max(1, args.single // SINGLE_ROUNDS)
-        hosts = max(1, part * 500 // args.single)  # six events a host in all, as one run of 3,000 had
-        for round_number in range(SINGLE_ROUNDS):
-            tag = f"r{round_number}"
-            rates = ingest_rate(
-                store, synthetic_transitions(part, f"single-{tag}", hosts), 1, meter, settle=False
-            )
-            rounds["ingest_single_events_per_s"].append(rates.appended)
-            rounds["one_settle_events_per_s"].append(rates.settled)
-            settled = synthetic_transitions(part, f"settled-{tag}", hosts)
-            rounds["settled_single_events_per_s"].append(
-                ingest_rate(store, settled, 1, meter_settled, settle=False).whole
-            )
-            then_settled = synthetic_transitions(part, f"then-{tag}", hosts)
-            rounds["then_settled_single_events_per_s"].append(
-                ingest_rate(store, then_settled, 1, meter, settle=True).appended
-            )
-            plain_rows = synthetic_transitions(part, f"ceiling-{tag}", hosts)
-            rounds["ceiling_single_rows_per_s"].append(ceiling_rows_per_second(url, plain_rows, 1))
-        results |= {name: statistics.median(values) for name, values in rounds.items()}
-        results |= {
-            ratio: statistics.median(
-                rate / ceiling
-                for rate, ceiling in zip(rounds[name], rounds["ceiling_single_rows_per_s"], strict=True)
-            )
-            for name, ratio in SINGLE_RATIOS.items()
-        }
-        batched_rates = ingest_rate(store, batched, args.batch_size, backfill, settle=False)
-        results["ingest_batched_events_per_s"] = batched_rates.appended
-        results["backfill_settle_events_per_s"] = batched_rates.settled
-        results["backfill_whole_events_per_s"] = batched_rates.whole
+        results["single"] = single_event_rounds(store, url, args)
+        results["batched"] = batched_rounds(store, url, args)
         store.close()
-        results["ceiling_batched_rows_per_s"] = ceiling_rows_per_second(url, batched, args.batch_size)
-        floor = storage_floor(url, batched, args.batch_size)
-        results["events_table_batched_rows_per_s"] = floor.events_table_rows_per_s
-        results["storage_floor_events_per_s"] = floor.floor_events_per_s
-        large_url = fresh_database(base_url)
-        LedgerStore.connect(large_url).migrate()
-        seed_prices(large_url)
-        results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
-        results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
-        if args.late:
-            results["large"]["closed_months"] = late_event_figures(
-                large_url, large_layout(args.events, args.tenants), late=args.late, repeats=args.repeats
-            )
-    results["batched_vs_ceiling"] = (
-        results["ingest_batched_events_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["backfill_whole_vs_ceiling"] = (
-        results["backfill_whole_events_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["events_table_vs_ceiling"] = (
-        results["events_table_batched_rows_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["storage_floor_vs_ceiling"] = (
-        results["storage_floor_events_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["backfill_whole_vs_floor"] = (
-        results["backfill_whole_events_per_s"] / results["storage_floor_events_per_s"]
-    )
+        if args.events:
+            large_url = fresh_database(base_url)
+            LedgerStore.connect(large_url).migrate()
+            seed_prices(large_url)
+            results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
+            results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
+            if args.late:
+                results["large"]["closed_months"] = late_event_figures(
+                    large_url, large_layout(args.events, args.tenants), late=args.late, repeats=args.repeats
+                )
     return results
 
 
+def single_event_rounds(store: LedgerStore, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One event per transaction, each way and the single-row INSERT ceiling in turn, round by round
+    (a commit's cost drifts over a run: a ratio of rates measured minutes apart measured the drift)."""
+    part = max(1, args.single // args.rounds)
+    hosts = max(1, part * 500 // args.single)  # six events a host in all, as one run of 3,000 had
+    one_settle = Figure()
+
+    def alone(number: int) -> float:
+        rates = ingest_rate(store, synthetic_transitions(part, f"single-r{number}", hosts), 1, _meter(store),
+                            settle=False)  # fmt: skip
+        one_settle.add(rates.settled)
+        return rates.appended
+
+    def settled(number: int) -> float:  # as the meter appends: settled in the same call
+        events = synthetic_transitions(part, f"settled-r{number}", hosts)
+        return ingest_rate(store, events, 1, _meter(store, settled=True), settle=False).whole
+
+    def then_settled(number: int) -> float:
+        events = synthetic_transitions(part, f"then-r{number}", hosts)
+        return ingest_rate(store, events, 1, _meter(store), settle=True).appended
+
+    def ceiling(number: int) -> float:
+        return ceiling_rows_per_second(url, synthetic_transitions(part, f"ceiling-r{number}", hosts), 1)
+
+    figures = alternate(
+        {"alone": alone, "settled": settled, "then_settled": then_settled, "ceiling": ceiling}, args.rounds
+    )
+    figures["one_settle"] = one_settle
+    return {
+        "figures": figures,
+        "ratios": {name: ratio(figures[name], figures["ceiling"]) for name in SINGLE_WAYS},
+    }
+
+
+def _meter(store: LedgerStore, *, settled: bool = False) -> Callable[[list[Transition]], object]:
+    def append(batch: list[Transition]) -> object:
+        return store.append(batch, source="meter", received_at=NOW, settled=settled)
+
+    return append
+
+
+def batched_rounds(store: LedgerStore, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The backfill (queued as ``parkbrake ledger ingest`` queues a batch, then settled), the COPY
+    ceiling and the storage floor in turn, round by round, each round on its own events."""
+    part = max(args.batch_size, args.batched // args.rounds)
+    settle_rates, whole, events_table = Figure(), Figure(), Figure()
+
+    def backfill(number: int) -> float:
+        def queue(batch: list[Transition]) -> None:
+            store.queue_backfill(batch, received_at=NOW)
+
+        rates = ingest_rate(store, synthetic_transitions(part, f"batched-r{number}"), args.batch_size, queue,
+                            settle=False)  # fmt: skip
+        settle_rates.add(rates.settled)
+        whole.add(rates.whole)
+        return rates.appended
+
+    def ceiling(number: int) -> float:
+        return ceiling_rows_per_second(url, synthetic_transitions(part, f"copy-r{number}"), args.batch_size)
+
+    def floor(number: int) -> float:
+        measured = storage_floor(url, synthetic_transitions(part, f"floor-r{number}"), args.batch_size)
+        events_table.add(measured.events_table_rows_per_s)
+        return measured.floor_events_per_s
+
+    figures = alternate({"queued": backfill, "ceiling": ceiling, "floor": floor}, args.rounds)
+    figures |= {"settle": settle_rates, "whole": whole, "events_table": events_table}
+    copy = figures["ceiling"]
+    return {
+        "figures": figures,
+        "ratios": {
+            "queued_vs_ceiling": ratio(figures["queued"], copy),
+            "whole_vs_ceiling": ratio(whole, copy),
+            "events_table_vs_ceiling": ratio(events_table, copy),
+            "floor_vs_ceiling": ratio(figures["floor"], copy),
+            "whole_vs_floor": ratio(whole, figures["floor"]),
+        },
+    }
+
+
 def print_text(results: dict[str, Any], batch_size: int) -> None:
+    single, batched = results["single"], results["batched"]
+    figures, ratios = single["figures"], single["ratios"]
+    print(f"each figure: the median of its rounds [min–max, one-minute load average over them]; "
+          f"a ratio: the median of the rounds' ratios (--load {results['load']} busy processes)")  # fmt: skip
+    print(figure_line("ingest, one event per transaction", figures["alone"], "events/s", ratios["alone"]))
+    print(figure_line("  appended and settled in one call (the meter's whole path)", figures["settled"],
+                      "events/s", ratios["settled"]))  # fmt: skip
+    print(figure_line("  each followed by a settle call", figures["then_settled"], "events/s",
+                      ratios["then_settled"]))  # fmt: skip
+    print(figure_line("  the unsettled run, derived by one settle", figures["one_settle"], "events/s"))
+    print(figure_line("  ceiling: single-row INSERT, same columns", figures["ceiling"], "rows/s"))
+    print(f"  {per_round_loads(figures)}")
+    figures, ratios = batched["figures"], batched["ratios"]
+    print(figure_line(f"ingest, batches of {batch_size} queued as a backfill", figures["queued"], "events/s",
+                      ratios["queued_vs_ceiling"]))  # fmt: skip
+    print(figure_line("  the backfill appended and derived by one settle", figures["settle"], "events/s"))
+    print(figure_line("  the whole backfill, queued and settled", figures["whole"], "events/s",
+                      ratios["whole_vs_ceiling"]))  # fmt: skip
+    print(figure_line(f"  ceiling: COPY of {batch_size} rows, same columns", figures["ceiling"], "rows/s"))
+    print(figure_line("  that COPY into a copy of events (its keys, checks)", figures["events_table"], "rows/s",
+                      ratios["events_table_vs_ceiling"]))  # fmt: skip
+    print(figure_line("  storage floor: and its intervals into a copy of intervals", figures["floor"],
+                      "events/s", ratios["floor_vs_ceiling"]))  # fmt: skip
+    print(f"  the whole backfill against the storage floor: {ratios['whole_vs_floor'].text()}")
+    print(f"  {per_round_loads(figures)}")
+    if "large" not in results:
+        return
     large = results["large"]
     print(f"ingest, one event per transaction: {results['ingest_single_events_per_s']:>10,.0f} events/s"
           f"   ratio {results['single_vs_ceiling']:.2f}")  # fmt: skip
@@ -503,20 +557,32 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
         print_late(large["closed_months"])
 
 
+def _summary(value: object) -> Any:
+    if isinstance(value, Figure | Ratio):
+        return value.summary()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ledger", description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=10_000_000, help="events in the large ledger")
+    parser.add_argument(
+        "--events", type=int, default=10_000_000, help="events in the large ledger (0: skip it)"
+    )
     parser.add_argument("--tenants", type=int, default=1_000)
     parser.add_argument("--single", type=int, default=3_000, help="events appended one per transaction")
     parser.add_argument("--batched", type=int, default=100_000, help="events appended in batches")
     parser.add_argument("--batch-size", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=200, help="runway queries to time")
     parser.add_argument("--late", type=int, default=1_000, help="late events into a closed month (0: skip)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of each way in turn (medians of them)")
+    parser.add_argument("--load", type=int, default=0, help="busy processes spinning through the run")
     parser.add_argument("--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.load < 0:
+        parser.error("--rounds must be at least 1 and --load at least 0")
     results = run(args)
     if args.output == "json":
-        print(json.dumps(results, indent=2))
+        print(json.dumps(results, indent=2, default=_summary))
     else:
         print_text(results, args.batch_size)
 
