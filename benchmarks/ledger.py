@@ -36,6 +36,7 @@ import argparse
 import json
 import random
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,6 +47,11 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from benchmarks.ledger_ceilings import (
+    ceiling_rows_per_second,
+    meter_floor_rows_per_second,
+    storage_floor,
+)
 from benchmarks.ledger_late import LargeLedger, late_event_figures, print_late
 from benchmarks.rounds import (
     Figure,
@@ -57,7 +63,7 @@ from benchmarks.rounds import (
     ratio,
     warm_up_load,
 )
-from guardrails.ledger import STATES, Attribution, Transition, from_ms, intervals_from, to_ms
+from guardrails.ledger import Attribution, Transition, to_ms
 from guardrails.pricing import load_price_table
 from lambdas.ledger.store import LedgerStore
 from tests.postgres import postgres_url
@@ -129,126 +135,6 @@ def ingest_rate(
     return IngestRates(
         len(transitions) / appending, pending / settling, len(transitions) / (appending + settling)
     )
-
-
-CEILING_TABLE = """
-CREATE TABLE IF NOT EXISTS ceiling_events (
-    event_id text, instance_id text, state text, event_time timestamptz, tenant text, pool text,
-    instance_type text, accelerators integer, cap_ms bigint, region text, source text, received_at timestamptz,
-    pricing_model text, zone text
-)
-"""
-# The storage floor: what any derivation that leaves the ledger's rows stored pays at least. The
-# same COPY into a copy of `events` (its primary key, indexes, checks and generated columns), then
-# the intervals those events derive to (guardrails.ledger.intervals_from, the ledger's reference)
-# inserted server-side into a copy of `intervals` (its keys and generated column): storing alone,
-# without queueing, deriving or rollups, and with the intervals' rows handed over for free.
-FLOOR_TABLES = """
-CREATE TABLE IF NOT EXISTS floor_events (LIKE events INCLUDING ALL);
-CREATE TABLE IF NOT EXISTS floor_intervals (LIKE intervals INCLUDING ALL);
-"""
-INTERVAL_COLUMNS = (
-    "opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms, started_ms, ended_ms, closed_by, "
-    "region, pricing_model, zone"
-)
-CEILING_COLUMNS = (
-    "event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators, cap_ms, region, "
-    "source, received_at, pricing_model, zone"
-)
-
-
-def ceiling_rows(transitions: list[Transition]) -> list[tuple[Any, ...]]:
-    return [
-        (t.event_id, t.instance_id, t.state, from_ms(t.at_ms), t.attribution.tenant,
-         t.attribution.pool, t.attribution.instance_type, t.attribution.accelerators, t.attribution.cap_ms,
-         t.attribution.region, "meter", NOW, t.attribution.pricing_model, t.attribution.zone)
-        for t in transitions
-    ]  # fmt: skip
-
-
-def copy_rows(
-    connection: psycopg.Connection[Any],
-    table: str,
-    rows: list[tuple[Any, ...]],
-    batch_size: int,
-    columns: str = CEILING_COLUMNS,
-) -> float:
-    """COPY ``rows`` into ``table``, one COPY of ``batch_size`` rows per transaction; the seconds it took."""
-    started = time.perf_counter()
-    for start in range(0, len(rows), batch_size):
-        with (
-            connection.transaction(),
-            connection.cursor() as cursor,
-            cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
-        ):
-            for row in rows[start : start + batch_size]:
-                copy.write_row(row)
-    return time.perf_counter() - started
-
-
-def ceiling_rows_per_second(url: str, transitions: list[Transition], batch_size: int) -> float:
-    """The same rows into a plain table with the same columns, from the same client on the same
-    server: single-row INSERTs one per transaction, or a COPY per batch of ``batch_size`` rows."""
-    rows = ceiling_rows(transitions)
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(CEILING_TABLE)
-        connection.execute("TRUNCATE ceiling_events")
-        if batch_size > 1:
-            return len(rows) / copy_rows(connection, "ceiling_events", rows, batch_size)
-        started = time.perf_counter()
-        insert = f"INSERT INTO ceiling_events ({CEILING_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
-        for row in rows:
-            connection.execute(insert, row)
-        return len(rows) / (time.perf_counter() - started)
-
-
-@dataclass(frozen=True)
-class StorageFloor:
-    events_table_rows_per_s: float  # the COPY into a copy of events alone
-    floor_events_per_s: float  # that COPY and the intervals' insert: events per second of both
-
-
-def storage_floor(url: str, transitions: list[Transition], batch_size: int) -> StorageFloor:
-    """The COPY of the ceiling into a copy of ``events``, then the intervals the events derive to
-    inserted in one statement into a copy of ``intervals`` (the rows staged, untimed, in a
-    temporary table first)."""
-    intervals = [
-        (i.opened_by, i.instance_id, i.attribution.tenant, i.attribution.pool, i.attribution.instance_type,
-         i.attribution.accelerators, i.attribution.cap_ms, i.started_ms, i.ended_ms, i.closed_by,
-         i.attribution.region, i.attribution.pricing_model, i.attribution.zone)
-        for i in intervals_from(transitions)
-    ]  # fmt: skip
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(FLOOR_TABLES)
-        connection.execute("TRUNCATE floor_events, floor_intervals")
-        # With the sort key events store beside each row (its time in ms, its state's rank).
-        ranks: dict[str, int] = dict(
-            connection.execute(
-                "SELECT s, ledger_state_rank(s) FROM unnest(%s::text[]) AS s", [list(STATES)]
-            ).fetchall()
-        )
-        rows = [
-            (*row, t.at_ms, ranks[t.state])
-            for row, t in zip(ceiling_rows(transitions), transitions, strict=True)
-        ]
-        copying = copy_rows(
-            connection, "floor_events", rows, batch_size, f"{CEILING_COLUMNS}, at_ms, state_rank"
-        )
-        connection.execute(
-            f"CREATE TEMPORARY TABLE staged_intervals AS SELECT {INTERVAL_COLUMNS} FROM intervals LIMIT 0"
-        )
-        with (
-            connection.cursor() as cursor,
-            cursor.copy(f"COPY staged_intervals ({INTERVAL_COLUMNS}) FROM STDIN") as copy,
-        ):
-            for row in intervals:
-                copy.write_row(row)
-        started = time.perf_counter()
-        connection.execute(
-            f"INSERT INTO floor_intervals ({INTERVAL_COLUMNS}) SELECT {INTERVAL_COLUMNS} FROM staged_intervals"
-        )
-        inserting = time.perf_counter() - started
-    return StorageFloor(len(transitions) / copying, len(transitions) / (copying + inserting))
 
 
 def seed_prices(url: str) -> None:
@@ -432,16 +318,44 @@ def single_event_rounds(store: LedgerStore, url: str, args: argparse.Namespace) 
         return ingest_rate(store, events, 1, _meter(store), settle=True).appended
 
     def ceiling(number: int) -> float:
-        return ceiling_rows_per_second(url, synthetic_transitions(part, f"ceiling-r{number}", hosts), 1)
+        return ceiling_rows_per_second(url, synthetic_transitions(part, f"ceiling-r{number}", hosts), 1, NOW)
 
-    figures = alternate(
-        {"alone": alone, "settled": settled, "then_settled": then_settled, "ceiling": ceiling}, args.rounds
-    )
+    def meter_floor(number: int) -> float:
+        return meter_floor_rows_per_second(url, synthetic_transitions(part, f"floor-r{number}", hosts), NOW)
+
+    counted = meter_round_trips(store, synthetic_transitions(100, "counted", hosts))
+    ways = {"alone": alone, "settled": settled, "then_settled": then_settled, "ceiling": ceiling}
+    figures = alternate(ways | {"meter_floor": meter_floor}, args.rounds)
     figures["one_settle"] = one_settle
-    return {
-        "figures": figures,
-        "ratios": {name: ratio(figures[name], figures["ceiling"]) for name in SINGLE_WAYS},
-    }
+    ratios = {name: ratio(figures[name], figures["ceiling"]) for name in (*SINGLE_WAYS, "meter_floor")}
+    ratios["settled_vs_floor"] = ratio(figures["settled"], figures["meter_floor"])
+    return {"figures": figures, "round_trips": counted, "ratios": ratios}
+
+
+@dataclass(frozen=True)
+class RoundTrips:
+    """Per event of the meter's whole path, counted rather than timed."""
+
+    round_trips: float  # the client's waits for the server (ReadyForQuery, from libpq's protocol trace)
+    write_transactions: float  # transaction ids the server assigned (commits that wrote)
+
+
+def meter_round_trips(store: LedgerStore, transitions: list[Transition]) -> RoundTrips:
+    """Append ``transitions`` one by one as the meter does (settled in the call), counting round trips
+    in the client's protocol trace and write transactions by the server's next transaction id."""
+    append = _meter(store, settled=True)
+    with store.connections.connection() as connection, tempfile.TemporaryFile("w+") as trace:
+        next_xid = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"  # assigns no id itself
+        (before,) = connection.execute(next_xid).fetchone() or (0,)
+        connection.pgconn.trace(trace.fileno())
+        connection.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        for transition in transitions:
+            append([transition])
+        connection.pgconn.untrace()
+        (after,) = connection.execute(next_xid).fetchone() or (0,)
+        trace.seek(0)
+        waits = sum(1 for line in trace if "\tReadyForQuery" in line and line.startswith("B"))
+    return RoundTrips(waits / len(transitions), (after - before) / len(transitions))
 
 
 def _meter(store: LedgerStore, *, settled: bool = False) -> Callable[[list[Transition]], object]:
@@ -468,10 +382,12 @@ def batched_rounds(store: LedgerStore, url: str, args: argparse.Namespace) -> di
         return rates.appended
 
     def ceiling(number: int) -> float:
-        return ceiling_rows_per_second(url, synthetic_transitions(part, f"copy-r{number}"), args.batch_size)
+        return ceiling_rows_per_second(
+            url, synthetic_transitions(part, f"copy-r{number}"), args.batch_size, NOW
+        )
 
     def floor(number: int) -> float:
-        measured = storage_floor(url, synthetic_transitions(part, f"floor-r{number}"), args.batch_size)
+        measured = storage_floor(url, synthetic_transitions(part, f"floor-r{number}"), args.batch_size, NOW)
         events_table.add(measured.events_table_rows_per_s)
         return measured.floor_events_per_s
 
@@ -502,6 +418,12 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
                       ratios["then_settled"]))  # fmt: skip
     print(figure_line("  the unsettled run, derived by one settle", figures["one_settle"], "events/s"))
     print(figure_line("  ceiling: single-row INSERT, same columns", figures["ceiling"], "rows/s"))
+    print(figure_line("  the meter's floor: its event and interval stored, one statement", figures["meter_floor"],
+                      "events/s", ratios["meter_floor"]))  # fmt: skip
+    print(f"  the meter's whole path against its floor: {ratios['settled_vs_floor'].text()}")
+    counted = single["round_trips"]
+    print(f"  the meter's whole path per event: {counted.round_trips:.2f} round trips, "
+          f"{counted.write_transactions:.2f} write transactions (its floor and the ceiling: 1 and 1)")  # fmt: skip
     print(f"  {per_round_loads(figures)}")
     figures, ratios = batched["figures"], batched["ratios"]
     print(figure_line(f"ingest, batches of {batch_size} queued as a backfill", figures["queued"], "events/s",
@@ -519,40 +441,13 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
     if "large" not in results:
         return
     large = results["large"]
-    print(f"ingest, one event per transaction: {results['ingest_single_events_per_s']:>10,.0f} events/s"
-          f"   ratio {results['single_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"  appended and settled in one call (the meter's whole path): {results['settled_single_events_per_s']:>10,.0f} "
-          f"events/s   ratio {results['settled_single_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"  each followed by a settle call: {results['then_settled_single_events_per_s']:>10,.0f} "
-          f"events/s   ratio {results['then_settled_single_vs_ceiling']:.2f}")  # fmt: skip
-    print(
-        f"  the unsettled run, derived by one settle: {results['one_settle_events_per_s']:>10,.0f} events/s"
-    )
-    print(
-        f"  ceiling: single-row INSERT, same columns: {results['ceiling_single_rows_per_s']:>10,.0f} rows/s"
-    )
-    print(f"ingest, batches of {batch_size} queued as a backfill: "
-          f"{results['ingest_batched_events_per_s']:>10,.0f} events/s   ratio {results['batched_vs_ceiling']:.2f}")  # fmt: skip
-    print(
-        f"  the backfill appended and derived by one settle: {results['backfill_settle_events_per_s']:>10,.0f} events/s"
-    )
-    print(f"  the whole backfill, queued and settled: {results['backfill_whole_events_per_s']:>10,.0f} events/s"
-          f"   ratio {results['backfill_whole_vs_ceiling']:.2f}")  # fmt: skip
-    print(
-        f"  ceiling: COPY of {batch_size} rows, same columns: {results['ceiling_batched_rows_per_s']:>10,.0f} rows/s"
-    )
-    print(f"  that COPY into a copy of events (its keys, checks): {results['events_table_batched_rows_per_s']:>10,.0f} "
-          f"rows/s   ratio {results['events_table_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"  storage floor: and its intervals into a copy of intervals: {results['storage_floor_events_per_s']:>10,.0f} "
-          f"events/s   ratio {results['storage_floor_vs_ceiling']:.2f}; the whole backfill against it "
-          f"{results['backfill_whole_vs_floor']:.2f}")  # fmt: skip
     print(f"large ledger: {large['events']:,} events, {large['intervals']:,} intervals, {results['tenants']:,} "
           f"tenants, {large['database_mb']:,.0f} MiB (generated in {large['generate_events_s']:.0f} s, "
           f"rollup built in {large['build_intervals_s']:.0f} s)")  # fmt: skip
     for name in ("runway_one_tenant", "month_report_one_tenant", "exporter_all_tenants"):
-        figures = large[name]
-        print(f"  {name:<26} p50 {figures['p50_ms']:8.2f} ms   p95 {figures['p95_ms']:8.2f} ms"
-              f"   p99 {figures['p99_ms']:8.2f} ms   max {figures['max_ms']:8.2f} ms")  # fmt: skip
+        latency = large[name]
+        print(f"  {name:<26} p50 {latency['p50_ms']:8.2f} ms   p95 {latency['p95_ms']:8.2f} ms"
+              f"   p99 {latency['p99_ms']:8.2f} ms   max {latency['max_ms']:8.2f} ms")  # fmt: skip
     if "closed_months" in large:
         print_late(large["closed_months"])
 
@@ -560,6 +455,8 @@ def print_text(results: dict[str, Any], batch_size: int) -> None:
 def _summary(value: object) -> Any:
     if isinstance(value, Figure | Ratio):
         return value.summary()
+    if isinstance(value, RoundTrips):
+        return {"round_trips": value.round_trips, "write_transactions": value.write_transactions}
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
