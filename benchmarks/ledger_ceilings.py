@@ -77,12 +77,15 @@ def copy_rows(
 
 
 def ceiling_rows_per_second(
-    url: str, transitions: list[Transition], batch_size: int, received_at: datetime
+    url: str, transitions: list[Transition], batch_size: int, received_at: datetime, *, flushed: bool = True
 ) -> float:
     """The same rows into a plain table with the same columns, from the same client on the same
-    server: single-row INSERTs one per transaction, or a COPY per batch of ``batch_size`` rows."""
+    server: single-row INSERTs one per transaction, or a COPY per batch of ``batch_size`` rows.
+    ``flushed=False``: each commit does not wait for its WAL flush (``synchronous_commit = off``)."""
     rows = ceiling_rows(transitions, received_at)
     with psycopg.connect(url, autocommit=True) as connection:
+        if not flushed:
+            connection.execute("SET synchronous_commit = off")
         connection.execute(CEILING_TABLE)
         connection.execute("TRUNCATE ceiling_events")
         if batch_size > 1:

@@ -22,8 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-# A ratio whose rounds' loads differ by this much and whose value moves with them is said to.
+# A ratio whose rounds' loads differ by this much, whose value moves with them (|Pearson r| at
+# least MOVES_R) and by at least MOVES_BY of its median, is said to move with the load.
 LOAD_SPREAD = 0.5
+MOVES_R = 0.5
+MOVES_BY = 0.1
 
 
 def load1() -> float:
@@ -127,13 +130,13 @@ class Ratio:
 
     @property
     def moves_with_load(self) -> bool:
-        """The rounds' loads spread over ``LOAD_SPREAD`` and their ratios correlate with the load
-        (|Pearson r| ≥ 0.5): then the ratio is the machine's as much as the code's."""
+        """The rounds' loads spread over ``LOAD_SPREAD``, their ratios spread over ``MOVES_BY`` of the
+        median and correlate with the load: then the ratio is the machine's as much as the code's."""
         if len(self.values) < 3 or max(self.loads) - min(self.loads) < LOAD_SPREAD:
             return False
-        if len(set(self.values)) < 2:
+        if max(self.values) - min(self.values) < MOVES_BY * self.median:
             return False
-        return abs(statistics.correlation(self.loads, self.values)) >= 0.5
+        return abs(statistics.correlation(self.loads, self.values)) >= MOVES_R
 
     def text(self) -> str:
         flags = []
