@@ -140,8 +140,11 @@ class Ratio:
 
     def text(self) -> str:
         flags = []
+        above = sum(1 for value in self.values if value > 1)
         if self.broken_ceiling:
             flags.append("BROKEN CEILING: the figure beat it")
+        elif above:
+            flags.append(f"above its ceiling in {above} of {len(self.values)} rounds")
         if self.moves_with_load:
             flags.append("moves with load")
         notes = f" ({'; '.join(flags)})" if flags else ""

@@ -35,6 +35,13 @@ def test_a_ratio_is_the_median_of_the_rounds_ratios() -> None:
     assert measured.median == 0.9
     assert not measured.broken_ceiling
     assert "BROKEN" not in measured.text()
+    assert "above its ceiling" not in measured.text()
+
+
+def test_a_round_above_its_ceiling_is_said_even_when_the_median_is_not() -> None:
+    measured = ratio(Figure([90, 114, 95], [1.0] * 3), Figure([100, 100, 100], [1.0] * 3))
+    assert not measured.broken_ceiling
+    assert "above its ceiling in 1 of 3 rounds" in measured.text()
 
 
 def test_a_figure_above_its_ceiling_is_a_broken_ceiling() -> None:
