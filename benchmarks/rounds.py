@@ -22,9 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-# A ratio whose rounds' loads differ by this much, whose value moves with them (|Pearson r| at
-# least MOVES_R) and by at least MOVES_BY of its median, is said to move with the load.
+# A ratio whose rounds' loads differ by LOAD_SPREAD and LOAD_SPREAD_SHARE of the lowest (17.0 and
+# 17.5 are the same load), whose value moves with them (|Pearson r| at least MOVES_R) and by at
+# least MOVES_BY of its median, is said to move with the load.
 LOAD_SPREAD = 0.5
+LOAD_SPREAD_SHARE = 0.2
 MOVES_R = 0.5
 MOVES_BY = 0.1
 
@@ -130,9 +132,10 @@ class Ratio:
 
     @property
     def moves_with_load(self) -> bool:
-        """The rounds' loads spread over ``LOAD_SPREAD``, their ratios spread over ``MOVES_BY`` of the
+        """The rounds' loads spread over ``LOAD_SPREAD`` (and a share of the lowest), their ratios spread over ``MOVES_BY`` of the
         median and correlate with the load: then the ratio is the machine's as much as the code's."""
-        if len(self.values) < 3 or max(self.loads) - min(self.loads) < LOAD_SPREAD:
+        spread = max(self.loads) - min(self.loads)
+        if len(self.values) < 3 or spread < max(LOAD_SPREAD, LOAD_SPREAD_SHARE * min(self.loads)):
             return False
         if max(self.values) - min(self.values) < MOVES_BY * self.median:
             return False

@@ -58,6 +58,7 @@ def test_a_figure_above_its_ceiling_is_a_broken_ceiling() -> None:
         ((0.30, 0.35, 0.45, 0.55), (0.5, 1.2, 2.0, 2.5), True),  # rises with it
         ((0.50, 0.30, 0.50, 0.30), (2.0, 2.1, 2.2, 2.3), False),  # the load did not move
         ((0.40, 0.41, 0.40, 0.41), (0.5, 2.5, 0.6, 2.4), False),  # the load moved, the ratio did not
+        ((0.96, 0.27, 2.45, 0.50), (17.0, 17.1, 17.5, 17.5), False),  # 17.0 and 17.5 are the same load
     ],
 )
 def test_a_ratio_that_moves_with_the_load_says_so(
