@@ -152,7 +152,7 @@ def accounts_selected(
     unknown = [name for name in (*wanted, *skipped) if name not in known]
     if unknown:
         raise InputError(
-            f"--account {', '.join(unknown)}: no such account name or id in the list "
+            f"{', '.join(unknown)}: no such account name or id in the account list "
             f"(names: {', '.join(account.name for account in accounts)})"
         )
     selected = tuple(
@@ -164,7 +164,12 @@ def accounts_selected(
         and all(tag in account.tags for tag in required)
     )
     if not selected:
-        raise InputError(f"no account has all of the tags {', '.join(required)}; check --tag")
+        asked = [
+            f"{what} {', '.join(values)}"
+            for what, values in (("names", wanted), ("all of the tags", required), ("not", skipped))
+            if values
+        ]
+        raise InputError(f"no account selected by {'; '.join(asked)}")
     return selected
 
 

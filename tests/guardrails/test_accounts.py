@@ -229,13 +229,13 @@ def test_selection_by_name_or_id_and_by_all_tags(organisation: tuple[Account, ..
 
 def test_a_selection_that_misses_is_refused(organisation: tuple[Account, ...]) -> None:
     with pytest.raises(
-        InputError, match=r"^--account ml-prdo: no such account name or id in the list \(names: "
+        InputError, match=r"^ml-prdo: no such account name or id in the account list \(names: "
     ):
         accounts_selected(organisation, ["ml-prdo"])
-    with pytest.raises(
-        InputError, match=r"^no account has all of the tags type:prod, path:/ml; check --tag$"
-    ):
+    with pytest.raises(InputError, match=r"^no account selected by all of the tags type:prod, path:/ml$"):
         accounts_selected(organisation, tags=["type:prod", "path:/ml"])
+    with pytest.raises(InputError, match=r"^no account selected by names ml-prod; not ml-prod$"):
+        accounts_selected(organisation, ["ml-prod"], excluded=["ml-prod"])
 
 
 # ----- garbage: parsed, or refused as bad input; never another exception
