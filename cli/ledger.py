@@ -58,14 +58,11 @@ def migrate(output: str) -> None:
     Example:
       parkbrake ledger migrate
     """
-    from guardrails.pricing import PRICES_FILE, load_price_table
-    from lambdas.ledger.store import store_from_environment
+    from lambdas.ledger.store import migrate_and_price, store_from_environment
 
-    table = load_price_table()
     store = store_from_environment()
     try:
-        applied = store.migrate()
-        priced = store.sync_prices(table, source=f"{PRICES_FILE.name}, taken {table.taken}")
+        applied, priced = migrate_and_price(store)
     finally:
         store.close()
     if output == "json":
