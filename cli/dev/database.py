@@ -61,7 +61,10 @@ def database(output: str) -> None:
 
 def wait_for_a_stop_signal(server: ThrowawayServer) -> None:
     """Return on SIGINT or SIGTERM, both then ignored while the server stops; fail if it stops by itself."""
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM as Ctrl-C: one way out
+    # Both as Ctrl-C, one way out. SIGINT too: a shell starts a background job (`&`) with it ignored,
+    # and Python then leaves it ignored.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(stop_signal, signal.default_int_handler)
     try:
         while _running(server.pid):
             time.sleep(ALIVE_CHECK_SECONDS)  # a sleep, not a lock's wait: a signal may end it safely

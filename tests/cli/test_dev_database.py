@@ -22,11 +22,18 @@ from cli.main import parkbrake
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 
+# What a shell does to a job started with ``&``: SIGINT ignored, which the program inherits through exec.
+AS_A_BACKGROUND_JOB = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"]
+
+
 @contextmanager
-def dev_database(*arguments: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def dev_database(*arguments: str, background: bool = False) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """The command running, and the first line it printed."""
     process = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import main; main()", "dev", "database", *arguments],
+        [
+            *(AS_A_BACKGROUND_JOB if background else []),
+            *[sys.executable, "-c", "from cli.main import main; main()", "dev", "database", *arguments],
+        ],
         cwd=REPOSITORY,
         env=os.environ | {"COLUMNS": "80"},
         stdout=subprocess.PIPE,
@@ -59,8 +66,9 @@ def running(pid: int) -> bool:
     return True
 
 
-def test_sigint_stops_the_server_and_removes_its_data_directory() -> None:
-    with dev_database("--output", "json") as (process, first_line):
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background-job"])
+def test_sigint_stops_the_server_and_removes_its_data_directory(background: bool) -> None:
+    with dev_database("--output", "json", background=background) as (process, first_line):
         started = json.loads(first_line)
         migrations, prices = ledger_tables_and_prices(started["url"])
         assert Path(started["data_dir"]).is_dir()
