@@ -18,6 +18,7 @@ import click
 from cli.dev.postgres import ThrowawayServer, throwaway_postgres
 from cli.options import output_option
 from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 
 DATABASE_VARIABLE = "PARKBRAKE_DATABASE_URL"
 ALIVE_CHECK_SECONDS = 1.0
@@ -50,8 +51,8 @@ def database(output: str) -> None:
         else:
             click.echo(f"export {DATABASE_VARIABLE}={shlex.quote(server.url)}")
             click.echo(
-                f"PostgreSQL is ready, the ledger's tables made ({len(applied)} migrations, "
-                f"{len(priced)} prices); Ctrl-C stops it and removes {server.data_dir}",
+                f"PostgreSQL is ready, the ledger's tables made ({counted(len(applied), 'migration')}, "
+                f"{counted(len(priced), 'price')}); Ctrl-C stops it and removes {server.data_dir}",
                 err=True,
             )
         wait_for_a_stop_signal(server)
