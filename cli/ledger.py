@@ -19,6 +19,7 @@ from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.plurals import counted
 
 MAX_PROBLEMS_SHOWN = 20
 
@@ -58,14 +59,11 @@ def migrate(output: str) -> None:
     Example:
       parkbrake ledger migrate
     """
-    from guardrails.pricing import PRICES_FILE, load_price_table
-    from lambdas.ledger.store import store_from_environment
+    from lambdas.ledger.store import migrate_and_price, store_from_environment
 
-    table = load_price_table()
     store = store_from_environment()
     try:
-        applied = store.migrate()
-        priced = store.sync_prices(table, source=f"{PRICES_FILE.name}, taken {table.taken}")
+        applied, priced = migrate_and_price(store)
     finally:
         store.close()
     if output == "json":
@@ -131,8 +129,8 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     if result.unattributed:
         listed = ", ".join(sorted({note["instance_id"] for note in result.unattributed})[:MAX_PROBLEMS_SHOWN])
         raise ParkbrakeError(
-            f"{len(result.unattributed)} events are about hosts neither EC2 nor the ledger knows ({listed}); "
-            "they were not appended"
+            f"{counted(len(result.unattributed), 'event')} not appended: about hosts neither EC2 nor the "
+            f"ledger knows ({listed})"
         )
 
 
@@ -237,7 +235,8 @@ def _print_report(
         if unpriced := unpriced_lines(invoices):
             hours = sum((line.instance_hours for line in unpriced), Decimal(0)).quantize(Decimal("0.000001"))
             click.echo(
-                f"{len(unpriced)} unpriced line(s), {hours} instance-hours, left out until priced", err=True
+                f"{counted(len(unpriced), 'unpriced line')}, {hours} instance-hours, left out until priced",
+                err=True,
             )
     elif output == "markdown":
         click.echo(invoices_markdown(invoices))
@@ -393,8 +392,8 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         click.echo(
-            f"replayed {result.read} messages: {result.meter.inserted} appended, "
-            f"{result.decisions} relayed decisions logged, {result.deleted} deleted"
+            f"replayed {counted(result.read, 'message')}: {result.meter.inserted:,} appended, "
+            f"{counted(result.decisions, 'relayed decision')} logged, {result.deleted:,} deleted"
         )
         for problem in result.kept:
             click.echo(f"kept {problem['message_id']}: {problem['reason']}", err=True)

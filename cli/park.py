@@ -21,6 +21,7 @@ from cli.options import (
     wide_option,
     yes_option,
 )
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from cli.oncall.park.actions import ClusterBrake, EmergencyResult
@@ -254,7 +255,7 @@ def _run_now(
         drifted = [action for action in preview.actions if action.status == "drift"]
         if drifted and not force:
             force = _ask(
-                f"{len(drifted)} resource(s) changed since parking (drift, above). Restore the recorded "
+                f"{counted(len(drifted), 'resource')} changed since parking (drift, above). Restore the recorded "
                 "capacities over them?"
             )
         confirm_or_abort(f"{verb} stack {stack} in {region} now, as listed?", assume_yes=False)
@@ -398,6 +399,6 @@ def _print_emergency(result: EmergencyResult) -> None:
         console.print(f"[bold]Next pulumi up:[/] {note}")
     if result.failed:
         console.print(
-            f"[bold red]{len(result.failed)} action(s) failed or held back[/]; the others went ahead. "
+            f"[bold red]{counted(len(result.failed), 'action')} failed or held back[/]; the others went ahead. "
             "Fix what their change says, then run the same command again."
         )

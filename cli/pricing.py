@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.options import dry_run_option, output_option
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from guardrails.price_list import PriceListQuery
@@ -64,8 +65,9 @@ def refresh(regions: tuple[str, ...], price_file: Path | None, dry_run: bool, ou
     priced = sum(len(document["regions"][region]["on_demand"]) for region in refreshed)
     services = sum(len(document["regions"][region].get("service_sources", {})) for region in refreshed)
     click.echo(
-        f"{verb} {priced} on-demand prices and {services} service prices in {len(refreshed)} region(s), "
-        f"{len(document['accelerators']['types'])} accelerator counts and the spot snapshot to {path}"
+        f"{verb} {counted(priced, 'on-demand price')} and {counted(services, 'service price')} in "
+        f"{counted(len(refreshed), 'region')}, the accelerator counts of "
+        f"{counted(len(document['accelerators']['types']), 'instance type')} and the spot snapshot to {path}"
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import click
 
 from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
+from guardrails.plurals import counted
 
 region_option = click.option(
     "--region", help="The stack's region [default: aws:region of Pulumi.<stack>.yaml here, else AWS_REGION]."
@@ -226,7 +227,7 @@ def run_now_command(
         budget = "budget checked" if decision.budget_checked else "budget not checked (no ledger gate)"
         verb = "Would start" if dry_run else "Started"
         click.echo(
-            f"{verb} {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
+            f"{verb} {counted(decision.start, 'host')} in pool {decision.pool}: desired → {decision.target} ({budget})."
         )
         if decision.got is not None:
             click.echo(f"Got {decision.got.describe()}.")

@@ -36,6 +36,7 @@ from cli.k8s.stop_reconciler import StopReconciler
 from cli.k8s.workload_reconciler import Key, Undecided, WorkloadReconciler, own_entry, stamp
 from cli.k8s.workqueue import WorkQueue
 from cli.options import output_option, project_dir_option, stack_option
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -295,7 +296,9 @@ def controller(
         undecided_after=periods["undecided-after"],
     )  # fmt: skip
     serve_health(health_port, running.alive, running.metrics)
-    click.echo(f"parkbrake-budget controller: {workers} workers; /healthz on :{health_port}", err=True)
+    click.echo(
+        f"parkbrake-budget controller: {counted(workers, 'worker')}; /healthz on :{health_port}", err=True
+    )
     try:
         run_forever(running, output=output)
     finally:

@@ -18,6 +18,7 @@ from services.inference.idempotency import DEFAULT_MAX_STORED_BYTES
 
 PREFIX = "PARKBRAKE_INFERENCE_"
 REVISION = "PARKBRAKE_REVISION"
+METRICS_PORT_VARIABLE = PREFIX + "METRICS_PORT"  # also the --metrics-port flag, which wins
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 DURATIONS = {
     "LEASE": "60s",  # an unfinished claim lapses after this (a worker died mid-request)

@@ -47,6 +47,7 @@ from cli.oncall.stack_file import set_config_value
 from guardrails import names
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 
 # READY → STARTING → CANARY → SHIFTED → DONE, after at most one FOREIGN rollback: more means a loop.
 MAX_STEPS = 8
@@ -156,7 +157,7 @@ class BlueGreenDeploy:
         at.progress.step(f"Registered {name}: {request.image.image}")
         self.result.task_definition = definition
         self.retreat.surge.add(surge)
-        at.progress.step(f"Starting {idle.service}: {live.desired} task(s) of {request.revision}")
+        at.progress.step(f"Starting {idle.service}: {counted(live.desired, 'task')} of {request.revision}")
         answer = at.clients.ecs.update_service(
             cluster=at.target.cluster,
             service=idle.service,
@@ -203,7 +204,9 @@ class BlueGreenDeploy:
         while running := len(at.source.rollout(at.target.cluster, service).tasks):
             at.progress.waiting(f"{colour}: tasks stopped", max(initially - running, 0), initially)
             if at.clock.now() >= deadline:
-                self.result.warnings.append(f"{service} still had {running} task(s) after the timeout")
+                self.result.warnings.append(
+                    f"{service} still had {counted(running, 'task')} after the timeout"
+                )
                 return
             at.clock.sleep(POLL_SECONDS)
 

@@ -43,6 +43,7 @@ from cli.oncall.stack_inventory import (
 )
 from guardrails import names, tags
 from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.errors import describe_error
 
@@ -126,7 +127,7 @@ def unpark_now(
 
 def _stay_parked(run: Run, inventory: _Inventory) -> None:
     fix = (
-        f"{len(run.result.failed)} group(s)/service(s)/queue(s) not restored (above): fix them, or pass --force "
+        f"{counted(len(run.result.failed), 'group, service or queue', 'groups, services or queues')} not restored (above): fix them, or pass --force "
         "for drift, then run unpark --now again"
     )
     for schedule in inventory.nightly:

@@ -160,7 +160,7 @@ def test_a_task_on_another_task_definition_fails(running_fleet: InferenceFleet) 
 
     assert code == 1
     failures = failed_checks(json.loads(output))
-    assert failures == {"inference-blue running-tasks": "1 of 2 tasks run another task definition"}
+    assert failures == {"inference-blue running-tasks": "tasks running another task definition: 1 of 2"}
 
 
 def test_an_unknown_service_or_stack_is_a_clear_error(running_fleet: InferenceFleet) -> None:
