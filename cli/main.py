@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from cli.registry import COMMANDS, LazyCommand
+from cli.usage_errors import OneLineUsageError, one_line, shows_help_instead
 from guardrails.errors import ParkbrakeError
 
 INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (SIGINT)
@@ -50,9 +51,22 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:  # `parkbrake --bogus`: the group's own flags
+            if shows_help_instead(error):
+                raise
+            raise OneLineUsageError(one_line(error)) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as error:
+            # Every command's and nested group's flags are parsed in here: one shape for all of them.
+            if shows_help_instead(error):
+                raise
+            raise OneLineUsageError(one_line(error)) from None
         except ParkbrakeError as error:
             _fail(str(error), error.exit_code)
         except KeyboardInterrupt:
