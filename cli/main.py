@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
@@ -116,11 +118,8 @@ def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
         return "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
     if isinstance(error, exceptions.NoRegionError):
         return "no AWS region configured; set AWS_REGION"
-    if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectionError):
-        return (
-            _region_hint()
-            or f"cannot reach the AWS endpoint {endpoint}: {error}; check AWS_ENDPOINT_URL, the region and the network"
-        )
+    if isinstance(error, exceptions.ConnectionError):
+        return _region_hint() or _unreachable(error)
     parsers = sys.modules.get("botocore.parsers")
     if parsers is not None and isinstance(error, parsers.ResponseParserError):
         return _region_hint() or (
@@ -135,6 +134,29 @@ def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
     if isinstance(error, exceptions.BotoCoreError):
         return f"AWS call failed: {error}"
     return None
+
+
+def _unreachable(error: Exception) -> str:
+    """The endpoint that was actually tried (scheme and host, not the call's path), why, and the fix."""
+    details = getattr(error, "kwargs", {})  # botocore's exceptions keep their fields here
+    if details.get("proxy_url"):
+        return f"cannot reach the proxy {details['proxy_url']} — check HTTPS_PROXY (or unset it)"
+    tried = urlsplit(str(details.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL") or ""))
+    endpoint = f"{tried.scheme}://{tried.netloc}" if tried.netloc else "AWS"
+    # "[Errno 111] Connection refused", "[Errno -2] Name or service not known": the socket's reason
+    reason = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(details.get("error", "")))
+    why = (
+        f" ({reason.group(1).strip().lower()})"
+        if reason
+        else " (no answer)"
+        if "timeout" in str(error)
+        else ""
+    )
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        fix = "check AWS_ENDPOINT_URL (unset it to use AWS itself) and that the server there is up"
+    else:
+        fix = "check AWS_REGION, the network and any proxy (HTTPS_PROXY)"
+    return f"cannot reach the AWS endpoint {endpoint}{why} — {fix}"
 
 
 def _region_hint() -> str | None:
