@@ -420,7 +420,7 @@ def test_unknown_stack_is_a_clear_error(aws: str, fleet: Any, project: Path) -> 
         parkbrake, ["park", "--now", "--yes", "--stack", "nosuch", "--region", REGION]
     )
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "found nothing of stack 'nosuch'" in result.output
     assert "Traceback" not in result.output
 
