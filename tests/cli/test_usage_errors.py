@@ -10,6 +10,8 @@ from __future__ import annotations
 import click
 import pytest
 from click.testing import CliRunner, Result
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cli.main import parkbrake
 from cli.options import Duration, SignalName, TenantName, When
@@ -147,3 +149,23 @@ def test_a_group_without_its_command_still_shows_its_help() -> None:
     result = invoke("ledger")
     assert "Commands:" in result.output
     assert "report" in result.output
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=st.text(max_size=40).filter(lambda text: text not in ("text", "json")))
+def test_any_wrong_choice_is_one_line_listing_the_choices(value: str) -> None:
+    """Whatever is typed (newlines, control characters, quotes), the error stays one line."""
+    line = assert_one_line(invoke("status", "--output", value), "status", "--output", repr(value))
+    assert line.endswith(" — use one of text, json")
+
+
+@settings(max_examples=100, deadline=None)
+@given(name=st.from_regex(r"--[a-z][a-z-]{0,20}", fullmatch=True))
+def test_any_unknown_flag_is_one_line(name: str) -> None:
+    command = parkbrake.get_command(CONTEXT, "park")
+    assert command is not None
+    real = {opt for param in command.get_params(CONTEXT) for opt in (*param.opts, *param.secondary_opts)}
+    if name in real:
+        return  # one of park's flags (--help included): nothing to refuse
+    line = assert_one_line(invoke("park", name), "park", name)
+    assert line.startswith(f"Error: no such option {name} — ")
