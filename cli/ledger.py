@@ -373,10 +373,20 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
     Example:
       parkbrake ledger replay-dlq --stack prod
     """
+    from cli.oncall.stack_inventory import unknown_stack
+    from guardrails import names
     from lambdas.aws.clients import client
+    from lambdas.engines.metering import GUARDRAIL
     from lambdas.engines.replaying import replay_dead_letters
     from lambdas.ledger.store import store_from_environment
 
+    sqs, queue = client("sqs", region), names.dead_letter_queue(stack, GUARDRAIL)
+    try:  # before the ledger is opened: a mistyped --stack is bad input, whatever the database
+        sqs.get_queue_url(QueueName=queue)
+    except sqs.exceptions.QueueDoesNotExist:
+        where = sqs.meta.region_name
+        missing = f"stack {stack!r} has no meter dead-letter queue {queue} in {where}"
+        raise unknown_stack(missing, stack, [where], lambda region: client("ssm", region)) from None
     store = store_from_environment()
     try:
         result = replay_dead_letters(

@@ -64,6 +64,7 @@ def deployed(aws: str) -> list[str]:
         (["status", "--regions", REGION], "stack 'prd' has nothing in us-east-1"),
         (["schedule", "list", "--region", REGION], "stack 'prd' has no schedule group parkbrake-prd in us-east-1"),
         (["park", "--now", "--yes", "--region", REGION], "found nothing of stack 'prd' in us-east-1"),
+        (["ledger", "replay-dlq", "--region", REGION], "stack 'prd' has no meter dead-letter queue parkbrake-prd-"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )  # fmt: skip
