@@ -238,7 +238,7 @@ class DeploySettings:
 def _lease(at: ServiceAt, operation: str, revision: str) -> DeployLease:
     """The service's deploy lease, timed by the run's own clock (tests move it themselves)."""
     from cli.oncall.deploy.lease import DeployLease
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     dynamodb = at.clients.dynamodb if at.clients.dynamodb is not None else client("dynamodb")
     return DeployLease(

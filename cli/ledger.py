@@ -375,7 +375,7 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
     """
     from cli.oncall.stack_inventory import unknown_stack
     from guardrails import names
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
     from lambdas.engines.metering import GUARDRAIL
     from lambdas.engines.replaying import replay_dead_letters
     from lambdas.ledger.store import store_from_environment

@@ -126,7 +126,7 @@ def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
             f"{endpoint} answered with something that is not an AWS response; check AWS_ENDPOINT_URL and the region"
         )
     if isinstance(error, exceptions.ClientError):
-        from lambdas.aws.stop_path import describe_error
+        from lambdas.aws.errors import describe_error
 
         text = describe_error(error)
         hint = _region_hint() if "not an AWS response" in text else None

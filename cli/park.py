@@ -227,7 +227,7 @@ def _run_now(
 ) -> None:
     from cli.oncall.park.emergency import park_now, unpark_now
     from cli.oncall.park.switch import config_parked, stack_region
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     region = stack_region(stack, project_dir, region)
     recorded = config_parked(stack, project_dir)
@@ -299,7 +299,7 @@ def _parked_by(region: str) -> ParkedBy:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from cli.oncall.park.records import ParkedBy
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     try:
         arn = str(client("sts", region).get_caller_identity()["Arn"])

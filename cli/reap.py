@@ -121,7 +121,7 @@ def record_decisions(
     the decision log when a ledger database is configured. Returns the errors (the hosts are stopped)."""
     from guardrails.settings import ledger_configured
     from lambdas.aws.decision_log import DecisionLog
-    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.aws.errors import AWS_ERRORS, describe_error
     from lambdas.ledger.decisions import EnvironmentLedger
 
     errors = []

@@ -20,7 +20,7 @@ region_option = click.option(
 
 def _scheduler(stack: str, region: str | None) -> tuple[Any, str]:
     from cli.oncall.park.switch import stack_region
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     chosen = stack_region(stack, Path("."), region)
     return client("scheduler", chosen), chosen
@@ -52,7 +52,7 @@ def list_command(stack: str, region: str | None, output: str) -> None:
     from cli.oncall.nightly.schedules import closed_days_of, list_schedules, schedule_group_exists
     from cli.oncall.stack_inventory import unknown_stack
     from guardrails import names
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     scheduler, chosen = _scheduler(stack, region)
     schedules = list_schedules(scheduler, stack)
@@ -193,7 +193,7 @@ def run_now_command(
           --dry-run
     """
     from cli.oncall.nightly.schedules import run_now
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
     from lambdas.engines.launching import budget_gate
 
     scheduler, chosen = _scheduler(stack, region)

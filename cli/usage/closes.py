@@ -22,7 +22,7 @@ def closing_now() -> datetime:
 
 def caller_actor(clients: ClientFactory) -> str:
     """Who closes: the caller's ARN, as for every decision a person makes."""
-    from lambdas.aws.stop_path import AWS_ERRORS
+    from lambdas.aws.errors import AWS_ERRORS
 
     try:
         return str(clients("sts", None).get_caller_identity()["Arn"])

@@ -1,7 +1,7 @@
 """An AWS endpoint that cannot be reached: one line naming the endpoint tried and the fix, within seconds.
 
 botocore's adaptive retries tried a refused connection eight times with backoff (~10 s for the same
-answer); a connection that could not be opened is now tried twice (lambdas/aws/clients.py).
+answer); a connection that could not be opened is now tried twice (lambdas/clients.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from lambdas.aws import clients
+from lambdas import clients
 
 # Generous on purpose: the bound is for "seconds, not ten", on a busy two-core machine, never a tight timing.
 SECONDS_AT_MOST = 5.0

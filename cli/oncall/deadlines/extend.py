@@ -25,7 +25,7 @@ from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_f
 from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 
 @dataclass

@@ -36,7 +36,7 @@ from guardrails.settings import Settings
 from guardrails.sweep import host_deadline, policy_from_settings
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 if TYPE_CHECKING:
     from guardrails.runway import TenantRunway

@@ -44,7 +44,7 @@ from cli.oncall.stack_inventory import (
 )
 from guardrails import names, tags
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 
 @dataclass

@@ -24,7 +24,7 @@ from cli.oncall.fleet.status_view import parse_filters, print_status, select
 from guardrails import names
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
-from lambdas.aws.clients import client
+from lambdas.clients import client
 from tests.cli.oncall.ops_fleet import BERLIN, REGION, STACK, aws_client, close_days, project_copy, seed
 
 OTHER_REGION = "us-west-2"
