@@ -67,14 +67,12 @@ def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str)
 
 def _require_stack(stack: str, regions: list[str], clients: ClientFactory) -> None:
     """A mistyped --stack would sweep nothing and say all is well; refuse it instead."""
-    from cli.oncall.stack_inventory import park_parameter_value
+    from cli.oncall.stack_inventory import park_parameter_value, unknown_stack
     from guardrails import names
 
     if not any(park_parameter_value(clients("ssm", region), stack) is not None for region in regions):
-        raise ParkbrakeError(
-            f"stack {stack!r} is not deployed in {', '.join(regions)}: no {names.park_parameter(stack)}; "
-            "check --stack and --region"
-        )
+        problem = f"stack {stack!r} is not deployed in {', '.join(regions)}: no {names.park_parameter(stack)}"
+        raise unknown_stack(problem, stack, regions, lambda region: clients("ssm", region))
 
 
 def run_reap(

@@ -51,17 +51,15 @@ def list_command(stack: str, region: str | None, output: str) -> None:
       parkbrake schedule list --stack dev
     """
     from cli.oncall.nightly.schedules import closed_days_of, list_schedules, schedule_group_exists
+    from cli.oncall.stack_inventory import unknown_stack
     from guardrails import names
-    from guardrails.errors import ParkbrakeError
     from lambdas.clients import client
 
     scheduler, chosen = _scheduler(stack, region)
     schedules = list_schedules(scheduler, stack)
     if not schedules and not schedule_group_exists(scheduler, stack):
-        raise ParkbrakeError(
-            f"stack {stack!r} has no schedule group {names.schedule_group(stack)} in {chosen}; "
-            "check --stack and --region"
-        )
+        problem = f"stack {stack!r} has no schedule group {names.schedule_group(stack)} in {chosen}"
+        raise unknown_stack(problem, stack, [chosen], lambda region: client("ssm", region))
     calendars = closed_days_of(schedules, client("ssm", chosen))
     now = datetime.now(UTC)
 

@@ -125,8 +125,8 @@ def test_bad_settings_exit_2_naming_the_variable(aws: str, env: dict[str, str]) 
 def test_an_unknown_stack_is_an_error_not_an_empty_sweep(aws: str, env: dict[str, str]) -> None:
     result = CliRunner().invoke(parkbrake, ["reap", "--stack", "staging", "--dry-run"], env=env)
 
-    assert result.exit_code == 1
-    assert "stack 'staging' is not deployed in us-east-1: no /parkbrake/staging/parked" in result.output
+    assert result.exit_code == 2
+    assert "stack 'staging' is not deployed in us-east-1: no /parkbrake/staging/parked — " in result.output
     assert "Traceback" not in result.output
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from guardrails import names, tags
 from guardrails.durations import format_duration
-from guardrails.errors import ParkbrakeError
+from guardrails.errors import InputError, ParkbrakeError
 from guardrails.extension import Extension, check_reason, extension_decision, plan_extension
 from guardrails.hosts import Host
 from guardrails.rules.base import instant
@@ -72,8 +72,10 @@ def find_host(instance_id: str, settings: Settings, clients: ClientFactory) -> t
         )
     stacks = live_stacks(clients("ssm", host.region))
     if stack not in stacks:
-        raise ParkbrakeError(
-            f"stack {stack!r} is not deployed in {host.region}: no {names.park_parameter(stack)}; check --stack"
+        deployed = ", ".join(stacks) or "none"
+        raise InputError(
+            f"stack {stack!r} is not deployed in {host.region}: no {names.park_parameter(stack)} — "
+            f"stacks deployed there: {deployed}; check --stack"
         )
     other = owner_stack(host, policy_from_settings(settings), stacks)
     if other is not None:

@@ -187,7 +187,7 @@ def test_a_region_that_fails_is_reported_and_the_others_still_shown(
 def test_unknown_stack_is_a_clear_error(aws: str, fleet: Any) -> None:
     result = invoke("--stack", "nosuch", "--regions", REGION)
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "stack 'nosuch' has nothing in us-east-1" in result.output
     assert isinstance(result.exception, SystemExit)
 
