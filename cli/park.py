@@ -335,10 +335,11 @@ def _print_plan(plan: ParkPlan) -> None:
     if not plan.changes_anything:
         return
     saving = plan.monthly_before - plan.monthly_after
-    console.print(
+    monthly = (
         f"Monthly cost: ${plan.monthly_before:,.2f} → ${plan.monthly_after:,.2f} "
         f"({'saves' if saving >= 0 else 'adds'} ${abs(saving):,.2f})"
     )
+    console.print(monthly)
     changes = Table(
         "What Pulumi will change",
         [Column("resource", 0), Column("input", 1, detail=True), Column("now", 0), Column("after", 0),
@@ -366,6 +367,10 @@ def _print_plan(plan: ParkPlan) -> None:
         console.print(f"[bold]{heading}:[/]" + ("" if items else " nothing"))
         for item in items:
             console.print(f"  • {item}", soft_wrap=True)
+    # The answer again, last: the tables and lists above run over a screen.
+    console.print(
+        f"[bold]Stack {plan.stack}[/]: parked {_word(plan.parked_before)} → {_word(plan.parked_after)}; {monthly}"
+    )
 
 
 def _print_emergency(result: EmergencyResult) -> None:

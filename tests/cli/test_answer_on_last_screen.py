@@ -103,3 +103,13 @@ def test_park_now_dry_run_ends_with_what_would_change(fleet: Demo, command: str,
         fleet, command, "--now", "--dry-run", "--stack", STACK, over_a_screen=command == "park"
     )
     assert screen[-len(answer) :] == answer
+
+
+def test_park_dry_run_ends_with_the_switch_and_the_monthly_cost(fleet: Demo) -> None:
+    """``park`` without --now (the stack file's switch): its tables and lists run over a screen too."""
+    screen = last_screen(fleet, "park", "--stack", STACK, "--dry-run")
+    assert re.fullmatch(
+        rf"Stack {STACK}: parked false → true; Monthly cost: \$[\d,.]+ → \$[\d,.]+ \(saves \$[\d,.]+\)",
+        screen[-2],
+    )
+    assert screen[-1] == "Dry run: nothing written, nothing applied."

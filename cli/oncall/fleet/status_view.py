@@ -102,14 +102,14 @@ def select(report: FleetStatus, filters: dict[str, set[str]], sort: str | None) 
             for key, values in filters.items()
         )
     ]
-    # The ledger's rows are per tenant: under any filter, only the tenants of the hosts shown (or named).
-    tenants = {host.host.tenant or "(untagged)" for host in hosts} | filters.get("tenant", set())
+    # The ledger's rows are per tenant: under any filter, only the tenants of the hosts shown (so a
+    # filter that matches no host leaves no "By tenant" table of budgets alone).
+    tenants = {host.host.tenant or "(untagged)" for host in hosts}
     ledger = (
-        [row for row in report.ledger if row.tenant in tenants and (
-            "tenant" not in filters or row.tenant in filters["tenant"])]
+        [row for row in report.ledger if row.tenant in tenants]
         if report.ledger is not None and filters
         else report.ledger
-    )  # fmt: skip
+    )
     # A stopped host has no running state: a state filter shows none of them.
     stopped = [
         stopped

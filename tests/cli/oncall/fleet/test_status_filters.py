@@ -6,7 +6,7 @@ When nothing matches, one line says so and how many hosts run, and no table is p
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -114,3 +114,20 @@ def test_one_keys_values_are_alternatives_across_the_tables(report: FleetStatus)
     text = rendered(report, "pool=inference", "pool=training")
     assert {INFERENCE, TRAINING} <= set(text.split())
     assert "Services" not in text.splitlines()
+
+
+def test_the_ledgers_tenants_are_narrowed_too(report: FleetStatus) -> None:
+    """With the ledger configured, a tenant's budget row is shown only beside its shown hosts."""
+    from decimal import Decimal
+
+    from guardrails.runway import Budget, TenantRunway
+
+    budgets = [TenantRunway(Budget(tenant, Decimal(1000)), report.now) for tenant in ("product", "research")]
+    with_ledger = replace(report, ledger=budgets)
+
+    assert tenant_rows(rendered(with_ledger, "tenant=research").splitlines()) == {"research"}
+    assert tenant_rows(rendered(with_ledger, "type=g5.xlarge").splitlines()) == {"product"}
+    assert tenant_rows(rendered(with_ledger).splitlines()) == {"product", "research"}
+    assert rendered(with_ledger, "state=overdue", "tenant=research").splitlines()[1:] == [
+        "no host matches state=overdue, tenant=research (4 running)"
+    ]
