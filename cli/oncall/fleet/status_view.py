@@ -171,9 +171,8 @@ def print_status(
             console.print(line)
         for stack in report.stacks:
             console.print(f"  {_alarms_line(stack, several_regions=len(report.regions) > 1)}")
+    # The errors (exit 1) once, last: the exit reason belongs on the last screen.
     errors = [f"[bold red]error:[/] {error}" for error in report.errors]
-    for line in errors:
-        console.print(line)
     printed = [
         _print_hosts(console, report, quiet=bool(filters)),
         _print_stopped(console, report),
@@ -191,8 +190,8 @@ def print_status(
             line = _alarms_line(stack, several_regions=len(report.regions) > 1)
             if line.startswith(("[yellow]", "[red]")):
                 console.print(f"  {line}")
-        for line in errors:
-            console.print(line)
+    for line in errors:
+        console.print(line)
 
 
 def _summary_lines(report: FleetStatus) -> list[str]:
