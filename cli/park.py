@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -335,10 +336,11 @@ def _print_plan(plan: ParkPlan) -> None:
     if not plan.changes_anything:
         return
     saving = plan.monthly_before - plan.monthly_after
-    console.print(
+    monthly = (
         f"Monthly cost: ${plan.monthly_before:,.2f} → ${plan.monthly_after:,.2f} "
         f"({'saves' if saving >= 0 else 'adds'} ${abs(saving):,.2f})"
     )
+    console.print(monthly)
     changes = Table(
         "What Pulumi will change",
         [Column("resource", 0), Column("input", 1, detail=True), Column("now", 0), Column("after", 0),
@@ -366,6 +368,10 @@ def _print_plan(plan: ParkPlan) -> None:
         console.print(f"[bold]{heading}:[/]" + ("" if items else " nothing"))
         for item in items:
             console.print(f"  • {item}", soft_wrap=True)
+    # The answer again, last: the tables and lists above run over a screen.
+    console.print(
+        f"[bold]Stack {plan.stack}[/]: parked {_word(plan.parked_before)} → {_word(plan.parked_after)}; {monthly}"
+    )
 
 
 def _print_emergency(result: EmergencyResult) -> None:
@@ -397,8 +403,27 @@ def _print_emergency(result: EmergencyResult) -> None:
     print_table(console, table)
     for note in result.reconcile:
         console.print(f"[bold]Next pulumi up:[/] {note}")
+    for line in _emergency_answer(result, verb):
+        console.print(line)
     if result.failed:
         console.print(
             f"[bold red]{counted(len(result.failed), 'action')} failed or held back[/]; the others went ahead. "
             "Fix what their change says, then run the same command again."
         )
+
+
+def _emergency_answer(result: EmergencyResult, verb: str) -> list[str]:
+    """The answer, printed last (the table runs over a screen): how many resources changed or would
+    change, of which kinds, and what the others were left as."""
+    changing = Counter(action.kind for action in result.actions if action.status in ("done", "planned"))
+    others = Counter(action.status for action in result.actions if action.status not in ("done", "planned"))
+    did = "would change" if result.dry_run else "changed"
+    lines = [
+        f"[bold]{verb} {result.stack} ({result.region}):[/] {changing.total()} of {len(result.actions)} "
+        f"{did}" + ("; dry run, nothing changed" if result.dry_run else "")
+    ]
+    if changing:
+        lines.append(f"  {did}: " + ", ".join(f"{count} {kind}" for kind, count in sorted(changing.items())))
+    if others:
+        lines.append("  left: " + ", ".join(f"{count} {status}" for status, count in sorted(others.items())))
+    return lines

@@ -46,9 +46,10 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--tree/--no-tree",
-    default=True,
+    default=False,
     show_default=True,
-    help="End the text output with the resource tree (under its parents, with key inputs).",
+    help="Text output: also print the resource tree (every resource under its parent, with key inputs; "
+    "~185 lines), before the closing totals.",
 )
 @click.option(
     "--summary",
@@ -70,7 +71,7 @@ def plan(
 
     Runs the real Pulumi program under the SDK's mock engine (no Pulumi CLI, no cloud account).
     Text opens with the answer (monthly totals, verdicts, the change against REF), then the cost
-    items, the verdict table and the resource tree.
+    items and the verdict table (and with --tree the resource tree), and closes with the answer again.
     Exit 0 when every mandatory policy passes, 1 when one fails, 2 for a bad config or an unpriced region.
 
     \b
@@ -78,7 +79,8 @@ def plan(
       parkbrake plan --stack dev --output markdown
     """
     report, diff = plan_with_diff(stack, config_file, parked, project_dir, against)
-    click.echo(render(report, diff, output, tree=tree, summary=summary), nl=False)
+    source = str(config_file) if config_file is not None else None
+    click.echo(render(report, diff, output, tree=tree, summary=summary, source=source), nl=False)
     if report.mandatory_failures:
         sys.exit(1)
 
@@ -101,7 +103,13 @@ def plan_with_diff(
 
 
 def render(
-    report: PlanReport, diff: PlanDiff | None, output: str, *, tree: bool = True, summary: bool = False
+    report: PlanReport,
+    diff: PlanDiff | None,
+    output: str,
+    *,
+    tree: bool = False,
+    summary: bool = False,
+    source: str | None = None,
 ) -> str:
     from cli.preview.plan_markdown import plan_markdown
     from cli.preview.plan_report import plan_json
@@ -114,4 +122,4 @@ def render(
         return json.dumps(document, indent=2) + "\n"
     if output == "markdown":
         return plan_markdown(report, diff)
-    return plan_text(report, diff, tree=tree, summary=summary)
+    return plan_text(report, diff, tree=tree, summary=summary, source=source)

@@ -55,8 +55,9 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
     stacks (SSM park state, next nightly start) and the tenants; with the ledger configured
     (PARKBRAKE_DATABASE_URL), spend and runway per tenant. Ids, names, timestamps and amounts are
     never cut or folded: at a narrow width less important columns are left out (and named) and a
-    park record moves under its row; --wide shows every column. Exit 1 when a region could not be
-    read.
+    park record moves under its row; --wide shows every column. The summary is repeated last, for
+    the last screen. --filter narrows every table; when no host matches, one line says so. Exit 1
+    when a region could not be read.
 
     \b
     Example:
@@ -99,7 +100,7 @@ def show_status(
         from cli.console import console as make_console
         from cli.oncall.fleet.status_view import print_status
 
-        print_status(make_console(), shown, filters=filters)
+        print_status(make_console(), shown, filters=filters, running=len(report.hosts))
     if report.errors:
         sys.exit(1)
 

@@ -543,6 +543,8 @@ def load_stack_config(stack: str, project_dir: Path, *, config_file: Path | None
     """Read and validate ``Pulumi.<stack>.yaml`` (or ``config_file``)."""
     from ruamel.yaml import YAML, YAMLError
 
+    if config_file is not None and not config_file.is_file():  # the file the user named, not the stack
+        raise InputError(f"--config {config_file}: no such file; give the path of a stack file")
     path = config_file or stack_file(stack, project_dir)
     if not path.is_file():
         raise missing_stack_file(stack, path)

@@ -1,6 +1,7 @@
-"""``plan``'s text output, the answer first: the stack, its three monthly totals and the policy verdicts
-on the first lines, then (with ``--against``) what changed, the cost items, the verdict table, and the
-resource tree last.
+"""``plan``'s text output, the answer first and last: the stack, its three monthly totals and the policy
+verdicts on the first lines, then (with ``--against``) what changed, the cost items, the verdict table,
+the resource tree (``--tree`` only: ~185 lines), and the answer again in a few closing lines, so the
+last screen of a terminal shows it whatever scrolled away above.
 
 Item names are never cut: the item column is as wide as its longest name, and how each item is priced
 is listed under the table (wrapped whole at any width) rather than squeezed into a column.
@@ -44,11 +45,21 @@ KEY_PROPERTIES: dict[str, tuple[str, ...]] = {
 }
 
 
-def plan_text(report: PlanReport, diff: PlanDiff | None, *, tree: bool = True, summary: bool = False) -> str:
-    """The plan for people; ``summary`` stops after the headline (and the change, with ``--against``)."""
+def plan_text(
+    report: PlanReport,
+    diff: PlanDiff | None,
+    *,
+    tree: bool = False,
+    summary: bool = False,
+    source: str | None = None,
+) -> str:
+    """The plan for people; ``summary`` stops after the headline (and the change, with ``--against``).
+
+    ``source`` is the stack file the user named with ``--config``: the headline names it.
+    """
     console = make_console()
     with console.capture() as captured:
-        for line in headline(report):
+        for line in headline(report, source):
             console.print(line)
         if diff is not None:
             console.print()
@@ -70,12 +81,16 @@ def plan_text(report: PlanReport, diff: PlanDiff | None, *, tree: bool = True, s
             if tree:
                 console.print()
                 console.print(resource_tree(report, Tree(counted(len(report.resources), "resource"))))
+            console.print()
+            for line in closing(report, diff, tree=tree):
+                console.print(line, highlight=False)
     return TRAILING_SPACES.sub(r"\1", captured.get())
 
 
-def headline(report: PlanReport) -> list[str]:
+def headline(report: PlanReport, source: str | None = None) -> list[str]:
     config = report.config
     state = "parked" if config.parked else "unparked"
+    where = f"{config.region}, from {escape(source)}" if source else config.region
     figures = [
         ("unparked", report.unparked.total_usd),
         ("parked", report.parked.total_usd),
@@ -83,11 +98,17 @@ def headline(report: PlanReport) -> list[str]:
     ]
     width = max(len(money(value)) for _, value in figures)
     lines = [
-        f"[bold]Stack {escape(config.stack)}[/] ({config.region}), {state}: {counted(len(report.resources), 'resource')}",
+        f"[bold]Stack {escape(config.stack)}[/] ({where}), {state}: {counted(len(report.resources), 'resource')}",
         f"Monthly cost ({report.unparked.region} prices, 730 h):",
         *(f"  {name:<11} [bold]{money(value):>{width}}[/]" for name, value in figures),
         f"  (worst case: {WORST_CASE_MEANS})",
     ]
+    return lines + policy_lines(report)
+
+
+def policy_lines(report: PlanReport) -> list[str]:
+    """The verdict in a line, each failed policy under it, and the mandatory failures named."""
+    lines = []
     failed = [verdict for verdict in report.verdicts if not verdict.passed]
     mandatory = sum(1 for verdict in report.verdicts if verdict.enforcement == "mandatory")
     if not failed:
@@ -108,6 +129,25 @@ def headline(report: PlanReport) -> list[str]:
         names = ", ".join(verdict.policy for verdict in report.mandatory_failures)
         lines.append(f"[red]Mandatory policies failed: {names}[/]")
     return lines
+
+
+def closing(report: PlanReport, diff: PlanDiff | None, *, tree: bool) -> list[str]:
+    """The answer again, for the last screen: the cost table, the notes and the verdicts (and the tree)
+    have pushed the opening lines out of a 24-line terminal by now."""
+    config = report.config
+    figures = (
+        f"unparked [bold]{money(report.unparked.total_usd)}[/] · parked [bold]{money(report.parked.total_usd)}[/]"
+        f" · worst case [bold]{money(report.unparked.worst_case_usd)}[/]"
+    )
+    state = "parked" if config.parked else "unparked"
+    lines = [
+        f"[bold]Stack {escape(config.stack)}[/], {state}, {counted(len(report.resources), 'resource')}"
+        + ("" if tree else " (the tree: --tree)"),
+        f"Monthly: {figures}",
+    ]
+    if diff is not None:
+        lines.append(diff_lines(diff)[0])
+    return lines + policy_lines(report)
 
 
 def diff_lines(diff: PlanDiff) -> list[str]:

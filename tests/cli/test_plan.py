@@ -62,7 +62,7 @@ def test_json_carries_resources_costs_and_verdicts_and_exits_0() -> None:
 
 
 def test_text_shows_the_tree_the_costs_and_the_verdicts() -> None:
-    result = plan("--project-dir", str(REPO_ROOT))
+    result = plan("--project-dir", str(REPO_ROOT), "--tree")
     assert result.exit_code == 0, result.output
     assert result.output.startswith("Stack dev (us-east-1), unparked: ")
     assert "Cost items (USD a month, us-east-1 prices, 730 h)" in result.output
@@ -187,8 +187,53 @@ def test_the_answer_comes_first_and_item_names_are_whole_at_80_columns(
     assert "control-plane" in names
     assert "cache-replication-group" in names
     assert "…" not in "\n".join(table[:20])
-    # the tree comes last: after the verdict table
-    assert lines.index("Policies") < lines.index("185 resources")
+    # the answer again at the end: what a 24-line terminal still shows
+    assert lines[-3:] == [
+        "Stack dev, unparked, 185 resources (the tree: --tree)",
+        "Monthly: unparked $849.93 · parked $105.95 · worst case $11,034.87",
+        f"Policies: all {len(RULES)} pass ({len(RULES) - 1} mandatory, 1 advisory)",
+    ]
+    assert "185 resources" not in lines  # the tree only with --tree
+
+
+def test_with_the_tree_the_answer_still_closes_the_output() -> None:
+    lines = plan("--project-dir", str(REPO_ROOT), "--tree").output.splitlines()
+    # the tree after the verdict table, the closing totals after the tree
+    assert (
+        lines.index("Policies")
+        < lines.index("185 resources")
+        < lines.index("Stack dev, unparked, 185 resources")
+    )
+    assert lines[-2].startswith("Monthly: unparked $849.93")
+    assert lines[-1].startswith("Policies: all ")
+
+
+def test_a_failed_policy_is_named_in_the_closing_lines_too(tmp_path: Path) -> None:
+    def only_small_hosts(config: dict[str, Any]) -> None:
+        config["parkbrake:policy"]["allowed_instance_types"] = ["g5.xlarge"]
+
+    result = plan("--config", str(write_stack(tmp_path, only_small_hosts)))
+    assert result.exit_code == 1, result.output
+    from policies.registry import RULES
+
+    closing = result.output.splitlines()[-3:]
+    assert closing[0] == f"Policies: {len(RULES) - 1} of {len(RULES)} pass; failed:"
+    assert closing[1].startswith("  FAIL instance-types-allowed (mandatory, ")
+    assert closing[2] == "Mandatory policies failed: instance-types-allowed"
+
+
+def test_config_names_the_file_given_not_the_stack(tmp_path: Path) -> None:
+    stack = write_stack(tmp_path)
+    given = plan("--config", str(stack), "--summary")
+    assert given.exit_code == 0, given.output
+    assert given.output.startswith(f"Stack dev (us-east-1, from {stack}), unparked: ")
+    missing = CliRunner().invoke(parkbrake, ["plan", "--config", str(tmp_path / "my-stack.yaml")])
+    assert missing.exit_code == 2
+    assert (
+        missing.output
+        == f"Error: --config {tmp_path / 'my-stack.yaml'}: no such file; give the path of a stack file\n"
+    )
+    assert "'dev'" not in missing.output
 
 
 def test_a_narrow_terminal_stacks_the_items_rather_than_dropping_a_figure(
@@ -222,8 +267,9 @@ def test_trailing_spaces_go_before_a_lines_closing_colour_codes() -> None:
 
 
 def test_summary_and_no_tree_leave_out_what_they_say() -> None:
-    full = plan("--project-dir", str(REPO_ROOT)).output
+    full = plan("--project-dir", str(REPO_ROOT), "--tree").output
     no_tree = plan("--project-dir", str(REPO_ROOT), "--no-tree").output
+    assert plan("--project-dir", str(REPO_ROOT)).output == no_tree  # the tree is opt-in
     summary = plan("--project-dir", str(REPO_ROOT), "--summary").output
     assert "parkbrake:aws:GpuPool training" in full
     assert "parkbrake:aws:GpuPool training" not in no_tree

@@ -75,7 +75,9 @@ def test_the_kubernetes_rules_run_and_pass_with_the_aws_ones(plan_json: dict[str
 
 
 def test_text_plan_shows_the_node_pools_in_the_cost_table() -> None:
-    result = CliRunner().invoke(parkbrake, ["plan", "--stack", "eks", "--project-dir", str(REPO_ROOT)])
+    result = CliRunner().invoke(
+        parkbrake, ["plan", "--stack", "eks", "--project-dir", str(REPO_ROOT), "--tree"]
+    )
 
     assert result.exit_code == 0, result.output
     assert "parkbrake:k8s:GpuNodePool research-training" in result.output

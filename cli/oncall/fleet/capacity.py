@@ -25,6 +25,9 @@ class GroupStatus:
     in_service: int
     park_record: ParkRecord | None
     surge: str | None  # the deploy's surge mark, while a deploy holds an extra host
+    tenant: str | None = (
+        None  # the pool's parkbrake:tenant tag: ``status --filter tenant=`` narrows pools too
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -38,6 +41,7 @@ class GroupStatus:
             "in_service": self.in_service,
             "park_record": self.park_record.as_dict() if self.park_record else None,
             "deploy_surge": self.surge,
+            "tenant": self.tenant,
         }
 
 
@@ -57,6 +61,7 @@ def groups_of(autoscaling: Any, region: str, stack: str) -> list[GroupStatus]:
                 in_service=sum(1 for i in group.get("Instances", []) if i["LifecycleState"] == "InService"),
                 park_record=ParkRecord.parse(group_tags.get(tags.PARKED_CAPACITY)),
                 surge=group_tags.get(tags.DEPLOY_SURGE),
+                tenant=group_tags.get(tags.TENANT),
             )
         )
     return sorted(found, key=lambda item: item.name)

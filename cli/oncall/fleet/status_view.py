@@ -62,21 +62,54 @@ def parse_filters(texts: Sequence[str]) -> dict[str, set[str]]:
     return wanted
 
 
+# The keys a pool and a stack carry themselves; for any other key (a pool has no state, a stack no
+# tenant) one is shown when it holds a selected host. Services carry only stack and region: a filter by
+# tenant, pool, state or type leaves them out, as hosts of no tenant.
+GROUP_KEYS = ("tenant", "pool", "stack", "region")
+STACK_KEYS = SERVICE_KEYS = ("stack", "region")
+
+
 def select(report: FleetStatus, filters: dict[str, set[str]], sort: str | None) -> FleetStatus:
-    """The report narrowed to the hosts (and pools) the filters name, hosts in ``sort`` order if given."""
+    """The report narrowed by the filters, every table alike (hosts, pools, stopped hosts, services,
+    stacks, the ledger's tenants); hosts in ``sort`` order if given."""
     hosts = [
         host for host in report.hosts if all(FILTERS[key](host) in values for key, values in filters.items())
     ]
+    holding = {(host.host.region, host.host.autoscaling_group) for host in hosts}
     groups = [
         group
         for group in report.groups
         if all(
-            value in values
+            getattr(group, key) in values if key in GROUP_KEYS else (group.region, group.name) in holding
             for key, values in filters.items()
-            if key in ("pool", "stack", "region")
-            for value in [getattr(group, key)]
         )
     ]
+    services = [
+        service
+        for service in report.services
+        if all(key in SERVICE_KEYS and getattr(service, key) in values for key, values in filters.items())
+    ]
+    shown_stacks = {(host.host.region, host.host.tags.get(tags.STACK)) for host in hosts} | {
+        (group.region, group.stack) for group in groups
+    }
+    stacks = [
+        stack
+        for stack in report.stacks
+        if all(
+            getattr(stack, key) in values
+            if key in STACK_KEYS
+            else (stack.region, stack.stack) in shown_stacks
+            for key, values in filters.items()
+        )
+    ]
+    # The ledger's rows are per tenant: under any filter, only the tenants of the hosts shown (so a
+    # filter that matches no host leaves no "By tenant" table of budgets alone).
+    tenants = {host.host.tenant or "(untagged)" for host in hosts}
+    ledger = (
+        [row for row in report.ledger if row.tenant in tenants]
+        if report.ledger is not None and filters
+        else report.ledger
+    )
     # A stopped host has no running state: a state filter shows none of them.
     stopped = [
         stopped
@@ -86,7 +119,13 @@ def select(report: FleetStatus, filters: dict[str, set[str]], sort: str | None) 
                 for key, values in filters.items())
     ]  # fmt: skip
     return replace(
-        report, hosts=sorted(hosts, key=SORTS[sort]) if sort else hosts, groups=groups, stopped=stopped
+        report,
+        hosts=sorted(hosts, key=SORTS[sort]) if sort else hosts,
+        groups=groups,
+        stopped=stopped,
+        services=services,
+        stacks=stacks,
+        ledger=ledger,
     )
 
 
@@ -108,24 +147,56 @@ def _money(value: Any) -> str:
     return "?" if value is None else f"{Decimal(str(value)):,.2f}"
 
 
-def print_status(console: Console, report: FleetStatus, *, filters: Sequence[str] = ()) -> None:
-    _print_summary(console, report, filters)
-    for error in report.errors:
-        console.print(f"[bold red]error:[/] {error}")
-    _print_hosts(console, report)
-    _print_stopped(console, report)
-    _print_groups(console, report)
-    _print_services(console, report)
-    _print_stacks(console, report)
-    _print_tenants(console, report)
+def print_status(
+    console: Console, report: FleetStatus, *, filters: Sequence[str] = (), running: int | None = None
+) -> None:
+    """The summary first, the tables, and the answer again last: a fleet's tables are over a screen,
+    and the last 24 lines are what a terminal still shows when the command returns.
 
-
-def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]) -> None:
-    summary = report.summary()
+    ``running`` counts the hosts before ``filters`` narrowed ``report``: what "no host matches" says
+    there is.
+    """
     scope = f" ({', '.join(filters)})" if filters else ""
-    console.print(
-        f"[bold]GPU fleet{scope}[/] in {', '.join(report.regions)} at {report.now:%Y-%m-%d %H:%M} UTC"
-    )
+    header = f"[bold]GPU fleet{scope}[/] in {', '.join(report.regions)} at {report.now:%Y-%m-%d %H:%M} UTC"
+    console.print(header)
+    if filters and not report.hosts:
+        # Nothing matched: one line saying so (and what there is), not a summary of zeros and empty tables.
+        answer = [
+            f"no host matches {escape(', '.join(filters))} ({running if running is not None else '?'} running)"
+        ]
+        console.print(answer[0])
+    else:
+        answer = _summary_lines(report)
+        for line in answer:
+            console.print(line)
+        for stack in report.stacks:
+            console.print(f"  {_alarms_line(stack, several_regions=len(report.regions) > 1)}")
+    # The errors (exit 1) once, last: the exit reason belongs on the last screen.
+    errors = [f"[bold red]error:[/] {error}" for error in report.errors]
+    printed = [
+        _print_hosts(console, report, quiet=bool(filters)),
+        _print_stopped(console, report),
+        _print_groups(console, report),
+        _print_services(console, report),
+        _print_stacks(console, report),
+        _print_tenants(console, report),
+    ]
+    if any(printed):
+        console.print()
+        console.print(header)
+        for line in answer:
+            console.print(line)
+        for stack in report.stacks:  # only the alarm lines that need action (coloured): the rest are above
+            line = _alarms_line(stack, several_regions=len(report.regions) > 1)
+            if line.startswith(("[yellow]", "[red]")):
+                console.print(f"  {line}")
+    for line in errors:
+        console.print(line)
+
+
+def _summary_lines(report: FleetStatus) -> list[str]:
+    """Hosts and accelerators, what needs action, the burn and the parked stacks."""
+    summary = report.summary()
     needs = [
         f"[red]{summary['overdue']} overdue[/]" if summary["overdue"] else "0 overdue",
         f"[yellow]{summary['unmanaged']} unmanaged[/]" if summary["unmanaged"] else "0 unmanaged",
@@ -133,21 +204,18 @@ def _print_summary(console: Console, report: FleetStatus, filters: Sequence[str]
     if summary["bad_tags"]:
         needs.append(f"[yellow]{summary['bad_tags']} with bad tags[/]")
     needs.append(f"{summary['exempt']} exempt")
-    console.print(
-        f"  hosts {summary['hosts']:,} · accelerators {summary['accelerators']:,} · {' · '.join(needs)}"
-    )
     parked = ", ".join(summary["parked_stacks"]) or "none"
-    console.print(
+    lines = [
+        f"  hosts {summary['hosts']:,} · accelerators {summary['accelerators']:,} · {' · '.join(needs)}",
         f"  burn ${_money(summary['usd_per_hour'])}/h · spent today ${_money(summary['spent_today_usd'])} · "
-        f"parked stacks {parked} (of {summary['stacks']})"
-    )
+        f"parked stacks {parked} (of {summary['stacks']})",
+    ]
     if summary["unmanaged"]:
-        console.print(
+        lines.append(
             f"  [yellow]unmanaged hosts burn ${_money(summary['unmanaged_usd_per_hour'])}/h: "
             "no guardrail may stop them[/]"
         )
-    for stack in report.stacks:
-        console.print(f"  {_alarms_line(stack, several_regions=len(report.regions) > 1)}")
+    return lines
 
 
 def _alarms_line(stack: StackStatus, *, several_regions: bool) -> str:
@@ -186,10 +254,12 @@ def _print(
     print_table(console, table)
 
 
-def _print_hosts(console: Console, report: FleetStatus) -> None:
+def _print_hosts(console: Console, report: FleetStatus, *, quiet: bool) -> bool:
+    """The hosts table; without hosts a line saying so, or (``quiet``: "no host matches" said it) nothing."""
     if not report.hosts:
-        console.print("No GPU hosts running.")
-        return
+        if not quiet:
+            console.print("No GPU hosts running.")
+        return False
     several_regions = len(report.regions) > 1
     columns = [
         Column("instance", 0),
@@ -209,6 +279,7 @@ def _print_hosts(console: Console, report: FleetStatus) -> None:
     styles = [STATE_STYLES.get(host.state) for host in report.hosts]
     title = f"GPU hosts ({len(rows):,}), most urgent first"
     _print(console, title, columns, rows, styles)
+    return True
 
 
 def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
@@ -234,10 +305,10 @@ def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
     return [*row, facts.region] if several_regions else row
 
 
-def _print_stopped(console: Console, report: FleetStatus) -> None:
+def _print_stopped(console: Console, report: FleetStatus) -> bool:
     """Managed GPU hosts stopped past the retention: their volumes still bill every month."""
     if not report.stopped:
-        return
+        return False
     several_regions = len(report.regions) > 1
     columns = [
         Column("instance", 0),
@@ -265,11 +336,12 @@ def _print_stopped(console: Console, report: FleetStatus) -> None:
     total = sum(stopped.storage.monthly_usd for stopped in report.stopped)
     title = f"Stopped past the retention ({len(rows):,}): their volumes cost ${_money(total)} a month"
     _print(console, title, columns, rows)
+    return True
 
 
-def _print_groups(console: Console, report: FleetStatus) -> None:
+def _print_groups(console: Console, report: FleetStatus) -> bool:
     if not report.groups:
-        return
+        return False
     columns = [
         Column("Auto Scaling group", 0),
         Column("min/desired/max", 0),
@@ -288,11 +360,12 @@ def _print_groups(console: Console, report: FleetStatus) -> None:
         for group in report.groups
     ]
     _print(console, "GPU pools", columns, rows)
+    return True
 
 
-def _print_services(console: Console, report: FleetStatus) -> None:
+def _print_services(console: Console, report: FleetStatus) -> bool:
     if not report.services:
-        return
+        return False
     columns = [
         Column("service", 0),
         Column("PRIMARY runs", 1),
@@ -318,9 +391,12 @@ def _print_services(console: Console, report: FleetStatus) -> None:
         for service in report.services
     ]
     _print(console, "Services", columns, rows)
+    return True
 
 
-def _print_stacks(console: Console, report: FleetStatus) -> None:
+def _print_stacks(console: Console, report: FleetStatus) -> bool:
+    if not report.stacks:  # a filter left none: no empty table
+        return False
     columns = [
         Column("stack", 0),
         Column("parked", 0),
@@ -338,9 +414,13 @@ def _print_stacks(console: Console, report: FleetStatus) -> None:
         )
         rows.append([stack.stack, parked, when, stack.region])
     _print(console, "Stacks", columns, rows)
+    return True
 
 
-def _print_tenants(console: Console, report: FleetStatus) -> None:
+def _print_tenants(console: Console, report: FleetStatus) -> bool:
+    tenant_rows = report.tenant_rows()
+    if not tenant_rows:  # no host and no ledger row (a filter left none): no empty table
+        return False
     ledger = report.ledger is not None
     columns = [
         Column("tenant", 0),
@@ -359,13 +439,14 @@ def _print_tenants(console: Console, report: FleetStatus) -> None:
         ),
     ]
     rows = []
-    for row in report.tenant_rows():
+    for row in tenant_rows:
         cells = [row["tenant"], str(row["hosts"]), str(row["accelerators"]), _money(row["usd_per_hour"]),
                  _money(row["cost_so_far_usd"])]  # fmt: skip
         rows.append(cells + (_ledger_cells(row["ledger"]) if ledger else []))
     _print(console, "By tenant", columns, rows)
     if not ledger:
         console.print("[dim]ledger not configured (PARKBRAKE_DATABASE_URL): no spend or runway per tenant[/]")
+    return True
 
 
 def _ledger_cells(ledger: dict[str, Any] | None) -> list[str]:

@@ -86,11 +86,14 @@ def document(demo: Demo, *arguments: str) -> Any:
     return json.loads(result.stdout)
 
 
-def on_terminal(demo: Demo, columns: int, *arguments: str) -> tuple[int, str]:
-    """Exit status and what a terminal of ``columns`` shows (colours removed), COLUMNS set as a shell sets it."""
+def on_terminal(
+    demo: Demo, columns: int, *arguments: str, rows: int = 50, term: str = "xterm-256color"
+) -> tuple[int, str]:
+    """Exit status and what a terminal of ``columns`` × ``rows`` shows (colours removed), COLUMNS and
+    LINES set as a shell sets them."""
     controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    environ = {**demo.environ, "COLUMNS": str(columns), "LINES": "50", "TERM": "xterm-256color"}
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    environ = {**demo.environ, "COLUMNS": str(columns), "LINES": str(rows), "TERM": term}
     process = subprocess.Popen(
         [sys.executable, "-c", "from cli.main import main; main()", *arguments],
         env=environ, cwd=demo.project, stdin=terminal, stdout=terminal, stderr=terminal,

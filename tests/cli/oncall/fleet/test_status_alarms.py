@@ -132,6 +132,7 @@ def test_subscriptions_that_cannot_be_read_are_one_error_line_and_the_rest_is_sh
     assert text.exit_code == 1
     assert f"alarms {STACK}: subscriptions unknown (see the error below)" in text.output
     assert [line for line in text.output.splitlines() if line.startswith("error:")] == [f"error: {error}"]
+    assert text.output.splitlines()[-1] == f"error: {error}"  # the exit reason, on the last screen
     assert "GPU hosts (4), most urgent first" in text.output  # everything else is still shown
     document = json.loads(as_json.stdout)
     assert as_json.exit_code == 1
