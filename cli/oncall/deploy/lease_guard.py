@@ -96,3 +96,18 @@ def under_lease(at: ServiceAt, lease: DeployLease) -> ServiceAt:
         clock=RenewingClock(at.clock, lease),
         confirm_lease=lease.check,
     )
+
+
+def service_lease(at: ServiceAt, operation: str, revision: str) -> DeployLease:
+    """The deploy lease of the service ``at`` names, timed by the run's own clock (tests move it)."""
+    from lambdas.aws.clients import client
+
+    dynamodb = at.clients.dynamodb if at.clients.dynamodb is not None else client("dynamodb")
+    return DeployLease(
+        dynamodb,
+        stack=at.target.stack,
+        service=at.target.service,
+        operation=operation,
+        revision=revision,
+        now=at.clock.now,
+    )
