@@ -57,6 +57,11 @@ class LeaseGuardedClient:
         self._lease = lease
         # Registered once per client object (botocore ignores a second handler with the same id).
         client.meta.events.register("before-send", _confirm_before_send, unique_id=HANDLER_ID)
+        # Reads pass straight through: bound here once, so a read runs no code of this module.
+        for name, operation in client.meta.method_to_api_mapping.items():
+            if not is_write(operation):
+                setattr(self, name, getattr(client, name))
+        self.meta, self.exceptions, self.get_paginator = client.meta, client.exceptions, client.get_paginator
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)

@@ -1,5 +1,11 @@
 """The revision's walk from ``parkbrake deploy`` to its first ECS write (``deploy_walk.py``): at most
-:data:`MAX_STAYS` stays, and no file visited twice on the way down (issue 35)."""
+:data:`MAX_STAYS` stays, and no file visited twice on the way down (issue 35).
+
+Before the engine was laid out by phase and AWS service, the same walk took 15 stays in 6 files with
+9 returns (``blue_green.py`` 4 times, ``colour_health.py`` 3); counting the lease's modules as stays
+too (``walk(..., gate=frozenset())``), 37 stays in 12 files with 25 returns. Now: 8 stays in 8 files,
+no return (27 stays in 15 files, 12 returns counting the lease, whose objects every step holds).
+"""
 
 from __future__ import annotations
 
