@@ -13,7 +13,7 @@ TEST_WORKERS ?= auto
 RUNTIME_STAMP := $(VENV)/.installed-runtime
 STAMP := $(VENV)/.installed
 
-.PHONY: plan test lint typecheck check bench image-check focus-validate clean
+.PHONY: plan test database lint typecheck check bench image-check focus-validate clean
 
 $(RUNTIME_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ plan: $(RUNTIME_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# A throwaway PostgreSQL with the ledger's tables until Ctrl-C: it prints the PARKBRAKE_DATABASE_URL line.
+database: $(STAMP)
+	$(BIN)/parkbrake dev database
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -52,6 +52,7 @@ from guardrails.pricing import load_price_table
 from guardrails.runway import Budget
 from lambdas.ledger.store import LedgerStore
 from stacks.config import StackConfig, Tenant, load_stack_config
+from stacks.kubernetes_config import flavor_name
 from tests.cli.k8s.conftest import admission_check
 from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
 from tests.cli.k8s.workloads import workload
@@ -86,9 +87,11 @@ def summary_ms(values: list[float]) -> dict[str, float]:
 
 def reserve(document: dict[str, Any]) -> dict[str, Any]:
     """Kueue reserving a Workload's quota: admission and QuotaReserved written to its status."""
+    tenant = document["metadata"]["namespace"]
     reserved = workload(
-        document["metadata"]["name"], namespace=document["metadata"]["namespace"],
-        queue=document["spec"]["queueName"], uid=document["metadata"]["uid"], max_seconds=3600,
+        document["metadata"]["name"], namespace=tenant, queue=document["spec"]["queueName"],
+        uid=document["metadata"]["uid"], max_seconds=3600,
+        flavor=flavor_name(tenant, f"{tenant}-training"),  # its tenant's pool (many_tenants), one flavor each
     )  # fmt: skip
     return reserved | {"metadata": document["metadata"]}
 

@@ -2,6 +2,7 @@
 
     python -m benchmarks.ledger                   # 10 million events across 1,000 tenants
     python -m benchmarks.ledger --events 200000   # a quick run
+    python -m benchmarks.ledger --events 0 --load 2   # ingest only, both cores busy with spinners
 
 Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver):
 - ingest through ``LedgerStore.append``, in events per second: one event per transaction, alone,
@@ -15,10 +16,13 @@ Measures, on one PostgreSQL server (``PARKBRAKE_DATABASE_URL``, else a throwaway
   transaction, and one COPY of ``--batch-size`` rows per transaction, in rows per second; and
   the storage floor: that COPY into a copy of ``events`` (its keys, indexes and checks), then the
   intervals those events derive to (by the pure reference) inserted into a copy of ``intervals``:
-  what storing the ledger's rows costs before any queueing, deriving or rollups. The
-  one-event figures and the single-row ceiling are measured in turn, in 5 rounds of a fifth of
-  ``--single`` each, and each is the median of its rounds (a ratio is the median of the rounds'
-  ratios): a commit's cost drifts over a run;
+  what storing the ledger's rows costs before any queueing, deriving or rollups. Every figure is
+  measured in turn with the ceiling that bounds it (the one-event ways with the single-row INSERT,
+  the backfill with the COPY and the storage floor), in ``--rounds`` rounds (default 5) each of a
+  share of ``--single`` / ``--batched`` events (benchmarks.rounds): each figure is the median of its
+  rounds with their min–max and the load average, a ratio the median of the rounds' ratios, flagged
+  when it beats its ceiling (a broken ceiling) or moves with the load. ``--load N`` runs N busy
+  processes throughout (load ≥ 2 on the 2-core machine: ``--load 2``);
 - the latency of one tenant's runway query (``LedgerStore.runways``) and month report
   (``LedgerStore.usage_rows``) with ``--events`` events generated in SQL (``generate_series``)
   across ``--tenants`` tenants, and of a full exporter read (every tenant);
@@ -32,9 +36,10 @@ import argparse
 import json
 import random
 import statistics
+import tempfile
 import time
-from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -43,8 +48,23 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from benchmarks.ledger_ceilings import (
+    ceiling_rows_per_second,
+    meter_floor_rows_per_second,
+    storage_floor,
+)
 from benchmarks.ledger_late import LargeLedger, late_event_figures, print_late
-from guardrails.ledger import STATES, Attribution, Transition, from_ms, intervals_from, to_ms
+from benchmarks.rounds import (
+    Figure,
+    Ratio,
+    alternate,
+    busy_load,
+    figure_line,
+    per_round_loads,
+    ratio,
+    warm_up_load,
+)
+from guardrails.ledger import Attribution, Transition, to_ms
 from guardrails.pricing import load_price_table
 from lambdas.ledger.store import LedgerStore
 from tests.postgres import postgres_url
@@ -56,13 +76,8 @@ EVENT_SPACING = timedelta(hours=17)  # ~500 events per host cover a year
 # In the future, so the benchmark's price change three months back is not in the past (refused).
 NOW = datetime(2036, 6, 15, 12, 0, tzinfo=UTC)
 CAP = timedelta(minutes=90)
-SINGLE_ROUNDS = 5  # the one-event figures, each way in turn with its ceiling (run)
-# The one-event ways, each with the name of its ratio to the single-row INSERT ceiling.
-SINGLE_RATIOS = {
-    "ingest_single_events_per_s": "single_vs_ceiling",
-    "settled_single_events_per_s": "settled_single_vs_ceiling",
-    "then_settled_single_events_per_s": "then_settled_single_vs_ceiling",
-}
+# The one-event ways, each compared with the single-row INSERT ceiling of its round.
+SINGLE_WAYS = ("alone", "settled", "then_settled")
 
 
 def fresh_database(url: str) -> str:
@@ -121,126 +136,6 @@ def ingest_rate(
     return IngestRates(
         len(transitions) / appending, pending / settling, len(transitions) / (appending + settling)
     )
-
-
-CEILING_TABLE = """
-CREATE TABLE IF NOT EXISTS ceiling_events (
-    event_id text, instance_id text, state text, event_time timestamptz, tenant text, pool text,
-    instance_type text, accelerators integer, cap_ms bigint, region text, source text, received_at timestamptz,
-    pricing_model text, zone text
-)
-"""
-# The storage floor: what any derivation that leaves the ledger's rows stored pays at least. The
-# same COPY into a copy of `events` (its primary key, indexes, checks and generated columns), then
-# the intervals those events derive to (guardrails.ledger.intervals_from, the ledger's reference)
-# inserted server-side into a copy of `intervals` (its keys and generated column): storing alone,
-# without queueing, deriving or rollups, and with the intervals' rows handed over for free.
-FLOOR_TABLES = """
-CREATE TABLE IF NOT EXISTS floor_events (LIKE events INCLUDING ALL);
-CREATE TABLE IF NOT EXISTS floor_intervals (LIKE intervals INCLUDING ALL);
-"""
-INTERVAL_COLUMNS = (
-    "opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms, started_ms, ended_ms, closed_by, "
-    "region, pricing_model, zone"
-)
-CEILING_COLUMNS = (
-    "event_id, instance_id, state, event_time, tenant, pool, instance_type, accelerators, cap_ms, region, "
-    "source, received_at, pricing_model, zone"
-)
-
-
-def ceiling_rows(transitions: list[Transition]) -> list[tuple[Any, ...]]:
-    return [
-        (t.event_id, t.instance_id, t.state, from_ms(t.at_ms), t.attribution.tenant,
-         t.attribution.pool, t.attribution.instance_type, t.attribution.accelerators, t.attribution.cap_ms,
-         t.attribution.region, "meter", NOW, t.attribution.pricing_model, t.attribution.zone)
-        for t in transitions
-    ]  # fmt: skip
-
-
-def copy_rows(
-    connection: psycopg.Connection[Any],
-    table: str,
-    rows: list[tuple[Any, ...]],
-    batch_size: int,
-    columns: str = CEILING_COLUMNS,
-) -> float:
-    """COPY ``rows`` into ``table``, one COPY of ``batch_size`` rows per transaction; the seconds it took."""
-    started = time.perf_counter()
-    for start in range(0, len(rows), batch_size):
-        with (
-            connection.transaction(),
-            connection.cursor() as cursor,
-            cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy,
-        ):
-            for row in rows[start : start + batch_size]:
-                copy.write_row(row)
-    return time.perf_counter() - started
-
-
-def ceiling_rows_per_second(url: str, transitions: list[Transition], batch_size: int) -> float:
-    """The same rows into a plain table with the same columns, from the same client on the same
-    server: single-row INSERTs one per transaction, or a COPY per batch of ``batch_size`` rows."""
-    rows = ceiling_rows(transitions)
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(CEILING_TABLE)
-        connection.execute("TRUNCATE ceiling_events")
-        if batch_size > 1:
-            return len(rows) / copy_rows(connection, "ceiling_events", rows, batch_size)
-        started = time.perf_counter()
-        insert = f"INSERT INTO ceiling_events ({CEILING_COLUMNS}) VALUES ({', '.join(['%s'] * 14)})"
-        for row in rows:
-            connection.execute(insert, row)
-        return len(rows) / (time.perf_counter() - started)
-
-
-@dataclass(frozen=True)
-class StorageFloor:
-    events_table_rows_per_s: float  # the COPY into a copy of events alone
-    floor_events_per_s: float  # that COPY and the intervals' insert: events per second of both
-
-
-def storage_floor(url: str, transitions: list[Transition], batch_size: int) -> StorageFloor:
-    """The COPY of the ceiling into a copy of ``events``, then the intervals the events derive to
-    inserted in one statement into a copy of ``intervals`` (the rows staged, untimed, in a
-    temporary table first)."""
-    intervals = [
-        (i.opened_by, i.instance_id, i.attribution.tenant, i.attribution.pool, i.attribution.instance_type,
-         i.attribution.accelerators, i.attribution.cap_ms, i.started_ms, i.ended_ms, i.closed_by,
-         i.attribution.region, i.attribution.pricing_model, i.attribution.zone)
-        for i in intervals_from(transitions)
-    ]  # fmt: skip
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(FLOOR_TABLES)
-        connection.execute("TRUNCATE floor_events, floor_intervals")
-        # With the sort key events store beside each row (its time in ms, its state's rank).
-        ranks: dict[str, int] = dict(
-            connection.execute(
-                "SELECT s, ledger_state_rank(s) FROM unnest(%s::text[]) AS s", [list(STATES)]
-            ).fetchall()
-        )
-        rows = [
-            (*row, t.at_ms, ranks[t.state])
-            for row, t in zip(ceiling_rows(transitions), transitions, strict=True)
-        ]
-        copying = copy_rows(
-            connection, "floor_events", rows, batch_size, f"{CEILING_COLUMNS}, at_ms, state_rank"
-        )
-        connection.execute(
-            f"CREATE TEMPORARY TABLE staged_intervals AS SELECT {INTERVAL_COLUMNS} FROM intervals LIMIT 0"
-        )
-        with (
-            connection.cursor() as cursor,
-            cursor.copy(f"COPY staged_intervals ({INTERVAL_COLUMNS}) FROM STDIN") as copy,
-        ):
-            for row in intervals:
-                copy.write_row(row)
-        started = time.perf_counter()
-        connection.execute(
-            f"INSERT INTO floor_intervals ({INTERVAL_COLUMNS}) SELECT {INTERVAL_COLUMNS} FROM staged_intervals"
-        )
-        inserting = time.perf_counter() - started
-    return StorageFloor(len(transitions) / copying, len(transitions) / (copying + inserting))
 
 
 def seed_prices(url: str) -> None:
@@ -379,144 +274,253 @@ def query_latencies(url: str, tenants: int, repeats: int) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    results: dict[str, Any] = {"events_requested": args.events, "tenants": args.tenants}
-    with postgres_url("parkbrake-bench-pg-") as base_url:
+    results: dict[str, Any] = {"events_requested": args.events, "tenants": args.tenants, "load": args.load}
+    with postgres_url("parkbrake-bench-pg-") as base_url, busy_load(args.load):
+        warm_up_load(args.load)
         url = fresh_database(base_url)
         store = LedgerStore.connect(url)
         store.migrate()
         seed_prices(url)
-        batched = synthetic_transitions(args.batched, "batched")
-
-        def meter(batch: list[Transition]) -> object:
-            return store.append(batch, source="meter", received_at=NOW)
-
-        def meter_settled(batch: list[Transition]) -> object:  # as the meter appends: settled in the call
-            return store.append(batch, source="meter", received_at=NOW, settled=True)
-
-        def backfill(batch: list[Transition]) -> None:  # as `parkbrake ledger ingest` queues a batch
-            store.queue_backfill(batch, received_at=NOW)
-
-        # One event per transaction, each way and the single-row INSERT ceiling in turn, round by
-        # round: a commit's cost drifts with the disk over a run, and a ratio of rates measured
-        # minutes apart measured the drift. Each figure is the median of the rounds'.
-        rounds: dict[str, list[float]] = defaultdict(list)
-        part = max(1, args.single // SINGLE_ROUNDS)
-        hosts = max(1, part * 500 // args.single)  # six events a host in all, as one run of 3,000 had
-        for round_number in range(SINGLE_ROUNDS):
-            tag = f"r{round_number}"
-            rates = ingest_rate(
-                store, synthetic_transitions(part, f"single-{tag}", hosts), 1, meter, settle=False
-            )
-            rounds["ingest_single_events_per_s"].append(rates.appended)
-            rounds["one_settle_events_per_s"].append(rates.settled)
-            settled = synthetic_transitions(part, f"settled-{tag}", hosts)
-            rounds["settled_single_events_per_s"].append(
-                ingest_rate(store, settled, 1, meter_settled, settle=False).whole
-            )
-            then_settled = synthetic_transitions(part, f"then-{tag}", hosts)
-            rounds["then_settled_single_events_per_s"].append(
-                ingest_rate(store, then_settled, 1, meter, settle=True).appended
-            )
-            plain_rows = synthetic_transitions(part, f"ceiling-{tag}", hosts)
-            rounds["ceiling_single_rows_per_s"].append(ceiling_rows_per_second(url, plain_rows, 1))
-        results |= {name: statistics.median(values) for name, values in rounds.items()}
-        results |= {
-            ratio: statistics.median(
-                rate / ceiling
-                for rate, ceiling in zip(rounds[name], rounds["ceiling_single_rows_per_s"], strict=True)
-            )
-            for name, ratio in SINGLE_RATIOS.items()
-        }
-        batched_rates = ingest_rate(store, batched, args.batch_size, backfill, settle=False)
-        results["ingest_batched_events_per_s"] = batched_rates.appended
-        results["backfill_settle_events_per_s"] = batched_rates.settled
-        results["backfill_whole_events_per_s"] = batched_rates.whole
+        results["single"] = single_event_rounds(store, url, args)
+        results["batched"] = batched_rounds(store, url, args)
         store.close()
-        results["ceiling_batched_rows_per_s"] = ceiling_rows_per_second(url, batched, args.batch_size)
-        floor = storage_floor(url, batched, args.batch_size)
-        results["events_table_batched_rows_per_s"] = floor.events_table_rows_per_s
-        results["storage_floor_events_per_s"] = floor.floor_events_per_s
-        large_url = fresh_database(base_url)
-        LedgerStore.connect(large_url).migrate()
-        seed_prices(large_url)
-        results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
-        results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
-        if args.late:
-            results["large"]["closed_months"] = late_event_figures(
-                large_url, large_layout(args.events, args.tenants), late=args.late, repeats=args.repeats
-            )
-    results["batched_vs_ceiling"] = (
-        results["ingest_batched_events_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["backfill_whole_vs_ceiling"] = (
-        results["backfill_whole_events_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["events_table_vs_ceiling"] = (
-        results["events_table_batched_rows_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["storage_floor_vs_ceiling"] = (
-        results["storage_floor_events_per_s"] / results["ceiling_batched_rows_per_s"]
-    )
-    results["backfill_whole_vs_floor"] = (
-        results["backfill_whole_events_per_s"] / results["storage_floor_events_per_s"]
-    )
+        if args.events:
+            large_url = fresh_database(base_url)
+            LedgerStore.connect(large_url).migrate()
+            seed_prices(large_url)
+            results["large"] = generate_large_ledger(large_url, args.events, args.tenants)
+            results["large"] |= query_latencies(large_url, args.tenants, args.repeats)
+            if args.late:
+                results["large"]["closed_months"] = late_event_figures(
+                    large_url, large_layout(args.events, args.tenants), late=args.late, repeats=args.repeats
+                )
     return results
 
 
+def single_event_rounds(store: LedgerStore, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One event per transaction, each way and the single-row INSERT ceiling in turn, round by round
+    (a commit's cost drifts over a run: a ratio of rates measured minutes apart measured the drift)."""
+    part = max(1, args.single // args.rounds)
+    hosts = max(1, part * 500 // args.single)  # six events a host in all, as one run of 3,000 had
+    one_settle = Figure()
+
+    def alone(number: int) -> float:
+        rates = ingest_rate(store, synthetic_transitions(part, f"single-r{number}", hosts), 1, _meter(store),
+                            settle=False)  # fmt: skip
+        one_settle.add(rates.settled)
+        return rates.appended
+
+    def settled(number: int) -> float:  # as the meter appends: settled in the same call
+        events = synthetic_transitions(part, f"settled-r{number}", hosts)
+        return ingest_rate(store, events, 1, _meter(store, settled=True), settle=False).whole
+
+    def then_settled(number: int) -> float:
+        events = synthetic_transitions(part, f"then-r{number}", hosts)
+        return ingest_rate(store, events, 1, _meter(store), settle=True).appended
+
+    def ceiling(number: int) -> float:
+        return ceiling_rows_per_second(url, synthetic_transitions(part, f"ceiling-r{number}", hosts), 1, NOW)
+
+    def meter_floor(number: int) -> float:
+        return meter_floor_rows_per_second(url, synthetic_transitions(part, f"floor-r{number}", hosts), NOW)
+
+    # The same two without waiting for the commit's WAL flush: what is left is the round trip and
+    # the server's work (CPU), which other processes on the cores slow and the flush does not.
+    def settled_unflushed(number: int) -> float:
+        events = synthetic_transitions(part, f"unflushed-r{number}", hosts)
+        with unflushed_commits(store):
+            return ingest_rate(store, events, 1, _meter(store, settled=True), settle=False).whole
+
+    def ceiling_unflushed(number: int) -> float:
+        events = synthetic_transitions(part, f"ceiling-unflushed-r{number}", hosts)
+        return ceiling_rows_per_second(url, events, 1, NOW, flushed=False)
+
+    counted = meter_round_trips(store, synthetic_transitions(100, "counted", hosts))
+    ways = {"alone": alone, "settled": settled, "then_settled": then_settled, "ceiling": ceiling}
+    unflushed = {"settled_unflushed": settled_unflushed, "ceiling_unflushed": ceiling_unflushed}
+    figures = alternate(ways | {"meter_floor": meter_floor} | unflushed, args.rounds)
+    figures["one_settle"] = one_settle
+    ratios = {name: ratio(figures[name], figures["ceiling"]) for name in (*SINGLE_WAYS, "meter_floor")}
+    ratios["settled_vs_floor"] = ratio(figures["settled"], figures["meter_floor"])
+    return {"figures": figures, "round_trips": counted, "ratios": ratios}
+
+
+@contextmanager
+def unflushed_commits(store: LedgerStore) -> Iterator[None]:
+    """The store's commits not waiting for their WAL flush while the block runs."""
+    with store.connections.connection() as connection:
+        connection.execute("SET synchronous_commit = off")
+    try:
+        yield
+    finally:
+        with store.connections.connection() as connection:
+            connection.execute("RESET synchronous_commit")
+
+
+@dataclass(frozen=True)
+class RoundTrips:
+    """Per event of the meter's whole path, counted rather than timed."""
+
+    round_trips: float  # the client's waits for the server (ReadyForQuery, from libpq's protocol trace)
+    write_transactions: float  # transaction ids the server assigned (commits that wrote)
+
+
+def meter_round_trips(store: LedgerStore, transitions: list[Transition]) -> RoundTrips:
+    """Append ``transitions`` one by one as the meter does (settled in the call), counting round trips
+    in the client's protocol trace and write transactions by the server's next transaction id."""
+    append = _meter(store, settled=True)
+    with store.connections.connection() as connection, tempfile.TemporaryFile("w+") as trace:
+        next_xid = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"  # assigns no id itself
+        (before,) = connection.execute(next_xid).fetchone() or (0,)
+        connection.pgconn.trace(trace.fileno())
+        connection.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+        for transition in transitions:
+            append([transition])
+        connection.pgconn.untrace()
+        (after,) = connection.execute(next_xid).fetchone() or (0,)
+        trace.seek(0)
+        waits = sum(1 for line in trace if "\tReadyForQuery" in line and line.startswith("B"))
+    return RoundTrips(waits / len(transitions), (after - before) / len(transitions))
+
+
+def flush_split(figures: dict[str, Figure]) -> str:
+    """Per event, the meter's whole path and the single-row INSERT with and without waiting for the
+    commit's flush (medians): the meter's path reaches 0.5 of the INSERT only when its work beyond
+    the INSERT's (the unflushed difference) costs no more than one whole INSERT."""
+    meter, insert = 1000 / figures["settled"].median, 1000 / figures["ceiling"].median
+    meter_work, insert_work = (
+        1000 / figures["settled_unflushed"].median,
+        1000 / figures["ceiling_unflushed"].median,
+    )
+    return (f"per event: the meter's whole path {meter:.2f} ms ({meter_work:.2f} without waiting for the commit's flush), "
+            f"the single-row INSERT {insert:.2f} ms ({insert_work:.2f}); the meter's work beyond the INSERT's "
+            f"{meter_work - insert_work:.2f} ms against the {insert:.2f} ms it may cost for a ratio of 0.5 "
+            f"(load {figures['settled_unflushed'].load_range()})")  # fmt: skip
+
+
+def _meter(store: LedgerStore, *, settled: bool = False) -> Callable[[list[Transition]], object]:
+    def append(batch: list[Transition]) -> object:
+        return store.append(batch, source="meter", received_at=NOW, settled=settled)
+
+    return append
+
+
+def batched_rounds(store: LedgerStore, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The backfill (queued as ``parkbrake ledger ingest`` queues a batch, then settled), the COPY
+    ceiling and the storage floor in turn, round by round, each round on its own events."""
+    part = max(args.batch_size, args.batched // args.rounds)
+    settle_rates, whole, events_table = Figure(), Figure(), Figure()
+
+    def backfill(number: int) -> float:
+        def queue(batch: list[Transition]) -> None:
+            store.queue_backfill(batch, received_at=NOW)
+
+        rates = ingest_rate(store, synthetic_transitions(part, f"batched-r{number}"), args.batch_size, queue,
+                            settle=False)  # fmt: skip
+        settle_rates.add(rates.settled)
+        whole.add(rates.whole)
+        return rates.appended
+
+    def ceiling(number: int) -> float:
+        return ceiling_rows_per_second(
+            url, synthetic_transitions(part, f"copy-r{number}"), args.batch_size, NOW
+        )
+
+    def floor(number: int) -> float:
+        measured = storage_floor(url, synthetic_transitions(part, f"floor-r{number}"), args.batch_size, NOW)
+        events_table.add(measured.events_table_rows_per_s)
+        return measured.floor_events_per_s
+
+    figures = alternate({"queued": backfill, "ceiling": ceiling, "floor": floor}, args.rounds)
+    figures |= {"settle": settle_rates, "whole": whole, "events_table": events_table}
+    copy = figures["ceiling"]
+    return {
+        "figures": figures,
+        "ratios": {
+            "queued_vs_ceiling": ratio(figures["queued"], copy),
+            "whole_vs_ceiling": ratio(whole, copy),
+            "events_table_vs_ceiling": ratio(events_table, copy),
+            "floor_vs_ceiling": ratio(figures["floor"], copy),
+            "whole_vs_floor": ratio(whole, figures["floor"]),
+        },
+    }
+
+
 def print_text(results: dict[str, Any], batch_size: int) -> None:
+    single, batched = results["single"], results["batched"]
+    figures, ratios = single["figures"], single["ratios"]
+    print(f"each figure: the median of its rounds [min–max, one-minute load average over them]; "
+          f"a ratio: the median of the rounds' ratios (--load {results['load']} busy processes)")  # fmt: skip
+    print(figure_line("ingest, one event per transaction", figures["alone"], "events/s", ratios["alone"]))
+    print(figure_line("  appended and settled in one call (the meter's whole path)", figures["settled"],
+                      "events/s", ratios["settled"]))  # fmt: skip
+    print(figure_line("  each followed by a settle call", figures["then_settled"], "events/s",
+                      ratios["then_settled"]))  # fmt: skip
+    print(figure_line("  the unsettled run, derived by one settle", figures["one_settle"], "events/s"))
+    print(figure_line("  ceiling: single-row INSERT, same columns", figures["ceiling"], "rows/s"))
+    print(figure_line("  the meter's floor: its event and interval stored, one statement", figures["meter_floor"],
+                      "events/s", ratios["meter_floor"]))  # fmt: skip
+    print(f"  the meter's whole path against its floor: {ratios['settled_vs_floor'].text()}")
+    print(f"  {flush_split(figures)}")
+    counted = single["round_trips"]
+    print(f"  the meter's whole path per event: {counted.round_trips:.2f} round trips, "
+          f"{counted.write_transactions:.2f} write transactions (its floor and the ceiling: 1 and 1)")  # fmt: skip
+    print(f"  {per_round_loads(figures)}")
+    figures, ratios = batched["figures"], batched["ratios"]
+    print(figure_line(f"ingest, batches of {batch_size} queued as a backfill", figures["queued"], "events/s",
+                      ratios["queued_vs_ceiling"]))  # fmt: skip
+    print(figure_line("  the backfill appended and derived by one settle", figures["settle"], "events/s"))
+    print(figure_line("  the whole backfill, queued and settled", figures["whole"], "events/s",
+                      ratios["whole_vs_ceiling"]))  # fmt: skip
+    print(figure_line(f"  ceiling: COPY of {batch_size} rows, same columns", figures["ceiling"], "rows/s"))
+    print(figure_line("  that COPY into a copy of events (its keys, checks)", figures["events_table"], "rows/s",
+                      ratios["events_table_vs_ceiling"]))  # fmt: skip
+    print(figure_line("  storage floor: and its intervals into a copy of intervals", figures["floor"],
+                      "events/s", ratios["floor_vs_ceiling"]))  # fmt: skip
+    print(f"  the whole backfill against the storage floor: {ratios['whole_vs_floor'].text()}")
+    print(f"  {per_round_loads(figures)}")
+    if "large" not in results:
+        return
     large = results["large"]
-    print(f"ingest, one event per transaction: {results['ingest_single_events_per_s']:>10,.0f} events/s"
-          f"   ratio {results['single_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"  appended and settled in one call (the meter's whole path): {results['settled_single_events_per_s']:>10,.0f} "
-          f"events/s   ratio {results['settled_single_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"  each followed by a settle call: {results['then_settled_single_events_per_s']:>10,.0f} "
-          f"events/s   ratio {results['then_settled_single_vs_ceiling']:.2f}")  # fmt: skip
-    print(
-        f"  the unsettled run, derived by one settle: {results['one_settle_events_per_s']:>10,.0f} events/s"
-    )
-    print(
-        f"  ceiling: single-row INSERT, same columns: {results['ceiling_single_rows_per_s']:>10,.0f} rows/s"
-    )
-    print(f"ingest, batches of {batch_size} queued as a backfill: "
-          f"{results['ingest_batched_events_per_s']:>10,.0f} events/s   ratio {results['batched_vs_ceiling']:.2f}")  # fmt: skip
-    print(
-        f"  the backfill appended and derived by one settle: {results['backfill_settle_events_per_s']:>10,.0f} events/s"
-    )
-    print(f"  the whole backfill, queued and settled: {results['backfill_whole_events_per_s']:>10,.0f} events/s"
-          f"   ratio {results['backfill_whole_vs_ceiling']:.2f}")  # fmt: skip
-    print(
-        f"  ceiling: COPY of {batch_size} rows, same columns: {results['ceiling_batched_rows_per_s']:>10,.0f} rows/s"
-    )
-    print(f"  that COPY into a copy of events (its keys, checks): {results['events_table_batched_rows_per_s']:>10,.0f} "
-          f"rows/s   ratio {results['events_table_vs_ceiling']:.2f}")  # fmt: skip
-    print(f"  storage floor: and its intervals into a copy of intervals: {results['storage_floor_events_per_s']:>10,.0f} "
-          f"events/s   ratio {results['storage_floor_vs_ceiling']:.2f}; the whole backfill against it "
-          f"{results['backfill_whole_vs_floor']:.2f}")  # fmt: skip
     print(f"large ledger: {large['events']:,} events, {large['intervals']:,} intervals, {results['tenants']:,} "
           f"tenants, {large['database_mb']:,.0f} MiB (generated in {large['generate_events_s']:.0f} s, "
           f"rollup built in {large['build_intervals_s']:.0f} s)")  # fmt: skip
     for name in ("runway_one_tenant", "month_report_one_tenant", "exporter_all_tenants"):
-        figures = large[name]
-        print(f"  {name:<26} p50 {figures['p50_ms']:8.2f} ms   p95 {figures['p95_ms']:8.2f} ms"
-              f"   p99 {figures['p99_ms']:8.2f} ms   max {figures['max_ms']:8.2f} ms")  # fmt: skip
+        latency = large[name]
+        print(f"  {name:<26} p50 {latency['p50_ms']:8.2f} ms   p95 {latency['p95_ms']:8.2f} ms"
+              f"   p99 {latency['p99_ms']:8.2f} ms   max {latency['max_ms']:8.2f} ms")  # fmt: skip
     if "closed_months" in large:
         print_late(large["closed_months"])
 
 
+def _summary(value: object) -> Any:
+    if isinstance(value, Figure | Ratio):
+        return value.summary()
+    if isinstance(value, RoundTrips):
+        return {"round_trips": value.round_trips, "write_transactions": value.write_transactions}
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.ledger", description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=10_000_000, help="events in the large ledger")
+    parser.add_argument(
+        "--events", type=int, default=10_000_000, help="events in the large ledger (0: skip it)"
+    )
     parser.add_argument("--tenants", type=int, default=1_000)
     parser.add_argument("--single", type=int, default=3_000, help="events appended one per transaction")
     parser.add_argument("--batched", type=int, default=100_000, help="events appended in batches")
     parser.add_argument("--batch-size", type=int, default=1_000)
     parser.add_argument("--repeats", type=int, default=200, help="runway queries to time")
     parser.add_argument("--late", type=int, default=1_000, help="late events into a closed month (0: skip)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of each way in turn (medians of them)")
+    parser.add_argument("--load", type=int, default=0, help="busy processes spinning through the run")
     parser.add_argument("--output", choices=["text", "json"], default="text")
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.load < 0:
+        parser.error("--rounds must be at least 1 and --load at least 0")
     results = run(args)
     if args.output == "json":
-        print(json.dumps(results, indent=2))
+        print(json.dumps(results, indent=2, default=_summary))
     else:
         print_text(results, args.batch_size)
 

@@ -174,7 +174,7 @@ def in_process_run(endpoint: str) -> tuple[float, float]:
     from cli.oncall.fleet.status import fleet_status
     from cli.oncall.fleet.status_view import print_status, select
     from guardrails.settings import settings_from_environment
-    from lambdas.aws import clients
+    from lambdas import clients
 
     os.environ["AWS_ENDPOINT_URL"] = endpoint
     clients._models.cache_clear()  # fresh models, as a new process loads them (and fresh clients below)

@@ -7,6 +7,7 @@ import threading
 from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,7 +22,14 @@ from cli.options import (
     spot_options,
 )
 from guardrails.durations import format_duration
+from guardrails.idle import QUIET_PERCENT
 from guardrails.settings_table import AGENT_IDLE_AFTER
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cli.host.nvml_agent import GpuSampler
+    from guardrails.clock import Clock
 
 
 @click.command()
@@ -37,7 +45,7 @@ from guardrails.settings_table import AGENT_IDLE_AFTER
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 100),
-    default=5.0,
+    default=QUIET_PERCENT,
     show_default=True,
     help="A GPU at or under this utilisation (percent) with no compute process is idle.",
 )
@@ -122,16 +130,7 @@ def agent(
       parkbrake agent --idle-after 30m --port 9400
     """
     from cli.host.api_stop import ApiFallback
-    from cli.host.nvml_agent import (
-        GpuMetrics,
-        GpuSampler,
-        NvmlSampler,
-        ReplaySampler,
-        load_recording,
-        run_agent,
-        serve_metrics,
-    )
-    from guardrails.clock import Clock, SystemClock
+    from cli.host.nvml_agent import GpuMetrics, run_agent, serve_metrics
     from guardrails.idle import IdlePolicy
 
     policy = IdlePolicy(
@@ -148,48 +147,19 @@ def agent(
     from cli.host.spot import check_hook_flags
 
     check_hook_flags(spot_watch, on_interrupt)
-    printing = threading.Lock()  # the spot watch prints from its own thread
-
-    def say(event_json: dict[str, object], text: str) -> None:
-        with printing:
-            click.echo(json.dumps(event_json) if output == "json" else text)
-
+    say = _printer(output)
     with ExitStack() as resources:
-        sampler: GpuSampler
-        clock: Clock
-        if replay is not None:
-            replayed = ReplaySampler(load_recording(replay), start=datetime.now(UTC))
-            sampler, clock = replayed, replayed
-        else:
-            nvml = NvmlSampler()
-            resources.callback(nvml.close)
-            sampler, clock = nvml, SystemClock()
+        sampler, clock = _open_sampler(replay, resources)
         recording = resources.enter_context(record.open("a")) if record is not None else None
         metrics = GpuMetrics()
         bound_port = resources.enter_context(serve_metrics(metrics, address, port))
         say(
             {"event": "started", "port": bound_port, "source": "replay" if replay else "nvml"},
-            f"parkbrake agent: /metrics on {address}:{bound_port}; shutdown after {format_duration(idle_after)} with every "
-            f"GPU idle (at or under {threshold:g}%)"
-            + (
-                ""
-                if idle_after_empty is None
-                else f", {format_duration(idle_after_empty)} when no GPU holds a process"
-            ),
+            f"parkbrake agent: /metrics on {address}:{bound_port}; "
+            + _shutdown_rule(idle_after, threshold, idle_after_empty),
         )
         if spot_watch:
-            from cli.host.spot import SpotSettings, SpotWatcher, event_json
-            from guardrails.spot import OnRebalance
-
-            def spot_event(kind: str, message: str, detail: dict[str, object]) -> None:
-                at = datetime.now(UTC)
-                say(event_json(kind, message, detail, at), f"{at:%H:%M:%S} {kind}: {message}")
-
-            settings = SpotSettings(None, on_interrupt, OnRebalance(on_rebalance), spot_poll)
-            watcher = SpotWatcher(settings, spot_event)
-            # The first look before the GPU loop, so the log says at once whether spot notices are watched.
-            watcher.start(first_poll_here=True)
-            resources.callback(watcher.stop)
+            _watch_spot(say, resources, on_interrupt=on_interrupt, on_rebalance=on_rebalance, poll=spot_poll)
         result = run_agent(
             sampler,
             clock,
@@ -202,3 +172,57 @@ def agent(
             recording=recording,
         )
     click.get_current_context().exit(result.exit_status)
+
+
+def _printer(output: str) -> Callable[[dict[str, object], str], None]:
+    """Print one event, as JSON or as text; one at a time, since the spot watch prints from its own thread."""
+    printing = threading.Lock()
+
+    def say(event_json: dict[str, object], text: str) -> None:
+        with printing:
+            click.echo(json.dumps(event_json) if output == "json" else text)
+
+    return say
+
+
+def _open_sampler(replay: Path | None, resources: ExitStack) -> tuple[GpuSampler, Clock]:
+    """The recording replayed (its own clock), or NVML (closed with ``resources``) and the system clock."""
+    from cli.host.nvml_agent import NvmlSampler, ReplaySampler, load_recording
+    from guardrails.clock import SystemClock
+
+    if replay is not None:
+        replayed = ReplaySampler(load_recording(replay), start=datetime.now(UTC))
+        return replayed, replayed
+    nvml = NvmlSampler()
+    resources.callback(nvml.close)
+    return nvml, SystemClock()
+
+
+def _shutdown_rule(idle_after: timedelta, threshold: float, idle_after_empty: timedelta | None) -> str:
+    """When the host shuts down, as the agent's first line says it."""
+    rule = f"shutdown after {format_duration(idle_after)} with every GPU idle (at or under {threshold:g}%)"
+    if idle_after_empty is None:
+        return rule
+    return f"{rule}, {format_duration(idle_after_empty)} when no GPU holds a process"
+
+
+def _watch_spot(
+    say: Callable[[dict[str, object], str], None],
+    resources: ExitStack,
+    *,
+    on_interrupt: str | None,
+    on_rebalance: str,
+    poll: timedelta,
+) -> None:
+    """Watch spot notices on a thread of their own, stopped with ``resources``; each one said."""
+    from cli.host.spot import SpotSettings, SpotWatcher, event_json
+    from guardrails.spot import OnRebalance
+
+    def spot_event(kind: str, message: str, detail: dict[str, object]) -> None:
+        at = datetime.now(UTC)
+        say(event_json(kind, message, detail, at), f"{at:%H:%M:%S} {kind}: {message}")
+
+    watcher = SpotWatcher(SpotSettings(None, on_interrupt, OnRebalance(on_rebalance), poll), spot_event)
+    # The first look before the GPU loop, so the log says at once whether spot notices are watched.
+    watcher.start(first_poll_here=True)
+    resources.callback(watcher.stop)

@@ -239,7 +239,7 @@ def exporter(port: int, address: str, cache_seconds: float, stack: str | None, o
     from cli.oncall.fleet.metrics import HeartbeatCollector, UnmanagedHostsCollector
     from cli.usage.budgets import metering_settings
     from guardrails.settings import settings_from_environment
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
     from lambdas.ledger.store import store_from_environment
 
     store = store_from_environment(pooled=True)

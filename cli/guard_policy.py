@@ -9,8 +9,6 @@ import click
 
 from cli.options import output_option, stack_option
 
-ROLE_ARN_PREFIX = "arn:"
-
 
 @click.command("guard-policy")
 @stack_option
@@ -19,7 +17,8 @@ ROLE_ARN_PREFIX = "arn:"
     "deployer_roles",
     multiple=True,
     metavar="ARN",
-    help="A role that may also edit parkbrake:* tags (the one that runs `pulumi up`); repeatable.",
+    help="A role that may also edit parkbrake:* tags (the one that runs `pulumi up`); with --org, a "
+    "role that deploys the spokes (required); * wildcards allowed; repeatable.",
 )
 @click.option(
     "--extender-role",
@@ -28,6 +27,13 @@ ROLE_ARN_PREFIX = "arn:"
     metavar="ARN",
     help="A role people run `parkbrake extend` as: it may set the extension's tags (parkbrake:exempt-until "
     "and parkbrake:extended-*) and no other parkbrake:* tag; * wildcards allowed; repeatable.",
+)
+@click.option(
+    "--org",
+    "organisation",
+    is_flag=True,
+    help="Print the service control policy for the member accounts' OU instead: no one but the stacks' "
+    "roles and the deployers may disable the spokes or edit parkbrake:* tags (docs/organisation.md).",
 )
 @click.option(
     "--document",
@@ -50,6 +56,7 @@ def guard_policy(
     stack: str,
     deployer_roles: tuple[str, ...],
     extender_roles: tuple[str, ...],
+    organisation: bool,
     document: str,
     project_dir: Path,
     output: str,
@@ -61,20 +68,45 @@ def guard_policy(
     parkbrake:* tags except by the stack's own roles (and the extenders, for the extension's tags
     only). docs/guardrails.md says how to attach them; docs/owners.md, who may extend.
 
+    With --org, one service control policy for the OU of the member accounts, for every stack: the
+    spokes' functions, rules, sweep and deadline schedules, stacks and roles (parkbrake-*) may be
+    changed only by the stacks' own roles and the deployers, and parkbrake:* tags edited as above.
+
     \b
     Example:
       parkbrake guard-policy --stack prod --document scp > parkbrake-scp.json
+      parkbrake guard-policy --org \\
+        --deployer-role 'arn:aws:iam::*:role/parkbrake-deployer' > org-scp.json
     """
-    from guardrails.errors import InputError
-    from guardrails.guard_policy import permissions_boundary, service_control_policy
+    if organisation:
+        _print_organisation_policy(deployer_roles, extender_roles, document, output)
+        return
+    _print_stack_policies(
+        stack,
+        project_dir,
+        deployer_roles=deployer_roles,
+        extender_roles=extender_roles,
+        document=document,
+        output=output,
+    )
+
+
+def _print_stack_policies(
+    stack: str,
+    project_dir: Path,
+    *,
+    deployer_roles: tuple[str, ...],
+    extender_roles: tuple[str, ...],
+    document: str,
+    output: str,
+) -> None:
+    from guardrails.guard_policy import check_role_patterns, permissions_boundary, service_control_policy
     from stacks.config import load_stack_config
 
     config = load_stack_config(stack, project_dir)  # the stack must exist and be valid
     ceiling = config.guardrails.max_runtime_ceiling
-    for option, roles in (("--deployer-role", deployer_roles), ("--extender-role", extender_roles)):
-        bad = [arn for arn in roles if not arn.startswith(ROLE_ARN_PREFIX) or ":role/" not in arn]
-        if bad:
-            raise InputError(f"{option}: {', '.join(bad)} is not a role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
+    check_role_patterns("--deployer-role", deployer_roles)
+    check_role_patterns("--extender-role", extender_roles)
     documents = {
         "scp": service_control_policy(stack, deployer_roles, extender_roles, ceiling),
         "boundary": permissions_boundary(stack, deployer_roles, extender_roles, ceiling),
@@ -100,6 +132,30 @@ def guard_policy(
         f"\n# Permissions boundary for stack {stack} (attach to the roles and users that launch hosts):"
     )
     click.echo(json.dumps(documents["boundary"], indent=2))
+
+
+def _print_organisation_policy(
+    deployer_roles: tuple[str, ...], extender_roles: tuple[str, ...], document: str, output: str
+) -> None:
+    from guardrails.errors import InputError
+    from guardrails.guard_policy import SCP_SIZE_LIMIT
+    from guardrails.org_policy import minified, organisation_policy
+
+    if document == "boundary":
+        raise InputError(
+            "--document boundary: --org prints a service control policy only; leave --document out"
+        )
+    policy = organisation_policy(deployer_roles, extender_roles)
+    if output == "json":
+        characters = len(minified(policy))
+        click.echo(
+            json.dumps(
+                {"service_control_policy": policy, "characters": characters, "limit": SCP_SIZE_LIMIT},
+                indent=2,
+            )
+        )
+        return
+    click.echo(_policy_text(policy))
 
 
 def _policy_text(policy: dict[str, object]) -> str:

@@ -14,11 +14,12 @@ from typing import IO, Any
 
 import click
 
-from cli.options import TENANT, WHEN, output_option, project_dir_option, wide_option, yes_option
+from cli.options import DURATION, TENANT, WHEN, output_option, project_dir_option, wide_option, yes_option
 from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.plurals import counted
 
 MAX_PROBLEMS_SHOWN = 20
 
@@ -58,14 +59,11 @@ def migrate(output: str) -> None:
     Example:
       parkbrake ledger migrate
     """
-    from guardrails.pricing import PRICES_FILE, load_price_table
-    from lambdas.ledger.store import store_from_environment
+    from lambdas.ledger.store import migrate_and_price, store_from_environment
 
-    table = load_price_table()
     store = store_from_environment()
     try:
-        applied = store.migrate()
-        priced = store.sync_prices(table, source=f"{PRICES_FILE.name}, taken {table.taken}")
+        applied, priced = migrate_and_price(store)
     finally:
         store.close()
     if output == "json":
@@ -131,8 +129,8 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     if result.unattributed:
         listed = ", ".join(sorted({note["instance_id"] for note in result.unattributed})[:MAX_PROBLEMS_SHOWN])
         raise ParkbrakeError(
-            f"{len(result.unattributed)} events are about hosts neither EC2 nor the ledger knows ({listed}); "
-            "they were not appended"
+            f"{counted(len(result.unattributed), 'event')} not appended: about hosts neither EC2 nor the "
+            f"ledger knows ({listed})"
         )
 
 
@@ -237,7 +235,8 @@ def _print_report(
         if unpriced := unpriced_lines(invoices):
             hours = sum((line.instance_hours for line in unpriced), Decimal(0)).quantize(Decimal("0.000001"))
             click.echo(
-                f"{len(unpriced)} unpriced line(s), {hours} instance-hours, left out until priced", err=True
+                f"{counted(len(unpriced), 'unpriced line')}, {hours} instance-hours, left out until priced",
+                err=True,
             )
     elif output == "markdown":
         click.echo(invoices_markdown(invoices))
@@ -373,10 +372,20 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
     Example:
       parkbrake ledger replay-dlq --stack prod
     """
-    from lambdas.aws.clients import client
+    from cli.oncall.stack_inventory import unknown_stack
+    from guardrails import names
+    from lambdas.clients import client
+    from lambdas.engines.metering import GUARDRAIL
     from lambdas.engines.replaying import replay_dead_letters
     from lambdas.ledger.store import store_from_environment
 
+    sqs, queue = client("sqs", region), names.dead_letter_queue(stack, GUARDRAIL)
+    try:  # before the ledger is opened: a mistyped --stack is bad input, whatever the database
+        sqs.get_queue_url(QueueName=queue)
+    except sqs.exceptions.QueueDoesNotExist:
+        where = sqs.meta.region_name
+        missing = f"stack {stack!r} has no meter dead-letter queue {queue} in {where}"
+        raise unknown_stack(missing, stack, [where], lambda region: client("ssm", region)) from None
     store = store_from_environment()
     try:
         result = replay_dead_letters(
@@ -393,8 +402,8 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
         click.echo(
-            f"replayed {result.read} messages: {result.meter.inserted} appended, "
-            f"{result.decisions} relayed decisions logged, {result.deleted} deleted"
+            f"replayed {counted(result.read, 'message')}: {result.meter.inserted:,} appended, "
+            f"{counted(result.decisions, 'relayed decision')} logged, {result.deleted:,} deleted"
         )
         for problem in result.kept:
             click.echo(f"kept {problem['message_id']}: {problem['reason']}", err=True)
@@ -406,9 +415,15 @@ def replay_dlq(stack: str, region: str | None, max_messages: int, output: str) -
 @click.option("--tenant", type=TENANT, required=True, help="Who pays.")
 @click.option("--instance-type", required=True, help="The instance type of the hosts about to start.")
 @click.option("--count", default=1, show_default=True, type=click.IntRange(1, 10_000), help="How many hosts.")
-@click.option("--max-runtime", required=True, help="Each host's cap (90m, 2h): what it can cost at most.")
 @click.option(
-    "--lease", default="30m", show_default=True, help="How long the money is held for hosts to start."
+    "--max-runtime", type=DURATION, required=True, help="Each host's cap (90m, 2h): what it can cost at most."
+)
+@click.option(
+    "--lease",
+    type=DURATION,
+    default="30m",
+    show_default=True,
+    help="How long the money is held for hosts to start.",
 )
 @click.option(
     "--pricing-model",
@@ -433,20 +448,11 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
     """
     from cli.usage.budgets import crossing_line, rearm_or_report
     from cli.usage.tenants import check_known_tenants
-    from guardrails.durations import DurationError, parse_duration
     from guardrails.launch import AdmissionRequest
     from guardrails.pricing import priced_region
     from lambdas.ledger.store import store_from_environment
 
     instance_type, count = str(flags["instance_type"]), int(flags["count"])
-    problems, durations = [], {}
-    for option, text in (("--max-runtime", flags["max_runtime"]), ("--lease", flags["lease"])):
-        try:
-            durations[option] = parse_duration(text)
-        except DurationError as error:
-            problems.append(f"{option}: {error}")
-    if problems:
-        raise InputError("invalid admission:\n  " + "\n  ".join(problems))
     store = store_from_environment()
     crossing: dict[str, Any] = {}
     try:
@@ -456,14 +462,14 @@ def admit(tenant: str, output: str, **flags: Any) -> None:
                 tenant,
                 instance_type,
                 count,
-                durations["--max-runtime"],
+                flags["max_runtime"],
                 region=priced_region(os.environ, flags["region"]),
                 pricing_model=flags["pricing_model"],
                 zone=flags["zone"],
             ),
             now=datetime.now(UTC),
             default_cap=metering_settings(os.environ).default_max_runtime,
-            lease=durations["--lease"],
+            lease=flags["lease"],
         )
         if admission.granted:
             crossing = rearm_or_report(store, tenant, stack=flags["stack"], region=flags["region"])

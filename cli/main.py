@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 
 from cli.registry import COMMANDS, LazyCommand
+from cli.usage_errors import OneLineUsageError, one_line, shows_help_instead
 from guardrails.errors import ParkbrakeError
 
 INTERRUPTED_EXIT = 130  # the shell's code for a process ended by Ctrl-C (SIGINT)
@@ -50,9 +53,22 @@ class LazyGroup(click.Group):
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:  # `parkbrake --bogus`: the group's own flags
+            if shows_help_instead(error):
+                raise
+            raise OneLineUsageError(one_line(error)) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as error:
+            # Every command's and nested group's flags are parsed in here: one shape for all of them.
+            if shows_help_instead(error):
+                raise
+            raise OneLineUsageError(one_line(error)) from None
         except ParkbrakeError as error:
             _fail(str(error), error.exit_code)
         except KeyboardInterrupt:
@@ -102,18 +118,15 @@ def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
         return "no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
     if isinstance(error, exceptions.NoRegionError):
         return "no AWS region configured; set AWS_REGION"
-    if isinstance(error, exceptions.EndpointConnectionError | exceptions.ConnectionError):
-        return (
-            _region_hint()
-            or f"cannot reach the AWS endpoint {endpoint}: {error}; check AWS_ENDPOINT_URL, the region and the network"
-        )
+    if isinstance(error, exceptions.ConnectionError):
+        return _region_hint() or _unreachable(error)
     parsers = sys.modules.get("botocore.parsers")
     if parsers is not None and isinstance(error, parsers.ResponseParserError):
         return _region_hint() or (
             f"{endpoint} answered with something that is not an AWS response; check AWS_ENDPOINT_URL and the region"
         )
     if isinstance(error, exceptions.ClientError):
-        from lambdas.aws.stop_path import describe_error
+        from lambdas.aws.errors import describe_error
 
         text = describe_error(error)
         hint = _region_hint() if "not an AWS response" in text else None
@@ -121,6 +134,29 @@ def _describe_aws_error(error: Exception, exceptions: Any) -> str | None:
     if isinstance(error, exceptions.BotoCoreError):
         return f"AWS call failed: {error}"
     return None
+
+
+def _unreachable(error: Exception) -> str:
+    """The endpoint that was actually tried (scheme and host, not the call's path), why, and the fix."""
+    details = getattr(error, "kwargs", {})  # botocore's exceptions keep their fields here
+    if details.get("proxy_url"):
+        return f"cannot reach the proxy {details['proxy_url']} — check HTTPS_PROXY (or unset it)"
+    tried = urlsplit(str(details.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL") or ""))
+    endpoint = f"{tried.scheme}://{tried.netloc}" if tried.netloc else "AWS"
+    # "[Errno 111] Connection refused", "[Errno -2] Name or service not known": the socket's reason
+    reason = re.search(r"\[Errno -?\d+\] ([^'\")]+)", str(details.get("error", "")))
+    why = (
+        f" ({reason.group(1).strip().lower()})"
+        if reason
+        else " (no answer)"
+        if "timeout" in str(error)
+        else ""
+    )
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        fix = "check AWS_ENDPOINT_URL (unset it to use AWS itself) and that the server there is up"
+    else:
+        fix = "check AWS_REGION, the network and any proxy (HTTPS_PROXY)"
+    return f"cannot reach the AWS endpoint {endpoint}{why} — {fix}"
 
 
 def _region_hint() -> str | None:

@@ -14,7 +14,7 @@ import click
 
 from cli.host.shutdown_command import DEFAULT_SHUTDOWN_COMMAND, SHUTDOWN_COMMAND_VARIABLE
 from guardrails import settings_table
-from guardrails.durations import DurationError, parse_duration
+from guardrails.durations import DURATION_HINT, DurationError, parse_duration
 from guardrails.spot import OnRebalance
 
 
@@ -22,6 +22,9 @@ class Duration(click.ParamType):
     """A duration flag (``90m``, ``2h``, ``1h30m``, ``5400s``) as a timedelta; a bad one is a usage error naming the flag."""
 
     name = "duration"
+    forms = DURATION_HINT.removeprefix(
+        "use "
+    )  # what a usage error tells people to write (cli/usage_errors.py)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> timedelta:
         if isinstance(value, timedelta):
@@ -29,7 +32,9 @@ class Duration(click.ParamType):
         try:
             return parse_duration(str(value))
         except DurationError as error:
-            self.fail(str(error), param, ctx)
+            # The CLI's shape: what was wrong, then " — " and the forms (the parser's hint moved there).
+            problem = str(error).removesuffix(f"; {DURATION_HINT}").removesuffix(f" ({DURATION_HINT})")
+            self.fail(f"{problem} — use {self.forms}", param, ctx)
 
 
 DURATION = Duration()
@@ -39,6 +44,7 @@ class OptionalDuration(Duration):
     """A duration, or ``off`` (None): for a guard that may be turned off."""
 
     name = "duration|off"
+    forms = f"{Duration.forms}, or off"
 
     def convert(  # type: ignore[override]  # None is this type's "off"
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -74,14 +80,15 @@ class When(click.ParamType):
     """A ``--since``/``--until`` flag as an aware UTC datetime; relative ones count back from now."""
 
     name = "when"
+    forms = WHEN_HINT
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
         if isinstance(value, datetime):
             return value
         try:
             return parse_when(str(value), datetime.now(UTC))
-        except ValueError as error:
-            self.fail(str(error), param, ctx)
+        except ValueError:
+            self.fail(f"{str(value)!r} is not a time — use {self.forms}", param, ctx)
 
 
 WHEN = When()
@@ -143,6 +150,7 @@ class SignalName(click.ParamType):
     """A signal by name (``SIGTERM``, ``TERM``, ``usr1``) or number, as a :class:`signal.Signals`."""
 
     name = "signal"
+    forms = "a name such as SIGTERM, SIGINT or SIGUSR1, or its number"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> signal.Signals:
         if isinstance(value, signal.Signals):
@@ -155,7 +163,7 @@ class SignalName(click.ParamType):
                 else signal.Signals[text if text.startswith("SIG") else f"SIG{text}"]
             )
         except (KeyError, ValueError):
-            self.fail(f"{value!r} is not a signal; use a name such as SIGTERM, SIGINT or SIGUSR1", param, ctx)
+            self.fail(f"{value!r} is not a signal — use {self.forms}", param, ctx)
 
 
 SIGNAL = SignalName()
@@ -206,13 +214,14 @@ class TenantName(click.ParamType):
     """A tenant's name by the one rule of guardrails/tenants.py; any other is a usage error (exit 2)."""
 
     name = "tenant"
+    forms = "1-63 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from guardrails.tenants import tenant_problem
+        from guardrails.tenants import TENANT_HINT, tenant_problem
 
         problem = tenant_problem(value)
         if problem is not None:
-            self.fail(problem, param, ctx)
+            self.fail(problem.replace(f"; {TENANT_HINT}", f" — {TENANT_HINT}"), param, ctx)
         return str(value)
 
 
@@ -224,7 +233,9 @@ def confirm_or_abort(question: str, *, assume_yes: bool) -> None:
     if assume_yes:
         return
     if not sys.stdin.isatty():
-        raise click.UsageError(f"{question} Refusing without --yes when there is no terminal to ask.")
+        raise click.UsageError(
+            f"{question} Refusing without --yes when there is no terminal to ask — pass --yes"
+        )
     if not ask_yes_no(question):
         raise click.Abort()
 

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from cli.options import output_option, project_dir_option, stack_option
+from guardrails.plurals import counted
 
 
 @click.command()
@@ -63,7 +64,9 @@ def package(
             f"{function['name']}: {function['handler']} ({function['runtime']}, {function['architecture']}) "
             f"{function['archive']} + {', '.join(function['layers'])}"
         )
-    click.echo(f"wrote {len(manifest['functions'])} functions' artifacts and manifest.json to {out}")
+    click.echo(
+        f"wrote the artifacts of {counted(len(manifest['functions']), 'function')} and manifest.json to {out}"
+    )
 
 
 def package_stack(

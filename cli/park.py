@@ -21,6 +21,7 @@ from cli.options import (
     wide_option,
     yes_option,
 )
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from cli.oncall.park.actions import ClusterBrake, EmergencyResult
@@ -227,7 +228,7 @@ def _run_now(
 ) -> None:
     from cli.oncall.park.emergency import park_now, unpark_now
     from cli.oncall.park.switch import config_parked, stack_region
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     region = stack_region(stack, project_dir, region)
     recorded = config_parked(stack, project_dir)
@@ -254,7 +255,7 @@ def _run_now(
         drifted = [action for action in preview.actions if action.status == "drift"]
         if drifted and not force:
             force = _ask(
-                f"{len(drifted)} resource(s) changed since parking (drift, above). Restore the recorded "
+                f"{counted(len(drifted), 'resource')} changed since parking (drift, above). Restore the recorded "
                 "capacities over them?"
             )
         confirm_or_abort(f"{verb} stack {stack} in {region} now, as listed?", assume_yes=False)
@@ -299,7 +300,7 @@ def _parked_by(region: str) -> ParkedBy:
     from botocore.exceptions import BotoCoreError, ClientError
 
     from cli.oncall.park.records import ParkedBy
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     try:
         arn = str(client("sts", region).get_caller_identity()["Arn"])
@@ -398,6 +399,6 @@ def _print_emergency(result: EmergencyResult) -> None:
         console.print(f"[bold]Next pulumi up:[/] {note}")
     if result.failed:
         console.print(
-            f"[bold red]{len(result.failed)} action(s) failed or held back[/]; the others went ahead. "
+            f"[bold red]{counted(len(result.failed), 'action')} failed or held back[/]; the others went ahead. "
             "Fix what their change says, then run the same command again."
         )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from cli.options import dry_run_option, output_option
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from guardrails.price_list import PriceListQuery
@@ -64,15 +65,16 @@ def refresh(regions: tuple[str, ...], price_file: Path | None, dry_run: bool, ou
     priced = sum(len(document["regions"][region]["on_demand"]) for region in refreshed)
     services = sum(len(document["regions"][region].get("service_sources", {})) for region in refreshed)
     click.echo(
-        f"{verb} {priced} on-demand prices and {services} service prices in {len(refreshed)} region(s), "
-        f"{len(document['accelerators']['types'])} accelerator counts and the spot snapshot to {path}"
+        f"{verb} {counted(priced, 'on-demand price')} and {counted(services, 'service price')} in "
+        f"{counted(len(refreshed), 'region')}, the accelerator counts of "
+        f"{counted(len(document['accelerators']['types']), 'instance type')} and the spot snapshot to {path}"
     )
 
 
 def price_list_products(regions: tuple[str, ...] | None) -> Iterator[str]:
     """Every accelerated-instance product document (of ``regions``, or of all), paginated server-side."""
     from guardrails.price_list import ACCELERATED_INSTANCE_FAMILIES, SHARED_LINUX_FILTERS
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     paginator = client("pricing", PRICE_LIST_ENDPOINT_REGION).get_paginator("get_products")
     common = [
@@ -94,7 +96,7 @@ def price_list_products(regions: tuple[str, ...] | None) -> Iterator[str]:
 def service_answers(region: str) -> dict[PriceListQuery, list[str]]:
     """The Price List's answer to each of the service queries (``SERVICE_QUERIES``) in ``region``."""
     from guardrails.price_list import SERVICE_QUERIES
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     paginator = client("pricing", PRICE_LIST_ENDPOINT_REGION).get_paginator("get_products")
     answers: dict[PriceListQuery, list[str]] = {}
@@ -117,7 +119,7 @@ def accelerated_instance_types(regions: list[str]) -> dict[str, dict[str, Any]]:
     """Accelerator info of every accelerated instance type offered in ``regions`` (filtered server-side)."""
     from guardrails.instance_types import accelerator_filter_values
     from guardrails.price_list import accelerator_counts
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     descriptions: dict[str, dict[str, Any]] = {}
     for region in regions:
@@ -131,7 +133,7 @@ def accelerated_instance_types(regions: list[str]) -> dict[str, dict[str, Any]]:
 def spot_price_history(region: str, instance_types: list[str], now: datetime) -> Iterator[dict[str, Any]]:
     """The spot price in effect at ``now`` for each type and zone of ``region``."""
     from guardrails.price_list import SPOT_LINUX_PRODUCTS
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     paginator = client("ec2", region).get_paginator("describe_spot_price_history")
     for page in paginator.paginate(

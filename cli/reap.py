@@ -14,6 +14,7 @@ import click
 
 from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
 from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 from guardrails.settings import REGIONS, STACK, settings_from_environment
 
 if TYPE_CHECKING:
@@ -61,19 +62,17 @@ def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str)
         output=output,
     )
     if report.errors:
-        raise ParkbrakeError(f"the sweep finished with {len(report.errors)} error(s); see above")
+        raise ParkbrakeError(f"the sweep finished with {counted(len(report.errors), 'error')}; see above")
 
 
 def _require_stack(stack: str, regions: list[str], clients: ClientFactory) -> None:
     """A mistyped --stack would sweep nothing and say all is well; refuse it instead."""
-    from cli.oncall.stack_inventory import park_parameter_value
+    from cli.oncall.stack_inventory import park_parameter_value, unknown_stack
     from guardrails import names
 
     if not any(park_parameter_value(clients("ssm", region), stack) is not None for region in regions):
-        raise ParkbrakeError(
-            f"stack {stack!r} is not deployed in {', '.join(regions)}: no {names.park_parameter(stack)}; "
-            "check --stack and --region"
-        )
+        problem = f"stack {stack!r} is not deployed in {', '.join(regions)}: no {names.park_parameter(stack)}"
+        raise unknown_stack(problem, stack, regions, lambda region: clients("ssm", region))
 
 
 def run_reap(
@@ -97,13 +96,15 @@ def run_reap(
     if output == "text":
         print_plan(plan, dry_run=dry_run, now=now)
     if (plan.to_stop or plan.to_rotate or plan.to_retire) and not dry_run:
-        rotating = f" and rotate {len(plan.to_rotate)} serving host(s)" if plan.to_rotate else ""
+        rotating = f" and rotate {counted(len(plan.to_rotate), 'serving host')}" if plan.to_rotate else ""
         retiring = (
-            f" and snapshot, then terminate {len(plan.to_retire)} host(s) stopped too long"
+            f" and snapshot, then terminate {counted(len(plan.to_retire), 'host')} stopped too long"
             if plan.to_retire
             else ""
         )
-        confirm_or_abort(f"Stop {len(plan.to_stop)} GPU host(s){rotating}{retiring}?", assume_yes=assume_yes)
+        confirm_or_abort(
+            f"Stop {counted(len(plan.to_stop), 'GPU host')}{rotating}{retiring}?", assume_yes=assume_yes
+        )
     with lambda_quiet():
         report = sweeping.execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
         if not dry_run:
@@ -123,7 +124,7 @@ def record_decisions(
     the decision log when a ledger database is configured. Returns the errors (the hosts are stopped)."""
     from guardrails.settings import ledger_configured
     from lambdas.aws.decision_log import DecisionLog
-    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.aws.errors import AWS_ERRORS, describe_error
     from lambdas.ledger.decisions import EnvironmentLedger
 
     errors = []
@@ -203,7 +204,7 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
         print_table(console, table)
     if unmanaged:
         console.print(
-            f"[yellow]{len(unmanaged)} GPU host(s) without parkbrake:managed=true, burning "
+            f"[yellow]{counted(len(unmanaged), 'GPU host')} without parkbrake:managed=true, burning "
             f"${unmanaged_burn:,.2f}/hour: the guardrails cannot stop them.[/]"
         )
     for error in plan.errors:
@@ -237,12 +238,12 @@ def print_outcome(report: SweepReport) -> None:
     if report.dry_run:
         retire = f" and retire {len(result['would_retire'])}" if result["would_retire"] else ""
         click.echo(
-            f"Dry run: would stop {len(result['would_stop'])}{retire} of {result['checked']} host(s); "
+            f"Dry run: would stop {len(result['would_stop'])}{retire} of {counted(result['checked'], 'host')}; "
             "nothing changed."
         )
         return
     outcome = report.outcome
-    click.echo(f"Checked {result['checked']} host(s).")
+    click.echo(f"Checked {counted(result['checked'], 'host')}.")
     for label, ids in (
         ("Stopped", outcome.stopped),
         ("Terminated (spot)", outcome.terminated),

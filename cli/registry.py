@@ -88,4 +88,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "k8s": LazyCommand(
         "cli.k8s:k8s", "The Kubernetes stack: render its objects, decide and run the budget admission check."
     ),
+    "dev": LazyCommand(
+        "cli.dev:dev",
+        "Local development: a throwaway PostgreSQL with the ledger's tables, for the ledger and inference.",
+    ),
 }

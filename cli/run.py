@@ -26,9 +26,13 @@ from cli.options import (
 )
 from guardrails import settings_table
 from guardrails.errors import InputError, ParkbrakeError
+from guardrails.idle import QUIET_PERCENT
 from guardrails.job_policy import OnExit
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from cli.host.job_wrapper import RunReport
     from cli.host.supervision import HangWatch
     from guardrails.clock import Clock
 
@@ -78,7 +82,7 @@ if TYPE_CHECKING:
 @click.option(
     "--threshold",
     type=click.FloatRange(0, 100),
-    default=5.0,
+    default=QUIET_PERCENT,
     show_default=True,
     help="A GPU at or under this utilisation (percent) is quiet, for --hang-after.",
 )
@@ -156,28 +160,19 @@ def run(
     # --on-exit none never reaches the shutdown, so the group is left alone too.
     parsed_shutdown = ShutdownCommand.parse(shutdown_command, release_from_group=release_from_group)
 
-    def log(message: str) -> None:
-        if output == "text":
-            click.echo(f"parkbrake run: {message}", err=True)
-
+    log = _logger(output)
     if replay is not None and hang_after is None:
         raise InputError("--replay plays GPU samples for --hang-after; give --hang-after too")
     fallback = ApiFallback(after=api_stop_after, terminate=on_exit == OnExit.TERMINATE)
-    from cli.host.spot import SpotSettings, SpotWatcher, check_hook_flags, event_json
+    from cli.host.spot import SpotSettings, SpotWatcher, check_hook_flags
 
     check_hook_flags(spot_watch, on_interrupt)
     spot = None
     if spot_watch:
         from guardrails.spot import OnRebalance
 
-        def spot_event(kind: str, message: str, detail: dict[str, object]) -> None:
-            if output == "json":
-                click.echo(json.dumps(event_json(kind, message, detail, datetime.now(UTC))), err=True)
-            else:
-                log(message)
-
         settings = SpotSettings(interrupt_signal, on_interrupt, OnRebalance(on_rebalance), spot_poll)
-        spot = SpotWatcher(settings, spot_event)
+        spot = SpotWatcher(settings, _spot_printer(output, log))
     with hang_watch(hang_after, threshold, interval, replay) as (hang, clock):
         report = run_and_shut_down(
             command,
@@ -191,6 +186,35 @@ def run(
             watchdog=True,
             spot=spot,
         )
+    _summarise(report, output, log)
+    click.get_current_context().exit(report.exit_status)
+
+
+def _logger(output: str) -> Callable[[str], None]:
+    """The wrapper's own lines, on stderr (the job keeps stdout), in text output only."""
+
+    def log(message: str) -> None:
+        if output == "text":
+            click.echo(f"parkbrake run: {message}", err=True)
+
+    return log
+
+
+def _spot_printer(output: str, log: Callable[[str], None]) -> Callable[[str, str, dict[str, object]], None]:
+    """A spot notice as a JSON event on stderr, or as a line of the wrapper's log."""
+    from cli.host.spot import event_json
+
+    def spot_event(kind: str, message: str, detail: dict[str, object]) -> None:
+        if output == "json":
+            click.echo(json.dumps(event_json(kind, message, detail, datetime.now(UTC))), err=True)
+        else:
+            log(message)
+
+    return spot_event
+
+
+def _summarise(report: RunReport, output: str, log: Callable[[str], None]) -> None:
+    """How the job ended, on stderr: the report as JSON, or one line."""
     if output == "json":
         click.echo(json.dumps(report.as_json()), err=True)
     else:
@@ -198,7 +222,6 @@ def run(
             f"{report.job.describe()} after {report.job.runtime.total_seconds():.1f}s; "
             f"exit status {report.exit_status}"
         )
-    click.get_current_context().exit(report.exit_status)
 
 
 @contextmanager

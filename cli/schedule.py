@@ -12,6 +12,7 @@ from typing import Any, Literal
 import click
 
 from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
+from guardrails.plurals import counted
 
 region_option = click.option(
     "--region", help="The stack's region [default: aws:region of Pulumi.<stack>.yaml here, else AWS_REGION]."
@@ -20,7 +21,7 @@ region_option = click.option(
 
 def _scheduler(stack: str, region: str | None) -> tuple[Any, str]:
     from cli.oncall.park.switch import stack_region
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     chosen = stack_region(stack, Path("."), region)
     return client("scheduler", chosen), chosen
@@ -50,17 +51,15 @@ def list_command(stack: str, region: str | None, output: str) -> None:
       parkbrake schedule list --stack dev
     """
     from cli.oncall.nightly.schedules import closed_days_of, list_schedules, schedule_group_exists
+    from cli.oncall.stack_inventory import unknown_stack
     from guardrails import names
-    from guardrails.errors import ParkbrakeError
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     scheduler, chosen = _scheduler(stack, region)
     schedules = list_schedules(scheduler, stack)
     if not schedules and not schedule_group_exists(scheduler, stack):
-        raise ParkbrakeError(
-            f"stack {stack!r} has no schedule group {names.schedule_group(stack)} in {chosen}; "
-            "check --stack and --region"
-        )
+        problem = f"stack {stack!r} has no schedule group {names.schedule_group(stack)} in {chosen}"
+        raise unknown_stack(problem, stack, [chosen], lambda region: client("ssm", region))
     calendars = closed_days_of(schedules, client("ssm", chosen))
     now = datetime.now(UTC)
 
@@ -195,7 +194,7 @@ def run_now_command(
           --dry-run
     """
     from cli.oncall.nightly.schedules import run_now
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
     from lambdas.engines.launching import budget_gate
 
     scheduler, chosen = _scheduler(stack, region)
@@ -226,7 +225,7 @@ def run_now_command(
         budget = "budget checked" if decision.budget_checked else "budget not checked (no ledger gate)"
         verb = "Would start" if dry_run else "Started"
         click.echo(
-            f"{verb} {decision.start} host(s) in pool {decision.pool}: desired → {decision.target} ({budget})."
+            f"{verb} {counted(decision.start, 'host')} in pool {decision.pool}: desired → {decision.target} ({budget})."
         )
         if decision.got is not None:
             click.echo(f"Got {decision.got.describe()}.")

@@ -76,7 +76,7 @@ def show_status(
     from cli.oncall.fleet.status_view import parse_filters, select
     from cli.oncall.regions import choose_regions
     from guardrails.settings import REGIONS, ledger_configured, settings_from_environment
-    from lambdas.aws.clients import one_session_clients
+    from lambdas.clients import one_session_clients
 
     wanted = parse_filters(filters)
     chosen = choose_regions(regions, "--regions", stack=stack)

@@ -11,7 +11,7 @@ ellipsis and never folded over lines. When a table is wider than the terminal:
    the row (``    why: …``), wrapped at spaces (and after the commas of a JSON record) only, so a
    timestamp or ARN inside it stays whole;
 3. the table is followed by a line naming what was left out: ``hidden at this width: type, GPUs;
-   --wide or --output json has all``.
+   --wide or --output json has all`` (wrapped at spaces, its last line never one word alone).
 
 ``--wide`` (``cli.options.wide_option``) shows every column, however wide the lines get. The table is laid
 out here as styled text line by line: with every width fixed there is nothing left for a table
@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cli.options import wide_requested
+from guardrails.plurals import counted
 
 GAP = "  "  # between columns
 DETAIL_INDENT = "    "  # a detail moved under its row
@@ -51,7 +52,9 @@ class Table:
 
     def add_row(self, *cells: str | Text, style: str | None = None) -> None:
         if len(cells) != len(self.columns):
-            raise ValueError(f"{len(cells)} cells for {len(self.columns)} columns in table {self.title!r}")
+            raise ValueError(
+                f"{counted(len(cells), 'cell')} for {counted(len(self.columns), 'column')} in table {self.title!r}"
+            )
         self.rows.append((list(cells), style))
 
 
@@ -165,8 +168,25 @@ def print_table(console: Console, table: Table, *, wide: bool | None = None) -> 
     rendered = render(table, None if (wide_requested() if wide is None else wide) else console.width)
     console.print(rendered.text, soft_wrap=True)
     if rendered.hidden:
-        console.print(
-            f"[dim]  hidden at this width: {', '.join(rendered.hidden)}; --wide or --output json has all[/]",
-            soft_wrap=False,
-        )
+        note = f"hidden at this width: {', '.join(rendered.hidden)}; --wide or --output json has all"
+        console.print(Text("\n".join(wrap_note(note, console.width)), style="dim"), soft_wrap=True)
     return rendered
+
+
+def wrap_note(note: str, width: int, indent: str = "  ") -> list[str]:
+    """``note`` wrapped at spaces within ``width``, every line indented, and its last line never one word
+    alone (an orphan such as "all"): the word before it comes down to join it, where the two fit."""
+    lines = textwrap.wrap(
+        note,
+        max(width, len(indent) + 1),
+        initial_indent=indent,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    if len(lines) >= 2 and len(lines[-1].split()) == 1:
+        before = lines[-2].split()
+        joined = f"{indent}{before[-1]} {lines[-1].strip()}"
+        if len(before) >= 2 and cell_len(joined) <= width:
+            lines[-2:] = [indent + " ".join(before[:-1]), joined]
+    return lines

@@ -41,7 +41,7 @@ def verify(
     "rolled back to …".
 
     Exit 0 only when every check holds, 1 when one fails (or AWS cannot be read), 2 for bad input
-    (a malformed --revision or --image, an image tag that does not exist).
+    (a malformed --revision or --image, an image tag that does not exist, an unknown service or stack).
 
     \b
     Example:

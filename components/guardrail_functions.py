@@ -475,10 +475,7 @@ class Guardrails(pulumi.ComponentResource):
         database = database if function.uses_database else None
         variables = dict(environment)
         if database is not None:
-            variables[settings.DATABASE_SECRET_ARN] = database.secret_arn
-            variables.update(DATABASE_TLS)
-            if args.stack_budgets is not None:
-                variables[STACK_BUDGETS] = args.stack_budgets
+            variables.update(self._database_variables(database))
             permissions.append(
                 aws.iam.RolePolicyAttachment(
                     f"{guardrail}-vpc-access",
@@ -514,6 +511,16 @@ class Guardrails(pulumi.ComponentResource):
             tags=function_tags,
             opts=named_child_of(self, depends_on=[log_group, *permissions]),
         )
+
+    def _database_variables(self, database: DatabaseAccess) -> dict[str, pulumi.Input[str]]:
+        """What a function that reaches the ledger is told: the secret, TLS, and the stack's budgets."""
+        variables: dict[str, pulumi.Input[str]] = {
+            settings.DATABASE_SECRET_ARN: database.secret_arn,
+            **DATABASE_TLS,
+        }
+        if self._args.stack_budgets is not None:
+            variables[STACK_BUDGETS] = self._args.stack_budgets
+        return variables
 
     def _role(
         self, function: Function, grants: pulumi.Output[Grants]

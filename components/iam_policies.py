@@ -22,6 +22,7 @@ from typing import Any
 
 from guardrails import names, tags
 from guardrails.instance_types import accelerator_filter_values
+from guardrails.settings_table import DEFAULTS
 
 VERSION = "2012-10-17"
 # The one condition every stop, terminate and shrink grant carries (the no-unconditional-stop policy).
@@ -47,8 +48,12 @@ class Grants:
     autoscaling_group_arns: tuple[str, ...] = ()
     nightly_group_arn: str | None = None
     database_secret_arn: str | None = None
-    reap_untagged: bool = False  # the sweep tags unmanaged hosts as managed before stopping them
-    terminate_stopped: bool = False  # the sweep snapshots and terminates hosts stopped too long
+    reap_untagged: bool = (
+        DEFAULTS.reap_untagged
+    )  # the sweep tags unmanaged hosts as managed before stopping them
+    terminate_stopped: bool = (
+        DEFAULTS.terminate_stopped
+    )  # the sweep snapshots and terminates hosts stopped too long
     chat_webhook_secret_arn: str | None = None  # the chat channel's webhook URL, which the sweep posts to
 
     def arn(self, service: str, resource: str) -> str:

@@ -99,8 +99,13 @@ def focus_row(invoice: Invoice, line: InvoiceLine, version: str = DEFAULT_VERSIO
 
 
 def _focus_values(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
-    billed = focus_decimal(line.subtotal_usd)
     unit_price = "" if line.usd_per_hour is None else focus_decimal(line.usd_per_hour)
+    return {**_charge_columns(invoice, line, unit_price), **_sku_columns(invoice, line, unit_price)}
+
+
+def _charge_columns(invoice: Invoice, line: InvoiceLine, unit_price: str) -> dict[str, str]:
+    """FOCUS's mandatory columns: the charge, its period, its cost and quantity, who bills it."""
+    billed = focus_decimal(line.subtotal_usd)
     hours = focus_decimal(line.instance_hours.quantize(Decimal("0.000001")))
     # A late line's charge is usage of its closed month, billed in this invoice's period.
     charged = (
@@ -133,6 +138,13 @@ def _focus_values(invoice: Invoice, line: InvoiceLine) -> dict[str, str]:
         "PublisherName": PUBLISHER,
         "ServiceCategory": "Compute",
         "ServiceName": SERVICE,
+    }
+
+
+def _sku_columns(invoice: Invoice, line: InvoiceLine, unit_price: str) -> dict[str, str]:
+    """FOCUS's conditional and recommended columns (the SKU and its price, the region, the pool, the tags),
+    and parkbrake's own x_ column."""
+    return {
         "BillingAccountType": "Tenant",
         "ChargeFrequency": "Usage-Based",
         "ConsumedQuantity": focus_decimal(

@@ -29,17 +29,29 @@ from typing import Any
 
 from guardrails import names, tags
 from guardrails.duration_patterns import SKIPPED_UNITS, duration_patterns
+from guardrails.errors import InputError
 from guardrails.instance_types import accelerator_filter_values
+from guardrails.settings_table import DEFAULTS
 
-# The default of PARKBRAKE_MAX_RUNTIME_CEILING (guardrails/settings.py), spelled here so that this pure
-# module needs no settings.
-DEFAULT_MAX_RUNTIME_CEILING = timedelta(hours=24)
+# The default of PARKBRAKE_MAX_RUNTIME_CEILING, from the settings table (pure, as this module is).
+DEFAULT_MAX_RUNTIME_CEILING = DEFAULTS.max_runtime_ceiling
 
 VERSION = "2012-10-17"
 TAG_PATTERN = "parkbrake:*"
+ROLE_ARN_PREFIX = "arn:"
 SCP_SIZE_LIMIT = 5120  # characters, whitespace included, as AWS Organizations counts them
 # What `parkbrake extend` writes (guardrails.extension.Extension.tags): all an extender may tag.
 EXTENSION_TAGS = (tags.EXEMPT_UNTIL, tags.EXTENDED_BY, tags.EXTENDED_AT, tags.EXTENSION_REASON)
+
+
+def check_role_patterns(option: str, roles: Sequence[str]) -> None:
+    """A role ARN or a pattern of them (``*`` and ``?`` allowed), refused with the option's name when it
+    is not one or would match every role (an exception for everyone is no guardrail)."""
+    for arn in roles:
+        if not arn.startswith(ROLE_ARN_PREFIX) or ":role/" not in arn:
+            raise InputError(f"{option}: {arn} is not a role ARN (arn:aws:iam::ACCOUNT:role/NAME)")
+        if not arn.split(":role/", 1)[1].strip("*?/"):
+            raise InputError(f"{option}: {arn} matches every role; name the role (wildcards within a name)")
 
 
 def stack_role_pattern(stack: str) -> str:
@@ -54,8 +66,13 @@ def guard_statements(
     ceiling: timedelta = DEFAULT_MAX_RUNTIME_CEILING,
 ) -> list[dict[str, Any]]:
     """The deny statements shared by the SCP and the permissions boundary."""
-    accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
     allowed_principals = [stack_role_pattern(stack), *deployer_roles]
+    return [*_launch_statements(ceiling), *tag_edit_statements(allowed_principals, extender_roles)]
+
+
+def _launch_statements(ceiling: timedelta) -> list[dict[str, Any]]:
+    """An accelerator host launched unmanaged, without a cap, or with a cap beyond ``ceiling`` is denied."""
+    accelerators = {"StringLike": {"ec2:InstanceType": accelerator_filter_values()}}
     return [
         {
             "Sid": "DenyAcceleratorsNotManaged",
@@ -98,8 +115,18 @@ def guard_statements(
                 }
             },
         },
+    ]
+
+
+def tag_edit_statements(
+    allowed_principals: Sequence[str], extender_roles: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """Deny editing ``parkbrake:*`` tags on EC2 and Auto Scaling but by ``allowed_principals`` (ARN
+    patterns), and by the extenders for the extension's tags only: the stack's SCP and the
+    organisation's (:mod:`guardrails.org_policy`) both hold these."""
+    return [
         {
-            # Tags given at launch (ec2:CreateAction is set) are what the statements above require.
+            # Tags given at launch (ec2:CreateAction is set) are no edit: the launch rules judge those.
             "Sid": "DenyParkbrakeTagEditsOnEC2",
             "Effect": "Deny",
             "Action": ["ec2:CreateTags", "ec2:DeleteTags"],

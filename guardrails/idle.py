@@ -35,6 +35,8 @@ from enum import StrEnum
 
 # Memory in use moving by more than this between two samples is activity (allocator blocks are 2 MiB).
 MEMORY_ACTIVITY_BYTES = 2**20
+# A GPU at or under this utilisation (percent) is quiet: the agent's --threshold and run's, one default.
+QUIET_PERCENT = 5.0
 
 
 @dataclass(frozen=True)

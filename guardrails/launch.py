@@ -147,17 +147,8 @@ def decide_launch(
             pool.tenant,
         )
 
-    if parked:
-        return decision(Refusal("parked", "the stack is parked; unpark it to run the nightly pools"))
-    if closed is not None:
-        return decision(Refusal("closed", closed))
-    if start == 0:
-        return decision(
-            Refusal(
-                "at-capacity",
-                f"group {pool.group_name} already wants {pool.desired} hosts (asked for {target})",
-            )
-        )
+    if (refusal := _not_tonight(pool, parked=parked, closed=closed, start=start, target=target)) is not None:
+        return decision(refusal)
     if gate is None:
         return decision(None)
     if pool.tenant is None:
@@ -179,6 +170,21 @@ def decide_launch(
             budget_checked=True,
         )
     return decision(None, budget_checked=True, reservation_id=admission.reservation_id)
+
+
+def _not_tonight(
+    pool: PoolState, *, parked: bool, closed: str | None, start: int, target: int
+) -> Refusal | None:
+    """Why nothing starts, whatever the budget: a parked stack, a closed day, a group already full."""
+    if parked:
+        return Refusal("parked", "the stack is parked; unpark it to run the nightly pools")
+    if closed is not None:
+        return Refusal("closed", closed)
+    if start == 0:
+        return Refusal(
+            "at-capacity", f"group {pool.group_name} already wants {pool.desired} hosts (asked for {target})"
+        )
+    return None
 
 
 def decide_admission(

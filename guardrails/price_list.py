@@ -12,7 +12,7 @@ Three sources, each dated in the document:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -279,6 +279,37 @@ def spot_prices(history: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str
     return prices
 
 
+def _refreshed_regions(
+    current: Mapping[str, Any],
+    answered: Mapping[str, dict[str, str]],
+    service_answers: Mapping[str, Mapping[PriceListQuery, Iterable[str | Mapping[str, Any]]]],
+    *,
+    wanted: Sequence[str],
+    taken: date,
+) -> dict[str, Any]:
+    """The document's regions, ``wanted`` refreshed from ``answered`` on-demand prices and their service
+    answers; raises naming every service item that got no single price."""
+    regions_now = dict(current.get("regions", {}))
+    problems: list[str] = []
+    for region in wanted:
+        services, sources, unpriced = service_prices(service_answers.get(region, {}), region, taken)
+        problems += unpriced
+        regions_now[region] = {
+            "taken": taken.isoformat(),
+            "source": "AWS Price List API (AmazonEC2), on-demand, Linux, shared tenancy",
+            "on_demand": answered[region],
+            "services": services,
+            "service_sources": sources,
+        }
+    if problems:
+        raise ParkbrakeError(
+            "the Price List answered no single on-demand price for these service items (service, "
+            "region, item):\n  - " + "\n  - ".join(problems) + "\nprices.json was left unchanged; "
+            "refresh the regions that have every service with --region"
+        )
+    return regions_now
+
+
 def refreshed_price_document(
     current: Mapping[str, Any],
     *,
@@ -310,24 +341,7 @@ def refreshed_price_document(
             f"{', '.join(missing) or 'any region'}; prices.json was left unchanged"
         )
     day = taken.isoformat()
-    regions_now = dict(current.get("regions", {}))
-    problems: list[str] = []
-    for region in wanted:
-        services, sources, unpriced = service_prices(service_answers.get(region, {}), region, taken)
-        problems += unpriced
-        regions_now[region] = {
-            "taken": day,
-            "source": "AWS Price List API (AmazonEC2), on-demand, Linux, shared tenancy",
-            "on_demand": answered[region],
-            "services": services,
-            "service_sources": sources,
-        }
-    if problems:
-        raise ParkbrakeError(
-            "the Price List answered no single on-demand price for these service items (service, "
-            "region, item):\n  - " + "\n  - ".join(problems) + "\nprices.json was left unchanged; "
-            "refresh the regions that have every service with --region"
-        )
+    regions_now = _refreshed_regions(current, answered, service_answers, wanted=wanted, taken=taken)
     spot_regions = dict((current.get("spot") or {}).get("regions", {}))
     for region, history in spot_history.items():
         spot_regions[region] = {name: zones for name, zones in spot_prices(history).items() if name in counts}

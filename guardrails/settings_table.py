@@ -171,6 +171,15 @@ AGENT_IDLE_AFTER = Setting(
 )  # fmt: skip
 
 
+# The rows' defaults as one record, for code that needs a default without reading the environment (a
+# policy's or a grant's own default): named here, never written again.
+DEFAULTS = Tuning()
+
+# The sweep's rate (``guardrails.sweep_every``): the stack's alone (its schedule, and one interval more
+# of grace on a Kubernetes pool's nodes), which no Lambda reads, so it is not a row of the table.
+SWEEP_EVERY = timedelta(minutes=5)
+
+
 def _rows() -> tuple[Setting, ...]:
     declared: tuple[Field[Any], ...] = fields(Tuning)
     return tuple(replace(item.metadata[_ROW], name=item.name) for item in declared)

@@ -13,11 +13,12 @@ from typing import Any
 
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
-from lambdas.aws.decision_log import DecisionLog, decision_log
+from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
 from lambdas.engines.deadlines import act_on_state_change, parse_state_change
+from lambdas.engines.decision_logs import decision_log
 
 
 def handle(

@@ -18,10 +18,11 @@ from typing import Any
 from guardrails.launch import BudgetGate
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
-from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
+from lambdas.aws.decision_log import DecisionLog, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
+from lambdas.engines.decision_logs import decision_log
 from lambdas.engines.launching import budget_gate, parse_event, start_pool
 
 

@@ -6,7 +6,8 @@ Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or 
 Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more.
 A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
 its dead-letter queue pages. The work is :func:`lambdas.engines.sweeping.sweep_and_record` and
-:func:`lambdas.engines.owner_warnings.warn_and_record`.
+:func:`lambdas.engines.owner_warnings.warn_and_record`; the event is read by
+:func:`lambdas.engines.sweeping.parse_event`.
 """
 
 from __future__ import annotations
@@ -17,38 +18,13 @@ from typing import Any
 
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
-from lambdas.aws.decision_log import DecisionLog, decision_log, origin_of
+from lambdas.aws.decision_log import DecisionLog, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
+from lambdas.engines.decision_logs import decision_log
 from lambdas.engines.owner_warnings import warn_and_record
-from lambdas.engines.sweeping import sweep_and_record
-
-
-def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None]:
-    """``(dry_run, instance_ids)`` from the reaper's events; anything else is refused loudly."""
-    event = event or {}
-    if not isinstance(event, Mapping):
-        raise ValueError(f"the reaper's event is a JSON object, not {str(event)[:80]!r}")
-    if event.get("detail-type") == "Scheduled Event":  # EventBridge's own scheduled-rule payload
-        return False, None
-    dry_run = event.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise ValueError(f"dry_run must be true or false, not {dry_run!r}")
-    instance_ids = event.get("instance_ids")
-    if instance_ids is None:
-        return dry_run, None
-    return dry_run, _instance_ids("instance_ids", instance_ids)
-
-
-def _instance_ids(key: str, value: object) -> list[str]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(i, str) and i.startswith("i-") for i in value)
-    ):
-        raise ValueError(f"{key} must be a non-empty list of instance ids, not {value!r}")
-    return list(dict.fromkeys(value))
+from lambdas.engines.sweeping import instance_ids_of, parse_event, sweep_and_record
 
 
 def handle(
@@ -63,7 +39,7 @@ def handle(
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     try:
         warned = (
-            _instance_ids("warn", event["warn"]) if isinstance(event, Mapping) and "warn" in event else None
+            instance_ids_of("warn", event["warn"]) if isinstance(event, Mapping) and "warn" in event else None
         )
         dry_run, instance_ids = (False, None) if warned is not None else parse_event(event)
     except ValueError as error:

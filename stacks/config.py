@@ -7,6 +7,7 @@ before any resource is declared.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -523,14 +524,28 @@ def available_stacks(project_dir: Path) -> list[str]:
     return sorted(path.name[len("Pulumi.") : -len(".yaml")] for path in project_dir.glob("Pulumi.*.yaml"))
 
 
+def missing_stack_file(stack: str, path: Path) -> InputError:
+    """A --stack with no stack file: bad input naming the stack given and the stacks that exist beside it."""
+    known = available_stacks(path.parent)
+    if not known:
+        return InputError(
+            f"no config for stack {stack!r}: {path} does not exist (stacks here: none) — "
+            "pass --project-dir, the folder that holds Pulumi.yaml and the Pulumi.<stack>.yaml files"
+        )
+    closest = difflib.get_close_matches(stack, known, n=1)
+    return InputError(
+        f"no config for stack {stack!r}: {path} does not exist (stacks here: {', '.join(known)}) — "
+        + (f"did you mean --stack {closest[0]}?" if closest else "pass one of them as --stack")
+    )
+
+
 def load_stack_config(stack: str, project_dir: Path, *, config_file: Path | None = None) -> StackConfig:
     """Read and validate ``Pulumi.<stack>.yaml`` (or ``config_file``)."""
     from ruamel.yaml import YAML, YAMLError
 
     path = config_file or stack_file(stack, project_dir)
     if not path.is_file():
-        known = ", ".join(available_stacks(project_dir)) or "none"
-        raise InputError(f"no config for stack {stack!r}: {path} does not exist (stacks here: {known})")
+        raise missing_stack_file(stack, path)
     try:
         document = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from guardrails.durations import format_duration
-from guardrails.settings_table import SECRET_ARN, TUNING, Setting, Tuning
+from guardrails.settings_table import SECRET_ARN, SWEEP_EVERY, TUNING, Setting, Tuning
 from stacks.validation import Section
 
 EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
@@ -24,8 +24,6 @@ PLACEHOLDER_SUFFIXES = (
     ".example.org",
 )
 LAYER_ARN = re.compile(r"arn:aws[\w-]*:lambda:[a-z0-9-]+:\d{12}:layer:[\w-]+:\d+")
-# The schedule's rate: the stack's alone (no Lambda reads it), so it is not a row of the settings table.
-SWEEP_EVERY = timedelta(minutes=5)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Protocol
 
 from guardrails.errors import InputError
+from guardrails.settings_table import AGENT_IDLE_AFTER
 from stacks.validation import Section
 
 
@@ -56,8 +57,6 @@ CLUSTER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,99}")
 IAM_ROLE_NAME = re.compile(r"[\w+=,.@-]{1,64}")
 SECURITY_GROUP = re.compile(r"sg-[0-9a-f]+")
 IMAGE = re.compile(r"[\w.\-/:]+(@sha256:[0-9a-f]{64})?")
-# The agent's default --idle-after (cli/agent.py): a node empty this long is consolidated away.
-AGENT_IDLE_AFTER = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,8 @@ class KubernetesConfig:
     node_role: str | None = None
     prometheus_operator: bool = False  # the cluster has the Prometheus operator's CRDs: declare monitors
     termination_grace_period: timedelta = timedelta(minutes=30)
-    consolidate_after: timedelta = AGENT_IDLE_AFTER
+    # The agent's idle window (its default --idle-after): a node empty this long is consolidated away.
+    consolidate_after: timedelta = AGENT_IDLE_AFTER.default
     controller_image: str = "public.ecr.aws/parkbrake/control-plane:0.1.0"
     agent_image: str = "public.ecr.aws/parkbrake/agent:0.1.0"
     # The cluster's node security group: admitted to the database and the cache, so pods reach them.
@@ -118,7 +118,9 @@ def parse_kubernetes(
         termination_grace_period=section.duration(
             "termination_grace_period", timedelta(minutes=30), floor=timedelta(seconds=1)
         ),
-        consolidate_after=section.duration("consolidate_after", AGENT_IDLE_AFTER, floor=timedelta(seconds=1)),
+        consolidate_after=section.duration(
+            "consolidate_after", AGENT_IDLE_AFTER.default, floor=timedelta(seconds=1)
+        ),
         controller_image=section.string(
             "controller_image", KubernetesConfig.controller_image, pattern=IMAGE, hint="a container image"
         ),

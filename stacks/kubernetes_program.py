@@ -17,6 +17,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.common import base_tags
+from components.database import Database
 from components.k8s.budget_controller import BudgetController, BudgetControllerArgs
 from components.k8s.execution_time_limit import ExecutionTimeLimit, ExecutionTimeLimitArgs, TenantCaps
 from components.k8s.gpu_agent import GpuAgent, GpuAgentArgs
@@ -62,6 +63,25 @@ def build_kubernetes_platform(config: StackConfig) -> None:
         "system", metadata={"name": cluster.namespace, "labels": {"app.kubernetes.io/managed-by": "parkbrake"}},
         opts=on_cluster,
     )  # fmt: skip
+    _system_workloads(config, cluster, database, provider, system)
+
+    pulumi.export("parked", config.parked)
+    pulumi.export("clusterName", cluster.cluster_name)
+    pulumi.export("nodePools", {name: pool.node_pool_name for name, pool in node_pools.items()})
+    pulumi.export("alarmTopicArn", guardrails.topic_arn)
+    if database:
+        pulumi.export("databaseEndpoint", database.endpoint)
+
+
+def _system_workloads(
+    config: StackConfig,
+    cluster: KubernetesConfig,
+    database: Database | None,
+    provider: k8s.Provider,
+    system: k8s.core.v1.Namespace,
+) -> None:
+    """What runs in the system namespace: the GPU agent, the services, the budget controller, the park
+    role and, with a nightly schedule, the nightly window."""
     in_system = pulumi.ResourceOptions(provider=provider, depends_on=[system])
     GpuAgent(
         "agent",
@@ -106,13 +126,6 @@ def build_kubernetes_platform(config: StackConfig) -> None:
             ),
             opts=pulumi.ResourceOptions(provider=provider, depends_on=[system, park_role]),
         )
-
-    pulumi.export("parked", config.parked)
-    pulumi.export("clusterName", cluster.cluster_name)
-    pulumi.export("nodePools", {name: pool.node_pool_name for name, pool in node_pools.items()})
-    pulumi.export("alarmTopicArn", guardrails.topic_arn)
-    if database:
-        pulumi.export("databaseEndpoint", database.endpoint)
 
 
 def _node_role(config: StackConfig, cluster: KubernetesConfig, tags: Mapping[str, str]) -> pulumi.Input[str]:

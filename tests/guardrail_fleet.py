@@ -14,8 +14,8 @@ from botocore.config import Config
 
 from guardrails import names, tags
 from guardrails.settings import Settings
-from lambdas.aws.clients import CONCURRENT_CALLS
 from lambdas.aws.environment import ClientFactory
+from lambdas.clients import CONCURRENT_CALLS
 from tests.aws_call_recorder import observe
 
 STACK = "test"

@@ -1,12 +1,14 @@
-"""A real PostgreSQL for tests and benchmarks: ``PARKBRAKE_DATABASE_URL`` when set, else a throwaway pgserver."""
+"""A real PostgreSQL for tests and benchmarks: ``PARKBRAKE_DATABASE_URL`` when set, else a throwaway
+server (cli/dev/postgres.py, the one ``parkbrake dev database`` starts)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from cli.dev.postgres import postgres_bin_dir, throwaway_postgres
 
 
 @contextmanager
@@ -15,22 +17,14 @@ def postgres_url(prefix: str = "parkbrake-pg-") -> Iterator[str]:
     if configured:
         yield configured
         return
-    import pgserver
-
-    with tempfile.TemporaryDirectory(prefix=prefix) as data_dir:
-        server = pgserver.get_server(data_dir, cleanup_mode="delete")
-        try:
-            yield server.get_uri()
-        finally:
-            server.cleanup()
+    with throwaway_postgres(prefix) as server:
+        yield server.url
 
 
 def schema_dump(url: str) -> str:
     """``pg_dump --schema-only`` of the database at ``url``, by the pg_dump beside pgserver's postgres
     (the build the throwaway server runs; pg_dump dumps servers of its own major version and older)."""
-    from pgserver._commands import POSTGRES_BIN_PATH
-
-    pg_dump = POSTGRES_BIN_PATH / "pg_dump"
+    pg_dump = postgres_bin_dir() / "pg_dump"
     result = subprocess.run(
         [str(pg_dump), "--schema-only", "--dbname", url], capture_output=True, text=True, check=False
     )

@@ -79,7 +79,7 @@ def module_problem(dotted: str) -> str | None:
 def test_the_checker_sees_paths_in_code_spans_and_links() -> None:
     document = ROOT / "docs" / "architecture.md"
     found = named_paths(document)
-    assert {"guardrails/tags.py", "lambdas/aws/clients.py"} <= found
+    assert {"guardrails/tags.py", "lambdas/clients.py"} <= found
     assert module_problem("lambdas.aws.stop_path.stop_hosts") is None
     assert module_problem("lambdas.aws.stop_path.no_such_function") is not None
     assert module_problem("guardrails.no_such_module") is not None

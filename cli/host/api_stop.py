@@ -68,7 +68,7 @@ class ApiStopResult:
 
 
 def _ec2_client(region: str) -> Any:
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     return client("ec2", region)
 
@@ -85,7 +85,7 @@ def stop_through_api(
     except MetadataError as error:
         return ApiStopResult(error=f"could not read the instance metadata: {error}")
     action = "terminate" if terminate or host.group is not None else "stop"
-    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.aws.errors import AWS_ERRORS, describe_error
 
     ec2 = ec2_for(host.region)
     call = ec2.terminate_instances if action == "terminate" else ec2.stop_instances

@@ -182,7 +182,7 @@ class ReleaseResult:
 
 
 def _autoscaling_client(region: str) -> Any:
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     return client("autoscaling", region)
 
@@ -201,7 +201,7 @@ def release_from_group(
     if host.group is None:
         return ReleaseResult(in_group=False, instance_id=host.instance_id)
     # botocore only on this path: hosts outside a group never load it.
-    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.aws.errors import AWS_ERRORS, describe_error
 
     try:
         autoscaling_for(host.region).terminate_instance_in_auto_scaling_group(

@@ -489,6 +489,62 @@ def _hung_message(verdict: IdleVerdict, policy: IdlePolicy) -> str:
     )
 
 
+# What the agent says of a reading that stays unknown.
+NEVER_IDLE = "the host is never shut down as idle on it; check the driver (nvidia-smi) and the agent's log"
+
+
+def _detail(verdict: IdleVerdict) -> dict[str, object]:
+    """What an event says of the sample: why the host is not idle, and each GPU's state."""
+    return {
+        "reasons": list(verdict.unknown or verdict.busy),
+        "gpus": [{"gpu": judged.gpu.index, "state": judged.state.value} for judged in verdict.gpus],
+    }
+
+
+def _record(recording: TextIO, observation: Observation, *, offset: timedelta) -> None:
+    """One line of ``--record``: the observation, ``offset`` after the first sample."""
+    recording.write(recorded_as_json(Recorded(round(offset.total_seconds(), 3), observation)))
+    recording.write("\n")
+    recording.flush()
+
+
+def _shut_down(
+    verdict: IdleVerdict,
+    shutdown_command: ShutdownCommand,
+    fallback: ApiFallback | None,
+    clock: Clock,
+    emit: Callable[[AgentEvent], None],
+    *,
+    first_at: datetime,
+    now: datetime,
+) -> AgentResult:
+    """Run the shutdown command, say so, and stop through the EC2 API if the host is still up after."""
+    elapsed = now - first_at
+    idle_since = verdict.state.idle_since or now
+    result = shutdown_command.run(
+        {
+            "PARKBRAKE_SHUTDOWN_REASON": "idle",
+            "PARKBRAKE_IDLE_SINCE": idle_since.isoformat(),
+            "PARKBRAKE_IDLE_SECONDS": f"{verdict.idle_for.total_seconds():g}",
+        }
+    )
+    message = (
+        f"every GPU idle for {verdict.idle_for.total_seconds():g}s: ran `{' '.join(result.command)}`"
+        if result.ok
+        else f"the host could not shut itself down: {result.error}"
+    )
+    if result.release is not None:
+        message += f"; {result.release.describe()}"
+    detail = {"idle_since": idle_since.isoformat(), "shutdown": result.as_json()}
+    emit(AgentEvent("shutdown", now, elapsed, message, detail))
+    # Announced before waiting: while the shutdown works, this process does not live to say more.
+    api_stop = (fallback or ApiFallback(after=None)).after_shutdown(result.ok, clock)
+    if api_stop is not None:
+        at = clock.now()
+        emit(AgentEvent("api-stop", at, at - first_at, api_stop.describe(), api_stop.as_json()))
+    return AgentResult(result, api_stop)
+
+
 def run_agent(
     sampler: GpuSampler,
     clock: Clock,
@@ -526,20 +582,13 @@ def run_agent(
         now = clock.now()
         first_at = first_at or now
         if recording is not None:
-            recording.write(
-                recorded_as_json(Recorded(round((now - first_at).total_seconds(), 3), observation))
-            )
-            recording.write("\n")
-            recording.flush()
+            _record(recording, observation, offset=now - first_at)
         verdict = observe(policy, state, observation, now)
         state = verdict.state
         metrics.update(observation, verdict)
         elapsed = now - first_at
         current_state = _state_of(verdict)
-        detail = {
-            "reasons": list(verdict.unknown or verdict.busy),
-            "gpus": [{"gpu": judged.gpu.index, "state": judged.state.value} for judged in verdict.gpus],
-        }
+        detail = _detail(verdict)
         if current_state != previous_state:
             message = _state_message(current_state, verdict, policy)
             emit(AgentEvent(current_state, now, elapsed, message, detail))
@@ -548,40 +597,10 @@ def run_agent(
         if verdict.unknown_overdue and not unknown_reported:
             # Once per unknown spell: the host is kept running on a reading nobody can trust.
             message = (
-                f"the GPU reading has been unknown for {format_duration(verdict.unknown_for)}: the host is never "
-                "shut down as idle on it; check the driver (nvidia-smi) and the agent's log"
+                f"the GPU reading has been unknown for {format_duration(verdict.unknown_for)}: {NEVER_IDLE}"
             )
             emit(AgentEvent("unknown-too-long", now, elapsed, message, detail))
             unknown_reported = True
         if verdict.shut_down:
-            idle_since = verdict.state.idle_since or now
-            result = shutdown_command.run(
-                {
-                    "PARKBRAKE_SHUTDOWN_REASON": "idle",
-                    "PARKBRAKE_IDLE_SINCE": idle_since.isoformat(),
-                    "PARKBRAKE_IDLE_SECONDS": f"{verdict.idle_for.total_seconds():g}",
-                }
-            )
-            message = (
-                f"every GPU idle for {verdict.idle_for.total_seconds():g}s: ran `{' '.join(result.command)}`"
-                if result.ok
-                else f"the host could not shut itself down: {result.error}"
-            )
-            if result.release is not None:
-                message += f"; {result.release.describe()}"
-            emit(
-                AgentEvent(
-                    "shutdown",
-                    now,
-                    elapsed,
-                    message,
-                    {"idle_since": idle_since.isoformat(), "shutdown": result.as_json()},
-                )
-            )
-            # Announced before waiting: while the shutdown works, this process does not live to say more.
-            api_stop = (fallback or ApiFallback(after=None)).after_shutdown(result.ok, clock)
-            if api_stop is not None:
-                at = clock.now()
-                emit(AgentEvent("api-stop", at, at - first_at, api_stop.describe(), api_stop.as_json()))
-            return AgentResult(result, api_stop)
+            return _shut_down(verdict, shutdown_command, fallback, clock, emit, first_at=first_at, now=now)
         clock.sleep(interval.total_seconds())

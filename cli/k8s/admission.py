@@ -33,6 +33,7 @@ from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.launch import AdmissionRequest
 from guardrails.ledger import from_ms
+from guardrails.plurals import counted
 from guardrails.runway import TenantRunway, period_bounds
 from lambdas.ledger.connections import LedgerUnavailable
 from lambdas.ledger.decisions import DecisionLedger
@@ -100,7 +101,7 @@ def check_state(
     """The state for the ledger's answer (pure). ``runway``: the tenant's, read after a refusal (its
     limit, what it holds for hosts starting and running, its period)."""
     what = (
-        f"{request.hosts} x {request.instance_type} ({request.gpus} GPUs) for "
+        f"{request.hosts} x {request.instance_type} ({counted(request.gpus, 'GPU')}) for "
         f"{format_duration(request.cap)}, tenant {request.tenant}"
     )
     common: dict[str, Any] = {

@@ -35,7 +35,8 @@ from cli.k8s.server_options import with_server_options
 from cli.k8s.stop_reconciler import StopReconciler
 from cli.k8s.workload_reconciler import Key, Undecided, WorkloadReconciler, own_entry, stamp
 from cli.k8s.workqueue import WorkQueue
-from cli.options import output_option, project_dir_option, stack_option
+from cli.options import DURATION, output_option, project_dir_option, stack_option
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -241,15 +242,15 @@ def run_forever(controller: Controller, *, output: str = "text") -> None:
     help="Threads deciding Workloads, each with one ledger connection (one more for the budget sweep).",
 )  # fmt: skip
 @click.option(
-    "--stop-every", default="1m", show_default=True,
+    "--stop-every", type=DURATION, default="1m", show_default=True,
     help="How often tenants' budgets are checked for their stop action (and NodeClaims for their cap).",
 )  # fmt: skip
 @click.option(
-    "--resync-every", default="3m", show_default=True,
+    "--resync-every", type=DURATION, default="3m", show_default=True,
     help="How often every Workload still Pending is decided again, whatever its events.",
 )  # fmt: skip
 @click.option(
-    "--undecided-after", default="10m", show_default=True,
+    "--undecided-after", type=DURATION, default="10m", show_default=True,
     help="How long a check may stay undecided (ledger unreachable) before an Event and the metric report it.",
 )  # fmt: skip
 @click.option(
@@ -259,7 +260,8 @@ def run_forever(controller: Controller, *, output: str = "text") -> None:
 @output_option
 def controller(
     *, stack: str, project_dir: Path, server: str | None, token_file: Path | None, ca_file: Path | None,
-    workers: int, stop_every: str, resync_every: str, undecided_after: str, health_port: int, output: str,
+    workers: int, stop_every: timedelta, resync_every: timedelta, undecided_after: timedelta,
+    health_port: int, output: str,
 ) -> None:  # fmt: skip
     """Run the budget admission check: gate Kueue Workloads on the ledger until stopped (SIGTERM).
 
@@ -274,28 +276,18 @@ def controller(
     """
     from cli.k8s.check import budget_check, kubernetes_stack
     from cli.k8s.kube import client_from_options
-    from guardrails.durations import parse_duration
-    from guardrails.errors import InputError
 
-    periods = {}
-    for name, value in (
-        ("stop-every", stop_every),
-        ("resync-every", resync_every),
-        ("undecided-after", undecided_after),
-    ):
-        try:
-            periods[name] = parse_duration(value)
-        except ValueError as error:
-            raise InputError(f"--{name}: {error}") from None
     config, prices = kubernetes_stack(stack, project_dir)
     client = client_from_options(server, token_file, ca_file)
     checks = [budget_check(config) for _ in range(workers + 1)]
     running = Controller(
-        client, config, prices, checks, sweep_every=periods["stop-every"], resync=periods["resync-every"],
-        undecided_after=periods["undecided-after"],
+        client, config, prices, checks, sweep_every=stop_every, resync=resync_every,
+        undecided_after=undecided_after,
     )  # fmt: skip
     serve_health(health_port, running.alive, running.metrics)
-    click.echo(f"parkbrake-budget controller: {workers} workers; /healthz on :{health_port}", err=True)
+    click.echo(
+        f"parkbrake-budget controller: {counted(workers, 'worker')}; /healthz on :{health_port}", err=True
+    )
     try:
         run_forever(running, output=output)
     finally:

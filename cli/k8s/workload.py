@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from guardrails.errors import InputError
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from guardrails.pricing import PriceTable
@@ -156,7 +157,9 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
             )
         count = _gpus(assignment.get("count", 1), f"{where}.count") or 1
         if total % count:
-            raise WorkloadError(f"{where}: {total} GPUs do not divide among {count} pods")
+            raise WorkloadError(
+                f"{where}: {counted(total, 'GPU')} do not divide among {counted(count, 'pod')}"
+            )
         flavors.add(flavor)
         per_pod.append((count, total // count))
     if not per_pod:
@@ -176,8 +179,8 @@ def workload_request(workload: Any, stack: StackConfig, prices: PriceTable) -> W
     for count, each in per_pod:
         if each > per_instance:
             raise WorkloadError(
-                f"status.admission.podSetAssignments[]: a pod of {each} GPUs fits no {instance_type} "
-                f"({per_instance} GPUs)"
+                f"status.admission.podSetAssignments[]: a pod of {counted(each, 'GPU')} fits no {instance_type} "
+                f"({counted(per_instance, 'GPU')})"
             )
         hosts += math.ceil(count / (per_instance // each))
     gpus = sum(count * each for count, each in per_pod)

@@ -27,6 +27,7 @@ from lightkube import ApiError
 
 from cli.k8s.kube import Workload, apply_check_entry, workload_event
 from cli.k8s.workload import WorkloadError, condition, listed, mapping, subject_of, workload_request
+from guardrails.plurals import counted
 
 if TYPE_CHECKING:
     from lightkube import Client
@@ -231,7 +232,7 @@ class WorkloadReconciler:
         if admitted + gpus <= quota:
             return None
         return (
-            f"tenant {tenant}'s gpu_quota is {quota} GPUs across all GPU types: {admitted} are admitted, "
+            f"tenant {tenant}'s gpu_quota is {counted(quota, 'GPU')} across all GPU types: {admitted} are admitted, "
             f"this Workload asks {gpus}; retrying when admitted work ends"
         )
 

@@ -13,7 +13,7 @@ PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
 @cache
 def known_regions() -> frozenset[str]:
     """Every region botocore's endpoint data knows, in every partition."""
-    from lambdas.aws.clients import new_session
+    from lambdas.clients import new_session
 
     session = new_session()  # the models the clients then use, read once
     return frozenset(

@@ -87,6 +87,10 @@ def set_config_value(path: Path, dotted_key: str, value: ConfigValue, *, write: 
 
 def _read_text(path: Path) -> str:
     if not path.is_file():
+        if path.name.startswith("Pulumi.") and path.name.endswith(".yaml"):  # a stack's file: name the others
+            from stacks.config import missing_stack_file
+
+            raise missing_stack_file(path.name.removeprefix("Pulumi.").removesuffix(".yaml"), path)
         raise InputError(f"{path} does not exist")
     try:
         return path.read_bytes().decode("utf-8")

@@ -1,15 +1,17 @@
 """Reading what a stack has in AWS, by the names in ``guardrails.names`` and the tags in ``guardrails.tags``.
 
-Shared by ``park --now``/``unpark --now`` and ``status``; every listing is paginated or batched to
-the API's own limit, so the number of calls grows with pages, not with resources.
+Shared by ``park --now``/``unpark --now``, ``status``, ``reap`` and ``schedule list``; every listing is
+paginated or batched to the API's own limit, so the number of calls grows with pages, not with resources.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import difflib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from guardrails import names, tags
+from guardrails.errors import InputError
 
 ECS_DESIRED_COUNT = "ecs:service:DesiredCount"
 DESCRIBE_SERVICES_LIMIT = 10
@@ -73,3 +75,30 @@ def park_parameter_value(ssm: Any, stack: str) -> str | None:
         return str(ssm.get_parameter(Name=names.park_parameter(stack))["Parameter"]["Value"])
     except ssm.exceptions.ParameterNotFound:
         return None
+
+
+def unknown_stack(
+    problem: str,
+    stack: str,
+    regions: Sequence[str],
+    ssm_of: Callable[[str], Any],
+    *,
+    region_flag: str = "--region",
+) -> InputError:
+    """A ``--stack`` with nothing where a command looked: bad input (exit 2), naming the stack given and
+    the stacks that are deployed there (their park parameters), so a typo shows its correction."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from lambdas.aws.ec2_hosts import live_stacks
+
+    try:
+        deployed = sorted({found for region in regions for found in live_stacks(ssm_of(region))} - {stack})
+    except (BotoCoreError, ClientError):  # no right to list them: the error still names the stack given
+        return InputError(f"{problem} — check --stack and {region_flag}")
+    if not deployed:
+        return InputError(f"{problem} — no stack is deployed in {', '.join(regions)}; check {region_flag}")
+    closest = difflib.get_close_matches(stack, deployed, n=1)
+    guess = f"did you mean --stack {closest[0]}? " if closest else ""
+    return InputError(
+        f"{problem} — {guess}stacks deployed there: {', '.join(deployed)}; check --stack and {region_flag}"
+    )

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from cli.preview.plan_diff import PlanDiff
 from cli.preview.plan_report import PlanReport, how, worst_cases
+from guardrails.plurals import counted
 
 
 def money(value: Decimal) -> str:
@@ -72,7 +73,7 @@ def plan_markdown(report: PlanReport, diff: PlanDiff | None = None) -> str:
         ],
         "llll",
     )
-    lines += ["", f"<details><summary>{len(report.resources)} resources</summary>", ""]
+    lines += ["", f"<details><summary>{counted(len(report.resources), 'resource')}</summary>", ""]
     lines += _table(
         ["type", "name"], [[f"`{resource.type}`", resource.name] for resource in report.resources], "ll"
     )

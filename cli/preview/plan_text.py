@@ -21,6 +21,7 @@ from cli.console import console as make_console
 from cli.preview.plan_diff import PlanDiff
 from cli.preview.plan_markdown import largest_total_change, money, signed
 from cli.preview.plan_report import PlanReport, how, worst_cases
+from guardrails.plurals import counted
 
 # Rich pads every table cell to its column's width, the last one too; a line's trailing spaces (before
 # any closing colour codes) are dropped so what is copied or diffed carries none.
@@ -68,7 +69,7 @@ def plan_text(report: PlanReport, diff: PlanDiff | None, *, tree: bool = True, s
                     console.print(line, highlight=False)
             if tree:
                 console.print()
-                console.print(resource_tree(report, Tree(f"{len(report.resources)} resources")))
+                console.print(resource_tree(report, Tree(counted(len(report.resources), "resource"))))
     return TRAILING_SPACES.sub(r"\1", captured.get())
 
 
@@ -82,7 +83,7 @@ def headline(report: PlanReport) -> list[str]:
     ]
     width = max(len(money(value)) for _, value in figures)
     lines = [
-        f"[bold]Stack {escape(config.stack)}[/] ({config.region}), {state}: {len(report.resources)} resources",
+        f"[bold]Stack {escape(config.stack)}[/] ({config.region}), {state}: {counted(len(report.resources), 'resource')}",
         f"Monthly cost ({report.unparked.region} prices, 730 h):",
         *(f"  {name:<11} [bold]{money(value):>{width}}[/]" for name, value in figures),
         f"  (worst case: {WORST_CASE_MEANS})",
@@ -101,7 +102,7 @@ def headline(report: PlanReport) -> list[str]:
             colour = "red" if verdict.enforcement == "mandatory" else "yellow"
             lines.append(
                 f"  [{colour}]FAIL[/] {verdict.policy} ({verdict.enforcement}, "
-                f"{len(verdict.violations)} violation(s))"
+                f"{counted(len(verdict.violations), 'violation')})"
             )
     if report.mandatory_failures:
         names = ", ".join(verdict.policy for verdict in report.mandatory_failures)

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from cli.options import TENANT, WHEN, confirm_or_abort, dry_run_option, output_option, yes_option
+from guardrails.plurals import counted
 
 
 def caller_arn() -> str:
@@ -86,7 +87,7 @@ def attribute(
 def _describe(request: Any, changed: list[Any]) -> str:
     seconds = sum(item.accelerator_ms for item in changed) / 1000
     lines = [
-        f"{request.instance_id}: {len(changed)} interval(s), {seconds:,.0f} accelerator-s "
+        f"{request.instance_id}: {counted(len(changed), 'interval')}, {seconds:,.0f} accelerator-s "
         f"from {request.since.isoformat()}"
         + (f" until {request.until.isoformat()}" if request.until else "")
         + f" → tenant {request.tenant}"
@@ -119,4 +120,6 @@ def _report(output: str, request: Any, changed: list[Any], *, dry_run: bool) -> 
     elif dry_run:
         click.echo("Dry run: nothing changed.")
     else:
-        click.echo(f"Attributed {len(changed)} interval(s) of {request.instance_id} to {request.tenant}.")
+        click.echo(
+            f"Attributed {counted(len(changed), 'interval')} of {request.instance_id} to {request.tenant}."
+        )

@@ -251,7 +251,7 @@ def rearm_after_change(
     budget Lambda and Scheduler role, named as the Guardrails component names them in the caller's
     account), move it, or remove it when nothing would cross. Without a stack nothing is armed: the
     one-minute rule checks."""
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
     from lambdas.engines.budgeting import AwsEnforcer, crossing_target_of_caller, rearm_crossing
 
     if not stack:

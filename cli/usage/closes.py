@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from guardrails.plurals import counted
+
 if TYPE_CHECKING:
     from guardrails.invoice import Invoice
     from lambdas.aws.environment import ClientFactory
@@ -22,7 +24,7 @@ def closing_now() -> datetime:
 
 def caller_actor(clients: ClientFactory) -> str:
     """Who closes: the caller's ARN, as for every decision a person makes."""
-    from lambdas.aws.stop_path import AWS_ERRORS
+    from lambdas.aws.errors import AWS_ERRORS
 
     try:
         return str(clients("sts", None).get_caller_identity()["Arn"])
@@ -52,7 +54,7 @@ def close_summary(outcomes: Sequence[CloseOutcome]) -> list[str]:
     said = {"closed": "closed", "already-closed": "already closed", "would-close": "would close"}
     return [
         f"{o.close.tenant} {o.close.period} ({o.close.zone}): {said[o.outcome]}, "
-        f"{len(o.invoice.lines)} lines ({sum(line.late for line in o.invoice.lines)} late), "
+        f"{counted(len(o.invoice.lines), 'line')} ({sum(line.late for line in o.invoice.lines)} late), "
         f"{o.invoice.total_usd} USD"
         + (
             f"; by {o.close.actor} at {o.close.closed_at.isoformat()}"

@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from guardrails.plurals import counted
+
 LINES_SHOWN = 20  # lines not appended listed without --verbose
 OUTCOMES = ("appended", "duplicate", "skipped", "unattributed")  # the order the summary counts them in
 
@@ -28,7 +30,7 @@ def ingest_summary(lines: Sequence[Mapping[str, Any]], *, verbose: bool) -> list
         (line["outcome"], _reason_kind(line["reason"])) for line in lines if line["outcome"] != "appended"
     )
     total = ", ".join(f"{outcomes[outcome]:,} {outcome}" for outcome in OUTCOMES if outcomes[outcome])
-    text = [f"read {len(lines):,} events: {total or 'nothing to append'}"]
+    text = [f"read {counted(len(lines), 'event')}: {total or 'nothing to append'}"]
     count_width = max((len(f"{count:,}") for count in reasons.values()), default=1)
     for (outcome, reason), count in sorted(
         reasons.items(), key=lambda item: (OUTCOMES.index(item[0][0]), -item[1])
@@ -40,7 +42,7 @@ def ingest_summary(lines: Sequence[Mapping[str, Any]], *, verbose: bool) -> list
         text.append(
             "lines not appended:"
             if verbose or len(missed) <= LINES_SHOWN
-            else f"the first {len(shown)} lines not appended:"
+            else f"the first {counted(len(shown), 'line')} not appended:"
         )
     text += [
         f"  line {line['line']}: {line['event_id']} {line['outcome']}: {line['reason']}" for line in shown
@@ -55,5 +57,6 @@ def prices_summary(recorded: Sequence[str]) -> str:
     regions = Counter(item.rsplit(" in ", 1)[-1] for item in recorded)
     per_region = ", ".join(f"{region} {count:,}" for region, count in sorted(regions.items()))
     return (
-        f"recorded {len(recorded):,} prices (instance type × region) in {len(regions)} regions: {per_region}"
+        f"recorded {counted(len(recorded), 'price')} (instance type × region) in "
+        f"{counted(len(regions), 'region')}: {per_region}"
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -59,6 +60,38 @@ class BudgetControllerArgs:
     environment: Mapping[str, pulumi.Input[str]] = field(default_factory=dict)
 
 
+def _container(args: BudgetControllerArgs) -> dict[str, Any]:
+    """The controller's container: ``parkbrake k8s controller`` for the stack, its health port probed."""
+    environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
+        {"name": key, "value": value} for key, value in sorted(args.environment.items())
+    ]
+    return {
+        "name": "controller",
+        "image": args.image,
+        "command": ["parkbrake", "k8s", "controller", "--stack", args.stack],
+        "env": environment,
+        "ports": [{"name": "health", "containerPort": CONTROLLER_HEALTH_PORT}],
+        # A died loop answers 503 (cli/k8s/metrics.py): restarted, not left deciding
+        # nothing; three misses a minute apart, so a slow ledger is not a death.
+        "livenessProbe": {
+            "httpGet": {"path": CONTROLLER_HEALTH_PATH, "port": "health"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 20,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "256Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+        },
+    }
+
+
 class BudgetController(pulumi.ComponentResource):
     service_account_name: pulumi.Output[str]
 
@@ -87,9 +120,6 @@ class BudgetController(pulumi.ComponentResource):
             opts=child_of(self, depends_on=[role, account]),
         )
         pod_labels = labels(args.stack, {**selector, REVISION_LABEL: args.revision})
-        environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
-            {"name": key, "value": value} for key, value in sorted(args.environment.items())
-        ]
         k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={"name": CONTROLLER, "namespace": args.namespace, "labels": pod_labels},
@@ -104,31 +134,7 @@ class BudgetController(pulumi.ComponentResource):
                     "spec": {
                         "serviceAccountName": CONTROLLER,
                         "containers": [
-                            {
-                                "name": "controller",
-                                "image": args.image,
-                                "command": ["parkbrake", "k8s", "controller", "--stack", args.stack],
-                                "env": environment,
-                                "ports": [{"name": "health", "containerPort": CONTROLLER_HEALTH_PORT}],
-                                # A died loop answers 503 (cli/k8s/metrics.py): restarted, not left deciding
-                                # nothing; three misses a minute apart, so a slow ledger is not a death.
-                                "livenessProbe": {
-                                    "httpGet": {"path": CONTROLLER_HEALTH_PATH, "port": "health"},
-                                    "initialDelaySeconds": 10,
-                                    "periodSeconds": 20,
-                                    "timeoutSeconds": 5,
-                                    "failureThreshold": 3,
-                                },
-                                "resources": {
-                                    "requests": {"cpu": "100m", "memory": "128Mi"},
-                                    "limits": {"memory": "256Mi"},
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "runAsNonRoot": True,
-                                },
-                            }
+                            _container(args),
                         ],
                     },
                 },

@@ -10,6 +10,7 @@ only — its shutdown command is ``true`` and it never leaves an Auto Scaling gr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -39,6 +40,43 @@ class GpuAgentArgs:
     prometheus_operator: bool = False
 
 
+def _container(image: str, revision: str) -> dict[str, Any]:
+    """The agent's container: NVML through the NVIDIA runtime, metrics on its port; it only reports
+    (shutdown command ``true``): Karpenter reclaims an idle node."""
+    command = [
+        "parkbrake",
+        "agent",
+        "--port",
+        str(METRICS_PORT),
+        "--shutdown-command",
+        "true",
+        "--no-release-from-group",
+    ]
+    return {
+        "name": "agent",
+        "image": image,
+        "command": command,
+        # NVML without claiming a GPU: the NVIDIA runtime mounts the driver for all.
+        "env": [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+            {"name": "PARKBRAKE_REVISION", "value": revision},
+        ],
+        "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}},
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"memory": "128Mi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+        },
+    }
+
+
 class GpuAgent(pulumi.ComponentResource):
     daemon_set_name: pulumi.Output[str]
 
@@ -46,15 +84,6 @@ class GpuAgent(pulumi.ComponentResource):
         super().__init__(type_token("GpuAgent"), name, None, opts)
         selector = {NAME_LABEL: AGENT}
         pod_labels = labels(args.stack, {**selector, REVISION_LABEL: args.revision})
-        command = [
-            "parkbrake",
-            "agent",
-            "--port",
-            str(METRICS_PORT),
-            "--shutdown-command",
-            "true",
-            "--no-release-from-group",
-        ]
         k8s.apps.v1.DaemonSet(
             f"{name}-daemon-set",
             metadata={"name": AGENT, "namespace": args.namespace, "labels": pod_labels},
@@ -74,31 +103,7 @@ class GpuAgent(pulumi.ComponentResource):
                         },
                         "tolerations": [GPU_TOLERATION],
                         "priorityClassName": "system-node-critical",
-                        "containers": [
-                            {
-                                "name": "agent",
-                                "image": args.image,
-                                "command": command,
-                                # NVML without claiming a GPU: the NVIDIA runtime mounts the driver for all.
-                                "env": [
-                                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
-                                    {"name": "PARKBRAKE_REVISION", "value": args.revision},
-                                ],
-                                "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
-                                "readinessProbe": {"httpGet": {"path": "/metrics", "port": "metrics"}},
-                                "resources": {
-                                    "requests": {"cpu": "50m", "memory": "64Mi"},
-                                    "limits": {"memory": "128Mi"},
-                                },
-                                "securityContext": {
-                                    "allowPrivilegeEscalation": False,
-                                    "readOnlyRootFilesystem": True,
-                                    "runAsNonRoot": True,
-                                    "runAsUser": 65532,
-                                },
-                            }
-                        ],
+                        "containers": [_container(args.image, args.revision)],
                     },
                 },
             },

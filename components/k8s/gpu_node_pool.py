@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 from pulumi_kubernetes.apiextensions import CustomResource
@@ -39,6 +39,7 @@ from components.k8s.common import (
 )
 from guardrails import tags
 from guardrails.durations import format_duration
+from guardrails.settings_table import SWEEP_EVERY
 
 # EKS-optimised Amazon Linux 2023: Karpenter picks its NVIDIA variant for GPU instance types.
 AMI_ALIAS = "al2023@latest"
@@ -61,7 +62,7 @@ class GpuNodePoolArgs:
     parked: bool = False
     capacity_type: Literal["on-demand", "spot"] = "on-demand"
     termination_grace_period: timedelta = timedelta(minutes=30)
-    sweep_every: timedelta = timedelta(minutes=5)  # the guardrails' sweep: one interval more of grace
+    sweep_every: timedelta = SWEEP_EVERY  # the guardrails' sweep: one interval more of grace
     consolidate_after: timedelta = timedelta(minutes=15)
     role: Literal["training", "inference"] = "training"
     owner: str | None = None
@@ -111,26 +112,12 @@ class GpuNodePool(pulumi.ComponentResource):
     def __init__(self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(type_token("GpuNodePool"), name, None, opts)
         pool_labels = {TENANT_LABEL: args.tenant, POOL_LABEL: args.pool}
-        discovery = dict(args.discovery_tag) or {"karpenter.sh/discovery": args.cluster_name}
         node_class = CustomResource(
             f"{name}-node-class",
             api_version=EC2_NODE_CLASS_API,
             kind="EC2NodeClass",
             metadata={"name": args.name, "labels": labels(args.stack, pool_labels)},
-            spec={
-                "role": args.node_role,
-                "amiSelectorTerms": [{"alias": AMI_ALIAS}],
-                "subnetSelectorTerms": [{"tags": discovery}],
-                "securityGroupSelectorTerms": [{"tags": discovery}],
-                "tags": instance_tags(args),
-                # IMDSv2 only, one hop: pods cannot borrow the node's role through the metadata service.
-                "metadataOptions": {
-                    "httpEndpoint": "enabled",
-                    "httpProtocolIPv6": "disabled",
-                    "httpPutResponseHopLimit": 1,
-                    "httpTokens": "required",
-                },
-            },
+            spec=_node_class_spec(args),
             opts=child_of(self),
         )
         node_pool = CustomResource(
@@ -170,6 +157,25 @@ class GpuNodePool(pulumi.ComponentResource):
         self.register_outputs(
             {"nodePoolName": self.node_pool_name, "gpuLimit": self.gpu_limit, "nodePool": node_pool.id}
         )
+
+
+def _node_class_spec(args: GpuNodePoolArgs) -> dict[str, Any]:
+    """The EC2NodeClass: the AMI, the cluster's subnets and security groups, the hosts' tags, IMDSv2."""
+    discovery = dict(args.discovery_tag) or {"karpenter.sh/discovery": args.cluster_name}
+    return {
+        "role": args.node_role,
+        "amiSelectorTerms": [{"alias": AMI_ALIAS}],
+        "subnetSelectorTerms": [{"tags": discovery}],
+        "securityGroupSelectorTerms": [{"tags": discovery}],
+        "tags": instance_tags(args),
+        # IMDSv2 only, one hop: pods cannot borrow the node's role through the metadata service.
+        "metadataOptions": {
+            "httpEndpoint": "enabled",
+            "httpProtocolIPv6": "disabled",
+            "httpPutResponseHopLimit": 1,
+            "httpTokens": "required",
+        },
+    }
 
 
 def _requirements(args: GpuNodePoolArgs) -> Sequence[Mapping[str, object]]:

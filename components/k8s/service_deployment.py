@@ -51,6 +51,42 @@ class ServiceDeploymentArgs:
             raise ValueError(f"{self.service} requests GPUs: name the NodePool its pods run on")
 
 
+def _container(args: ServiceDeploymentArgs) -> dict[str, Any]:
+    """The service's container: its port and environment, probed on its health path, with its GPUs."""
+    probe = {
+        "httpGet": {"path": args.health_path, "port": "http"},
+        "periodSeconds": 15,
+        "timeoutSeconds": 5,
+    }
+    resources: dict[str, dict[str, str]] = {
+        "requests": {"cpu": args.cpu, "memory": args.memory},
+        "limits": {"memory": args.memory},
+    }
+    if args.gpus:
+        resources["requests"][GPU_RESOURCE] = str(args.gpus)
+        resources["limits"][GPU_RESOURCE] = str(args.gpus)
+    environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
+        {"name": key, "value": value} for key, value in sorted(args.environment.items())
+    ]
+    return {
+        "name": args.service,
+        "image": args.image,
+        "ports": [{"name": "http", "containerPort": args.port}],
+        "env": environment,
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "failureThreshold": 3, "initialDelaySeconds": 30},
+        "resources": resources,
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
+    }
+
+
+def _placement(args: ServiceDeploymentArgs) -> dict[str, Any]:
+    """A service with GPUs runs on its NodePool's nodes, tolerating their GPU taint."""
+    if not args.gpus:
+        return {}
+    return {"nodeSelector": {NODE_POOL_LABEL: args.node_pool}, "tolerations": [GPU_TOLERATION]}
+
+
 class ServiceDeployment(pulumi.ComponentResource):
     service_name: pulumi.Output[str]
     replicas: pulumi.Output[int]
@@ -61,23 +97,6 @@ class ServiceDeployment(pulumi.ComponentResource):
         super().__init__(type_token("ServiceDeployment"), name, None, opts)
         selector = {NAME_LABEL: args.service}
         pod_labels = labels(args.stack, {**selector, REVISION_LABEL: args.revision})
-        probe = {
-            "httpGet": {"path": args.health_path, "port": "http"},
-            "periodSeconds": 15,
-            "timeoutSeconds": 5,
-        }
-        resources: dict[str, dict[str, str]] = {
-            "requests": {"cpu": args.cpu, "memory": args.memory},
-            "limits": {"memory": args.memory},
-        }
-        placement: dict[str, Any] = {}
-        if args.gpus:
-            resources["requests"][GPU_RESOURCE] = str(args.gpus)
-            resources["limits"][GPU_RESOURCE] = str(args.gpus)
-            placement = {"nodeSelector": {NODE_POOL_LABEL: args.node_pool}, "tolerations": [GPU_TOLERATION]}
-        environment = [{"name": "PARKBRAKE_REVISION", "value": args.revision}] + [
-            {"name": key, "value": value} for key, value in sorted(args.environment.items())
-        ]
         k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata={"name": args.service, "namespace": args.namespace, "labels": pod_labels},
@@ -88,19 +107,10 @@ class ServiceDeployment(pulumi.ComponentResource):
                 "template": {
                     "metadata": {"labels": pod_labels},
                     "spec": {
-                        **placement,
+                        **_placement(args),
                         **({"serviceAccountName": args.service_account} if args.service_account else {}),
                         "containers": [
-                            {
-                                "name": args.service,
-                                "image": args.image,
-                                "ports": [{"name": "http", "containerPort": args.port}],
-                                "env": environment,
-                                "readinessProbe": probe,
-                                "livenessProbe": {**probe, "failureThreshold": 3, "initialDelaySeconds": 30},
-                                "resources": resources,
-                                "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True},
-                            }
+                            _container(args),
                         ],
                     },
                 },

@@ -13,6 +13,7 @@ from typing import Literal
 
 from guardrails.deadlines import Deadline
 from guardrails.hosts import Host
+from guardrails.settings_table import DEFAULTS
 from guardrails.storage import Storage
 
 # "terminate": snapshot every volume, then terminate (hosts stopped too long, when configured).
@@ -35,11 +36,11 @@ class SweepPolicy:
     stack: str | None
     default_cap: timedelta
     max_exemption: timedelta
-    reap_untagged: bool = False
+    reap_untagged: bool = DEFAULTS.reap_untagged
     pool_caps: Mapping[str, timedelta] = field(default_factory=dict)
-    max_runtime_ceiling: timedelta = timedelta(hours=24)
-    stopped_retention: timedelta = timedelta(days=7)  # a host stopped longer is reported
-    terminate_stopped: bool = False  # and, when on, snapshotted and terminated
+    max_runtime_ceiling: timedelta = DEFAULTS.max_runtime_ceiling
+    stopped_retention: timedelta = DEFAULTS.stopped_retention  # a host stopped longer is reported
+    terminate_stopped: bool = DEFAULTS.terminate_stopped  # and, when on, snapshotted and terminated
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 5

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE, Decision
 from lambdas.aws import heartbeat
-from lambdas.aws.environment import container_settings, default_clients, ledger_configured
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 # Under ``lambdas``, so that configure_logging makes it a JSON logger in the Lambdas.
 log = logging.getLogger("lambdas.decisions")
@@ -113,28 +111,6 @@ def _packed(decisions: Sequence[Decision], origin: str) -> list[str]:
         batches[-1].append(record)
         size += record_size
     return [json.dumps({"origin": origin, "decisions": batch}, default=str) for batch in batches]
-
-
-def container_ledger() -> DecisionWriter:
-    """The Lambda container's decision log, on its one ledger connection.
-
-    Imported here: psycopg is only packaged (in a layer) for the functions that have a database.
-    """
-    from lambdas.ledger.decisions import DecisionLedger
-    from lambdas.ledger.store import container_store
-
-    return DecisionLedger.of(container_store())
-
-
-def decision_log(guardrail: str, origin: str | None) -> DecisionLog:
-    """The decision log of a guardrail's invocation: the ledger too where the process has one, else
-    the decision bus where one is configured."""
-    ledger: Callable[[], DecisionWriter] | None = None
-    if ledger_configured():
-        ledger = container_ledger
-    elif (bus := container_settings().decision_bus) is not None:
-        ledger = lambda: EventBusRelay(default_clients("events", None), bus)  # noqa: E731
-    return DecisionLog(guardrail=guardrail, origin=origin or f"{guardrail}-{uuid.uuid4()}", ledger=ledger)
 
 
 def origin_of(context: object) -> str | None:

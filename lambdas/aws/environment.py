@@ -14,7 +14,7 @@ from typing import Any
 
 from guardrails import settings
 from guardrails.settings import Settings, settings_from_environment
-from lambdas.aws.clients import client
+from lambdas.clients import client
 
 # (service, region) -> boto3 client; region None means the process's own region.
 ClientFactory = Callable[[str, str | None], Any]

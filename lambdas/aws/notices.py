@@ -25,7 +25,7 @@ from guardrails.settings import Settings
 from guardrails.sweep_notice import REPEAT_AFTER, Notice, compose, owners
 from lambdas.aws import chat
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 KEY = "notice"  # the table's partition key

@@ -18,7 +18,7 @@ from guardrails import tags
 from guardrails.hosts import Host
 from guardrails.rotation import GroupState, rotation_step
 from guardrails.rules.base import instant
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 

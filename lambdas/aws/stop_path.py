@@ -22,15 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
-
 from guardrails.hosts import Host
-from lambdas.aws.clients import CONCURRENT_CALLS
+from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.clients import CONCURRENT_CALLS
 
 log = logging.getLogger(__name__)
-# What one AWS call can raise: AWS's errors, botocore's own, and a response botocore cannot parse.
-AWS_ERRORS = (ClientError, BotoCoreError, ResponseParserError)
 
 SpotAction = Literal["terminate", "stop"]
 # EC2 documents no limit for StopInstances; 100 ids keeps the request small and a failure local.
@@ -166,24 +162,6 @@ def _in_batches(
         else:
             log.info("%s %s: %s", action, ", ".join(batch), reason)
             done.extend(batch)
-
-
-def describe_error(error: Exception) -> str:
-    """``Code: message`` for AWS's errors, the text otherwise.
-
-    A proxy or a wrong endpoint can answer with an HTML page, which botocore passes on as the message:
-    that becomes one line naming the HTTP status, never the page.
-    """
-    if isinstance(error, ClientError):
-        details = error.response.get("Error", {})
-        message = str(details.get("Message", ""))
-        if message.lstrip().startswith("<") and "html" in message[:200].lower():
-            status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", "?")
-            return (
-                f"HTTP {status} with an HTML page, not an AWS response; check AWS_ENDPOINT_URL and the region"
-            )
-        return f"{details.get('Code', 'Unknown')}: {message}".strip()
-    return str(error)
 
 
 def _logged_error(instance_id: str, error: Exception, *, action: str) -> str:

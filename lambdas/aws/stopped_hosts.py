@@ -21,7 +21,7 @@ from guardrails.instance_types import is_accelerator
 from guardrails.rules.base import instant
 from guardrails.storage import Volume
 from lambdas.aws.ec2_hosts import PAGE_SIZE, accelerator_type_filter
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 SOURCE_INSTANCE_TAG = "parkbrake:source-instance"

@@ -50,7 +50,8 @@ from lambdas.aws.deadline_schedules import arm_budget_crossing, disarm_budget_cr
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts
 from lambdas.aws.environment import ClientFactory, default_clients, ledger_configured
-from lambdas.aws.stop_path import AWS_ERRORS, SpotAction, describe_error, stop_hosts
+from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.aws.stop_path import SpotAction, stop_hosts
 from lambdas.ledger.store import LedgerStore, container_store
 
 log = logging.getLogger(__name__)

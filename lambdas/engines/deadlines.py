@@ -165,13 +165,7 @@ def on_state_change(
     for problem in deadline.problems:
         log.warning("%s: %s", host.instance_id, problem)
     if deadline.due(now):
-        report = sweeping.sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
-        if decisions is not None:
-            report.errors += decisions.record(report.decisions(actor=heartbeat.DEADLINE, now=now))
-        if report.errors:
-            raise RuntimeError(
-                f"could not stop {host.instance_id}, already past its deadline: {report.errors}"
-            )
+        _sweep_due(host, settings, clients=clients, now=now, decisions=decisions)
         return result("judged", "already past its deadline when the event arrived", deadline.enforce_at)
     armed = arm_deadline(
         clients("scheduler", change.region),
@@ -189,6 +183,17 @@ def on_state_change(
         f"judged at {instant(deadline.enforce_at)} (cap {format_duration(deadline.cap)}, {deadline.cap_source})",
         deadline.enforce_at,
     )
+
+
+def _sweep_due(
+    host: Host, settings: Settings, *, clients: ClientFactory, now: datetime, decisions: DecisionLog | None
+) -> None:
+    """Sweep a host already past its deadline now; raise, so that Lambda retries, if it was not stopped."""
+    report = sweeping.sweep(settings, now=now, clients=clients, instance_ids=[host.instance_id])
+    if decisions is not None:
+        report.errors += decisions.record(report.decisions(actor=heartbeat.DEADLINE, now=now))
+    if report.errors:
+        raise RuntimeError(f"could not stop {host.instance_id}, already past its deadline: {report.errors}")
 
 
 def _stacks_if_tagged_elsewhere(

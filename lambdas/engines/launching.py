@@ -43,8 +43,8 @@ from guardrails.time_zones import zone_problem
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory, container_settings, ledger_configured
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.pool_capacity import await_report
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 
 log = logging.getLogger(__name__)
 CENTS = Decimal("0.01")

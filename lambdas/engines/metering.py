@@ -40,7 +40,7 @@ from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.engines import budgeting
 from lambdas.ledger.appends import APPENDED, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
@@ -245,51 +245,59 @@ def attribute_changes(
     result = attributed.result
     result.skipped += future
     for change in changes:
-        note = {"event_id": change.event_id, "instance_id": change.instance_id}
         host = described.get(change.instance_id)
-        attribution = remembered.get((change.instance_id, change.at_ms))
-        if attribution is None and host is not None and change.at_ms >= host.launched_ms - LAUNCH_SLACK_MS:
-            if host.attribution is None:
-                result.skipped.append(note | {"reason": "not an accelerator instance type"})
-                continue
-            attribution = host.attribution
-            if host.tenant_refused is not None and change.state == "running":
-                result.unknown_tenants.append(
-                    note | {"owner": host.owner or "-", "reason": host.tenant_refused}
-                )
-        if attribution is None and host is not None and change.state != "running" and host.attribution:
-            # A stop never opens an interval: any attribution closes it. Not the current launch's
-            # tenant, though: an event with a tenant says whose its launch was (docs/ledger.md).
-            attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
-        if attribution is None and host is not None and host.attribution is not None:
-            # Paid for, so metered: as the host's current type (all EC2 still says of it), for
-            # tenant and pool unattributed, since its tags then are unknown.
-            attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
-            result.metered_unattributed.append(
+        remembered_then = remembered.get((change.instance_id, change.at_ms))
+        if (attribution := _attribution_of(change, host, remembered_then, result)) is not None:
+            attributed.transitions.append(
+                Transition(change.event_id, change.instance_id, change.state, change.at_ms, attribution)
+            )
+    return attributed
+
+
+def _attribution_of(
+    change: StateChange, host: Described | None, remembered: Attribution | None, result: MeterResult
+) -> Attribution | None:
+    """The attribution ``change`` is metered under (``remembered``: the ledger's, at its time), or None
+    with the reason noted in ``result``."""
+    note = {"event_id": change.event_id, "instance_id": change.instance_id}
+    attribution = remembered
+    if attribution is None and host is not None and change.at_ms >= host.launched_ms - LAUNCH_SLACK_MS:
+        if host.attribution is None:
+            result.skipped.append(note | {"reason": "not an accelerator instance type"})
+            return None
+        attribution = host.attribution
+        if host.tenant_refused is not None and change.state == "running":
+            result.unknown_tenants.append(note | {"owner": host.owner or "-", "reason": host.tenant_refused})
+    if attribution is None and host is not None and change.state != "running" and host.attribution:
+        # A stop never opens an interval: any attribution closes it. Not the current launch's
+        # tenant, though: an event with a tenant says whose its launch was (docs/ledger.md).
+        attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
+    if attribution is None and host is not None and host.attribution is not None:
+        # Paid for, so metered: as the host's current type (all EC2 still says of it), for
+        # tenant and pool unattributed, since its tags then are unknown.
+        attribution = replace(host.attribution, tenant=UNATTRIBUTED, pool=UNATTRIBUTED)
+        result.metered_unattributed.append(
+            note
+            | {
+                "at": from_ms(change.at_ms).isoformat(),
+                "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}, "
+                f"unknown to the ledger: metered as its current type {host.attribution.instance_type} "
+                f"for tenant {UNATTRIBUTED}",
+            }
+        )
+    if attribution is None:
+        if host is None:
+            result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})
+        else:
+            result.skipped.append(
                 note
                 | {
-                    "at": from_ms(change.at_ms).isoformat(),
-                    "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}, "
-                    f"unknown to the ledger: metered as its current type {host.attribution.instance_type} "
-                    f"for tenant {UNATTRIBUTED}",
+                    "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}: "
+                    "its type and tags then are unknown to EC2 and to the ledger"
                 }
             )
-        if attribution is None:
-            if host is None:
-                result.unattributed.append(note | {"reason": "unknown to EC2 and to the ledger"})
-            else:
-                result.skipped.append(
-                    note
-                    | {
-                        "reason": f"before the host's current launch at {from_ms(host.launched_ms).isoformat()}: "
-                        "its type and tags then are unknown to EC2 and to the ledger"
-                    }
-                )
-            continue
-        attributed.transitions.append(
-            Transition(change.event_id, change.instance_id, change.state, change.at_ms, attribution)
-        )
-    return attributed
+        return None
+    return attribution
 
 
 def account(

@@ -24,9 +24,9 @@ from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
 from lambdas.aws.environment import ClientFactory
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.heartbeat import REAPER
 from lambdas.aws.notices import notify
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
 from lambdas.engines.sweeping import plan_sweep
 
 log = logging.getLogger(__name__)

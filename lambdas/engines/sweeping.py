@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -31,14 +31,42 @@ from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import PAGE_SIZE, list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.notices import Publication, publish_notices
 from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
-from lambdas.aws.stop_path import AWS_ERRORS, StopOutcome, describe_error, stop_hosts
+from lambdas.aws.stop_path import StopOutcome, stop_hosts
 from lambdas.aws.stopped_hosts import Retirement, list_stopped_hosts, retire_hosts, volumes_by_host
 
 log = logging.getLogger(__name__)
 # What taking a host off the bill may fail at (a host that could not be tagged was not stopped either).
 STOP_ACTIONS = frozenset({"tag", "stop", "terminate", "remove-from-group", "retire"})
+
+
+def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None]:
+    """``(dry_run, instance_ids)`` from the reaper's events; anything else is refused loudly."""
+    event = event or {}
+    if not isinstance(event, Mapping):
+        raise ValueError(f"the reaper's event is a JSON object, not {str(event)[:80]!r}")
+    if event.get("detail-type") == "Scheduled Event":  # EventBridge's own scheduled-rule payload
+        return False, None
+    dry_run = event.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ValueError(f"dry_run must be true or false, not {dry_run!r}")
+    instance_ids = event.get("instance_ids")
+    if instance_ids is None:
+        return dry_run, None
+    return dry_run, instance_ids_of("instance_ids", instance_ids)
+
+
+def instance_ids_of(key: str, value: object) -> list[str]:
+    """``value`` as the event's ``key``: a non-empty list of instance ids, each once, in order."""
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(i, str) and i.startswith("i-") for i in value)
+    ):
+        raise ValueError(f"{key} must be a non-empty list of instance ids, not {value!r}")
+    return list(dict.fromkeys(value))
 
 
 class DeadlineStopFailed(RuntimeError):

@@ -18,6 +18,7 @@ import psycopg
 from guardrails.decisions import Decision
 from guardrails.errors import InputError
 from guardrails.ledger import UNATTRIBUTED, from_ms, seconds, to_ms
+from guardrails.plurals import counted
 from lambdas.ledger.closes import PeriodCloses
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
@@ -206,17 +207,32 @@ def unattributed_hosts(
     return [UnattributedHost(row[0], int(row[1]), int(row[2])) for row in rows]
 
 
+HINT_COMMANDS = 5  # hosts given their own `ledger attribute` line; the others are named with their --since
+
+
 def attribute_hint(hosts: Sequence[UnattributedHost]) -> str:
-    """The line that names the fix for usage held as unattributed."""
+    """The lines that name the fix for usage held as unattributed: every host with its usage, then the
+    command that attributes each (the first few written out, the rest named with their ``--since``)."""
     listed = ", ".join(
         f"{host.instance_id} ({host.accelerator_ms / 1000:,.0f} accelerator-s)" for host in hosts
     )
-    first = hosts[0]
-    return (
-        f"unattributed: {len(hosts)} host(s) metered for no tenant: {listed}; attribute each with "
-        f"`parkbrake ledger attribute {first.instance_id} --tenant TENANT "
-        f"--since {from_ms(first.first_ms).isoformat()} --reason TEXT`"
-    )
+    lines = [
+        f"unattributed: {counted(len(hosts), 'host')} metered for no tenant: {listed}; "
+        f"attribute {'it' if len(hosts) == 1 else 'each'} with:"
+    ]
+    lines += [
+        f"  parkbrake ledger attribute {host.instance_id} --tenant TENANT --since {_since(host)} --reason TEXT"
+        for host in hosts[:HINT_COMMANDS]
+    ]
+    rest = hosts[HINT_COMMANDS:]
+    if rest:
+        named = ", ".join(f"{host.instance_id} --since {_since(host)}" for host in rest)
+        lines.append(f"  and the same for the other {counted(len(rest), 'host')}: {named}")
+    return "\n".join(lines)
+
+
+def _since(host: UnattributedHost) -> str:
+    return from_ms(host.first_ms).isoformat()
 
 
 @dataclass(frozen=True)

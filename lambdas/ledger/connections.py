@@ -59,7 +59,7 @@ def database_url(environ: Mapping[str, str], secrets: Callable[[], Any] | None =
             f"or {DATABASE_SECRET_ARN}"
         )
     if secrets is None:
-        from lambdas.aws.clients import client
+        from lambdas.clients import client
 
         secrets = lambda: client("secretsmanager")  # noqa: E731
     text = secrets().get_secret_value(SecretId=secret_arn)["SecretString"]

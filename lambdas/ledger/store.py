@@ -487,6 +487,17 @@ def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: 
     return LedgerStore(SingleConnection(url, reread=(lambda: database_url(environ)) if from_secret else None))
 
 
+def migrate_and_price(store: LedgerStore) -> tuple[list[str], list[str]]:
+    """The ledger owner's step (``ledger migrate``, ``dev database``): pending migrations applied, then
+    the shipped price table's new prices recorded; what each did."""
+    from guardrails.pricing import PRICES_FILE, load_price_table
+
+    table = load_price_table()
+    applied = store.migrate()
+    priced = store.sync_prices(table, source=f"{PRICES_FILE.name}, taken {table.taken}")
+    return applied, priced
+
+
 @cache
 def container_store() -> LedgerStore:
     """The Lambda container's store: made on first use; its one connection serves every invocation."""

@@ -13,7 +13,7 @@ import argparse
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -72,20 +72,17 @@ class _Graph:
         return self.op("Mul", self.op("Mul", x, one_plus), self.constant("half", np.array(0.5, np.float32)))
 
 
-def build_model(model_dir: Path | None = None) -> Any:
-    """The ONNX ``ModelProto``: inputs ``input_ids``/``attention_mask`` (int64, batch × tokens),
-    output ``sentence_embedding`` (float32, batch × 384, unit length)."""
-    from onnx import TensorProto, helper
-    from safetensors.numpy import load_file
+class _Attention(NamedTuple):
+    """What every layer's self-attention shares: the heads' reshapes, the score scale, the mask's bias."""
 
-    model_dir = weights_dir() if model_dir is None else model_dir
-    config = json.loads((model_dir / "config.json").read_text())
-    weights = load_file(str(model_dir / "model.safetensors"))
-    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
-    head_size, epsilon = hidden // heads, float(config["layer_norm_eps"])
-    graph = _Graph()
+    split_heads: str
+    merge_heads: str
+    scale: str
+    score_bias: str
 
-    # Embeddings: word + position + token type 0 (single-segment input), then LayerNorm.
+
+def _embeddings(graph: _Graph, weights: dict[str, np.ndarray], epsilon: float) -> str:
+    """Word + position + token type 0 (single-segment input), then LayerNorm."""
     words = graph.op(
         "Gather", graph.constant("word_emb", weights["embeddings.word_embeddings.weight"]), "input_ids"
     )
@@ -103,43 +100,46 @@ def build_model(model_dir: Path | None = None) -> Any:
     summed = graph.op(
         "Add", summed, graph.constant("type0", weights["embeddings.token_type_embeddings.weight"][0])
     )
-    x = graph.layer_norm(summed, weights, "embeddings.LayerNorm", epsilon)
+    return graph.layer_norm(summed, weights, "embeddings.LayerNorm", epsilon)
 
-    mask = graph.op("Cast", "attention_mask", to=TensorProto.FLOAT)
-    masked = graph.op("Sub", graph.constant("one", np.array(1.0, np.float32)), mask)
-    score_bias = graph.op("Mul", masked, graph.constant("masked", np.array(MASKED_SCORE, np.float32)))
-    score_bias = graph.op("Unsqueeze", score_bias, graph.constant("axes12", np.array([1, 2], np.int64)))
-    split_heads = graph.constant("split", np.array([0, 0, heads, head_size], np.int64))
-    merge_heads = graph.constant("merge", np.array([0, 0, hidden], np.int64))
-    scale = graph.constant("scale", np.array(1.0 / math.sqrt(head_size), np.float32))
 
-    for index in range(int(config["num_hidden_layers"])):
-        layer = f"encoder.layer.{index}"
-        query, key, value = (
-            graph.op("Reshape", graph.linear(x, weights, f"{layer}.attention.self.{part}"), split_heads)
-            for part in ("query", "key", "value")
-        )
-        scores = graph.op(
-            "MatMul",
-            graph.op("Transpose", query, perm=[0, 2, 1, 3]),
-            graph.op("Transpose", key, perm=[0, 2, 3, 1]),
-        )
-        scores = graph.op("Add", graph.op("Mul", scores, scale), score_bias)
-        context = graph.op(
-            "MatMul", graph.op("Softmax", scores, axis=-1), graph.op("Transpose", value, perm=[0, 2, 1, 3])
-        )
-        context = graph.op("Reshape", graph.op("Transpose", context, perm=[0, 2, 1, 3]), merge_heads)
-        attended = graph.op("Add", graph.linear(context, weights, f"{layer}.attention.output.dense"), x)
-        x = graph.layer_norm(attended, weights, f"{layer}.attention.output.LayerNorm", epsilon)
-        inner = graph.gelu(graph.linear(x, weights, f"{layer}.intermediate.dense"))
-        x = graph.layer_norm(
-            graph.op("Add", graph.linear(inner, weights, f"{layer}.output.dense"), x),
-            weights,
-            f"{layer}.output.LayerNorm",
-            epsilon,
-        )
+def _encoder_layer(
+    graph: _Graph,
+    weights: dict[str, np.ndarray],
+    x: str,
+    layer: str,
+    attention: _Attention,
+    *,
+    epsilon: float,
+) -> str:
+    """One BERT layer: multi-head self-attention, then the feed-forward block, each with its LayerNorm."""
+    query, key, value = (
+        graph.op("Reshape", graph.linear(x, weights, f"{layer}.attention.self.{part}"), attention.split_heads)
+        for part in ("query", "key", "value")
+    )
+    scores = graph.op(
+        "MatMul",
+        graph.op("Transpose", query, perm=[0, 2, 1, 3]),
+        graph.op("Transpose", key, perm=[0, 2, 3, 1]),
+    )
+    scores = graph.op("Add", graph.op("Mul", scores, attention.scale), attention.score_bias)
+    context = graph.op(
+        "MatMul", graph.op("Softmax", scores, axis=-1), graph.op("Transpose", value, perm=[0, 2, 1, 3])
+    )
+    context = graph.op("Reshape", graph.op("Transpose", context, perm=[0, 2, 1, 3]), attention.merge_heads)
+    attended = graph.op("Add", graph.linear(context, weights, f"{layer}.attention.output.dense"), x)
+    x = graph.layer_norm(attended, weights, f"{layer}.attention.output.LayerNorm", epsilon)
+    inner = graph.gelu(graph.linear(x, weights, f"{layer}.intermediate.dense"))
+    return graph.layer_norm(
+        graph.op("Add", graph.linear(inner, weights, f"{layer}.output.dense"), x),
+        weights,
+        f"{layer}.output.LayerNorm",
+        epsilon,
+    )
 
-    # Mean over the real tokens, then unit length (sentence-transformers' Pooling + Normalize).
+
+def _mean_pooled(graph: _Graph, x: str, mask: str) -> str:
+    """Mean over the real tokens, then unit length (sentence-transformers' Pooling + Normalize)."""
     token_mask = graph.op("Unsqueeze", mask, graph.constant("axis_last", np.array([2], np.int64)))
     axis1 = graph.constant("axis1_list", np.array([1], np.int64))
     total = graph.op("ReduceSum", graph.op("Mul", x, token_mask), axis1, keepdims=0)
@@ -151,7 +151,37 @@ def build_model(model_dir: Path | None = None) -> Any:
     pooled = graph.op("Div", total, count)
     norm = graph.op("ReduceL2", pooled, axes=[1], keepdims=1)  # axes is an attribute until opset 18
     norm = graph.op("Max", norm, graph.constant("eps", np.array(1e-12, np.float32)))
-    embedding = graph.op("Div", pooled, norm)
+    return graph.op("Div", pooled, norm)
+
+
+def build_model(model_dir: Path | None = None) -> Any:
+    """The ONNX ``ModelProto``: inputs ``input_ids``/``attention_mask`` (int64, batch × tokens),
+    output ``sentence_embedding`` (float32, batch × 384, unit length)."""
+    from onnx import TensorProto, helper
+    from safetensors.numpy import load_file
+
+    model_dir = weights_dir() if model_dir is None else model_dir
+    config = json.loads((model_dir / "config.json").read_text())
+    weights = load_file(str(model_dir / "model.safetensors"))
+    hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
+    head_size, epsilon = hidden // heads, float(config["layer_norm_eps"])
+    graph = _Graph()
+
+    x = _embeddings(graph, weights, epsilon)
+
+    mask = graph.op("Cast", "attention_mask", to=TensorProto.FLOAT)
+    masked = graph.op("Sub", graph.constant("one", np.array(1.0, np.float32)), mask)
+    score_bias = graph.op("Mul", masked, graph.constant("masked", np.array(MASKED_SCORE, np.float32)))
+    score_bias = graph.op("Unsqueeze", score_bias, graph.constant("axes12", np.array([1, 2], np.int64)))
+    split_heads = graph.constant("split", np.array([0, 0, heads, head_size], np.int64))
+    merge_heads = graph.constant("merge", np.array([0, 0, hidden], np.int64))
+    scale = graph.constant("scale", np.array(1.0 / math.sqrt(head_size), np.float32))
+
+    attention = _Attention(split_heads, merge_heads, scale, score_bias)
+    for index in range(int(config["num_hidden_layers"])):
+        x = _encoder_layer(graph, weights, x, f"encoder.layer.{index}", attention, epsilon=epsilon)
+
+    embedding = _mean_pooled(graph, x, mask)
     graph.nodes.append(helper.make_node("Identity", [embedding], ["sentence_embedding"]))
 
     onnx_graph = helper.make_graph(

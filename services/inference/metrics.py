@@ -8,6 +8,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 class ServiceMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._declare_idempotency()
+        self._declare_traffic()
+        self._declare_load()
+        self._declare_retention()
+
+    def _declare_idempotency(self) -> None:
+        """Model runs, and what the idempotency layer replayed, refused or could not store."""
         self.model_passes = Counter(
             "parkbrake_inference_model_passes",
             "Model runs (one per request that reached the model; a replay is not one).",
@@ -51,6 +58,9 @@ class ServiceMetrics:
             ["reason"],
             registry=self.registry,
         )
+
+    def _declare_traffic(self) -> None:
+        """Requests by route, tenant and status: refusals, latency, model time."""
         self.rate_limited = Counter(
             "parkbrake_inference_rate_limited",
             "Requests refused with 429.",
@@ -76,6 +86,9 @@ class ServiceMetrics:
             ["tenant", "device"],
             registry=self.registry,
         )
+
+    def _declare_load(self) -> None:
+        """What the service is doing now, and whether it is ready."""
         self.in_flight = Gauge(
             "parkbrake_inference_in_flight_requests", "Requests being served now.", registry=self.registry
         )
@@ -91,6 +104,14 @@ class ServiceMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.ready = Gauge(
+            "parkbrake_inference_ready",
+            "1 when the model is loaded and warm and not draining.",
+            registry=self.registry,
+        )
+
+    def _declare_retention(self) -> None:
+        """The retention sweep of stored responses."""
         self.swept = Counter(
             "parkbrake_inference_idempotency_swept",
             "Stored responses deleted after their retention.",
@@ -99,10 +120,5 @@ class ServiceMetrics:
         self.sweep_errors = Counter(
             "parkbrake_inference_idempotency_sweep_errors",
             "Retention sweeps that failed (the database was unreachable).",
-            registry=self.registry,
-        )
-        self.ready = Gauge(
-            "parkbrake_inference_ready",
-            "1 when the model is loaded and warm and not draining.",
             registry=self.registry,
         )

@@ -36,7 +36,12 @@ from services.inference.metrics import ServiceMetrics
 from services.inference.model import Embedder
 from services.inference.protocol import protocol_for
 from services.inference.redis_store import RedisIdempotencyStore, redis_client
-from services.inference.settings import ServiceSettings, settings_from_environment
+from services.inference.settings import (
+    MAX_PORT,
+    METRICS_PORT_VARIABLE,
+    ServiceSettings,
+    settings_from_environment,
+)
 
 log = logging.getLogger("parkbrake.inference")
 MAX_SWEEP_BATCHES = 100  # per round: a backlog is worked off over several rounds, never in one long lock
@@ -259,22 +264,60 @@ def service_connections(url: str, *, pool_size: int) -> PooledConnections:
     return PooledConnections(make_conninfo(url, options=options), max_size=pool_size, check=False)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+class OneLineUsageErrors(click.Command):
+    """A bad flag is one line, ``error: …``, exit 2, like a bad setting (click would add its usage lines)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:
+            click.echo(f"error: {error.format_message()}", err=True)
+            ctx.exit(2)
+
+
+class TcpPort(click.ParamType):
+    """A port flag: digits only, 0 to 65535 (0 picks a free port), or one line naming the flag."""
+
+    name = "port"
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        # ASCII digits, as the settings read them: "²" is a digit to str.isdigit.
+        if not (text.isascii() and text.isdigit() and len(text) <= 5) or int(text) > MAX_PORT:
+            self.fail(f"{text!r} is not a TCP port (0–{MAX_PORT}; 0 picks a free one)", param, ctx)
+        return int(text)
+
+
+TCP_PORT = TcpPort()
+
+
+@click.command(cls=OneLineUsageErrors, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0 in a container)."
 )
 @click.option(
-    "--port", default=8080, show_default=True, type=click.IntRange(0, 65535), help="0 picks a free port."
+    "--port", default=8080, show_default=True, type=TCP_PORT, help="The API's port; 0 picks a free port."
 )
-def main(host: str, port: int) -> None:
+@click.option(
+    "--metrics-port",
+    type=TCP_PORT,
+    help=f"/metrics' own port (default: ${METRICS_PORT_VARIABLE}, else 9464; the flag wins); 0 picks a free port.",
+)
+def main(host: str, port: int, metrics_port: int | None) -> None:
     """Serve all-MiniLM-L6-v2 embeddings (OpenAI's /v1/embeddings) with API keys and idempotent retries.
 
-    Database from PARKBRAKE_DATABASE_URL (tables: `parkbrake ledger migrate`); revision from
-    PARKBRAKE_REVISION; tuning from PARKBRAKE_INFERENCE_* (docs/inference.md).
+    Database from PARKBRAKE_DATABASE_URL (tables: `parkbrake ledger migrate`; a local one: `parkbrake
+    dev database`); revision from PARKBRAKE_REVISION; tuning from PARKBRAKE_INFERENCE_*
+    (docs/inference.md). /metrics is on its own port, never the API's: --metrics-port.
     """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    environ = dict(os.environ)
+    if metrics_port is not None:  # the flag wins over the variable (a bad variable is then moot)
+        environ[METRICS_PORT_VARIABLE] = str(metrics_port)
     try:
-        settings = settings_from_environment(os.environ)
+        settings = settings_from_environment(environ)
         connections = service_connections(database_url(os.environ), pool_size=settings.database_pool)
     except ParkbrakeError as error:
         click.echo(f"error: {error}", err=True)

@@ -18,6 +18,7 @@ from services.inference.idempotency import DEFAULT_MAX_STORED_BYTES
 
 PREFIX = "PARKBRAKE_INFERENCE_"
 REVISION = "PARKBRAKE_REVISION"
+METRICS_PORT_VARIABLE = PREFIX + "METRICS_PORT"  # also the --metrics-port flag, which wins
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 DURATIONS = {
     "LEASE": "60s",  # an unfinished claim lapses after this (a worker died mid-request)
@@ -86,8 +87,8 @@ class ServiceSettings:
     redis_url: str | None = None  # the idempotency store on Redis/Valkey; None: PostgreSQL
 
 
-def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
-    problems: list[str] = []
+def _durations(environ: Mapping[str, str], problems: list[str]) -> dict[str, timedelta]:
+    """Each of :data:`DURATIONS` from the environment, or its default; what cannot be read goes to ``problems``."""
     durations: dict[str, timedelta] = {}
     for name, default in DURATIONS.items():
         value = environ.get(PREFIX + name, default)
@@ -99,6 +100,11 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
             problems.append(
                 f"{PREFIX}{name}: {value!r} is too long a duration; use seconds, minutes, hours or a few days"
             )
+    return durations
+
+
+def _integers(environ: Mapping[str, str], problems: list[str]) -> dict[str, int]:
+    """Each of :data:`INTEGERS` from the environment, or its default; what cannot be read goes to ``problems``."""
     integers: dict[str, int] = {}
     for name, fallback in INTEGERS.items():
         text = environ.get(PREFIX + name, str(fallback)).strip()
@@ -110,6 +116,13 @@ def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
             problems.append(f"{PREFIX}{name}: {text} is not a TCP port (0–{MAX_PORT})")
         else:
             integers[name] = int(text)
+    return integers
+
+
+def settings_from_environment(environ: Mapping[str, str]) -> ServiceSettings:
+    problems: list[str] = []
+    durations = _durations(environ, problems)
+    integers = _integers(environ, problems)
     require = environ.get(PREFIX + "REQUIRE_IDEMPOTENCY_KEY", "false").strip().lower()
     if require not in ("true", "false"):
         problems.append(f"{PREFIX}REQUIRE_IDEMPOTENCY_KEY: {require!r} is not true or false")

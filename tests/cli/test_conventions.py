@@ -87,4 +87,4 @@ def test_top_level_help_lists_every_command_without_importing_any() -> None:
 def test_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(parkbrake, ["frobnicate"])
     assert result.exit_code == 2
-    assert "No such command" in result.output
+    assert result.output == "Error: no such command 'frobnicate' — parkbrake --help lists the commands\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import Any
 
 import parliament
@@ -23,6 +24,7 @@ from guardrails.guard_policy import (
     permissions_boundary,
     service_control_policy,
 )
+from guardrails.org_policy import organisation_policy
 from tests.conftest import REPO_ROOT
 from tests.iam_evaluation import Request, applies
 
@@ -181,8 +183,10 @@ def test_json_output_holds_both_documents() -> None:
         (["--stack", "nosuch"], "no config for stack 'nosuch'"),
         (["--stack", "dev", "--deployer-role", "deployer"], "--deployer-role: deployer is not a role ARN"),
         (["--stack", "dev", "--extender-role", "ml-*"], "--extender-role: ml-* is not a role ARN"),
+        (["--stack", "dev", "--deployer-role", "arn:aws:iam::*:role/*"],
+         "--deployer-role: arn:aws:iam::*:role/* matches every role"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_one_clear_line(arguments: list[str], message: str) -> None:
     result = guard_policy(*arguments)
     assert result.exit_code == 2
@@ -255,3 +259,51 @@ def test_the_scp_of_a_31_day_ceiling_still_fits() -> None:
     document = service_control_policy("prod", [DEPLOYER], [EXTENDERS], ceiling=timedelta(days=31))
     assert len(_policy_text(document)) <= SCP_SIZE_LIMIT
     assert json.loads(_policy_text(document)) == document
+
+
+# ----- --org: the organisation's SCP (tests/guardrails/test_org_policy.py judges its statements)
+
+ORG_DEPLOYERS = "arn:aws:iam::*:role/parkbrake-deployer"
+
+
+def test_org_prints_the_organisations_scp_without_a_stack_file(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        parkbrake,
+        ["guard-policy", "--org", "--project-dir", str(tmp_path), "--deployer-role", ORG_DEPLOYERS,
+         "--extender-role", EXTENDERS],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert len(result.output.strip()) <= SCP_SIZE_LIMIT  # as printed, ready for create-policy --content
+    assert json.loads(result.output) == organisation_policy([ORG_DEPLOYERS], [EXTENDERS])
+
+
+def test_org_json_output_gives_the_size_aws_counts() -> None:
+    result = guard_policy("--org", "--deployer-role", ORG_DEPLOYERS, "--output", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    policy = organisation_policy([ORG_DEPLOYERS])
+    assert document == {
+        "service_control_policy": policy,
+        "characters": len(json.dumps(policy, separators=(",", ":"))),
+        "limit": SCP_SIZE_LIMIT,
+    }
+    assert findings(document["service_control_policy"]) == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "Error: --deployer-role: give the role(s) that deploy the spokes"),
+        (["--deployer-role", "parkbrake-deployer"], "Error: --deployer-role: parkbrake-deployer is not a role ARN"),
+        (["--deployer-role", "arn:aws:iam::*:role/*"], "Error: --deployer-role: arn:aws:iam::*:role/* matches every role"),
+        (["--deployer-role", ORG_DEPLOYERS, "--document", "boundary"],
+         "Error: --document boundary: --org prints a service control policy only"),
+        ([arg for n in range(12) for arg in ("--deployer-role", f"arn:aws:iam::{n:012d}:role/stackset-execution")],
+         "Error: --deployer-role/--extender-role: the policy would be"),
+    ],
+)  # fmt: skip
+def test_org_bad_input_is_one_line_and_exit_2(arguments: list[str], message: str) -> None:
+    result = guard_policy("--org", *arguments)
+    assert result.exit_code == 2
+    assert result.output.startswith(message)
+    assert result.output.count("\n") == 1

@@ -293,7 +293,7 @@ def test_refresh_rebuilds_prices_counts_and_spot_snapshot_of_the_regions_asked_f
         "AWS Price List API: AmazonEC2 (productFamily=NAT Gateway), usagetype NatGateway-Hours, "
         "USD per NAT gateway-hour"
     )
-    assert "wrote 4 on-demand prices and 44 service prices in 2 region(s)" in result.output
+    assert "wrote 4 on-demand prices and 44 service prices in 2 regions" in result.output
     targets = {request["target"] for request in PriceListHandler.requests}
     assert targets == {"AWSPriceListService.GetProducts"}
     assert any(request.get("NextToken") for request in PriceListHandler.requests)

@@ -81,7 +81,7 @@ def test_dry_run_table_through_the_cli(aws: str, env: dict[str, str]) -> None:
     assert untagged in result.output
     assert "would stop" in result.output
     assert "untagged accelerator host" in result.output
-    assert "Dry run: would stop 1 of 1 host(s); nothing changed." in result.output
+    assert "Dry run: would stop 1 of 1 host; nothing changed." in result.output
     assert states(ec2, [untagged]) == {untagged: "running"}
 
 
@@ -125,8 +125,8 @@ def test_bad_settings_exit_2_naming_the_variable(aws: str, env: dict[str, str]) 
 def test_an_unknown_stack_is_an_error_not_an_empty_sweep(aws: str, env: dict[str, str]) -> None:
     result = CliRunner().invoke(parkbrake, ["reap", "--stack", "staging", "--dry-run"], env=env)
 
-    assert result.exit_code == 1
-    assert "stack 'staging' is not deployed in us-east-1: no /parkbrake/staging/parked" in result.output
+    assert result.exit_code == 2
+    assert "stack 'staging' is not deployed in us-east-1: no /parkbrake/staging/parked — " in result.output
     assert "Traceback" not in result.output
 
 
@@ -209,5 +209,5 @@ def test_unmanaged_hosts_are_shown_with_their_burn_rate(aws: str, env: dict[str,
     launch(ec2, "g5.xlarge", {**managed_tags(), "parkbrake:managed": "false"})
     result = invoke(["--dry-run"], env)
     assert result.exit_code == 0, result.output
-    assert "2 GPU host(s) without parkbrake:managed=true, burning $2.01/hour" in result.output
+    assert "2 GPU hosts without parkbrake:managed=true, burning $2.01/hour" in result.output
     assert "report" in result.output

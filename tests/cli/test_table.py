@@ -4,6 +4,7 @@ move under their rows, and what is left out is named."""
 from __future__ import annotations
 
 import io
+import textwrap
 
 import click
 import pytest
@@ -101,3 +102,40 @@ def test_the_wide_flag_reaches_the_table_through_the_command_context() -> None:
 def test_a_row_of_the_wrong_length_is_refused() -> None:
     with pytest.raises(ValueError, match="2 cells for 5 columns in table 'GPU hosts'"):
         hosts().add_row("i-1", "x")
+
+
+def many_hidden() -> Table:
+    table = Table(
+        "GPU hosts",
+        [Column("instance", 0), Column("deadline", 1), Column("type", 2), Column("GPUs", 3),
+         Column("owner", 4), Column("tenant", 5), Column("since", 6)],
+    )  # fmt: skip
+    table.add_row("i-0123456789abcdef0", "2026-12-02T09:35:15Z", "g5.12xlarge", "4", "alice@example.com",
+                  "research", "2026-12-02T05:35:15Z")  # fmt: skip
+    return table
+
+
+@pytest.mark.parametrize("width", range(24, 111))  # from 111 columns on, nothing is hidden
+def test_the_hidden_note_never_leaves_a_word_alone_on_its_last_line(width: int) -> None:
+    lines = shown(many_hidden(), width).splitlines()
+    start = next(index for index, line in enumerate(lines) if "hidden at this width" in line)
+    note = lines[start:]
+
+    assert len(note[-1].split()) >= 2 or len(note) == 1
+    assert all(len(line) <= width or len(line.split()) == 1 for line in note)
+    assert all(line.startswith("  ") for line in note)
+    assert " ".join(" ".join(note).split()).endswith("; --wide or --output json has all")
+
+
+def test_the_wrapped_note_moves_one_word_down_to_its_orphan() -> None:
+    from cli.table import wrap_note
+
+    note = "hidden at this width: deadline, type, GPUs, owner, since; --wide or --output json has all"
+
+    plain = textwrap.wrap(note, 88, initial_indent="  ", subsequent_indent="  ")
+    assert plain[-1] == "  all"  # what a plain wrap leaves alone at 88 columns
+    assert wrap_note(note, 88) == [
+        "  hidden at this width: deadline, type, GPUs, owner, since; --wide or --output json",
+        "  has all",
+    ]
+    assert wrap_note(note, 100) == ["  " + note]

@@ -23,8 +23,7 @@ from guardrails.durations import LONGEST, DurationError, parse_duration
 from guardrails.hosts import Host, as_utc
 from guardrails.ledger import MalformedEvent, state_change_from_event
 from guardrails.settings import SettingsError, settings_from_environment
-from lambdas import reaper
-from lambdas.engines import deadlines
+from lambdas.engines import deadlines, sweeping
 from services.inference.settings import settings_from_environment as service_settings
 
 NOW = datetime(2025, 3, 1, 12, tzinfo=UTC)
@@ -218,7 +217,7 @@ def test_any_state_change_event_parses_or_is_refused(
 )
 def test_any_reaper_event_parses_or_is_refused(event: Any) -> None:
     try:
-        dry_run, instance_ids = reaper.parse_event(event)
+        dry_run, instance_ids = sweeping.parse_event(event)
     except ValueError:
         return
     assert isinstance(dry_run, bool)

@@ -35,6 +35,7 @@ from guardrail_fleet import (
 from guardrails import names, tags
 from lambdas import reaper
 from lambdas.aws.environment import ClientFactory
+from lambdas.engines import sweeping
 
 
 @pytest.fixture
@@ -262,7 +263,7 @@ def test_judging_given_ids(clients: ClientFactory) -> None:
 )
 def test_malformed_events_are_refused(event: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"dry_run|instance_ids"):
-        reaper.parse_event(event)
+        sweeping.parse_event(event)
 
 
 def test_eventbridge_scheduled_event_sweeps() -> None:
@@ -277,8 +278,8 @@ def test_eventbridge_scheduled_event_sweeps() -> None:
         "resources": [f"arn:aws:events:{REGION}:123456789012:rule/{names.reaper_schedule(STACK)}"],
         "detail": {},
     }
-    assert reaper.parse_event(event) == (False, None)
-    assert reaper.parse_event(None) == (False, None)
+    assert sweeping.parse_event(event) == (False, None)
+    assert sweeping.parse_event(None) == (False, None)
 
 
 def test_handler_reads_the_environment(aws: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from guardrails import names, tags
 from guardrails.durations import format_duration
-from guardrails.errors import ParkbrakeError
+from guardrails.errors import InputError, ParkbrakeError
 from guardrails.extension import Extension, check_reason, extension_decision, plan_extension
 from guardrails.hosts import Host
 from guardrails.rules.base import instant
@@ -25,7 +25,7 @@ from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_f
 from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 
 @dataclass
@@ -72,8 +72,10 @@ def find_host(instance_id: str, settings: Settings, clients: ClientFactory) -> t
         )
     stacks = live_stacks(clients("ssm", host.region))
     if stack not in stacks:
-        raise ParkbrakeError(
-            f"stack {stack!r} is not deployed in {host.region}: no {names.park_parameter(stack)}; check --stack"
+        deployed = ", ".join(stacks) or "none"
+        raise InputError(
+            f"stack {stack!r} is not deployed in {host.region}: no {names.park_parameter(stack)} — "
+            f"stacks deployed there: {deployed}; check --stack"
         )
     other = owner_stack(host, policy_from_settings(settings), stacks)
     if other is not None:

@@ -19,6 +19,7 @@ from cli.oncall.deploy.elb import colour_weights
 from cli.oncall.deploy.runtime import ServiceAt
 from guardrails import names
 from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 
 
 @dataclass
@@ -83,7 +84,7 @@ def _needed(at: ServiceAt, retreat: Retreat, live: str, other: str, desired: dic
     if weights[live] != FULL_WEIGHT or weights[other]:
         steps.append(f"send all traffic to {live} (now {live} {weights[live]}, {other} {weights[other]})")
     if desired[other]:
-        steps.append(f"scale {at.service(other)} from {desired[other]} task(s) to zero")
+        steps.append(f"scale {at.service(other)} from {counted(desired[other], 'task')} to zero")
     if retreat.surge.mark().surged_to is not None:
         steps.append(f"remove the deploy's extra host from {at.target.autoscaling_group}")
     return steps

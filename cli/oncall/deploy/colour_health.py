@@ -11,6 +11,7 @@ from cli.oncall.deploy.elb import healthy_targets
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.surge_host import POLL_SECONDS
 from guardrails.durations import format_duration
+from guardrails.plurals import counted
 
 
 class DeployFailure(Exception):
@@ -70,7 +71,7 @@ class ColourHealth:
             )
         detail = (
             f"deployment {primary.id} {primary.rollout_state}, {primary.running_count}/{desired} running, "
-            f"{healthy}/{desired} healthy targets"
+            f"{healthy}/{counted(desired, 'healthy target')}"
         )
         ready = (
             primary.rollout_state == "COMPLETED" and primary.running_count >= desired and healthy >= desired

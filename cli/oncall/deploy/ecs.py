@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from cli.oncall.deploy.revisions import ImageReference
 from cli.oncall.deploy.task_definition_copy import pinned_definition
 from guardrails import names, tags
-from guardrails.errors import ParkbrakeError
+from guardrails.errors import InputError, ParkbrakeError
 
 # Words ECS puts in a rollout reason or event when the circuit breaker reverts a deployment.
 ROLLBACK_WORDS = ("circuit breaker", "rolling back", "rolled back", "rollback")
@@ -203,7 +203,11 @@ def existing_services(ecs: Any, cluster: str, wanted: Sequence[str]) -> dict[str
     try:
         answer = ecs.describe_services(cluster=cluster, services=list(wanted))
     except ecs.exceptions.ClusterNotFoundException:
-        raise ParkbrakeError(f"no ECS cluster {cluster!r}: is the stack deployed in this region?") from None
+        stack = cluster.removeprefix(names.prefix(""))  # the cluster is named after the --stack given
+        raise InputError(
+            f"no ECS cluster {cluster!r} in {ecs.meta.region_name}: stack {stack!r} is not deployed there "
+            "— check --stack and the region (AWS_REGION)"
+        ) from None
     return {item["serviceName"]: item for item in answer["services"] if item.get("status") != "INACTIVE"}
 
 

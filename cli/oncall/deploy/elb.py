@@ -19,7 +19,7 @@ from typing import Any
 
 from cli.oncall.deploy.ecs import existing_services, list_service_names
 from guardrails import names
-from guardrails.errors import ParkbrakeError
+from guardrails.errors import InputError, ParkbrakeError
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ def find_topology(ecs: Any, elbv2: Any, cluster: str, service: str) -> Topology 
         if service in found:
             return None
         known = ", ".join(sorted(list_service_names(ecs, cluster))) or "none"
-        raise ParkbrakeError(
-            f"unknown service {service!r}: cluster {cluster} has no such service (its services: {known})"
+        raise InputError(
+            f"unknown service {service!r}: cluster {cluster} has no such service — its services: {known}"
         )
     missing = [name for name in coloured.values() if name not in found]
     if missing:

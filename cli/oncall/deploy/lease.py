@@ -39,7 +39,7 @@ from guardrails import names
 from guardrails.clock import Clock
 from guardrails.errors import ParkbrakeError
 from guardrails.rules.base import instant
-from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+from lambdas.aws.errors import AWS_ERRORS, describe_error
 
 KEY = "notice"  # the table's hash key (guardrails' components/guardrail_alerting.py)
 LEASE_FOR = timedelta(minutes=5)

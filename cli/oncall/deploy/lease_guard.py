@@ -105,7 +105,7 @@ def under_lease(at: ServiceAt, lease: DeployLease) -> ServiceAt:
 
 def service_lease(at: ServiceAt, operation: str, revision: str) -> DeployLease:
     """The deploy lease of the service ``at`` names, timed by the run's own clock (tests move it)."""
-    from lambdas.aws.clients import client
+    from lambdas.clients import client
 
     dynamodb = at.clients.dynamodb if at.clients.dynamodb is not None else client("dynamodb")
     return DeployLease(

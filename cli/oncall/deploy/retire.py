@@ -9,6 +9,7 @@ from cli.oncall.deploy.elb import deregistration_delay
 from cli.oncall.deploy.phases import Observation, Situation
 from cli.oncall.deploy.surge_host import POLL_SECONDS
 from cli.oncall.deploy.verification import verify_colour
+from guardrails.plurals import counted
 
 
 def retire_old_colour(run: DeployRun, observation: Observation, situation: Situation) -> None:
@@ -34,6 +35,6 @@ def _scale_in(run: DeployRun, colour: str) -> None:
     while running := len(at.source.rollout(at.target.cluster, service).tasks):
         at.progress.waiting(f"{colour}: tasks stopped", max(initially - running, 0), initially)
         if at.clock.now() >= deadline:
-            run.result.warnings.append(f"{service} still had {running} task(s) after the timeout")
+            run.result.warnings.append(f"{service} still had {counted(running, 'task')} after the timeout")
             return
         at.clock.sleep(POLL_SECONDS)

@@ -25,6 +25,7 @@ from cli.oncall.deploy.ecs import (
 )
 from cli.oncall.deploy.elb import Route, Topology, colour_traffic, find_topology, routes_to
 from guardrails import names, tags
+from guardrails.plurals import counted
 
 VERSION_TIMEOUT_SECONDS = 10
 
@@ -198,9 +199,14 @@ def _tasks_check(service: str, primary: Deployment, facts: TaskDefinitionFacts, 
         return Check(name, service, False, "no task is running")
     if strays:
         return Check(
-            name, service, False, f"{len(strays)} of {len(rollout.tasks)} tasks run another task definition"
+            name,
+            service,
+            False,
+            f"tasks running another task definition: {len(strays)} of {len(rollout.tasks)}",
         )
-    return Check(name, service, True, f"all {len(rollout.tasks)} running tasks run {facts.name}")
+    return Check(
+        name, service, True, f"every running task runs {facts.name} ({counted(len(rollout.tasks), 'task')})"
+    )
 
 
 def fetch_version(url: str) -> str:

@@ -27,7 +27,7 @@ class AwsClients:
 
     @classmethod
     def from_environment(cls) -> AwsClients:
-        from lambdas.aws.clients import client
+        from lambdas.clients import client
 
         return cls(
             client("ecs"),

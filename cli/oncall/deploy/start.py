@@ -7,6 +7,7 @@ from cli.oncall.deploy.ecs import register_pinned, start_service
 from cli.oncall.deploy.phases import Observation, Situation
 from guardrails import names
 from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 
 
 def start_new_colour(run: DeployRun, observation: Observation, situation: Situation) -> None:
@@ -24,7 +25,7 @@ def start_new_colour(run: DeployRun, observation: Observation, situation: Situat
     at.progress.step(f"Registered {name}: {request.image.image}")
     run.result.task_definition = definition
     run.retreat.surge.add(surge)
-    at.progress.step(f"Starting {idle.service}: {live.desired} task(s) of {request.revision}")
+    at.progress.step(f"Starting {idle.service}: {counted(live.desired, 'task')} of {request.revision}")
     before = idle.rollout.primary
     started = start_service(
         at.clients.ecs,

@@ -25,7 +25,7 @@ from cli.oncall.fleet.capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.fleet.stopped import StoppedHost, stopped_too_long_in
 from cli.oncall.nightly.schedules import Schedule, closed_days_of, list_schedules
 from cli.oncall.park.records import ParkRecord
-from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value
+from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value, unknown_stack
 from guardrails import names, tags
 from guardrails.closed_days import ClosedDays
 from guardrails.deadlines import Deadline
@@ -37,7 +37,7 @@ from guardrails.settings import Settings
 from guardrails.sweep import host_deadline, policy_from_settings
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 if TYPE_CHECKING:
     from guardrails.runway import TenantRunway
@@ -338,9 +338,9 @@ def fleet_status(
         or any(s.park_value or s.schedules for s in status.stacks)
     )
     if stack is not None and not found and not status.errors:
-        raise ParkbrakeError(
-            f"stack {stack!r} has nothing in {', '.join(regions)}: no park parameter, GPU hosts, "
-            "services or schedules; check --stack and --regions"
+        problem = f"stack {stack!r} has nothing in {', '.join(regions)}: no park parameter, GPU hosts, services or schedules"
+        raise unknown_stack(
+            problem, stack, regions, lambda region: clients("ssm", region), region_flag="--regions"
         )
     if ledger is not None:
         tenants = sorted({host.host.tenant for host in status.hosts if host.host.tenant})

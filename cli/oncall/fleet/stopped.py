@@ -22,7 +22,7 @@ from guardrails.pricing import load_price_table
 from guardrails.rules.base import instant
 from guardrails.rules.stopped_too_long import stopped_too_long
 from guardrails.storage import Storage, storage_of
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 from lambdas.aws.stopped_hosts import list_stopped_hosts, volumes_by_host
 
 

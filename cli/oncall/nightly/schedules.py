@@ -361,7 +361,7 @@ def record_run_now(
     from guardrails.decisions import launch_decision
     from guardrails.settings import ledger_configured
     from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
-    from lambdas.aws.stop_path import AWS_ERRORS, describe_error
+    from lambdas.aws.errors import AWS_ERRORS, describe_error
     from lambdas.ledger.decisions import EnvironmentLedger
 
     errors = []

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from cli.oncall.park.records import ParkedBy
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 # drift: changed by hand since parking, so not restored without --force
 Status = Literal["done", "planned", "unchanged", "skipped", "failed", "drift"]

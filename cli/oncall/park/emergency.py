@@ -40,11 +40,12 @@ from cli.oncall.stack_inventory import (
     park_parameter_value,
     service_resource_id,
     service_scalable_targets,
+    unknown_stack,
 )
 from guardrails import names, tags
-from guardrails.errors import ParkbrakeError
+from guardrails.plurals import counted
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.stop_path import describe_error
+from lambdas.aws.errors import describe_error
 
 
 @dataclass
@@ -126,7 +127,7 @@ def unpark_now(
 
 def _stay_parked(run: Run, inventory: _Inventory) -> None:
     fix = (
-        f"{len(run.result.failed)} group(s)/service(s)/queue(s) not restored (above): fix them, or pass --force "
+        f"{counted(len(run.result.failed), 'group, service or queue', 'groups, services or queues')} not restored (above): fix them, or pass --force "
         "for drift, then run unpark --now again"
     )
     for schedule in inventory.nightly:
@@ -183,11 +184,12 @@ def _inventory(run: Run, has_cluster: bool = False) -> _Inventory:
         except ClientError as error:
             run.add(kind, name, "could not list", "failed", describe_error(error))
     if inventory.empty and not run.result.failed and not has_cluster:
-        raise ParkbrakeError(
+        problem = (
             f"found nothing of stack {run.stack!r} in {run.region}: no park parameter "
             f"{names.park_parameter(run.stack)}, no managed Auto Scaling groups, no ECS cluster "
-            f"{names.ecs_cluster(run.stack)}, no schedules; check --stack and --region"
+            f"{names.ecs_cluster(run.stack)}, no schedules"
         )
+        raise unknown_stack(problem, run.stack, [run.region], lambda _: run.client("ssm"))
     return inventory
 
 

@@ -342,9 +342,12 @@ def test_the_command_exits_1_when_the_host_cannot_shut_down(recorder: ShutdownRe
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--idle-after", "soon"], "Invalid value for '--idle-after': 'soon' is not a duration"),
-        (["--interval", "0s"], "Invalid value for '--interval': '0s' is zero"),
-        (["--threshold", "120"], "Invalid value for '--threshold'"),
+        (
+            ["--idle-after", "soon"],
+            "Error: invalid value for --idle-after: 'soon' is not a duration — use 90m",
+        ),
+        (["--interval", "0s"], "Error: invalid value for --interval: '0s' is zero"),
+        (["--threshold", "120"], "Error: invalid value for --threshold"),
         (["--replay", "/nonexistent/recording.jsonl"], "does not exist"),
     ],
 )

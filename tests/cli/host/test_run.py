@@ -330,13 +330,13 @@ def test_on_exit_none_from_the_command_line(recorder: ShutdownRecorder) -> None:
     [
         (
             ["--max-runtime", "90 minutes", "--", "true"],
-            "Invalid value for '--max-runtime': '90 minutes' is not a duration",
+            "Error: invalid value for --max-runtime: '90 minutes' is not a duration — use 90m, 2h, 1h30m or 5400s",
         ),
-        (["--max-runtime", "0s", "--", "true"], "Invalid value for '--max-runtime': '0s' is zero"),
-        (["--grace", "-1s", "--", "true"], "Invalid value for '--grace'"),
-        (["--on-exit", "halt", "--", "true"], "Invalid value for '--on-exit'"),
+        (["--max-runtime", "0s", "--", "true"], "Error: invalid value for --max-runtime: '0s' is zero"),
+        (["--grace", "-1s", "--", "true"], "Error: invalid value for --grace"),
+        (["--on-exit", "halt", "--", "true"], "Error: invalid value for --on-exit: 'halt' — use one of "),
         (["--shutdown-command", "", "--", "true"], "the shutdown command is empty"),
-        ([], "Missing argument 'COMMAND...'"),
+        ([], "Error: missing argument COMMAND — give it: parkbrake run [OPTIONS] COMMAND..."),
     ],
 )
 def test_bad_input_exits_2_without_a_traceback_and_runs_nothing(

@@ -212,7 +212,10 @@ def test_off_ec2_the_watch_turns_itself_off_with_one_line_and_the_job_runs(
         (["--interrupt-signal", "SIGFOO"], "'SIGFOO' is not a signal"),
         (["--no-spot-watch", "--on-interrupt", "true"], "--no-spot-watch does not watch for"),
         (["--on-interrupt", " "], "--on-interrupt is empty"),
-        (["--on-rebalance", "panic"], "'panic' is not one of"),
+        (
+            ["--on-rebalance", "panic"],
+            "invalid value for --on-rebalance: 'panic' — use one of log, hook, interrupt",
+        ),
     ],
 )
 def test_bad_spot_flags_exit_2_without_a_traceback(args: list[str], message: str) -> None:

@@ -74,5 +74,6 @@ def test_the_controllers_bad_periods_are_one_line_naming_the_flag(flag: str, val
          "https://127.0.0.1:1", flag, value],
     )  # fmt: skip
     assert result.exit_code == 2
-    assert result.output.startswith(f"Error: {flag}: {value!r} ")
+    assert result.output.startswith(f"Error: invalid value for {flag}: {value!r} ")
+    assert " — use 90m, 2h, 1h30m or 5400s" in result.output
     assert result.output.count("\n") == 1

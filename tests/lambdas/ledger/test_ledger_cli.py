@@ -473,7 +473,10 @@ def test_admit_grants_with_an_id_refuses_with_the_numbers_and_release_gives_back
         "ledger", "admit", "--tenant", "t", "--instance-type", "p4d.24xlarge", "--max-runtime", "soon"
     )
     assert bad.exit_code == 2
-    assert "--max-runtime" in bad.output
+    assert (
+        bad.output
+        == "Error: invalid value for --max-runtime: 'soon' is not a duration — use 90m, 2h, 1h30m or 5400s\n"
+    )
 
 
 def test_a_line_of_the_wrong_type_or_encoding_is_refused_by_its_number(

@@ -65,7 +65,7 @@ def test_a_closed_november_prints_the_same_after_late_usage_which_december_bills
     assert json.loads(after.stdout)["tenants"][0]["accelerator_seconds"] == "7200.000"
     again = invoke("ledger", "close", "--period", "2036-11", "--yes")
     assert again.exit_code == 0, again.output
-    assert "research 2036-11 (UTC): already closed, 1 lines (0 late)" in again.stdout
+    assert "research 2036-11 (UTC): already closed, 1 line (0 late)" in again.stdout
 
     december = json.loads(invoke("ledger", "report", "--period", "2036-12", "--format", "json").stdout)
     lines = december["tenants"][0]["invoice"]["lines"]
@@ -112,7 +112,7 @@ def test_closing_asks_first_and_refuses_bad_or_unfinished_months(november: Ledge
     assert "--period: 2037-01 has not ended for research (UTC" in unfinished.output
     dry = invoke("ledger", "close", "--period", "2036-11", "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert "research 2036-11 (UTC): would close, 1 lines (0 late)" in dry.stdout
+    assert "research 2036-11 (UTC): would close, 1 line (0 late)" in dry.stdout
     report = json.loads(invoke("ledger", "report", "--period", "2036-11", "--format", "json").stdout)
     hours_on(november, "i-more", 11, 1)  # the month is still open: the report is live
     later = json.loads(invoke("ledger", "report", "--period", "2036-11", "--format", "json").stdout)
@@ -147,7 +147,7 @@ def test_focus_leaves_out_an_unpriced_line_and_says_so(november: LedgerStore) ->
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert [row["SkuId"] for row in rows] == ["g5.xlarge"]  # i-a's; the unpriced p4d.24xlarge left out
     assert [row_problems(row, "1.3") for row in rows] == [[]]
-    assert "1 unpriced line(s), 1.000000 instance-hours, left out until priced" in result.stderr
+    assert "1 unpriced line, 1.000000 instance-hours, left out until priced" in result.stderr
 
 
 def test_a_line_means_the_same_before_and_after_closing_and_an_open_month_is_a_draft_everywhere(

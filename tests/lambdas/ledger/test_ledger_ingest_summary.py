@@ -62,7 +62,7 @@ def test_ingest_verbose_lists_every_line_not_appended(many_duplicates: Path) -> 
 
 def test_the_summary_of_a_clean_file_lists_no_lines() -> None:
     lines = [{"line": 1, "event_id": "e1", "instance_id": "i-1", "outcome": "appended", "reason": ""}]
-    assert ingest_summary(lines, verbose=False) == ["read 1 events: 1 appended"]
+    assert ingest_summary(lines, verbose=False) == ["read 1 event: 1 appended"]
     assert ingest_summary([], verbose=True) == ["read 0 events: nothing to append"]
 
 

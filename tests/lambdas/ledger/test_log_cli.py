@@ -87,7 +87,10 @@ def test_json_filters_by_tenant_since_and_kind() -> None:
     ("args", "message"),
     [
         (["--instance", "web-1"], "--instance: 'web-1' is not an EC2 instance id"),
-        (["--since", "last tuesday"], "Invalid value for '--since': 'last tuesday' is neither a duration"),
+        (
+            ["--since", "last tuesday"],
+            "Error: invalid value for --since: 'last tuesday' is not a time — use a duration back from now",
+        ),
         (["--kind", "stopped"], "--kind: 'stopped' unknown; the kinds are stop, stop-failed"),
     ],
 )

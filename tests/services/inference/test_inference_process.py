@@ -1,4 +1,4 @@
-"""``parkbrake-inference`` as a process: killed mid-request, drained on SIGTERM, its revision."""
+"""``parkbrake-inference`` as a process: killed mid-request, drained on SIGTERM, its revision, its ports."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.services.inference.conftest import Reply, call, model_passes
 
@@ -25,7 +27,7 @@ SLOW = {"model": "all-MiniLM-L6-v2", "input": [" ".join(["accelerator"] * 300)] 
 
 @contextmanager
 def service_process(
-    database: str, onnx_file: Path, **environment: str
+    database: str, onnx_file: Path, *arguments: str, **environment: str
 ) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
     env = os.environ | {
         "PARKBRAKE_DATABASE_URL": database,
@@ -34,7 +36,7 @@ def service_process(
         "PARKBRAKE_INFERENCE_METRICS_PORT": "0",
     }
     process = subprocess.Popen(
-        [str(CONSOLE_SCRIPT), "--host", "127.0.0.1", "--port", "0"],
+        [str(CONSOLE_SCRIPT), "--host", "127.0.0.1", "--port", "0", *arguments],
         env=env | environment,
         stdout=subprocess.PIPE,
         text=True,
@@ -142,3 +144,49 @@ def test_sigterm_drains_in_flight_requests_and_refuses_new_ones(
     assert len(finished.json()["data"]) == 8
     assert claim_state(service_database, idempotency_key) == "done"
     assert exit_code == 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_metrics_port_flag_wins_over_the_variable_and_serves_metrics_there(
+    service_database: str, onnx_file: Path
+):
+    flag_port, variable_port = free_port(), free_port()
+    with service_process(
+        service_database,
+        onnx_file,
+        "--metrics-port",
+        str(flag_port),
+        PARKBRAKE_INFERENCE_METRICS_PORT=str(variable_port),
+    ) as (_, url, metrics_url):
+        scraped = call(f"http://127.0.0.1:{flag_port}", "/metrics")
+        on_the_api_port = call(url, "/metrics")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", variable_port), timeout=5):
+            raise AssertionError(f"something listens on the variable's port {variable_port}")
+
+    assert metrics_url == f"http://127.0.0.1:{flag_port}"
+    assert scraped.status == 200
+    assert "parkbrake_inference_requests_total" in scraped.body.decode()
+    assert on_the_api_port.status == 404
+
+
+@pytest.mark.parametrize("value", ["70000", "-1", "9464x", "²"])
+def test_a_bad_metrics_port_flag_is_one_line_and_exit_2(value: str):
+    result = subprocess.run(
+        [str(CONSOLE_SCRIPT), "--metrics-port", value],
+        check=False,
+        env=os.environ | {"PARKBRAKE_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"error: Invalid value for '--metrics-port': {value!r} is not a TCP port (0–65535; 0 picks a free one)"
+    ]

@@ -173,7 +173,8 @@ def test_another_stacks_host_is_refused_naming_the_stack(clients: ClientFactory)
 
 
 @pytest.mark.parametrize(
-    ("reason", "expected"), [(None, "Missing option '--reason'"), ("  ", "--reason: required")]
+    ("reason", "expected"),
+    [(None, "Error: missing option --reason — pass --reason TEXT"), ("  ", "--reason: required")],
 )
 def test_a_reason_is_required(clients: ClientFactory, reason: str | None, expected: str) -> None:
     host = gpu_host(clients)

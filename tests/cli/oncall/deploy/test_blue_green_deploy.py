@@ -18,7 +18,7 @@ from cli.oncall.deploy.phases import DeployResult
 from cli.oncall.deploy.runtime import AwsClients
 from cli.oncall.deploy.surge_host import SURGE_TAG
 from guardrails import names, tags
-from lambdas.aws.clients import RETRIES
+from lambdas.clients import RETRIES
 from stacks.config import load_stack_config
 from tests.aws_fault_proxy import FaultProxy
 from tests.cli.oncall.deploy.deploy_steps import (

@@ -11,7 +11,7 @@ import boto3
 import pytest
 
 from cli.oncall.deploy.lease import DeployLease, DeployLocked
-from lambdas.aws.clients import RETRIES
+from lambdas.clients import RETRIES
 from tests.aws_fault_proxy import FaultProxy
 from tests.cli.oncall.deploy.deploy_steps import (
     assert_serving,

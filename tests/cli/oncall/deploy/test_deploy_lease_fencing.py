@@ -27,7 +27,7 @@ from cli.oncall.deploy.lease import LEASE_FOR, STILL_MINE, DeployLease, DeployLo
 from cli.oncall.deploy.lease_guard import LeaseGuardedClient, guarded_clients, is_write
 from cli.oncall.deploy.runtime import AwsClients, Runtime
 from guardrails import names
-from lambdas.aws.clients import RETRIES
+from lambdas.clients import RETRIES
 from tests.aws_fault_proxy import FaultProxy, ProxiedRequest
 from tests.cli.oncall.deploy.deploy_steps import (
     assert_no_surge,

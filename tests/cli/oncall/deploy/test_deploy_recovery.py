@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from cli.main import parkbrake
 from cli.oncall.deploy.runtime import AwsClients
-from lambdas.aws.clients import RETRIES
+from lambdas.clients import RETRIES
 from tests.cli.oncall.deploy.deploy_steps import (
     TIMEOUT,
     assert_no_surge,

@@ -161,18 +161,18 @@ def test_a_task_on_another_task_definition_fails(running_fleet: InferenceFleet) 
 
     assert code == 1
     failures = failed_checks(json.loads(output))
-    assert failures == {"inference-blue running-tasks": "1 of 2 tasks run another task definition"}
+    assert failures == {"inference-blue running-tasks": "tasks running another task definition: 1 of 2"}
 
 
 def test_an_unknown_service_or_stack_is_a_clear_error(running_fleet: InferenceFleet) -> None:
     code, output = verify_cli(None, "embeddings", "--revision", OLD_REVISION)
-    assert code == 1
+    assert code == 2
     assert "unknown service 'embeddings'" in output
     assert "inference-blue, inference-green" in output
 
     code, output = verify_cli(None, "inference", "--revision", OLD_REVISION, "--stack", "prod")
-    assert code == 1
-    assert "no ECS cluster 'parkbrake-prod'" in output
+    assert code == 2
+    assert "no ECS cluster 'parkbrake-prod' in us-east-1: stack 'prod' is not deployed there — " in output
 
 
 # -- what moto cannot play: the simulated scheduler --------------------------------------------------------

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from cli.oncall.fleet.metrics import HeartbeatCollector, UnmanagedHostsCollector
 from lambdas.aws import heartbeat
-from lambdas.aws.clients import client
+from lambdas.clients import client
 
 
 def scrape(collector: HeartbeatCollector | UnmanagedHostsCollector) -> dict[str, float]:

@@ -24,7 +24,7 @@ from cli.oncall.fleet.status_view import parse_filters, print_status, select
 from guardrails import names
 from guardrails.pricing import load_price_table
 from guardrails.settings import Settings
-from lambdas.aws.clients import client
+from lambdas.clients import client
 from tests.cli.oncall.ops_fleet import BERLIN, REGION, STACK, aws_client, close_days, project_copy, seed
 
 OTHER_REGION = "us-west-2"
@@ -187,7 +187,7 @@ def test_a_region_that_fails_is_reported_and_the_others_still_shown(
 def test_unknown_stack_is_a_clear_error(aws: str, fleet: Any) -> None:
     result = invoke("--stack", "nosuch", "--regions", REGION)
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "stack 'nosuch' has nothing in us-east-1" in result.output
     assert isinstance(result.exception, SystemExit)
 

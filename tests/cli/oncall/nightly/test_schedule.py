@@ -212,8 +212,8 @@ def test_run_now_dry_run_goes_through_the_refusals_and_reports_once(aws: str, fl
 def test_list_of_an_unknown_stack_is_an_error(aws: str, fleet: Any) -> None:
     result = invoke("list", "--stack", "nosuch", "--region", REGION)
 
-    assert result.exit_code == 1
-    assert "stack 'nosuch' has no schedule group parkbrake-nosuch in us-east-1" in result.output
+    assert result.exit_code == 2
+    assert "stack 'nosuch' has no schedule group parkbrake-nosuch in us-east-1 — " in result.output
 
 
 @pytest.mark.parametrize(

@@ -420,7 +420,7 @@ def test_unknown_stack_is_a_clear_error(aws: str, fleet: Any, project: Path) -> 
         parkbrake, ["park", "--now", "--yes", "--stack", "nosuch", "--region", REGION]
     )
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "found nothing of stack 'nosuch'" in result.output
     assert "Traceback" not in result.output
 
@@ -458,7 +458,10 @@ def test_an_endpoint_that_does_not_answer_is_a_clear_error(
     )
 
     assert result.exit_code == 1
-    assert "cannot reach the AWS endpoint" in result.output
+    assert (
+        f"cannot reach the AWS endpoint http://127.0.0.1:{closed_port} (connection refused) — "
+        in result.output
+    )
     assert isinstance(result.exception, SystemExit)
 
 

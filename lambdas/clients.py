@@ -21,6 +21,7 @@ import boto3
 import botocore.loaders
 import botocore.session
 from botocore.config import Config
+from botocore.exceptions import ConnectTimeoutError, EndpointConnectionError, ProxyConnectionError
 from botocore.utils import parse_timestamp as botocore_timestamp
 
 from guardrails.settings import aws_region
@@ -30,12 +31,18 @@ from guardrails.settings import aws_region
 CONCURRENT_CALLS = 16
 RETRIES = Config(
     retries={"mode": "adaptive", "max_attempts": 8},
-    connect_timeout=5,
+    connect_timeout=2,  # an AWS endpoint answers a connect in milliseconds; waiting longer only delays the error
     read_timeout=30,
     max_pool_connections=CONCURRENT_CALLS,
     user_agent_extra="parkbrake",
 )
 _CREATING = threading.Lock()  # a botocore session is not thread-safe while it creates a client
+# A call that could not even open its connection (refused, no such host, connect timeout) is tried
+# UNREACHABLE_ATTEMPTS times, not max_attempts: an endpoint that refused twice is a wrong
+# AWS_ENDPOINT_URL or a network that is down, and eight attempts with backoff only made a person wait
+# ~10 s for the same answer. Throttling, 5xx and a connection lost mid-call keep the adaptive retries.
+UNREACHABLE_ATTEMPTS = 2
+_UNREACHABLE = (EndpointConnectionError, ConnectTimeoutError, ProxyConnectionError)
 
 
 def client(service: str, region: str | None = None) -> Any:
@@ -54,7 +61,7 @@ def _client(service: str, region: str | None, endpoints: tuple[str | None, str |
     with _CREATING:
         # typed Any: the service name is a runtime value, not a literal
         session: Any = new_session()
-        return session.client(service, region_name=region, config=RETRIES)
+        return _failing_fast_when_unreachable(session.client(service, region_name=region, config=RETRIES))
 
 
 def one_session_clients() -> Callable[[str, str | None], Any]:
@@ -69,10 +76,37 @@ def one_session_clients() -> Callable[[str, str | None], Any]:
         key = (service, region or aws_region(os.environ))
         with _CREATING:
             if key not in made:
-                made[key] = session.client(service, region_name=key[1], config=RETRIES)
+                made[key] = _failing_fast_when_unreachable(
+                    session.client(service, region_name=key[1], config=RETRIES)
+                )
             return made[key]
 
     return client_of
+
+
+def _failing_fast_when_unreachable(made: Any) -> Any:
+    """``made`` with its retries of a connection that could not be opened cut to UNREACHABLE_ATTEMPTS
+    (outside Lambda: a person is waiting).
+
+    botocore asks every ``needs-retry.<service>`` handler and takes the first answer that is not
+    None, False meaning "do not retry" (botocore/endpoint.py, ``Endpoint._needs_retry``); this handler
+    is registered first on the same event as the retry mode's own, so its False wins.
+    """
+    if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
+        # A guardrail in Lambda keeps every retry: no person waits on it, and a stop that gave up on
+        # a passing network fault would leave a host running until the next sweep.
+        return made
+    event = f"needs-retry.{made.meta.service_model.service_id.hyphenize()}"
+    made.meta.events.register_first(event, _stop_retrying_unreachable, unique_id="parkbrake-unreachable")
+    return made
+
+
+def _stop_retrying_unreachable(
+    attempts: int, caught_exception: Exception | None = None, **_: Any
+) -> bool | None:
+    if isinstance(caught_exception, _UNREACHABLE) and attempts >= UNREACHABLE_ATTEMPTS:
+        return False
+    return None
 
 
 def new_session() -> boto3.session.Session:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from botocore.utils import parse_timestamp as botocore_timestamp
 
-from lambdas.aws import clients
+from lambdas import clients
 
 AMI = "ami-12c6146b"
 
