@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -25,7 +24,6 @@ from cli.options import (
     wide_option,
     yes_option,
 )
-from guardrails.errors import ParkbrakeError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,10 +32,8 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from cli.oncall.deploy.abort import AbortResult
-    from cli.oncall.deploy.lease import DeployLease
+    from cli.oncall.deploy.engine import DeploySettings
     from cli.oncall.deploy.phases import DeployResult, DeployTarget
-    from cli.oncall.deploy.revisions import TaskDefinitionFacts
-    from cli.oncall.deploy.runtime import ServiceAt
 
 
 def rollout_options(*, canary_takes: str, draining: str) -> Callable[[F], F]:
@@ -142,6 +138,7 @@ def deploy(
           --image 123456789012.dkr.ecr.us-east-1.amazonaws.com/inference:9e8d7c6
       parkbrake deploy inference --stack dev --abort
     """
+    from cli.oncall.deploy.engine import DeploySettings
     from cli.oncall.deploy.phases import DeployTarget
     from stacks.config import stack_file
 
@@ -154,8 +151,10 @@ def deploy(
     if not image or not revision:
         missing = [flag for flag, value in (("--image", image), ("--revision", revision)) if not value]
         raise click.UsageError(f"missing {' and '.join(missing)} (or pass --abort)")
-    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output, steal_lock)
-    _deploy(target, image=image, revision=revision, allow_tag=allow_tag, settings=settings)
+    settings = DeploySettings(canary_percent, bake, timeout, dry_run, steal_lock)
+    _deploy(
+        target, image=image, revision=revision, allow_tag=allow_tag, settings=settings, yes=yes, output=output
+    )
 
 
 @click.command()
@@ -191,26 +190,14 @@ def rollback(
     Example:
       parkbrake rollback inference --stack dev
     """
+    from cli.oncall.deploy.engine import DeploySettings, previous_revision
     from cli.oncall.deploy.phases import DeployTarget
-    from cli.oncall.deploy.runtime import Runtime, ServiceAt
-    from cli.oncall.deploy.traffic import colour_weights
-    from cli.oncall.deploy.verified_revisions import previous_verified
+    from cli.oncall.deploy.runtime import Runtime
     from stacks.config import stack_file
 
     target = DeployTarget.from_stack_file(stack, service, stack_file(stack, project_dir))
     runtime = Runtime.of(click.get_current_context().obj)
-    at = ServiceAt.find(target, runtime, ConsoleProgress(quiet=True))
-    if not dry_run:  # another run's half-done deploy is no ground to pick the previous revision on
-        _lease(at, "rollback", "the previous verified revision").refuse_if_held(steal=steal_lock)
-    weights = colour_weights(runtime.clients.elbv2, at.topology)
-    live = max(weights, key=lambda colour: weights[colour])
-    serving = _serving_facts(at, live)
-    previous = previous_verified(at, serving)
-    if previous is None:
-        raise ParkbrakeError(
-            f"{service} has no verified revision other than {serving.revision_label or 'the serving one'} "
-            f"({serving.name}); deploy a revision by --image and --revision instead"
-        )
+    serving, previous = previous_revision(target, runtime, dry_run=dry_run, steal_lock=steal_lock)
     facts = previous.facts
     assert facts.revision_label is not None
     if output == "text":
@@ -219,83 +206,55 @@ def rollback(
             f"({facts.name}, verified {previous.verified_at})",
             err=True,
         )
-    settings = DeploySettings(canary_percent, bake, timeout, dry_run, yes, output, steal_lock, "rollback")
-    _deploy(target, image=facts.image, revision=facts.revision_label, allow_tag=False, settings=settings)
-
-
-@dataclass(frozen=True)
-class DeploySettings:
-    canary_percent: int
-    bake: timedelta
-    timeout: timedelta
-    dry_run: bool
-    yes: bool
-    output: str
-    steal_lock: bool = False
-    operation: str = "deploy"  # or "rollback": what the lease says its holder is doing
-
-
-def _lease(at: ServiceAt, operation: str, revision: str) -> DeployLease:
-    """The service's deploy lease, timed by the run's own clock (tests move it themselves)."""
-    from cli.oncall.deploy.lease import DeployLease
-    from lambdas.clients import client
-
-    dynamodb = at.clients.dynamodb if at.clients.dynamodb is not None else client("dynamodb")
-    return DeployLease(
-        dynamodb,
-        stack=at.target.stack,
-        service=at.target.service,
-        operation=operation,
-        revision=revision,
-        now=at.clock.now,
+    settings = DeploySettings(canary_percent, bake, timeout, dry_run, steal_lock, "rollback")
+    _deploy(
+        target,
+        image=facts.image,
+        revision=facts.revision_label,
+        allow_tag=False,
+        settings=settings,
+        yes=yes,
+        output=output,
     )
 
 
 def _deploy(
-    target: DeployTarget, *, image: str, revision: str, allow_tag: bool, settings: DeploySettings
+    target: DeployTarget,
+    *,
+    image: str,
+    revision: str,
+    allow_tag: bool,
+    settings: DeploySettings,
+    yes: bool,
+    output: str,
 ) -> None:
-    from cli.oncall.deploy.blue_green import BlueGreenDeploy
-    from cli.oncall.deploy.lease import held
-    from cli.oncall.deploy.lease_guard import under_lease
-    from cli.oncall.deploy.phases import DeployRequest
-    from cli.oncall.deploy.revisions import resolve_image, revision_text
-    from cli.oncall.deploy.runtime import Runtime, ServiceAt
+    """The engine's deploy, shown: the plan or the result, exit 1 when it did not succeed, 130 on Ctrl-C."""
+    from cli.oncall.deploy import engine
+    from cli.oncall.deploy.runtime import Runtime
 
     runtime = Runtime.of(click.get_current_context().obj)
-    request = DeployRequest(
-        target=target,
-        image=resolve_image(image, allow_tag=allow_tag, ecr_in=runtime.clients.ecr_in),
-        revision=revision_text(revision),
-        canary_percent=settings.canary_percent,
-        bake=settings.bake,
-        timeout=settings.timeout,
-    )
-    with ConsoleProgress(quiet=settings.output == "json") as progress:
-        deployer = BlueGreenDeploy(request, ServiceAt.find(target, runtime, progress))
-        if settings.dry_run:
-            _print(deployer.plan(), settings.output)
-            return
-        confirm_or_abort(
-            f"Deploy {revision} ({request.image.image}) to {target.service} in stack {target.stack}?",
-            assume_yes=settings.yes,
-        )
-        lease = _lease(deployer.at, settings.operation, request.revision)
-        confirm = partial(confirm_or_abort, assume_yes=settings.yes)
-        with held(lease, steal=settings.steal_lock, confirm=confirm):
-            # Every AWS write and every wait confirms the lease first; once lost, the run stops there.
-            deployer = BlueGreenDeploy(request, under_lease(deployer.at, lease))
-            try:
-                result = deployer.run()
-            except KeyboardInterrupt:
-                progress.close()
-                click.echo(
-                    "\nInterrupted; the service is still serving. Run the same command again to resume, "
-                    f"`parkbrake deploy {target.service} --stack {target.stack} --abort` to undo it, "
-                    "or deploy another revision to roll this one back.",
-                    err=True,
-                )
-                sys.exit(INTERRUPTED_EXIT)
-    _print(result, settings.output)
+    with ConsoleProgress(quiet=output == "json") as progress:
+        try:
+            result = engine.deploy(
+                target,
+                image=image,
+                revision=revision,
+                allow_tag=allow_tag,
+                settings=settings,
+                runtime=runtime,
+                progress=progress,
+                confirm=partial(confirm_or_abort, assume_yes=yes),
+            )
+        except KeyboardInterrupt:
+            progress.close()
+            click.echo(
+                "\nInterrupted; the service is still serving. Run the same command again to resume, "
+                f"`parkbrake deploy {target.service} --stack {target.stack} --abort` to undo it, "
+                "or deploy another revision to roll this one back.",
+                err=True,
+            )
+            sys.exit(INTERRUPTED_EXIT)
+    _print(result, output)
     if not result.succeeded:
         sys.exit(1)
 
@@ -309,28 +268,27 @@ def _abort(
     output: str,
     steal_lock: bool = False,
 ) -> None:
-    from cli.oncall.deploy.abort import abort_deploy
-    from cli.oncall.deploy.lease import held
-    from cli.oncall.deploy.lease_guard import under_lease
-    from cli.oncall.deploy.runtime import Runtime, ServiceAt
+    from cli.oncall.deploy import engine
+    from cli.oncall.deploy.runtime import Runtime
 
-    runtime = Runtime.of(click.get_current_context().obj)
+    def confirm_plan(plan: AbortResult) -> None:
+        if output == "text":
+            _print_abort(plan)
+        confirm_or_abort(
+            f"Abort the deploy of {target.service}, returning it to {plan.live}?", assume_yes=yes
+        )
+
     with ConsoleProgress(quiet=output == "json") as progress:
-        at = ServiceAt.find(target, runtime, progress)
-        if not dry_run:  # a deploy in flight is the holder's to finish or abort, not ours to plan on
-            _lease(at, "abort", "the live colour").refuse_if_held(steal=steal_lock)
-        plan = abort_deploy(at, timeout, dry_run=True)
-        if plan.steps and not dry_run:
-            if output == "text":
-                _print_abort(plan)
-            confirm_or_abort(
-                f"Abort the deploy of {target.service}, returning it to {plan.live}?", assume_yes=yes
-            )
-            lease = _lease(at, "abort", "the live colour")
-            with held(lease, steal=steal_lock, confirm=partial(confirm_or_abort, assume_yes=yes)):
-                result = abort_deploy(under_lease(at, lease), timeout, dry_run=False)
-        else:
-            result = plan
+        result = engine.abort(
+            target,
+            timeout=timeout,
+            dry_run=dry_run,
+            steal_lock=steal_lock,
+            runtime=Runtime.of(click.get_current_context().obj),
+            progress=progress,
+            confirm_plan=confirm_plan,
+            confirm=partial(confirm_or_abort, assume_yes=yes),
+        )
     if output == "json":
         click.echo(json.dumps(result.as_json(), indent=2))
     else:
@@ -356,15 +314,6 @@ def _print_abort(result: AbortResult) -> None:
         console.print(f"[red]step failed[/red]: {error}")
     if result.outcome == "aborted":
         console.print(f"[bold green]{result.live} serves {result.service} alone again.[/bold green]")
-
-
-def _serving_facts(at: ServiceAt, colour: str) -> TaskDefinitionFacts:
-    from cli.oncall.deploy.revision_checks import primary_facts
-
-    _, facts = primary_facts(at.clients.ecs, at.source, at.target.cluster, at.service(colour))
-    if facts is None:
-        raise ParkbrakeError(f"{at.service(colour)} has no PRIMARY deployment; nothing to roll back from")
-    return facts
 
 
 def _print(result: DeployResult, output: str) -> None:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from cli.oncall.deploy.revisions import TaskDefinitionFacts, describe_service, task_definition_facts
+from cli.oncall.deploy.ecs import TaskDefinitionFacts, describe_service, task_definition_facts
+from cli.oncall.deploy.elb import healthy_targets
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.surge_host import POLL_SECONDS
 from guardrails.durations import format_duration
@@ -28,9 +29,8 @@ class Health:
 class ColourHealth:
     """Reads one colour's PRIMARY deployment and target health; waits for it, or while it holds."""
 
-    def __init__(self, at: ServiceAt, revision: str) -> None:
+    def __init__(self, at: ServiceAt) -> None:
         self.at = at
-        self.revision = revision
         self.deployment_before: str | None = None  # the PRIMARY deployment before this run's update
         self.expected_deployment: str | None = None  # the PRIMARY deployment this run's update created
         self._facts: dict[str, TaskDefinitionFacts] = {}
@@ -41,16 +41,8 @@ class ColourHealth:
             self._facts[arn] = task_definition_facts(self.at.clients.ecs, arn, container)
         return self._facts[arn]
 
-    def healthy_targets(self, colour: str) -> int:
-        answer = self.at.clients.elbv2.describe_target_health(
-            TargetGroupArn=self.at.topology.target_groups[colour]
-        )
-        return sum(
-            1 for item in answer["TargetHealthDescriptions"] if item["TargetHealth"]["State"] == "healthy"
-        )
-
-    def health(self, colour: str) -> Health:
-        """Whether ``colour`` runs the revision with every task up and healthy behind the load balancer.
+    def health(self, colour: str, revision: str) -> Health:
+        """Whether ``colour`` runs ``revision`` with every task up and healthy behind the load balancer.
 
         Raises :class:`DeployFailure` when ECS gave up on this run's deployment (FAILED, or replaced it
         with a rollback to another task definition): waiting longer cannot help.
@@ -59,7 +51,7 @@ class ColourHealth:
         service = at.service(colour)
         described = describe_service(at.clients.ecs, at.target.cluster, service)
         desired = described["desiredCount"]
-        healthy = self.healthy_targets(colour)
+        healthy = healthy_targets(at.clients.elbv2, at.topology.target_groups[colour])
         primary = at.source.rollout(at.target.cluster, service).primary
         if primary is None:
             return Health(False, healthy, desired, "no PRIMARY deployment yet")
@@ -68,7 +60,7 @@ class ColourHealth:
         if expected is not None and primary.id == self.deployment_before:
             # ECS's reads are eventually consistent: the update's deployment is not listed yet.
             return Health(False, healthy, desired, f"waiting for ECS to list deployment {expected}")
-        if (expected is not None and primary.id != expected) or facts.revision_label != self.revision:
+        if (expected is not None and primary.id != expected) or facts.revision_label != revision:
             raise DeployFailure(
                 f"ECS rolled {service} back: PRIMARY deployment {primary.id} runs {facts.name} "
                 f"(revision {facts.revision_label or 'unlabelled'}). {primary.rollout_state_reason}".strip()
@@ -86,11 +78,11 @@ class ColourHealth:
         )
         return Health(ready and desired > 0, healthy, desired, detail)
 
-    def await_healthy(self, colour: str, timeout: timedelta) -> None:
+    def await_healthy(self, colour: str, revision: str, timeout: timedelta) -> None:
         clock, progress = self.at.clock, self.at.progress
         deadline = clock.now() + timeout
         while True:
-            health = self.health(colour)
+            health = self.health(colour, revision)
             progress.waiting(f"{colour}: healthy targets", health.healthy, health.desired)
             if health.ready:
                 progress.step(f"{colour} is healthy: {health.detail}")
@@ -101,13 +93,13 @@ class ColourHealth:
                 )
             clock.sleep(POLL_SECONDS)
 
-    def hold(self, colour: str, duration: timedelta, label: str) -> None:
-        """Wait ``duration`` while ``colour`` stays healthy; fail the moment it is not."""
+    def hold(self, colour: str, revision: str, duration: timedelta, label: str) -> None:
+        """Wait ``duration`` while ``colour`` stays healthy on ``revision``; fail the moment it is not."""
         clock = self.at.clock
         started = clock.now()
         total = int(duration.total_seconds())
         while True:
-            health = self.health(colour)
+            health = self.health(colour, revision)
             if not health.ready:
                 raise DeployFailure(f"{colour} became unhealthy while {label}: {health.detail}")
             elapsed = int((clock.now() - started).total_seconds())

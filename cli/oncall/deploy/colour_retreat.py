@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+from cli.oncall.deploy.ecs import container_hosts, describe_service, scale_service_to_zero
+from cli.oncall.deploy.elb import set_colour_weights
 from cli.oncall.deploy.lease import LeaseLost
-from cli.oncall.deploy.revisions import describe_service
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.surge_host import SurgeHost
-from cli.oncall.deploy.traffic import forward_weights
 
 FULL_WEIGHT = 100
 
@@ -47,25 +47,8 @@ class Retreat:
 
     def set_weights(self, weights: dict[str, int], message: str) -> None:
         """The listener's default forward to these colour weights (stickiness kept); no call if so already."""
-        elbv2, topology = self.at.clients.elbv2, self.at.topology
-        listener = elbv2.describe_listeners(ListenerArns=[topology.listener_arn])["Listeners"][0]
-        forward = next(action for action in listener["DefaultActions"] if action["Type"] == "forward")
-        stickiness = forward.get("ForwardConfig", {}).get("TargetGroupStickinessConfig", {"Enabled": False})
-        current = forward_weights(listener)
-        wanted = {topology.target_groups[colour]: weight for colour, weight in weights.items()}
-        if all(current.get(arn) == weight for arn, weight in wanted.items()):
-            return
-        groups = [{"TargetGroupArn": arn, "Weight": weight} for arn, weight in wanted.items()]
-        elbv2.modify_listener(
-            ListenerArn=topology.listener_arn,
-            DefaultActions=[
-                {
-                    "Type": "forward",
-                    "ForwardConfig": {"TargetGroups": groups, "TargetGroupStickinessConfig": stickiness},
-                }
-            ],
-        )
-        self.at.progress.step(message)
+        if set_colour_weights(self.at.clients.elbv2, self.at.topology, weights):
+            self.at.progress.step(message)
 
     def scale_to_zero(self, colour: str) -> None:
         at = self.at
@@ -73,7 +56,7 @@ class Retreat:
         if not describe_service(at.clients.ecs, at.target.cluster, service)["desiredCount"]:
             return
         at.progress.step(f"Scaling {service} to zero")
-        at.clients.ecs.update_service(cluster=at.target.cluster, service=service, desiredCount=0)
+        scale_service_to_zero(at.clients.ecs, at.target.cluster, service)
 
     def remove_surge_host(self) -> None:
         warning = self.surge.remove(self.busy_hosts, self.timeout)
@@ -89,9 +72,4 @@ class Retreat:
             for task in at.source.rollout(at.target.cluster, service).tasks
             if task.container_instance
         }
-        if not instances:
-            return set()
-        described = at.clients.ecs.describe_container_instances(
-            cluster=at.target.cluster, containerInstances=sorted(instances)
-        )["containerInstances"]
-        return {item["ec2InstanceId"] for item in described}
+        return container_hosts(at.clients.ecs, at.target.cluster, instances)

@@ -57,6 +57,11 @@ class LeaseGuardedClient:
         self._lease = lease
         # Registered once per client object (botocore ignores a second handler with the same id).
         client.meta.events.register("before-send", _confirm_before_send, unique_id=HANDLER_ID)
+        # Reads pass straight through: bound here once, so a read runs no code of this module.
+        for name, operation in client.meta.method_to_api_mapping.items():
+            if not is_write(operation):
+                setattr(self, name, getattr(client, name))
+        self.meta, self.exceptions, self.get_paginator = client.meta, client.exceptions, client.get_paginator
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._client, name)
@@ -95,4 +100,19 @@ def under_lease(at: ServiceAt, lease: DeployLease) -> ServiceAt:
         clients=guarded_clients(at.clients, lease),
         clock=RenewingClock(at.clock, lease),
         confirm_lease=lease.check,
+    )
+
+
+def service_lease(at: ServiceAt, operation: str, revision: str) -> DeployLease:
+    """The deploy lease of the service ``at`` names, timed by the run's own clock (tests move it)."""
+    from lambdas.clients import client
+
+    dynamodb = at.clients.dynamodb if at.clients.dynamodb is not None else client("dynamodb")
+    return DeployLease(
+        dynamodb,
+        stack=at.target.stack,
+        service=at.target.service,
+        operation=operation,
+        revision=revision,
+        now=at.clock.now,
     )

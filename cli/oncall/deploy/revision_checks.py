@@ -4,7 +4,7 @@ A service runs revision SHA when its PRIMARY deployment has COMPLETED on a task 
 SHA and pinned to an image digest, no other deployment still runs tasks, every running task runs that
 task definition, and no listener route sends any traffic to a colour running something else (and,
 where asked, the service's ``/version`` answers SHA). Why a COMPLETED rollout alone proves nothing is
-told in ``cli/oncall/deploy/revisions.py``.
+told in ``cli/oncall/deploy/ecs.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cli.oncall.deploy.revisions import (
+from cli.oncall.deploy.ecs import (
     Deployment,
     Rollout,
     RolloutSource,
@@ -23,7 +23,7 @@ from cli.oncall.deploy.revisions import (
     describe_service,
     task_definition_facts,
 )
-from cli.oncall.deploy.traffic import Route, Topology, colour_traffic, find_topology, routes_to
+from cli.oncall.deploy.elb import Route, Topology, colour_traffic, find_topology, routes_to
 from guardrails import names, tags
 from guardrails.plurals import counted
 

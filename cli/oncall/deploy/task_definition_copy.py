@@ -1,11 +1,12 @@
 """The task definition a deploy registers: a copy of the serving one, pinned to the image's digest
-and labelled with the revision (Docker label, environment variable, tag)."""
+and labelled with the revision (Docker label, environment variable, tag). Pure: ``ecs.py`` reads the
+serving one and registers the copy."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from cli.oncall.deploy.revisions import TaskDefinitionFacts
 from guardrails import names, tags
 
 # The variable the container reads its revision from (e.g. to answer /version).
@@ -30,21 +31,22 @@ TASK_DEFINITION_FIELDS = (
 )
 
 
-def register_pinned(ecs: Any, serving: TaskDefinitionFacts, image: str, revision: str) -> tuple[str, str]:
-    """Register the copy; its ARN and ``family:revision``."""
-    answer = ecs.describe_task_definition(taskDefinition=serving.arn, include=["TAGS"])
-    template = answer["taskDefinition"]
+def pinned_definition(
+    described: Mapping[str, Any], container: str, image: str, revision: str
+) -> dict[str, Any]:
+    """RegisterTaskDefinition's arguments for the copy of ``described`` (a DescribeTaskDefinition
+    answer with its tags): ``container`` on ``image``, labelled, and the revision tag replaced."""
+    template = described["taskDefinition"]
     containers = [
-        _pinned(container, image, revision) if container["name"] == serving.container else container
-        for container in template["containerDefinitions"]
+        _pinned(item, image, revision) if item["name"] == container else item
+        for item in template["containerDefinitions"]
     ]
-    labels = [item for item in answer.get("tags", []) if item["key"] != tags.REVISION]
-    registered = ecs.register_task_definition(
+    labels = [item for item in described.get("tags", []) if item["key"] != tags.REVISION]
+    return {
         **{key: template[key] for key in TASK_DEFINITION_FIELDS if key in template},
-        containerDefinitions=containers,
-        tags=[*labels, {"key": tags.REVISION, "value": revision}],
-    )["taskDefinition"]
-    return str(registered["taskDefinitionArn"]), f"{registered['family']}:{registered['revision']}"
+        "containerDefinitions": containers,
+        "tags": [*labels, {"key": tags.REVISION, "value": revision}],
+    }
 
 
 def _pinned(container: dict[str, Any], image: str, revision: str) -> dict[str, Any]:

@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from cli.oncall.deploy.revisions import TaskDefinitionFacts, describe_service, task_definition_facts
+from cli.oncall.deploy.ecs import (
+    TaskDefinitionFacts,
+    describe_service,
+    describe_task_definition,
+    family_task_definitions,
+    tag_task_definition,
+    task_definition_facts,
+)
 from cli.oncall.deploy.runtime import ServiceAt
 from guardrails import tags
 
@@ -24,21 +31,16 @@ class VerifiedRevision:
 
 def mark_verified(at: ServiceAt, colour: str, when: datetime) -> None:
     arn = describe_service(at.clients.ecs, at.target.cluster, at.service(colour))["taskDefinition"]
-    at.clients.ecs.tag_resource(resourceArn=arn, tags=[{"key": tags.VERIFIED, "value": when.isoformat()}])
+    tag_task_definition(at.clients.ecs, arn, tags.VERIFIED, when.isoformat())
 
 
 def previous_verified(at: ServiceAt, serving: TaskDefinitionFacts) -> VerifiedRevision | None:
     """The newest verified task definition of ``serving``'s family with another revision label."""
     ecs = at.clients.ecs
     family = serving.name.rsplit(":", 1)[0]
-    arns = [
-        arn
-        for page in ecs.get_paginator("list_task_definitions").paginate(familyPrefix=family, status="ACTIVE")
-        for arn in page["taskDefinitionArns"]
-        if arn.rsplit("/", 1)[-1].rsplit(":", 1)[0] == family
-    ]
+    arns = family_task_definitions(ecs, family)
     for arn in sorted(arns, key=lambda item: int(item.rsplit(":", 1)[-1]), reverse=True):
-        answer = ecs.describe_task_definition(taskDefinition=arn, include=["TAGS"])
+        answer = describe_task_definition(ecs, arn)
         verified = {item["key"]: item["value"] for item in answer.get("tags", [])}.get(tags.VERIFIED)
         if verified is None:
             continue

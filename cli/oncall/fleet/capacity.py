@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from cli.oncall.deploy.traffic import routes_to
+from cli.oncall.deploy.elb import routes_to
 from cli.oncall.park.records import ParkRecord
 from cli.oncall.stack_inventory import managed_groups
 from guardrails import tags

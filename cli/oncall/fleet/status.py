@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from cli.oncall.concurrently import side_by_side
+from cli.oncall.deploy.ecs import describe_task_definition
 from cli.oncall.fleet.alarms import AlarmTopic, RegionAlarmTopics
 from cli.oncall.fleet.capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.fleet.stopped import StoppedHost, stopped_too_long_in
@@ -518,7 +519,7 @@ def services_of(ecs: Any, elbv2: Any, region: str, stack: str) -> list[ServiceSt
 
 def _task_definition_revision(ecs: Any, arn: str) -> tuple[str | None, str | None]:
     """(family:revision, git revision) of a task definition: its tag, else its containers' label."""
-    answer = ecs.describe_task_definition(taskDefinition=arn, include=["TAGS"])
+    answer = describe_task_definition(ecs, arn)
     definition = answer["taskDefinition"]
     revision = ecs_tags(answer).get(tags.REVISION) or next(
         (

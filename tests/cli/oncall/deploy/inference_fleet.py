@@ -32,7 +32,7 @@ from typing import Any
 
 import boto3
 
-from cli.oncall.deploy.revisions import (
+from cli.oncall.deploy.ecs import (
     Deployment,
     Rollout,
     RunningTask,

@@ -16,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
+from cli.oncall.deploy.ecs import EcsRolloutSource
 from cli.oncall.deploy.revision_checks import RevisionReport, check_service, verify_revision
-from cli.oncall.deploy.revisions import EcsRolloutSource, ImageReference
+from cli.oncall.deploy.revisions import ImageReference
 from cli.oncall.deploy.runtime import Runtime
 from guardrails.errors import InputError
 from tests.cli.oncall.deploy.inference_fleet import (

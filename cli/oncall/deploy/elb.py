@@ -1,18 +1,23 @@
-"""Where a service's traffic goes: its colours, and every listener route that forwards to them.
+"""Every Elastic Load Balancing call of a deploy, a rollback, an abort, ``verify`` and ``status``: where a
+service's traffic goes (its colours, every listener route that forwards to them), the colours' target
+health, and the listener's weights moved.
 
 A blue-green service has one ECS service and target group per colour and a listener whose default
 action forwards to both with weights (the deploy moves those weights). Listener rules can forward
 too (a path or host rule, say), so what takes traffic is read from every listener and rule of every
 load balancer the colours' target groups are attached to, never from the default action alone.
+
+No other module calls Elastic Load Balancing; ``tests/test_aws_conversations.py`` fails naming any that does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from cli.oncall.deploy.revisions import existing_services, list_service_names
+from cli.oncall.deploy.ecs import existing_services, list_service_names
 from guardrails import names
 from guardrails.errors import InputError, ParkbrakeError
 
@@ -86,6 +91,43 @@ def colour_weights(elbv2: Any, topology: Topology) -> dict[str, int]:
     listener = elbv2.describe_listeners(ListenerArns=[topology.listener_arn])["Listeners"][0]
     weights = forward_weights(listener)
     return {colour: weights.get(arn, 0) for colour, arn in topology.target_groups.items()}
+
+
+def set_colour_weights(elbv2: Any, topology: Topology, weights: Mapping[str, int]) -> bool:
+    """The listener's default forward to these colour weights (stickiness kept); False, and no call,
+    when it forwards so already."""
+    listener = elbv2.describe_listeners(ListenerArns=[topology.listener_arn])["Listeners"][0]
+    forward = next(action for action in listener["DefaultActions"] if action["Type"] == "forward")
+    stickiness = forward.get("ForwardConfig", {}).get("TargetGroupStickinessConfig", {"Enabled": False})
+    current = forward_weights(listener)
+    wanted = {topology.target_groups[colour]: weight for colour, weight in weights.items()}
+    if all(current.get(arn) == weight for arn, weight in wanted.items()):
+        return False
+    groups = [{"TargetGroupArn": arn, "Weight": weight} for arn, weight in wanted.items()]
+    elbv2.modify_listener(
+        ListenerArn=topology.listener_arn,
+        DefaultActions=[
+            {
+                "Type": "forward",
+                "ForwardConfig": {"TargetGroups": groups, "TargetGroupStickinessConfig": stickiness},
+            }
+        ],
+    )
+    return True
+
+
+def healthy_targets(elbv2: Any, target_group: str) -> int:
+    answer = elbv2.describe_target_health(TargetGroupArn=target_group)
+    return sum(1 for item in answer["TargetHealthDescriptions"] if item["TargetHealth"]["State"] == "healthy")
+
+
+def deregistration_delay(elbv2: Any, target_group: str) -> timedelta:
+    """How long the target group lets in-flight requests be answered by a target it deregisters."""
+    attributes = elbv2.describe_target_group_attributes(TargetGroupArn=target_group)["Attributes"]
+    seconds = next(
+        (a["Value"] for a in attributes if a["Key"] == "deregistration_delay.timeout_seconds"), "0"
+    )
+    return timedelta(seconds=int(seconds))
 
 
 @dataclass(frozen=True)
