@@ -61,6 +61,31 @@ def test_each_kind_of_host_leaves_the_bill_its_own_way(proxy: FaultProxy) -> Non
     assert outcome.action_of(spot[0]) == "terminate"
 
 
+def test_one_vanished_host_among_many_is_found_by_halves_not_host_by_host(proxy: FaultProxy) -> None:
+    """The whole set goes in one call; when it fails, halves find the bad host in a few calls and every
+    other host is stopped."""
+    clients = client_factory(proxy.url)
+    ec2, autoscaling = clients("ec2", REGION), clients("autoscaling", REGION)
+    alone = launch(ec2, "g5.xlarge", managed_tags(), count=64)
+    hosts = hosts_of(ec2, alone)
+    gone = alone[37]
+    proxy.clear()
+    proxy.fail(
+        "StopInstances",
+        "InvalidInstanceID.NotFound",
+        f"The instance ID '{gone}' does not exist",
+        matches=lambda request: gone in request.text,
+    )
+
+    outcome = stop_hosts(hosts, reason="test", ec2=ec2, autoscaling=autoscaling)
+
+    assert [(error["instance_id"], error["action"]) for error in outcome.errors] == [(gone, "stop")]
+    assert sorted(outcome.stopped) == sorted(set(alone) - {gone})
+    # 64 -> 32 + 32 -> 16 + 16 (the bad half) -> 16 hosts one by one: 1 + 2 + 2 + 16 calls, not 1 + 64.
+    assert proxy.calls["StopInstances"] == 21
+    assert set(states(ec2, [i for i in alone if i != gone]).values()) == {"stopped"}
+
+
 def test_dry_run_calls_nothing(proxy: FaultProxy) -> None:
     clients = client_factory(proxy.url)
     ec2 = clients("ec2", REGION)
