@@ -139,7 +139,10 @@ def parkbrake_sweep(clients: ClientFactory) -> Callable[[], tuple[int, float]]:
         now = datetime.now(UTC)
         plan = sweeping.plan_sweep(settings, now=now, clients=clients, page_size=PAGE_OF_RESERVATIONS)
         report = sweeping.execute_sweep(plan, settings, now=now, clients=clients, dry_run=False)
-        return len(report.outcome.acted), time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        if report.errors:  # a figure from a sweep that failed part-way would flatter it
+            raise RuntimeError(f"parkbrake's sweep failed: {report.errors[:3]}")
+        return len(report.outcome.acted), seconds
 
     return run
 

@@ -40,6 +40,9 @@ CUSTODIAN_VENV = REPO_ROOT / ".bench-venvs" / "c7n"
 # The release the published figures were measured with; a newer one may page or batch differently.
 CUSTODIAN_REQUIREMENT = "c7n==0.9.53"
 CUSTODIAN_LOG = Path("/tmp/parkbrake-bench-custodian.log")
+# moto renders 15-50 ms of XML per listed host: a page of 1,000 on a loaded machine outlasts botocore's
+# default 60 s read timeout, so both tools' clients wait this long.
+READ_TIMEOUT_S = 600
 
 CUSTODIAN_POLICY: dict[str, Any] = {
     "name": "gpu-uptime-cap",
@@ -64,6 +67,10 @@ def custodian_policy(pools: tuple[str, ...] | None) -> dict[str, Any]:
 # Runs inside Cloud Custodian's own virtual environment: one policy run per line read from stdin.
 CUSTODIAN_WORKER = """
 import json, sys, time
+import botocore.config
+# moto renders 15-50 ms of XML per listed host: a page of 1,000 on a loaded machine outlasts botocore's
+# 60 s read timeout, so both tools wait as long as moto takes (READ_TIMEOUT_S).
+botocore.config.Config.OPTION_DEFAULTS["read_timeout"] = int(sys.argv[3])
 from c7n.config import Config
 from c7n.policy import Policy
 from c7n.provider import clouds
@@ -107,7 +114,7 @@ class Moto:
 
     def clients(self, *, counted: bool) -> ClientFactory:
         endpoint = self.proxy.url if counted else self.url
-        config = BotoConfig(retries={"mode": "adaptive", "max_attempts": 3})
+        config = BotoConfig(retries={"mode": "adaptive", "max_attempts": 3}, read_timeout=READ_TIMEOUT_S)
         made: dict[str, Any] = {}
 
         def make(service: str, region: str | None) -> Any:
@@ -163,7 +170,7 @@ class Custodian:
             "AWS_DEFAULT_REGION": REGION,
         }
         self.process = subprocess.Popen(
-            [str(python), "-c", CUSTODIAN_WORKER, REGION, ACCOUNT],
+            [str(python), "-c", CUSTODIAN_WORKER, REGION, ACCOUNT, str(READ_TIMEOUT_S)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=CUSTODIAN_LOG.open("w"),
