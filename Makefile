@@ -47,7 +47,6 @@ typecheck: $(STAMP)
 check: lint typecheck test
 
 bench: $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks
 
 # The FinOps Foundation's FOCUS validator on the ledger's FOCUS exports (its own Python 3.12 virtualenv).

@@ -9,6 +9,7 @@ import sys
 BENCHMARKS = (
     "benchmarks.cli_startup",
     "benchmarks.fleet_day",
+    "benchmarks.fleet_sweep",
     "benchmarks.group_removal",
     "benchmarks.ledger",
     "benchmarks.ledger_settle",

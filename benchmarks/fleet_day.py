@@ -1,8 +1,9 @@
 """A GPU fleet's day in virtual time against moto, under each guardrail configuration.
 
-    python -m benchmarks.fleet_day                     # the day at 0 s and 60 s delay, one 1,000-host sweep
+    python -m benchmarks.fleet_day                     # the day at 0 s and 60 s delay
     python -m benchmarks.fleet_day --delays 0 120      # other Scheduler delivery delays, in seconds
-    python -m benchmarks.fleet_day --sizes 5000 10000  # bigger sweep comparisons
+
+(One sweep over a large fleet, against Cloud Custodian's, is ``python -m benchmarks.fleet_sweep``.)
 
 The day (times UTC; starts off the sweeps' quarter hours, as real ones are):
 - six nightly training jobs at 01:07 under ``parkbrake run --max-runtime 90m --hang-after 10m``:
@@ -518,14 +519,9 @@ def run_days(moto: Moto, custodian: Custodian, delays: list[float]) -> dict[floa
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.fleet_sweep import print_sweeps, sweep_comparison
-
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--delays", type=float, nargs="*", default=[0.0, 60.0], help="Scheduler delivery delays, seconds"
-    )
-    parser.add_argument(
-        "--sizes", type=int, nargs="*", default=[1000], help="fleet sizes of the sweep comparison"
     )
     args = parser.parse_args(argv)
 
@@ -550,8 +546,6 @@ def main(argv: list[str] | None = None) -> None:
             "line one is the code of parkbrake run and agent in virtual time; modelled there: the job process, "
             "whether the OS shutdown takes the host down, and the EC2 API calls' arrival (benchmarks/line_one.py)"
         )
-        figures = [f for size in args.sizes for f in sweep_comparison(moto, custodian, size)]
-        print_sweeps(figures)
     finally:
         custodian.close()
         moto.close()

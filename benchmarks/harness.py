@@ -1,8 +1,9 @@
 """What the benchmarks run on: moto in this process behind a counting proxy, and Cloud Custodian.
 
-Cloud Custodian pins an older boto3 than parkbrake's, so it runs from its own virtual environment
-(``python -m venv /tmp/c7n-venv && /tmp/c7n-venv/bin/pip install c7n``, or ``PARKBRAKE_C7N_PYTHON``),
-in one process kept warm that runs a policy for each line it reads.
+Cloud Custodian pins its own boto3 and botocore, so it never enters the project's environment: the
+benchmark makes it a virtual environment of its own, ``.bench-venvs/c7n`` (gitignored), on first use
+(``python -m venv`` and ``pip install c7n``; ``PARKBRAKE_C7N_PYTHON`` names another interpreter
+instead), and runs it as a subprocess: one process kept warm that runs a policy for each line it reads.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import urllib.request
 from datetime import timedelta
 from pathlib import Path
@@ -33,8 +35,14 @@ GPU_HOST_TAGS = {
     tags.REVISION: "bench",
 }
 BASELINE_CAP = timedelta(minutes=90)
-CUSTODIAN_PYTHON = Path(os.environ.get("PARKBRAKE_C7N_PYTHON", "/tmp/c7n-venv/bin/python"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CUSTODIAN_VENV = REPO_ROOT / ".bench-venvs" / "c7n"
+# The release the published figures were measured with; a newer one may page or batch differently.
+CUSTODIAN_REQUIREMENT = "c7n==0.9.53"
 CUSTODIAN_LOG = Path("/tmp/parkbrake-bench-custodian.log")
+# moto renders 15-50 ms of XML per listed host: a page of 1,000 on a loaded machine outlasts botocore's
+# default 60 s read timeout, so both tools' clients wait this long.
+READ_TIMEOUT_S = 600
 
 CUSTODIAN_POLICY: dict[str, Any] = {
     "name": "gpu-uptime-cap",
@@ -59,6 +67,10 @@ def custodian_policy(pools: tuple[str, ...] | None) -> dict[str, Any]:
 # Runs inside Cloud Custodian's own virtual environment: one policy run per line read from stdin.
 CUSTODIAN_WORKER = """
 import json, sys, time
+import botocore.config
+# moto renders 15-50 ms of XML per listed host: a page of 1,000 on a loaded machine outlasts botocore's
+# 60 s read timeout, so both tools wait as long as moto takes (READ_TIMEOUT_S).
+botocore.config.Config.OPTION_DEFAULTS["read_timeout"] = int(sys.argv[3])
 from c7n.config import Config
 from c7n.policy import Policy
 from c7n.provider import clouds
@@ -102,7 +114,7 @@ class Moto:
 
     def clients(self, *, counted: bool) -> ClientFactory:
         endpoint = self.proxy.url if counted else self.url
-        config = BotoConfig(retries={"mode": "adaptive", "max_attempts": 3})
+        config = BotoConfig(retries={"mode": "adaptive", "max_attempts": 3}, read_timeout=READ_TIMEOUT_S)
         made: dict[str, Any] = {}
 
         def make(service: str, region: str | None) -> Any:
@@ -125,15 +137,31 @@ class Moto:
         self.server.stop()
 
 
+def custodian_python() -> Path:
+    """Cloud Custodian's interpreter: ``PARKBRAKE_C7N_PYTHON``, else its own virtual environment under
+    ``.bench-venvs/``, made (once) with the ordinary clients; never the project's environment."""
+    named = os.environ.get("PARKBRAKE_C7N_PYTHON")
+    if named:
+        if not Path(named).exists():
+            raise SystemExit(f"PARKBRAKE_C7N_PYTHON={named} does not exist; unset it to use {CUSTODIAN_VENV}")
+        return Path(named)
+    python = CUSTODIAN_VENV / "bin" / "python"
+    installed = CUSTODIAN_VENV / ".installed"  # written last: a half-made environment is made again
+    if not installed.exists():
+        print(f"making Cloud Custodian's environment {CUSTODIAN_VENV} ({CUSTODIAN_REQUIREMENT})", flush=True)
+        # The interpreter under this one's virtual environment: the new one inherits nothing from it.
+        base = Path(getattr(sys, "_base_executable", sys.executable))
+        subprocess.run([str(base), "-m", "venv", "--clear", str(CUSTODIAN_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", CUSTODIAN_REQUIREMENT], check=True)
+        installed.write_text(CUSTODIAN_REQUIREMENT + "\n")
+    return python
+
+
 class Custodian:
     """Cloud Custodian in its own environment (it pins a boto3 older than ours), one process kept warm."""
 
     def __init__(self, endpoint: str) -> None:
-        if not CUSTODIAN_PYTHON.exists():
-            raise SystemExit(
-                f"Cloud Custodian not found at {CUSTODIAN_PYTHON}: python -m venv /tmp/c7n-venv && "
-                "/tmp/c7n-venv/bin/pip install c7n (or set PARKBRAKE_C7N_PYTHON)"
-            )
+        python = custodian_python()
         environment = {
             **os.environ,
             "AWS_ENDPOINT_URL": endpoint,
@@ -142,7 +170,7 @@ class Custodian:
             "AWS_DEFAULT_REGION": REGION,
         }
         self.process = subprocess.Popen(
-            [str(CUSTODIAN_PYTHON), "-c", CUSTODIAN_WORKER, REGION, ACCOUNT],
+            [str(python), "-c", CUSTODIAN_WORKER, REGION, ACCOUNT, str(READ_TIMEOUT_S)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=CUSTODIAN_LOG.open("w"),

@@ -70,6 +70,14 @@ def orphan_reason(host: Host, policy: SweepPolicy, live_stacks: Collection[str] 
     )
 
 
+def names_another_stack(host: Host, stack: str | None) -> bool:
+    """Whether ``host`` is managed and its stack tag names a stack other than ``stack``: the only hosts
+    whose judgement depends on which stacks exist (:func:`orphan_reason`, :func:`owner_stack`), so the
+    only reason to read the stack list."""
+    named = host.tags.get(tags.STACK, "").strip()
+    return host.managed and bool(named) and named != stack
+
+
 def owner_stack(host: Host, policy: SweepPolicy, live_stacks: Collection[str] | None = None) -> str | None:
     """The other, existing stack a managed host belongs to, or None when this stack's sweep judges it.
 

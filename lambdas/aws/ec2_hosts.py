@@ -17,17 +17,25 @@ PARK_PARAMETER_ROOT = "/parkbrake/"
 
 
 def list_hosts(
-    ec2: Any, region: str, *, instance_ids: Sequence[str] | None = None, page_size: int = PAGE_SIZE
+    ec2: Any,
+    region: str,
+    *,
+    instance_ids: Sequence[str] | None = None,
+    page_size: int = PAGE_SIZE,
+    states: Sequence[str] = ("running",),
 ) -> list[Host]:
-    """Running accelerator hosts, whatever their tags, filtered server-side; or just ``instance_ids``.
+    """Accelerator hosts in ``states`` (running ones by default), whatever their tags, filtered
+    server-side; or just ``instance_ids``, in any state.
 
-    Ids go in a filter rather than ``InstanceIds`` so that one vanished id does not fail the call.
+    Ids go in a filter rather than ``InstanceIds`` so that one vanished id does not fail the call. The
+    sweep asks for running and stopped hosts in one listing and tells them apart itself: one page
+    serves both, where two listings cost a call each even when one of them finds nothing.
     """
     if instance_ids is not None:
         filters = [{"Name": "instance-id", "Values": list(instance_ids)}]
     else:
         filters = [
-            {"Name": "instance-state-name", "Values": ["running"]},
+            {"Name": "instance-state-name", "Values": list(states)},
             {"Name": "instance-type", "Values": accelerator_type_filter(ec2)},
         ]
     pages = ec2.get_paginator("describe_instances").paginate(

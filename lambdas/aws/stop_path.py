@@ -1,6 +1,6 @@
 """The one way parkbrake stops a GPU host, used by the reaper, the deadlines and the ledger's hard limits.
 
-- a stand-alone on-demand host is stopped (``StopInstances``, in batches);
+- a stand-alone on-demand host is stopped (``StopInstances``, every such host in one call);
 - a stand-alone spot host is terminated, or stopped when the policy says so (a one-time spot
   request cannot be stopped);
 - a host in an Auto Scaling group is removed with ``TerminateInstanceInAutoScalingGroup`` and the
@@ -10,8 +10,8 @@
   limiter is shared by the client's threads, so throttling slows them all down together).
 
 One host's error (throttling that outlasted botocore's retries, a missing permission, an instance
-that vanished) is recorded against that host and never stops the others: a failed batch is retried
-host by host so that the error lands on the host it belongs to.
+that vanished) is recorded against that host and never stops the others: a failed call is split in
+halves, and small parts retried host by host, so that the error lands on the host it belongs to.
 """
 
 from __future__ import annotations
@@ -29,8 +29,16 @@ from lambdas.clients import CONCURRENT_CALLS
 log = logging.getLogger(__name__)
 
 SpotAction = Literal["terminate", "stop"]
-# EC2 documents no limit for StopInstances; 100 ids keeps the request small and a failure local.
-BATCH_SIZE = 100
+# How many ids one call takes. EC2 documents no limit on StopInstances' ``InstanceIds`` (the API
+# reference's StopInstances page, and botocore's model: ``InstanceIdStringList`` has no ``max``), so one
+# call stops the whole set, as Cloud Custodian's ``stop`` action sends it (c7n/resources/ec2.py,
+# ``Stop._run_instances_op``). TerminateInstances documents "Up to 1000 instance IDs. We recommend
+# breaking up this request into smaller batches" (botocore's model, TerminateInstancesRequest.InstanceIds).
+STOP_BATCH_SIZE: int | None = None
+TERMINATE_BATCH_SIZE = 1000
+# A failed call is split in halves until this many hosts are left, then retried host by host, so that
+# one vanished host among 10,000 costs a few dozen calls, not 10,000, and the error lands on its host.
+HOST_BY_HOST_BELOW = 16
 # Removals from groups in flight at once: at 16, 10,000 hosts leave their groups in a fraction of the
 # reaper's timeout (docs/guardrails.md, "Removing 10,000 hosts from their groups"); more would only
 # meet Auto Scaling's throttling sooner. The clients' connection pools hold as many connections.
@@ -89,8 +97,18 @@ def stop_hosts(
     def terminate(ids: list[str]) -> None:
         ec2.terminate_instances(InstanceIds=ids)
 
-    _in_batches(to_stop, stop, outcome.stopped, outcome, action="stop", reason=reason)
-    _in_batches(to_terminate, terminate, outcome.terminated, outcome, action="terminate", reason=reason)
+    _in_batches(
+        to_stop, stop, outcome.stopped, outcome, action="stop", reason=reason, batch_size=STOP_BATCH_SIZE
+    )
+    _in_batches(
+        to_terminate,
+        terminate,
+        outcome.terminated,
+        outcome,
+        action="terminate",
+        reason=reason,
+        batch_size=TERMINATE_BATCH_SIZE,
+    )
     remove_from_groups(in_group, autoscaling, outcome, reason=reason)
     return outcome
 
@@ -146,22 +164,41 @@ def _in_batches(
     *,
     action: str,
     reason: str,
-    batch_size: int = BATCH_SIZE,
+    batch_size: int | None,
 ) -> None:
-    for start in range(0, len(ids), batch_size):
-        batch = ids[start : start + batch_size]
-        try:
-            call(batch)
-        except AWS_ERRORS as error:
-            if len(batch) == 1:
-                _record_error(outcome, batch[0], error, action=action)
-                continue
-            # One bad id (or one denied resource) fails the whole call; find out which host it was.
+    """``call`` on ``ids`` in batches of ``batch_size`` (None: all at once); a batch that fails is split."""
+    size = max(batch_size or len(ids), 1)
+    for start in range(0, len(ids), size):
+        _call_or_split(ids[start : start + size], call, done, outcome, action=action, reason=reason)
+
+
+def _call_or_split(
+    batch: list[str],
+    call: Callable[[list[str]], None],
+    done: list[str],
+    outcome: StopOutcome,
+    *,
+    action: str,
+    reason: str,
+) -> None:
+    try:
+        call(batch)
+    except AWS_ERRORS as error:
+        if len(batch) == 1:
+            _record_error(outcome, batch[0], error, action=action)
+            return
+        # One bad id (or one denied resource) fails the whole call; find out which host it was.
+        if len(batch) <= HOST_BY_HOST_BELOW:
             log.warning("%s of %d hosts failed (%s); retrying host by host", action, len(batch), error)
-            _in_batches(batch, call, done, outcome, action=action, reason=reason, batch_size=1)
+            parts = [[instance_id] for instance_id in batch]
         else:
-            log.info("%s %s: %s", action, ", ".join(batch), reason)
-            done.extend(batch)
+            log.warning("%s of %d hosts failed (%s); retrying in halves", action, len(batch), error)
+            parts = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+        for part in parts:
+            _call_or_split(part, call, done, outcome, action=action, reason=reason)
+    else:
+        log.info("%s %s: %s", action, ", ".join(batch), reason)
+        done.extend(batch)
 
 
 def _logged_error(instance_id: str, error: Exception, *, action: str) -> str:

@@ -10,7 +10,7 @@ host and is reported against it. One host's error never stops the others.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -46,13 +46,22 @@ def list_stopped_hosts(ec2: Any, region: str, *, page_size: int = PAGE_SIZE) -> 
         ],
         PaginationConfig={"PageSize": page_size},
     )
-    hosts = [
+    return stopped_managed_hosts(
         Host.from_instance(instance, region)
         for page in pages
         for reservation in page["Reservations"]
         for instance in reservation["Instances"]
+    )
+
+
+def stopped_managed_hosts(hosts: Iterable[Host]) -> list[Host]:
+    """The stopped managed accelerator hosts among ``hosts``: what :func:`list_stopped_hosts` lists, picked
+    out of a listing of several states (the sweep's one listing of running and stopped hosts)."""
+    return [
+        host
+        for host in hosts
+        if host.state == "stopped" and host.managed and is_accelerator(host.instance_type)
     ]
-    return [host for host in hosts if is_accelerator(host.instance_type)]
 
 
 def volumes_by_host(ec2: Any, instance_ids: Sequence[str]) -> dict[str, list[Volume]]:

@@ -19,13 +19,18 @@ from datetime import datetime
 from typing import Any
 
 from guardrails import settings as variables
-from guardrails import tags
 from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.hosts import Host, as_utc
 from guardrails.rules.base import instant
 from guardrails.settings import Settings, SettingsError
-from guardrails.sweep import host_deadline, orphan_reason, owner_stack, policy_from_settings
+from guardrails.sweep import (
+    host_deadline,
+    names_another_stack,
+    orphan_reason,
+    owner_stack,
+    policy_from_settings,
+)
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline, disarm_deadline
 from lambdas.aws.decision_log import DecisionLog
@@ -200,8 +205,7 @@ def _stacks_if_tagged_elsewhere(
     host: Host, settings: Settings, clients: ClientFactory, region: str
 ) -> list[str] | None:
     """The stacks deployed in the region, read only when the host names another stack (is it alive?)."""
-    stack = host.tags.get(tags.STACK, "").strip()
-    if not host.managed or not stack or stack == settings.stack:
+    if not names_another_stack(host, settings.stack):
         return None
     return live_stacks(clients("ssm", region))
 

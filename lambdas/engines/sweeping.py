@@ -24,7 +24,7 @@ from guardrails.rotation import is_serving
 from guardrails.rules.base import SweepPolicy, instant
 from guardrails.settings import Settings
 from guardrails.storage import Storage, storage_of
-from guardrails.sweep import Verdict, judge, owner_stack, policy_from_settings
+from guardrails.sweep import Verdict, judge, names_another_stack, owner_stack, policy_from_settings
 from guardrails.sweep_notice import KIND_OF_RULE, sweep_notices
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline
@@ -35,7 +35,7 @@ from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.notices import Publication, publish_notices
 from lambdas.aws.serving_rotation import RotationOutcome, rotate_serving_hosts
 from lambdas.aws.stop_path import StopOutcome, stop_hosts
-from lambdas.aws.stopped_hosts import Retirement, list_stopped_hosts, retire_hosts, volumes_by_host
+from lambdas.aws.stopped_hosts import Retirement, retire_hosts, stopped_managed_hosts, volumes_by_host
 
 log = logging.getLogger(__name__)
 # What taking a host off the bill may fail at (a host that could not be tagged was not stopped either).
@@ -217,16 +217,26 @@ def plan_sweep(
     stacks_by_region: dict[str, Collection[str] | None] = {}
     plan_storage: dict[str, Storage] = {}
     for region in settings.regions:
+        # A full sweep lists running and stopped hosts at once (one page serves both); asked by id,
+        # it judges those hosts in whatever state they are.
         try:
-            hosts = list_hosts(clients("ec2", region), region, instance_ids=instance_ids, page_size=page_size)
+            listed = list_hosts(
+                clients("ec2", region),
+                region,
+                instance_ids=instance_ids,
+                page_size=page_size,
+                states=("running", "stopped"),
+            )
         except AWS_ERRORS as error:
             log.error("could not list hosts in %s: %s", region, describe_error(error))
             errors.append({"region": region, "action": "list", "error": describe_error(error)})
             continue
-        ec2 = clients("ec2", region)
-        stopped = _stopped_hosts(ec2, region, errors, page_size) if instance_ids is None else []
-        managed = any(host.managed for host in [*hosts, *stopped])
-        stacks = _live_stacks(clients, region, errors) if managed else ()
+        hosts = listed if instance_ids is not None else [host for host in listed if host.state == "running"]
+        stopped = stopped_managed_hosts(listed) if instance_ids is None else []
+        # Which stacks exist matters only for a host that names another stack (is it alive, or an
+        # orphan?): the stack list is read only then, so a sweep of one stack's hosts reads no SSM.
+        named_elsewhere = any(names_another_stack(host, policy.stack) for host in [*hosts, *stopped])
+        stacks = _live_stacks(clients, region, errors) if named_elsewhere else ()
         stacks_by_region[region] = stacks
         for host in hosts:
             found.add(host.instance_id)
@@ -253,15 +263,6 @@ def plan_sweep(
     return SweepPlan(verdicts, errors, ids, stacks_by_region, plan_storage)
 
 
-def _stopped_hosts(ec2: Any, region: str, errors: list[dict[str, str]], page_size: int) -> list[Host]:
-    try:
-        return list_stopped_hosts(ec2, region, page_size=page_size)
-    except AWS_ERRORS as error:
-        log.error("could not list stopped hosts in %s: %s", region, describe_error(error))
-        errors.append({"region": region, "action": "list-stopped", "error": describe_error(error)})
-        return []
-
-
 def _judge_stopped(
     ec2: Any,
     region: str,
@@ -274,15 +275,15 @@ def _judge_stopped(
     stacks: Collection[str] | None,
 ) -> list[Verdict]:
     """This stack's managed hosts stopped too long (or since a time EC2 does not say), with their
-    volumes' monthly cost; stopped hosts within the retention are not part of the sweep's report."""
+    volumes' monthly cost; stopped hosts within the retention are not part of the sweep's report.
+
+    ``stopped`` is the sweep's own listing of the region's stopped managed hosts, never listed again."""
+    hosts = [host for host in stopped if owner_stack(host, policy, stacks) is None]
+    reported = [host for host in hosts if judge(host, policy, now, live_stacks=stacks).findings]
     try:
-        hosts = [
-            host for host in list_stopped_hosts(ec2, region) if owner_stack(host, policy, stacks) is None
-        ]
-        reported = [host for host in hosts if judge(host, policy, now, live_stacks=stacks).findings]
         volumes = volumes_by_host(ec2, [host.instance_id for host in reported]) if reported else {}
     except AWS_ERRORS as error:
-        log.error("could not list stopped hosts in %s: %s", region, describe_error(error))
+        log.error("could not list the stopped hosts' volumes in %s: %s", region, describe_error(error))
         errors.append({"region": region, "action": "list-stopped", "error": describe_error(error)})
         return []
     prices = load_price_table()

@@ -21,7 +21,7 @@ from guardrail_fleet import (
 )
 
 from guardrails.hosts import Host
-from lambdas.aws.stop_path import BATCH_SIZE, GROUP_REMOVAL_WORKERS, stop_hosts
+from lambdas.aws.stop_path import GROUP_REMOVAL_WORKERS, stop_hosts
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def hosts_of(ec2: Any, instance_ids: list[str]) -> list[Host]:
 def test_each_kind_of_host_leaves_the_bill_its_own_way(proxy: FaultProxy) -> None:
     clients = client_factory(proxy.url)
     ec2, autoscaling = clients("ec2", REGION), clients("autoscaling", REGION)
-    alone = launch(ec2, "g5.xlarge", managed_tags(), count=BATCH_SIZE + 20)
+    alone = launch(ec2, "g5.xlarge", managed_tags(), count=120)
     spot = launch(ec2, "g5.xlarge", managed_tags(), spot=True)
     group = create_pool(autoscaling, ec2, pool="training", desired=2)
     grouped = group_instances(autoscaling, group)
@@ -53,12 +53,37 @@ def test_each_kind_of_host_leaves_the_bill_its_own_way(proxy: FaultProxy) -> Non
         grouped,
     )
     assert outcome.errors == []
-    assert proxy.calls["StopInstances"] == 2  # 120 hosts, batches of 100
+    assert proxy.calls["StopInstances"] == 1  # 120 hosts, one call (EC2 documents no limit)
     assert proxy.calls["TerminateInstances"] == 1
     assert proxy.calls["TerminateInstanceInAutoScalingGroup"] == 2
     assert set(states(ec2, alone).values()) == {"stopped"}
     assert group_of(autoscaling, group)["DesiredCapacity"] == 0
     assert outcome.action_of(spot[0]) == "terminate"
+
+
+def test_one_vanished_host_among_many_is_found_by_halves_not_host_by_host(proxy: FaultProxy) -> None:
+    """The whole set goes in one call; when it fails, halves find the bad host in a few calls and every
+    other host is stopped."""
+    clients = client_factory(proxy.url)
+    ec2, autoscaling = clients("ec2", REGION), clients("autoscaling", REGION)
+    alone = launch(ec2, "g5.xlarge", managed_tags(), count=64)
+    hosts = hosts_of(ec2, alone)
+    gone = alone[37]
+    proxy.clear()
+    proxy.fail(
+        "StopInstances",
+        "InvalidInstanceID.NotFound",
+        f"The instance ID '{gone}' does not exist",
+        matches=lambda request: gone in request.text,
+    )
+
+    outcome = stop_hosts(hosts, reason="test", ec2=ec2, autoscaling=autoscaling)
+
+    assert [(error["instance_id"], error["action"]) for error in outcome.errors] == [(gone, "stop")]
+    assert sorted(outcome.stopped) == sorted(set(alone) - {gone})
+    # 64 -> 32 + 32 -> 16 + 16 (the bad half) -> 16 hosts one by one: 1 + 2 + 2 + 16 calls, not 1 + 64.
+    assert proxy.calls["StopInstances"] == 21
+    assert set(states(ec2, [i for i in alone if i != gone]).values()) == {"stopped"}
 
 
 def test_dry_run_calls_nothing(proxy: FaultProxy) -> None:
