@@ -12,6 +12,7 @@ import os
 import shlex
 import signal
 import time
+from pathlib import Path
 
 import click
 
@@ -77,10 +78,16 @@ def wait_for_a_stop_signal(server: ThrowawayServer) -> None:
 
 
 def _running(pid: int) -> bool:
+    """Whether ``pid`` runs: it exists and is no zombie (a stopped postmaster is reparented to pid 1,
+    which in a container may reap it late, and ``kill(pid, 0)`` still finds a zombie)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # it runs as another user (pgserver's, when started by root): alive
+        pass
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):  # no /proc (macOS): kill's answer stands
         return True
-    return True
+    return state not in {"Z", "X"}
