@@ -2,6 +2,7 @@
 
 Shared by ``park --now``/``unpark --now``, ``status``, ``reap`` and ``schedule list``; every listing is
 paginated or batched to the API's own limit, so the number of calls grows with pages, not with resources.
+A stack's ECS services are listed by ``cli/oncall/ecs.py`` (``cluster_services``), the home of every ECS call.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from guardrails import names, tags
 from guardrails.errors import InputError
 
 ECS_DESIRED_COUNT = "ecs:service:DesiredCount"
-DESCRIBE_SERVICES_LIMIT = 10
 DESCRIBE_SCALABLE_TARGETS_LIMIT = 50
 
 
@@ -26,24 +26,6 @@ def managed_groups(autoscaling: Any, stack: str) -> Iterator[dict[str, Any]]:
     ]
     for page in autoscaling.get_paginator("describe_auto_scaling_groups").paginate(Filters=filters):
         yield from page["AutoScalingGroups"]
-
-
-def cluster_services(ecs: Any, cluster: str) -> list[dict[str, Any]]:
-    """The ACTIVE services of ``cluster`` with their tags; none when the cluster does not exist."""
-    try:
-        arns = [
-            arn
-            for page in ecs.get_paginator("list_services").paginate(cluster=cluster)
-            for arn in page["serviceArns"]
-        ]
-    except ecs.exceptions.ClusterNotFoundException:
-        return []
-    services: list[dict[str, Any]] = []
-    for start in range(0, len(arns), DESCRIBE_SERVICES_LIMIT):
-        batch = arns[start : start + DESCRIBE_SERVICES_LIMIT]
-        described = ecs.describe_services(cluster=cluster, services=batch, include=["TAGS"])["services"]
-        services.extend(service for service in described if service.get("status") == "ACTIVE")
-    return sorted(services, key=lambda service: service["serviceName"])
 
 
 def service_resource_id(cluster: str, service_name: str) -> str:

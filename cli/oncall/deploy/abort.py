@@ -14,9 +14,9 @@ from datetime import timedelta
 from typing import Any
 
 from cli.oncall.deploy.colour_retreat import FULL_WEIGHT, Retreat
-from cli.oncall.deploy.ecs import describe_service
 from cli.oncall.deploy.elb import colour_weights
 from cli.oncall.deploy.runtime import ServiceAt
+from cli.oncall.ecs import describe_service
 from guardrails import names
 from guardrails.errors import ParkbrakeError
 from guardrails.plurals import counted

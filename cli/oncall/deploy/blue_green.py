@@ -17,7 +17,7 @@ traffic to the old colour, the new colour to zero, the surge host removed. Verif
 the old colour still has its tasks, so a failed verify is as cheap to undo as a failed health check.
 Each phase's step is a module of its own: ``start`` (READY), ``canary`` (STARTING and CANARY),
 ``retire`` (SHIFTED), ``finish`` (DONE), ``rollback`` (FOREIGN, and any failure); they call ECS
-through ``ecs`` and the load balancer through ``elb`` alone. This module observes, classifies and
+through ``cli.oncall.ecs`` and the load balancer through ``elb`` alone. This module observes, classifies and
 calls the step; the walk of the revision from the command to its first ECS write goes down through
 it once (``tests/cli/oncall/deploy/test_deploy_walk.py``).
 """
@@ -30,7 +30,6 @@ from cli.oncall.deploy.canary import send_canary, shift_all_traffic
 from cli.oncall.deploy.colour_health import ColourHealth, DeployFailure
 from cli.oncall.deploy.colour_retreat import Retreat
 from cli.oncall.deploy.deploy_run import DeployRun
-from cli.oncall.deploy.ecs import describe_service
 from cli.oncall.deploy.elb import colour_weights
 from cli.oncall.deploy.finish import finish
 from cli.oncall.deploy.lease import LeaseLost
@@ -47,6 +46,7 @@ from cli.oncall.deploy.retire import retire_old_colour
 from cli.oncall.deploy.rollback import clear_foreign, roll_back
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.start import start_new_colour
+from cli.oncall.ecs import describe_service
 from guardrails import names
 from guardrails.durations import format_duration
 from guardrails.errors import ParkbrakeError

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from cli.oncall.deploy.ecs import TaskDefinitionFacts, describe_service, task_definition_facts
 from cli.oncall.deploy.elb import healthy_targets
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.surge_host import POLL_SECONDS
+from cli.oncall.ecs import TaskDefinitionFacts, describe_service, task_definition_facts
 from guardrails.durations import format_duration
 from guardrails.plurals import counted
 

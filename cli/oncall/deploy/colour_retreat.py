@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from cli.oncall.deploy.ecs import container_hosts, describe_service, scale_service_to_zero
 from cli.oncall.deploy.elb import set_colour_weights
 from cli.oncall.deploy.lease import LeaseLost
 from cli.oncall.deploy.runtime import ServiceAt
 from cli.oncall.deploy.surge_host import SurgeHost
+from cli.oncall.ecs import container_hosts, describe_service, scale_service_to_zero
 
 FULL_WEIGHT = 100
 

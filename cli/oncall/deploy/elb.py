@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from cli.oncall.deploy.ecs import existing_services, list_service_names
+from cli.oncall.ecs import existing_services, list_service_names
 from guardrails import names
 from guardrails.errors import InputError, ParkbrakeError
 

@@ -13,7 +13,6 @@ from datetime import timedelta
 
 from cli.oncall.deploy.abort import AbortResult, abort_deploy
 from cli.oncall.deploy.blue_green import BlueGreenDeploy
-from cli.oncall.deploy.ecs import TaskDefinitionFacts
 from cli.oncall.deploy.elb import colour_weights
 from cli.oncall.deploy.lease import held
 from cli.oncall.deploy.lease_guard import service_lease, under_lease
@@ -22,6 +21,7 @@ from cli.oncall.deploy.revision_checks import primary_facts
 from cli.oncall.deploy.revisions import resolve_image, revision_text
 from cli.oncall.deploy.runtime import DeployProgress, Runtime, ServiceAt
 from cli.oncall.deploy.verified_revisions import VerifiedRevision, previous_verified
+from cli.oncall.ecs import TaskDefinitionFacts
 from guardrails.errors import ParkbrakeError
 
 Confirm = Callable[[str], None]

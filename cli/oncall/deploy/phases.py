@@ -14,10 +14,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from cli.oncall.deploy.ecs import Rollout, TaskDefinitionFacts
 from cli.oncall.deploy.revision_checks import RevisionReport
 from cli.oncall.deploy.revisions import ResolvedImage
 from cli.oncall.deploy.surge_host import SurgeMark
+from cli.oncall.ecs import Rollout, TaskDefinitionFacts
 from cli.oncall.stack_file import ConfigEdit, read_config_value
 from guardrails import names
 from guardrails.errors import InputError, ParkbrakeError

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from cli.oncall.deploy.colour_health import DeployFailure
 from cli.oncall.deploy.deploy_run import DeployRun
-from cli.oncall.deploy.ecs import scale_service_to_zero
 from cli.oncall.deploy.elb import deregistration_delay
 from cli.oncall.deploy.phases import Observation, Situation
 from cli.oncall.deploy.surge_host import POLL_SECONDS
 from cli.oncall.deploy.verification import verify_colour
+from cli.oncall.ecs import scale_service_to_zero
 from guardrails.plurals import counted
 
 

@@ -4,7 +4,7 @@ A service runs revision SHA when its PRIMARY deployment has COMPLETED on a task 
 SHA and pinned to an image digest, no other deployment still runs tasks, every running task runs that
 task definition, and no listener route sends any traffic to a colour running something else (and,
 where asked, the service's ``/version`` answers SHA). Why a COMPLETED rollout alone proves nothing is
-told in ``cli/oncall/deploy/ecs.py``.
+told in ``cli/oncall/ecs.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cli.oncall.deploy.ecs import (
+from cli.oncall.deploy.elb import Route, Topology, colour_traffic, find_topology, routes_to
+from cli.oncall.deploy.revisions import ImageReference
+from cli.oncall.ecs import (
     Deployment,
     Rollout,
     RolloutSource,
@@ -23,7 +25,6 @@ from cli.oncall.deploy.ecs import (
     describe_service,
     task_definition_facts,
 )
-from cli.oncall.deploy.elb import Route, Topology, colour_traffic, find_topology, routes_to
 from guardrails import names, tags
 from guardrails.plurals import counted
 
@@ -162,7 +163,8 @@ def _digest_check(
     reported = {
         digest for task in rollout.tasks if task.task_definition == facts.arn for digest in task.image_digests
     }
-    running = facts.digest or (next(iter(reported)) if len(reported) == 1 else None)
+    image = ImageReference.parse(facts.image)
+    running = image.digest or (next(iter(reported)) if len(reported) == 1 else None)
     if running is None:
         return Check(
             name, service, False, f"{facts.image} is not pinned to a digest; what runs cannot be proven"
@@ -174,7 +176,7 @@ def _digest_check(
         return Check(
             name, service, False, f"{facts.name} pins {running}, but tasks report {', '.join(strays)}"
         )
-    return Check(name, service, True, f"{facts.name} runs {facts.repository_at(running)}")
+    return Check(name, service, True, f"{facts.name} runs {image.repository}@{running}")
 
 
 def _other_deployments_check(service: str, rollout: Rollout) -> Check:

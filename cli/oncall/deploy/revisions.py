@@ -1,7 +1,7 @@
 """A deploy's revision and image: the revision text checked, the image pinned to its digest.
 
 The one AWS call here is ECR's (a tag resolved to its digest, in the image's own region); what ECS
-reports about revisions is ``ecs.py``'s.
+reports about revisions is ``cli/oncall/ecs.py``'s.
 """
 
 from __future__ import annotations

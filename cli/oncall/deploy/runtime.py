@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cli.oncall.deploy.ecs import RolloutSource
 from cli.oncall.deploy.elb import Topology, find_topology
 from cli.oncall.deploy.phases import DeployTarget
+from cli.oncall.ecs import RolloutSource
 from guardrails.clock import Clock
 from guardrails.errors import ParkbrakeError
 
@@ -46,7 +46,7 @@ class Runtime:
 
     @classmethod
     def from_environment(cls) -> Runtime:
-        from cli.oncall.deploy.ecs import EcsRolloutSource
+        from cli.oncall.ecs import EcsRolloutSource
         from guardrails.clock import SystemClock
 
         clients = AwsClients.from_environment()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from cli.oncall.deploy.deploy_run import DeployRun
-from cli.oncall.deploy.ecs import register_pinned, start_service
 from cli.oncall.deploy.phases import Observation, Situation
+from cli.oncall.deploy.task_definition_copy import pinned_definition
+from cli.oncall.ecs import describe_task_definition, register_task_definition, start_service
 from guardrails import names
 from guardrails.errors import ParkbrakeError
 from guardrails.plurals import counted
@@ -19,9 +20,14 @@ def start_new_colour(run: DeployRun, observation: Observation, situation: Situat
             f"{at.target.autoscaling_group} is at its max ({surge.maximum}), so no host can be added "
             f"for the new colour; raise pools.{at.target.pool}.max"
         )
-    definition, name = register_pinned(
-        at.clients.ecs, live.task_definition, request.image.image, request.revision
+    serving = live.task_definition
+    copy = pinned_definition(
+        describe_task_definition(at.clients.ecs, serving.arn),
+        serving.container,
+        request.image.image,
+        request.revision,
     )
+    definition, name = register_task_definition(at.clients.ecs, copy)
     at.progress.step(f"Registered {name}: {request.image.image}")
     run.result.task_definition = definition
     run.retreat.surge.add(surge)

@@ -1,6 +1,6 @@
 """The task definition a deploy registers: a copy of the serving one, pinned to the image's digest
-and labelled with the revision (Docker label, environment variable, tag). Pure: ``ecs.py`` reads the
-serving one and registers the copy."""
+and labelled with the revision (Docker label, environment variable, tag). Pure: ``start.py`` reads the
+serving one and registers the copy, both through ``cli/oncall/ecs.py``."""
 
 from __future__ import annotations
 

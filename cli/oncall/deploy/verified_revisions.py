@@ -11,15 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from cli.oncall.deploy.ecs import (
+from cli.oncall.deploy.runtime import ServiceAt
+from cli.oncall.ecs import (
     TaskDefinitionFacts,
     describe_service,
     describe_task_definition,
     family_task_definitions,
-    tag_task_definition,
+    tag_resource,
     task_definition_facts,
 )
-from cli.oncall.deploy.runtime import ServiceAt
 from guardrails import tags
 
 
@@ -31,7 +31,7 @@ class VerifiedRevision:
 
 def mark_verified(at: ServiceAt, colour: str, when: datetime) -> None:
     arn = describe_service(at.clients.ecs, at.target.cluster, at.service(colour))["taskDefinition"]
-    tag_task_definition(at.clients.ecs, arn, tags.VERIFIED, when.isoformat())
+    tag_resource(at.clients.ecs, arn, tags.VERIFIED, when.isoformat())
 
 
 def previous_verified(at: ServiceAt, serving: TaskDefinitionFacts) -> VerifiedRevision | None:

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from cli.oncall.concurrently import side_by_side
-from cli.oncall.deploy.ecs import describe_task_definition
+from cli.oncall.ecs import cluster_services, describe_task_definition
 from cli.oncall.fleet.alarms import AlarmTopic, RegionAlarmTopics
 from cli.oncall.fleet.capacity import GroupStatus, groups_of, service_traffic
 from cli.oncall.fleet.stopped import StoppedHost, stopped_too_long_in
 from cli.oncall.nightly.schedules import Schedule, closed_days_of, list_schedules
 from cli.oncall.park.records import ParkRecord
-from cli.oncall.stack_inventory import cluster_services, ecs_tags, park_parameter_value, unknown_stack
+from cli.oncall.stack_inventory import ecs_tags, park_parameter_value, unknown_stack
 from guardrails import names, tags
 from guardrails.closed_days import ClosedDays
 from guardrails.deadlines import Deadline

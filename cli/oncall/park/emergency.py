@@ -22,6 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from cli.oncall.ecs import cluster_services, set_desired_count, tag_resource, untag_resource
 from cli.oncall.nightly.schedules import Schedule, list_schedules, set_state
 from cli.oncall.park.actions import (
     ClusterBrake,
@@ -34,7 +35,6 @@ from cli.oncall.park.actions import (
 from cli.oncall.park.records import ParkedBy, decode_record, encode_record
 from cli.oncall.stack_inventory import (
     ECS_DESIRED_COUNT,
-    cluster_services,
     ecs_tags,
     managed_groups,
     park_parameter_value,
@@ -434,13 +434,7 @@ def _park_service(run: Run, service: dict[str, Any], target: dict[str, Any] | No
 
     def operation() -> None:
         unrecorded = (
-            None
-            if recorded
-            else write_record(
-                lambda: ecs.tag_resource(
-                    resourceArn=arn, tags=[{"key": tags.PARKED_CAPACITY, "value": record}]
-                )
-            )
+            None if recorded else write_record(lambda: tag_resource(ecs, arn, tags.PARKED_CAPACITY, record))
         )
         if scaling_min:  # first, or Application Auto Scaling would put the tasks straight back
             scaling.register_scalable_target(
@@ -450,7 +444,7 @@ def _park_service(run: Run, service: dict[str, Any], target: dict[str, Any] | No
                 MinCapacity=0,
             )
         if desired:
-            ecs.update_service(cluster=names.ecs_cluster(run.stack), service=name, desiredCount=0)
+            set_desired_count(ecs, names.ecs_cluster(run.stack), name, 0)
         if unrecorded:
             raise PartlyDone(f"scaled to 0, but could not record {record} ({unrecorded}); restore it by hand")
 
@@ -487,9 +481,7 @@ def _unpark_service(run: Run, service: dict[str, Any], target: dict[str, Any] | 
                 ScalableDimension=ECS_DESIRED_COUNT,
                 MinCapacity=int(scaling_min),
             )
-        ecs.update_service(
-            cluster=names.ecs_cluster(run.stack), service=name, desiredCount=int(record["desired"])
-        )
-        ecs.untag_resource(resourceArn=arn, tagKeys=[tags.PARKED_CAPACITY])
+        set_desired_count(ecs, names.ecs_cluster(run.stack), name, int(record["desired"]))
+        untag_resource(ecs, arn, tags.PARKED_CAPACITY)
 
     run.attempt("ecs-service", name, change, operation)

@@ -32,15 +32,16 @@ from typing import Any
 
 import boto3
 
-from cli.oncall.deploy.ecs import (
+from cli.oncall.deploy.revisions import ImageReference
+from cli.oncall.deploy.runtime import AwsClients, Runtime
+from cli.oncall.deploy.surge_host import SURGE_TAG
+from cli.oncall.ecs import (
     Deployment,
     Rollout,
     RunningTask,
     TaskDefinitionFacts,
     task_definition_facts,
 )
-from cli.oncall.deploy.runtime import AwsClients, Runtime
-from cli.oncall.deploy.surge_host import SURGE_TAG
 from guardrails import names, tags
 from tests.cli.oncall.ops_fleet import demo_fleet
 from tests.conftest import REPO_ROOT, TEST_REGION
@@ -429,7 +430,7 @@ class SimulatedScheduler:
         run.tasks = keep
         busy = {target["Id"] for other in self.runs.values() for target in other.targets.values()}
         free = [host for host in hosts if host not in busy]
-        digest = self._definition(task_definition).digest
+        digest = ImageReference.parse(self._definition(task_definition).image).digest
         started = []
         for host in free[: wanted - len(keep)]:
             arn = f"arn:aws:ecs:{TEST_REGION}:{ACCOUNT}:task/{self.fleet.cluster}/{next(self._ids):032x}"

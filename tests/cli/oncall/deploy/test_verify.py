@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import parkbrake
-from cli.oncall.deploy.ecs import EcsRolloutSource
 from cli.oncall.deploy.revision_checks import RevisionReport, check_service, verify_revision
 from cli.oncall.deploy.revisions import ImageReference
 from cli.oncall.deploy.runtime import Runtime
+from cli.oncall.ecs import EcsRolloutSource
 from guardrails.errors import InputError
 from tests.cli.oncall.deploy.inference_fleet import (
     NEW_REVISION,

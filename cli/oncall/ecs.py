@@ -1,4 +1,8 @@
-"""Every ECS call of a deploy, a rollback, an abort and ``verify``: what ECS reports, and what they change.
+"""Every ECS call of ``cli/``: what ECS reports, and what a deploy, a rollback, an abort, ``verify``,
+``status`` and ``park --now``/``unpark --now`` change.
+
+It sits beside the engines, not inside one, so that every engine and shared helper may call it
+(import-linter keeps ``park`` and ``stack_inventory.py`` off the deploy engine); it imports no engine.
 
 What ECS's scheduler has done (deployments, running tasks) is read through :class:`RolloutSource`;
 :class:`EcsRolloutSource` is the real one. moto does not run an ECS scheduler, so tests supply their
@@ -10,7 +14,7 @@ boto's ``services_stable`` waiter passes. So the checks (``revision_checks.py``)
 PRIMARY deployment runs, and a deploy also compares the PRIMARY deployment's id with the one its own
 update created.
 
-No other module of the deploy calls ECS; ``tests/test_aws_conversations.py`` fails naming any that does.
+No other module calls ECS; ``tests/test_aws_conversations.py`` fails naming any that does.
 """
 
 from __future__ import annotations
@@ -19,14 +23,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cli.oncall.deploy.revisions import ImageReference
-from cli.oncall.deploy.task_definition_copy import pinned_definition
 from guardrails import names, tags
 from guardrails.errors import InputError, ParkbrakeError
 
 # Words ECS puts in a rollout reason or event when the circuit breaker reverts a deployment.
 ROLLBACK_WORDS = ("circuit breaker", "rolling back", "rolled back", "rollback")
 ECS_DESCRIBE_TASKS_LIMIT = 100
+ECS_DESCRIBE_SERVICES_LIMIT = 10
 
 
 # -- What ECS reports ------------------------------------------------------------------------------
@@ -144,13 +147,6 @@ class TaskDefinitionFacts:
     revision_label: str | None
     revision_tag: str | None
 
-    @property
-    def digest(self) -> str | None:
-        return ImageReference.parse(self.image).digest
-
-    def repository_at(self, digest: str) -> str:
-        return f"{ImageReference.parse(self.image).repository}@{digest}"
-
 
 def task_definition_facts(ecs: Any, arn: str, container: str | None = None) -> TaskDefinitionFacts:
     """The serving container's image and the revision records of the task definition ``arn``."""
@@ -216,14 +212,28 @@ def list_service_names(ecs: Any, cluster: str) -> list[str]:
     return [arn.rsplit("/", 1)[-1] for page in pages for arn in page["serviceArns"]]
 
 
+def cluster_services(ecs: Any, cluster: str) -> list[dict[str, Any]]:
+    """The ACTIVE services of ``cluster`` with their tags, by name; none when the cluster does not
+    exist (``status``, ``park --now`` and ``unpark --now``)."""
+    try:
+        service_names = list_service_names(ecs, cluster)
+    except ecs.exceptions.ClusterNotFoundException:
+        return []
+    services: list[dict[str, Any]] = []
+    for start in range(0, len(service_names), ECS_DESCRIBE_SERVICES_LIMIT):
+        batch = service_names[start : start + ECS_DESCRIBE_SERVICES_LIMIT]
+        described = ecs.describe_services(cluster=cluster, services=batch, include=["TAGS"])["services"]
+        services.extend(service for service in described if service.get("status") == "ACTIVE")
+    return sorted(services, key=lambda service: service["serviceName"])
+
+
 # -- What a deploy changes ---------------------------------------------------------------------------
 
 
-def register_pinned(ecs: Any, serving: TaskDefinitionFacts, image: str, revision: str) -> tuple[str, str]:
-    """Register the serving task definition's pinned copy (``task_definition_copy.py``); its ARN and
-    ``family:revision``."""
-    copy = pinned_definition(describe_task_definition(ecs, serving.arn), serving.container, image, revision)
-    registered = ecs.register_task_definition(**copy)["taskDefinition"]
+def register_task_definition(ecs: Any, definition: Mapping[str, Any]) -> tuple[str, str]:
+    """Register ``definition`` (RegisterTaskDefinition's arguments: a deploy's pinned copy, made by
+    ``deploy/task_definition_copy.py``); its ARN and ``family:revision``."""
+    registered = ecs.register_task_definition(**definition)["taskDefinition"]
     return str(registered["taskDefinitionArn"]), f"{registered['family']}:{registered['revision']}"
 
 
@@ -245,7 +255,12 @@ def start_service(
 
 
 def scale_service_to_zero(ecs: Any, cluster: str, service: str) -> None:
-    ecs.update_service(cluster=cluster, service=service, desiredCount=0)
+    set_desired_count(ecs, cluster, service, 0)
+
+
+def set_desired_count(ecs: Any, cluster: str, service: str, desired: int) -> None:
+    """The service's desired task count, and nothing else (``park --now`` and ``unpark --now``)."""
+    ecs.update_service(cluster=cluster, service=service, desiredCount=desired)
 
 
 def container_hosts(ecs: Any, cluster: str, container_instances: set[str]) -> set[str]:
@@ -258,5 +273,10 @@ def container_hosts(ecs: Any, cluster: str, container_instances: set[str]) -> se
     return {item["ec2InstanceId"] for item in described}
 
 
-def tag_task_definition(ecs: Any, arn: str, key: str, value: str) -> None:
+def tag_resource(ecs: Any, arn: str, key: str, value: str) -> None:
+    """One tag on an ECS resource (a task definition's verified mark, a parked service's record)."""
     ecs.tag_resource(resourceArn=arn, tags=[{"key": key, "value": value}])
+
+
+def untag_resource(ecs: Any, arn: str, key: str) -> None:
+    ecs.untag_resource(resourceArn=arn, tagKeys=[key])
