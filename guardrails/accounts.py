@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from guardrails.errors import InputError
+from guardrails.errors import InputError, Problem, ProblemsError
 
 UPSTREAM = "cloud-custodian tools/c7n_org/c7n_org/cli.py at df800e9e94d0860e0d8fbfebd9bc5b9b2d50367d"
 ACCOUNT_ID = re.compile(r"[0-9]{12}")
@@ -62,24 +62,11 @@ class Account:
     extra: Mapping[str, Any] = field(default_factory=dict)  # other keys c7n-org allows; unread
 
 
-@dataclass(frozen=True)
-class AccountProblem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+AccountProblem = Problem  # one thing wrong in an account list, at its path
 
 
-class AccountListError(InputError):
+class AccountListError(ProblemsError):
     """An account list with one or more problems, each with its path in the YAML."""
-
-    def __init__(self, source: str, problems: Sequence[AccountProblem]) -> None:
-        self.source = source
-        self.problems = list(problems)
-        count = f"{len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"
-        lines = "\n".join(f"  {problem}" for problem in self.problems)
-        super().__init__(f"{source} has {count}:\n{lines}")
 
 
 def load_accounts(text: str, source: str = "accounts file") -> tuple[Account, ...]:

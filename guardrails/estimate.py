@@ -30,6 +30,7 @@ from typing import Any, Protocol
 
 from guardrails import tags
 from guardrails.durations import DurationError, format_duration, parse_duration
+from guardrails.plurals import counted
 from guardrails.pricing import HOURS_PER_MONTH, PriceTable, load_price_table
 from guardrails.schedules import eventbridge_cron_to_five_fields
 from guardrails.settings_table import DATABASE_SECRET_ARN, DATABASE_URL
@@ -294,7 +295,7 @@ def _fargate_items(resources: list[ResourceLike], prices: PriceTable, region: st
             "service",
             per_task * desired * HOURS_PER_MONTH,
             per_task * most * HOURS_PER_MONTH,
-            f"{desired} Fargate task(s) (up to {most}) × {vcpus.normalize()} vCPU, {memory_gb.normalize()} GB",
+            f"{counted(desired, 'Fargate task')} (up to {most}) × {vcpus.normalize()} vCPU, {memory_gb.normalize()} GB",
         )
 
 
@@ -403,7 +404,7 @@ def _aurora_items(resources: list[ResourceLike], prices: PriceTable, region: str
             "database",
             floor * count * acu_hour * HOURS_PER_MONTH + storage,
             high * count * acu_hour * HOURS_PER_MONTH + storage,
-            f"Aurora Serverless v2, {count} instance(s), {how}; {storage_gb} GB stored",
+            f"Aurora Serverless v2, {counted(count, 'instance')}, {how}; {storage_gb} GB stored",
         )
 
 
@@ -448,19 +449,23 @@ def _monthly_fee_items(resources: list[ResourceLike], prices: PriceTable, region
     )
     if secrets:
         monthly = prices.service("secret_month", region) * secrets
-        yield _item("secrets", "security", monthly, monthly, f"{secrets} Secrets Manager secret(s)")
+        yield _item("secrets", "security", monthly, monthly, f"{counted(secrets, 'Secrets Manager secret')}")
     for acl in _of_type(resources, "aws:wafv2/webAcl:WebAcl"):
         rules = len(acl.inputs.get("rules") or [])
         monthly = prices.service("waf_web_acl_month", region) + rules * prices.service(
             "waf_rule_month", region
         )
         yield _item(
-            acl.name, "security", monthly, monthly, f"WAF web ACL with {rules} rule(s), requests not priced"
+            acl.name,
+            "security",
+            monthly,
+            monthly,
+            f"WAF web ACL with {counted(rules, 'rule')}, requests not priced",
         )
     alarms = sum(1 for _ in _of_type(resources, "aws:cloudwatch/metricAlarm:MetricAlarm"))
     if alarms:
         monthly = prices.service("cloudwatch_alarm_month", region) * alarms
-        yield _item("alarms", "monitoring", monthly, monthly, f"{alarms} CloudWatch alarm(s)")
+        yield _item("alarms", "monitoring", monthly, monthly, f"{counted(alarms, 'CloudWatch alarm')}")
 
 
 def estimate_monthly_cost(

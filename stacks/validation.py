@@ -13,31 +13,18 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from guardrails.durations import DEFAULT_CEILING, DurationError, parse_duration
-from guardrails.errors import InputError
+from guardrails.errors import Problem, ProblemsError
 
 T = TypeVar("T")
 _MISSING: Any = object()
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9-]{0,30}")
 
 
-@dataclass(frozen=True)
-class ConfigProblem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
+ConfigProblem = Problem  # one thing wrong in a stack config, at its path
 
 
-class ConfigError(InputError):
+class ConfigError(ProblemsError):
     """A stack config with one or more problems, each with its path in the YAML."""
-
-    def __init__(self, source: str, problems: list[ConfigProblem]) -> None:
-        self.source = source
-        self.problems = problems
-        lines = "\n".join(f"  {problem}" for problem in problems)
-        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-        super().__init__(f"{source} has {count}:\n{lines}")
 
 
 @dataclass
