@@ -73,18 +73,12 @@ def figures(samples: list[float]) -> dict[str, float]:
 
 def cli_report(store: LedgerStore, tenants: list[str], *, output: str) -> str:
     """What ``parkbrake ledger report --month OPEN_AFTER [--tenant T] --format OUTPUT`` computes and renders."""
-    from cli.usage.closes import month_bounds, with_closes
-    from cli.usage.invoices import report_window, tenant_invoices, usage_report
+    from cli.usage.invoices import report_invoices
     from guardrails.focus import invoices_focus
     from guardrails.invoice import invoices_markdown
 
-    start, end, month_end = report_window(NOW, since=None, until=None, month=OPEN_AFTER, zone="UTC")
-    start, end = month_bounds(store, tenants, OPEN_AFTER, (start, end))
-    reports = usage_report(store, now=NOW, since=start, until=end, tenants=tenants)
-    invoices = tenant_invoices(store, now=NOW, since=start, until=end, month_end=month_end, tenants=tenants)
-    invoices, reports = with_closes(
-        store, invoices, reports, tenants=tenants, period=OPEN_AFTER, window=(start, end), now=NOW
-    )
+    window = {"since": None, "until": None, "month": OPEN_AFTER, "zone": None}  # as the flags give it
+    invoices, _ = report_invoices(store, tenants, window=window, now=NOW)
     return invoices_focus(invoices) if output == "focus" else invoices_markdown(invoices)
 
 
