@@ -116,14 +116,7 @@ def storage_floor(
         for i in intervals_from(transitions)
     ]  # fmt: skip
     with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(FLOOR_TABLES)
-        connection.execute("TRUNCATE floor_events, floor_intervals")
-        # With the sort key events store beside each row (its time in ms, its state's rank).
-        ranks: dict[str, int] = dict(
-            connection.execute(
-                "SELECT s, ledger_state_rank(s) FROM unnest(%s::text[]) AS s", [list(STATES)]
-            ).fetchall()
-        )
+        ranks = empty_floor_tables(connection)
         rows = [
             (*row, t.at_ms, ranks[t.state])
             for row, t in zip(ceiling_rows(transitions, received_at), transitions, strict=True)
@@ -146,6 +139,18 @@ def storage_floor(
         )
         inserting = time.perf_counter() - started
     return StorageFloor(len(transitions) / copying, len(transitions) / (copying + inserting))
+
+
+def empty_floor_tables(connection: psycopg.Connection[Any]) -> dict[str, int]:
+    """The floor's copies of ``events`` and ``intervals``, made and emptied; and each state's rank, the
+    sort key events store beside each row (with its time in ms)."""
+    connection.execute(FLOOR_TABLES)
+    connection.execute("TRUNCATE floor_events, floor_intervals")
+    return dict(
+        connection.execute(
+            "SELECT s, ledger_state_rank(s) FROM unnest(%s::text[]) AS s", [list(STATES)]
+        ).fetchall()
+    )
 
 
 # One statement per event, so one round trip and one commit, as the meter's own call: the event
@@ -173,13 +178,7 @@ def meter_floor_rows_per_second(url: str, transitions: list[Transition], receive
     event into a copy of ``events`` (its keys, indexes, checks) and its interval opened or closed in
     a copy of ``intervals`` (its keys and generated column), nothing derived, no rollups."""
     with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(FLOOR_TABLES)
-        connection.execute("TRUNCATE floor_events, floor_intervals")
-        ranks: dict[str, int] = dict(
-            connection.execute(
-                "SELECT s, ledger_state_rank(s) FROM unnest(%s::text[]) AS s", [list(STATES)]
-            ).fetchall()
-        )
+        ranks = empty_floor_tables(connection)
         statements = []
         for row, t in zip(ceiling_rows(transitions, received_at), transitions, strict=True):
             event = (*row, t.at_ms, ranks[t.state])
