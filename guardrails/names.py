@@ -144,3 +144,21 @@ CONTAINER_REVISION_LABEL = "parkbrake.revision"
 # /metrics on the same port (components/k8s/budget_controller.py, cli/k8s/metrics.py).
 CONTROLLER_HEALTH_PORT = 8081
 CONTROLLER_HEALTH_PATH = "/healthz"
+
+
+def spoke_role(stack: str, region: str) -> str:
+    """The role a spoke makes in its member account for the hub (the central sweep, the meter's
+    lookups) to assume. IAM names are global to an account, so the region is in the name: a spoke
+    per region never collides with another, and none collides with the hub's own roles when the hub
+    account is in the organisational unit the spokes are deployed to (AWS Instance Scheduler's
+    collisions, aws-solutions/instance-scheduler-on-aws #561 and #608)."""
+    return f"{prefix(stack)}-spoke-{region}"
+
+
+def spoke_role_arn(stack: str, account_id: str, region: str, partition: str = "aws") -> str:
+    return f"arn:{partition}:iam::{account_id}:role/{spoke_role(stack, region)}"
+
+
+def hub_bus(stack: str) -> str:
+    """The hub's central EventBridge bus the spokes forward their hosts' events to."""
+    return f"{prefix(stack)}-hub"
