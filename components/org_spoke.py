@@ -57,7 +57,9 @@ class OrgSpoke(pulumi.ComponentResource):
         self._args = args
         self._name = name
         self._declared: dict[str, pulumi.CustomResource] = {}
-        for part in spoke_parts(args.spoke):
+        parts = spoke_parts(args.spoke)
+        self._names = {part.logical: part.name for part in parts if isinstance(part, RolePart)}
+        for part in parts:
             self._declared[part.logical] = self._declare(part)
         self.account_id = args.spoke.account
         self.region = args.spoke.region
@@ -125,15 +127,22 @@ class OrgSpoke(pulumi.ComponentResource):
             opts=named_child_of(self),
         )
         for target in part.targets:
+            # The rule's and the role's names are known before they exist: given as literals, the policy
+            # pack reads them at `pulumi preview` too, where a new resource's outputs are unknown.
+            role = self._declared[target.role.logical] if target.role is not None else None
             aws.cloudwatch.EventTarget(
                 f"{self._child(part.logical)}-{target.id}",
-                rule=rule.name,
+                rule=part.name,
                 target_id=target.id,
                 arn=self._resolve(target.arn),
-                role_arn=self._resolve(target.role) if target.role is not None else None,
-                opts=child_of(self),
+                role_arn=self._role_arn(target.role) if target.role is not None else None,
+                opts=child_of(self, depends_on=[rule, *([role] if role is not None else [])]),
             )
         return rule
+
+    def _role_arn(self, ref: Ref) -> str:
+        spoke = self._args.spoke
+        return f"arn:{spoke.partition}:iam::{spoke.account}:role/{self._names[ref.logical]}"
 
     def _layer(self, part: LayerPart) -> aws.lambda_.LayerVersion:
         return aws.lambda_.LayerVersion(
