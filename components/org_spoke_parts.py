@@ -254,7 +254,7 @@ def _launch_guard(args: SpokeArgs) -> ParameterPart:
         "LaunchGuard",
         launch_guard_parameter(args),
         "true" if args.parked else "false",
-        "the park switch the launcher and parkbrake run read before starting a host",
+        "the spoke's park switch, set from the organisation hub's parked",
     )
 
 
@@ -269,7 +269,6 @@ def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -
             ["ssm:GetParameter"],
             f"arn:{args.partition}:ssm:{args.region}:{args.account}:parameter{launch_guard_parameter(args)}",
         ),
-        statement("RelayToHub", ["events:PutEvents"], hub_bus_arn(args)),
     ]
     if stops:
         instances = f"arn:{args.partition}:ec2:{args.region}:{args.account}:instance/*"
@@ -291,11 +290,9 @@ def _function(args: SpokeArgs, logical: str, guardrail: str, timeout_s: int) -> 
         Ref(f"{logical}Role"),
         timeout_s,
         Ref("Dependencies"),
-        {
-            settings.STACK: args.stack,
-            settings.REGIONS: args.region,
-            settings.DECISION_BUS: hub_bus_arn(args),
-        },
+        # No decision bus: the hub bus admits the whole organisation, so relayed decisions on it could
+        # be forged by any member account; a spoke's decisions stay in its own logs.
+        {settings.STACK: args.stack, settings.REGIONS: args.region},
     )
 
 
