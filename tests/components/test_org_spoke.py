@@ -104,7 +104,8 @@ def test_every_child_is_the_spokes_and_named_for_its_account_and_region() -> Non
     run = spoke_run("spoke")
     (component,) = run.of_type("parkbrake:org:Spoke")
     children = [resource for resource in run.resources if resource is not component]
-    assert children and all(child.parent == component.urn for child in children)
+    assert children
+    assert all(child.parent == component.urn for child in children)
     assert all(child.name.startswith(f"{NAME}-") for child in children)
     physical = [c.inputs.get("name") or c.inputs.get("layerName") for c in children if c.type != TARGET]
     named = [name for name in physical if name]

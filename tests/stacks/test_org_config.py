@@ -50,7 +50,8 @@ def test_the_example_hub_declares_a_spoke_per_account_and_region_swept_centrally
     without_sweep = org_example()
     del without_sweep[ORG]["sweep"]
     parsed = parse_stack_config("org", without_sweep, "Pulumi.org.yaml", project_dir=REPO_ROOT)
-    assert parsed.organisation is not None and parsed.organisation.sweep == "central"
+    assert parsed.organisation is not None
+    assert parsed.organisation.sweep == "central"
 
 
 def test_every_bad_value_is_named_by_its_path_at_once() -> None:
