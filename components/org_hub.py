@@ -117,7 +117,9 @@ class OrgHub(pulumi.ComponentResource):
             "spokes",
             name=spokes_parameter(args.stack),
             type="String",
-            value=json.dumps(args.spokes, sort_keys=True),
+            insecure_value=json.dumps(
+                args.spokes, sort_keys=True
+            ),  # no secret: the value is plain, and the policy pack reads it
             description="the organisation's spokes, for the central sweep",
             tags=tags,
             opts=named_child_of(self),

@@ -187,7 +187,7 @@ class OrgSpoke(pulumi.ComponentResource):
             self._child(part.logical),
             name=part.name,
             type="String",
-            value=part.value,
+            insecure_value=part.value,
             description=part.description,
             tags=dict(self._args.tags),
             opts=named_child_of(self),

@@ -115,12 +115,12 @@ def spoke_provider(stack: str, placement: SpokePlacement) -> aws.Provider:
     session = f"{names.prefix(stack)}-deploy"
     last = len(placement.role_chain) - 1
     roles = [
-        {
-            "role_arn": role,
-            "session_name": session,
+        aws.ProviderAssumeRoleArgs(
+            role_arn=role,
+            session_name=session,
             # the external id guards the account's own role, the chain's last
-            **({"external_id": placement.external_id} if placement.external_id and index == last else {}),
-        }
+            external_id=placement.external_id if index == last else None,
+        )
         for index, role in enumerate(placement.role_chain)
     ]
     return aws.Provider(

@@ -192,7 +192,7 @@ def _sweep_mode(resources: Sequence[ResourceView], stack: str) -> str:
     wanted = f"/parkbrake/{stack}/spokes"
     for resource in resources:
         if resource.type == SSM_PARAMETER and resource.inputs.get("name") == wanted:
-            return str(_json(resource.inputs.get("value")).get("sweep", "central"))
+            return str(_json(resource.inputs.get("insecureValue")).get("sweep", "central"))
     return "central"
 
 
