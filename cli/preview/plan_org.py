@@ -25,7 +25,7 @@ from stacks.offline import OfflineRun, RegisteredResource
 SPOKE_TOKEN = "parkbrake:org:Spoke"
 STACKSET_TOKEN = "parkbrake:org:SpokeStackSet"
 SPOKE_NAME = re.compile(r"spoke-(?P<account>\d{12})-(?P<region>.+)")
-NOT_PRICED = "Lambda requests and forwarded events ($1.00 a million, the sender's) are not priced"
+NOT_PRICED = "not priced: Lambda requests, events forwarded at $1.00 a million"
 
 
 @dataclass(frozen=True)
