@@ -103,7 +103,7 @@ class OrgHub(pulumi.ComponentResource):
         )
         partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self)).partition
         if args.meter_function_name is not None:
-            self._meter_rule(args, bus, partition, tags)
+            self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
         if args.sweep == "central":
             aws.iam.RolePolicy(
                 "central-sweep",
@@ -130,14 +130,15 @@ class OrgHub(pulumi.ComponentResource):
 
     def _meter_rule(
         self,
-        args: OrgHubArgs,
+        stack: str,
+        meter: str,
         bus: aws.cloudwatch.EventBus,
         partition: pulumi.Output[str],
         tags: dict[str, str],
     ) -> None:
         rule = aws.cloudwatch.EventRule(
             "hub-state-changes",
-            name=f"{names.prefix(args.stack)}-hub-state-changes",
+            name=f"{names.prefix(stack)}-hub-state-changes",
             description="the spokes' EC2 state changes, onto the one ledger",
             event_bus_name=bus.name,
             event_pattern=json.dumps(STATE_CHANGE_FORWARD, sort_keys=True),
@@ -154,12 +155,12 @@ class OrgHub(pulumi.ComponentResource):
             ":",
             identity.account_id,
             ":function:",
-            args.meter_function_name,
+            meter,
         )
         aws.lambda_.Permission(
             "meter-from-hub",
             action="lambda:InvokeFunction",
-            function=args.meter_function_name,
+            function=meter,
             principal="events.amazonaws.com",
             source_arn=rule.arn,
             opts=child_of(self),

@@ -77,7 +77,7 @@ class OrgSpoke(pulumi.ComponentResource):
         if isinstance(value, str):
             return value
         declared = self._declared[value.logical]
-        return declared.name if value.attribute == "name" else declared.arn  # type: ignore[attr-defined,no-any-return]
+        return declared.name if value.attribute == "name" else declared.arn  # type: ignore[attr-defined]
 
     def _declare(self, part: Part) -> pulumi.CustomResource:
         if isinstance(part, RolePart):

@@ -42,6 +42,7 @@ from typing import Any, Literal
 from components.iam_policies import MANAGED_ONLY, document, statement, trust_policy
 from guardrails import names, settings
 from guardrails.schedules import rate_expression
+from guardrails.settings_table import SWEEP_EVERY
 
 # The two event patterns a spoke forwards; the policy pack looks for exactly these.
 STATE_CHANGE_DETAIL_TYPE = "EC2 Instance State-change Notification"
@@ -151,7 +152,7 @@ class SpokeArgs:
     region: str = REGION_PSEUDO
     partition: str = "aws"
     sweep: SweepMode = "central"
-    sweep_every: timedelta = timedelta(minutes=5)
+    sweep_every: timedelta = SWEEP_EVERY
     parked: bool = False
 
 
