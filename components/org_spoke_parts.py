@@ -16,10 +16,12 @@ The parts (docs/organisation.md, "Hub and spokes"):
   (botocore ``events/2015-10-07/service-2.json``, ``PutTargets`` and ``PutPermission``). The rules sit
   on the default bus, where AWS's own events arrive, and target the hub bus itself: EventBridge
   delivers an event that came from another bus to no third bus (EventBridge User Guide,
-  ``eb-cross-account.html``: "EventBridge can't route events received from a sender event bus to a
-  third event bus"), so no regional relay bus may stand between them;
-- the deadline handler, on the account's own state changes (a Lambda target must be in the rule's
-  account and region, ``eb-service-cross-account.html``);
+  ``eb-bus-to-bus.html``: "EventBridge can't route events received from a sender event bus to a
+  third event bus"), so no regional relay bus may stand between them. A spoke in another region than
+  the hub's forwards across regions in the same rule, where the hub's region is a supported
+  cross-Region destination (``eb-cross-account.html``);
+- the deadline handler, on the account's own state changes (a service target in another account,
+  such as the hub's Lambda, must be in the rule's region: ``eb-service-cross-account.html``);
 - the launcher's guard: the spoke's park parameter (``/parkbrake/<stack>/spoke-<region>/parked``),
   set from the hub stack's ``parked``, so the organisation's park switch reaches every spoke;
 - the spoke role the hub assumes, trusted by the hub account's ``parkbrake-<stack>-*`` roles only:
