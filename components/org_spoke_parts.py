@@ -50,8 +50,9 @@ from guardrails.settings_table import SWEEP_EVERY
 STATE_CHANGE_DETAIL_TYPE = "EC2 Instance State-change Notification"
 TAG_CHANGE_DETAIL_TYPE = "Tag Change on Resource"
 STATE_CHANGE_FORWARD: dict[str, Any] = {"source": ["aws.ec2"], "detail-type": [STATE_CHANGE_DETAIL_TYPE]}
-# Tag changes come from the tagging service, for every service: only EC2 instances' (EventBridge
-# User Guide, "Tag Change on Resource" events of source aws.tag, detail.service and resource-type).
+# Tag changes come from the tagging service (source aws.tag, detail-type "Tag Change on Resource":
+# EventBridge events reference, events-ref-tag.html) for every service; the event's detail names the
+# service and resource type, so only EC2 instances' are forwarded.
 TAG_CHANGE_FORWARD: dict[str, Any] = {
     "source": ["aws.tag"],
     "detail-type": [TAG_CHANGE_DETAIL_TYPE],
