@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import json
 
-from components.org_spoke_parts import STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components.guardrail_functions import FUNCTIONS
+from components.org_spoke_parts import (
+    STATE_CHANGE_DETAIL_TYPE,
+    TAG_CHANGE_DETAIL_TYPE,
+    RolePart,
+    SpokeArgs,
+    spoke_parts,
+)
+from guardrails import names
 from tests.components.org_build import (
     FUNCTION,
     HUB_ACCOUNT,
@@ -113,3 +124,28 @@ def test_every_child_is_the_spokes_and_named_for_its_account_and_region() -> Non
         name.startswith((PREFIX, "/aws/lambda/" + PREFIX, "/parkbrake/org/spoke-us-west-2/"))
         for name in named
     )
+
+
+REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-southeast-2", "us-gov-west-1")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stack=st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True),
+    regions=st.lists(st.sampled_from(REGIONS), min_size=2, max_size=2, unique=True),
+)
+def test_no_two_regions_of_an_account_nor_the_hub_share_a_role_name(stack: str, regions: list[str]) -> None:
+    """IAM's names are the account's: a spoke per region and the hub's own roles, in the hub account
+    (which may be in the OU), never take the same one."""
+    hub_roles = {names.function_name(stack, f.guardrail) for f in FUNCTIONS} | {names.scheduler_role(stack)}
+    spoke_roles = [
+        {
+            part.name
+            for part in spoke_parts(SpokeArgs(stack, HUB_ACCOUNT, "us-east-1", HUB_ACCOUNT, region))
+            if isinstance(part, RolePart)
+        }
+        for region in regions
+    ]
+    assert spoke_roles[0].isdisjoint(spoke_roles[1])
+    assert all(roles.isdisjoint(hub_roles) for roles in spoke_roles)
+    assert all(len(name) <= 64 for roles in spoke_roles for name in roles)  # IAM's role name limit
