@@ -4,6 +4,9 @@ Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or 
 ``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires;
 ``{"warn": [...]}`` warns those hosts' owners that their deadline is near (the warning schedule's payload).
 Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more.
+The organisation's hub (``PARKBRAKE_SPOKES_PARAMETER`` set) sweeps every spoke's account and region
+instead, its result naming each host's account and each place not reached
+(:func:`lambdas.engines.org_sweeping.sweep_organisation_and_record`).
 A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
 its dead-letter queue pages. The work is :func:`lambdas.engines.sweeping.sweep_and_record` and
 :func:`lambdas.engines.owner_warnings.warn_and_record`; the event is read by
@@ -18,11 +21,13 @@ from typing import Any
 
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
+from lambdas.aws.assumed import AccountSessions
 from lambdas.aws.decision_log import DecisionLog, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
 from lambdas.engines.decision_logs import decision_log
+from lambdas.engines.org_sweeping import sweep_organisation_and_record
 from lambdas.engines.owner_warnings import warn_and_record
 from lambdas.engines.sweeping import instance_ids_of, parse_event, sweep_and_record
 
@@ -34,8 +39,13 @@ def handle(
     clients: ClientFactory,
     now: datetime,
     decisions: DecisionLog | None = None,
+    sessions: AccountSessions | None = None,
 ) -> dict[str, Any]:
-    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only)."""
+    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only).
+
+    A hub whose settings name its spokes (``spokes_parameter``) sweeps every member account and
+    region through their roles (``sessions``: one run's, a fresh one by default); a deadline or a
+    warning is always about this account's own host."""
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     try:
         warned = (
@@ -47,6 +57,15 @@ def handle(
         return refuse_event(heartbeat.REAPER, "refused", error, answer)
     if warned is not None:
         return warn_and_record(warned, settings=settings, clients=clients, now=now, decisions=decisions)
+    if settings.spokes_parameter is not None and instance_ids is None:
+        return sweep_organisation_and_record(
+            settings,
+            now=now,
+            clients=clients,
+            sessions=sessions or AccountSessions(),
+            decisions=decisions,
+            dry_run=dry_run,
+        )
     return sweep_and_record(
         settings, now=now, clients=clients, decisions=decisions, dry_run=dry_run, instance_ids=instance_ids
     )
