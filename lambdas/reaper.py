@@ -27,9 +27,12 @@ from lambdas.aws.environment import ClientFactory, container_settings, default_c
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
 from lambdas.engines.decision_logs import decision_log
-from lambdas.engines.org_sweeping import sweep_organisation_and_record
+from lambdas.engines.org_sweeping import SpokeList, sweep_organisation_and_record
 from lambdas.engines.owner_warnings import warn_and_record
 from lambdas.engines.sweeping import instance_ids_of, parse_event, sweep_and_record
+
+# The hub's spokes, kept by the container as its settings are (lambdas/engines/org_sweeping.py).
+CONTAINER_SPOKES = SpokeList()
 
 
 def handle(
@@ -40,11 +43,13 @@ def handle(
     now: datetime,
     decisions: DecisionLog | None = None,
     sessions: AccountSessions | None = None,
+    spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
     """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only).
 
     A hub whose settings name its spokes (``spokes_parameter``) sweeps every member account and
-    region through their roles (``sessions``: one run's, a fresh one by default); a deadline or a
+    region through their roles (``sessions``: one run's, a fresh one by default; ``spokes``: the
+    container's list, read afresh by default); a deadline or a
     warning is always about this account's own host."""
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     try:
@@ -65,6 +70,7 @@ def handle(
             sessions=sessions or AccountSessions(),
             decisions=decisions,
             dry_run=dry_run,
+            spokes=spokes,
         )
     return sweep_and_record(
         settings, now=now, clients=clients, decisions=decisions, dry_run=dry_run, instance_ids=instance_ids
@@ -79,4 +85,5 @@ def handler(event: dict[str, Any] | None, context: object) -> dict[str, Any]:
         clients=default_clients,
         now=utc_now(),
         decisions=decision_log(heartbeat.REAPER, origin_of(context)),
+        spokes=CONTAINER_SPOKES,
     )

@@ -23,9 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from guardrails import names
@@ -44,6 +45,8 @@ from lambdas.engines.sweeping import SweepPlan, SweepReport, act_on_plan, count,
 
 log = logging.getLogger(__name__)
 ROLE_ARN = re.compile(r"arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):role/(?P<name>[\w+=,.@/-]+)")
+# How long a container trusts the spokes it read: three sweeps at the default rate.
+SPOKES_MAX_AGE = timedelta(minutes=15)
 UNREACHABLE = "unreachable-spoke"  # the finding counted for every place whose role failed
 
 
@@ -125,6 +128,27 @@ def read_spokes(settings: Settings, clients: ClientFactory) -> list[Place]:
         raise SpokeListError(f"cannot list the OUs' accounts: {describe_error(error)}") from None
 
 
+class SpokeList:
+    """The hub's spokes, as a warm Lambda container keeps them: read on its first run, again once
+    ``max_age`` has passed (a spoke added to the organisation is swept within it), and again on the
+    run after any place failed (a spoke removed from the list is never reported twice)."""
+
+    def __init__(
+        self, max_age: timedelta = SPOKES_MAX_AGE, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_age, self.clock = max_age, clock
+        self._places: list[Place] | None = None
+        self._read_at = 0.0
+
+    def places(self, settings: Settings, clients: ClientFactory) -> list[Place]:
+        if self._places is None or self.clock() - self._read_at >= self.max_age.total_seconds():
+            self._places, self._read_at = read_spokes(settings, clients), self.clock()
+        return self._places
+
+    def forget(self) -> None:
+        self._places = None
+
+
 def sweep_places(
     places: Sequence[Place],
     settings: Settings,
@@ -191,12 +215,15 @@ def sweep_organisation_and_record(
     sessions: AccountSessions,
     decisions: DecisionLog,
     dry_run: bool = False,
+    spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
     """The hub reaper's run: every spoke swept, then (from the hub, once) the decisions recorded with
     each host's account, the notices sent, the counts and, after a real sweep with no error, the
-    heartbeat. ``clients`` act in the hub's own account."""
+    heartbeat. ``clients`` act in the hub's own account; ``spokes`` is the container's list (a fresh
+    one, read now, by default)."""
+    spokes = spokes or SpokeList()
     try:
-        places = read_spokes(settings, clients)
+        places = spokes.places(settings, clients)
     except SpokeListError as error:
         log.error("the central sweep cannot start: %s", error)
         heartbeat.count_action(heartbeat.REAPER, "error", "list-spokes")
@@ -217,6 +244,8 @@ def sweep_organisation_and_record(
         report.errors += report.publication.errors
     result = _with_accounts(report.as_dict(), place_of)
     result["places"] = _place_rows(places, report)
+    if any(place["failure"] for place in result["places"]):
+        spokes.forget()
     recorded = decisions.record(
         [
             replace(

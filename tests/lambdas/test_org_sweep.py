@@ -36,7 +36,7 @@ from lambdas import reaper
 from lambdas.aws.assumed import AccountAccess, AccountSessions
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
-from lambdas.engines.org_sweeping import SpokeListError, spoke_places
+from lambdas.engines.org_sweeping import SpokeList, SpokeListError, spoke_places
 
 HUB = "123456789012"  # moto's default account: the hub's own
 A, B, C = "111111111111", "222222222222", "333333333333"
@@ -236,3 +236,25 @@ def test_a_role_that_is_not_a_spoke_role_is_refused() -> None:
     assert [(p.account_id, p.region, p.access.role_chain) for p in places] == [
         (A, "eu-west-1", (spoke_role(A, "eu-west-1"),))
     ]
+
+
+def test_a_container_reads_its_spokes_again_after_their_age_or_a_failure(aws: str) -> None:
+    hub = client_factory(aws)
+    ssm = hub("ssm", None)
+
+    def publish(*accounts: str) -> None:
+        document = {"roles": [spoke_role(account, "us-east-1") for account in accounts]}
+        ssm.put_parameter(Name=PARAMETER, Value=json.dumps(document), Type="String", Overwrite=True)
+
+    seconds = [0.0]  # a hand-moved clock, not time's
+    spokes = SpokeList(max_age=minutes(15), clock=lambda: seconds[0])
+    publish(A)
+    assert [p.account_id for p in spokes.places(hub_settings(), hub)] == [A]
+    publish(A, B)
+    seconds[0] = 14 * 60.0
+    assert [p.account_id for p in spokes.places(hub_settings(), hub)] == [A]  # still the container's
+    seconds[0] = 15 * 60.0
+    assert [p.account_id for p in spokes.places(hub_settings(), hub)] == [A, B]
+    publish(B)
+    spokes.forget()  # what a run with a failed place does
+    assert [p.account_id for p in spokes.places(hub_settings(), hub)] == [B]
