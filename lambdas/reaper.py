@@ -3,10 +3,8 @@
 Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or ``{}``) sweeps;
 ``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires;
 ``{"warn": [...]}`` warns those hosts' owners that their deadline is near (the warning schedule's payload).
-Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more.
-The organisation's hub (``PARKBRAKE_SPOKES_PARAMETER`` set) sweeps every spoke's account and region
-instead, its result naming each host's account and each place not reached
-(:func:`lambdas.engines.org_sweeping.sweep_organisation_and_record`).
+Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more; a
+hub (``PARKBRAKE_SPOKES_PARAMETER``) sweeps its spokes' accounts instead (engines/org_sweeping.py).
 A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
 its dead-letter queue pages. The work is :func:`lambdas.engines.sweeping.sweep_and_record` and
 :func:`lambdas.engines.owner_warnings.warn_and_record`; the event is read by
@@ -46,11 +44,8 @@ def handle(
     spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
     """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only).
-
-    A hub whose settings name its spokes (``spokes_parameter``) sweeps every member account and
-    region through their roles (``sessions``: one run's, a fresh one by default; ``spokes``: the
-    container's list, read afresh by default); a deadline or a
-    warning is always about this account's own host."""
+    A hub's sweep reaches its spokes through ``sessions`` (one run's) and ``spokes`` (the container's
+    list); a deadline or a warning is always about this account's own host."""
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     try:
         warned = (

@@ -31,6 +31,7 @@ from typing import Any
 
 from guardrails import names
 from guardrails.accounts import REGION_NAME
+from guardrails.decisions import Decision
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
 from lambdas.aws.assumed import AccountAccess, AccountSessions, Place, PlaceOutcome, across_places
@@ -247,15 +248,7 @@ def sweep_organisation_and_record(
     if any(place["failure"] for place in result["places"]):
         spokes.forget()
     recorded = decisions.record(
-        [
-            replace(
-                decision,
-                details={**decision.details, "account_id": place_of[decision.instance_id].account_id},
-            )
-            if decision.instance_id in place_of
-            else decision
-            for decision in report.decisions(actor=heartbeat.REAPER, now=now)
-        ]
+        _with_account_ids(report.decisions(actor=heartbeat.REAPER, now=now), place_of)
     )
     result["errors"] = [*result["errors"], *recorded]
     log.info("central sweep result", extra={"result": {k: v for k, v in result.items() if k != "hosts"}})
@@ -269,6 +262,18 @@ def sweep_organisation_and_record(
             heartbeat.REAPER, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
         )
     return result
+
+
+def _with_account_ids(decisions: Sequence[Decision], place_of: Mapping[str, Place]) -> list[Decision]:
+    """Each decision about a host with that host's account in its details, for the one ledger."""
+    return [
+        replace(
+            decision, details={**decision.details, "account_id": place_of[decision.instance_id].account_id}
+        )
+        if decision.instance_id in place_of
+        else decision
+        for decision in decisions
+    ]
 
 
 def _with_accounts(result: dict[str, Any], place_of: Mapping[str, Place]) -> dict[str, Any]:

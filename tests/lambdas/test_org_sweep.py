@@ -258,3 +258,33 @@ def test_a_container_reads_its_spokes_again_after_their_age_or_a_failure(aws: st
     publish(B)
     spokes.forget()  # what a run with a failed place does
     assert [p.account_id for p in spokes.places(hub_settings(), hub)] == [B]
+
+
+def test_a_stacksets_spokes_are_the_accounts_of_its_units_and_the_units_below(aws: str) -> None:
+    organizations = boto3.client("organizations")
+    organizations.create_organization(FeatureSet="ALL")
+    root = organizations.list_roots()["Roots"][0]["Id"]
+    unit = organizations.create_organizational_unit(ParentId=root, Name="ml")["OrganizationalUnit"]["Id"]
+    below = organizations.create_organizational_unit(ParentId=unit, Name="ml-prod")["OrganizationalUnit"][
+        "Id"
+    ]
+
+    def account_in(parent: str, name: str) -> str:
+        status = organizations.create_account(AccountName=name, Email=f"{name}@example.com")
+        account = status["CreateAccountStatus"]["AccountId"]
+        organizations.move_account(AccountId=account, SourceParentId=root, DestinationParentId=parent)
+        return str(account)
+
+    research, prod = account_in(unit, "research"), account_in(below, "prod")
+    account_in(root, "elsewhere")
+    document = {"form": "stackset", "regions": list(REGIONS), "roles": [], "organizational_units": [unit]}
+    places = spoke_places(document, STACK, organizations)
+    assert [(p.account_id, p.account_name, p.region) for p in places] == [
+        (research, "research", "us-east-1"),
+        (research, "research", "eu-west-1"),
+        (prod, "prod", "us-east-1"),
+        (prod, "prod", "eu-west-1"),
+    ]
+    assert places[0].access.role_chain == (spoke_role(research, "us-east-1"),)
+    with pytest.raises(SpokeListError, match="needs Organizations"):
+        spoke_places(document, STACK)
