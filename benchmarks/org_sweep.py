@@ -14,7 +14,7 @@ role in it and call moto's server through the counting proxy:
   fresh session per run that assumes each spoke role once, the accounts swept side by side (16 at a
   time) at one shared rate;
 - c7n-org: ``c7n-org run --dryrun`` (c7n-org 0.6.52, in Cloud Custodian's own environment, see
-  benchmarks/harness.py) with fleet_sweep's equivalent policy and an accounts file giving each account
+  benchmarks/harness.py, which this installs c7n-org into on first use) with fleet_sweep's equivalent policy and an accounts file giving each account
   the same role, ``--cache-period 0`` so that no round reads the one before's resources; its workers
   are its default (``C7N_ORG_PARALLEL``, four per CPU). Its wall time is the command's, start to exit:
   that is what running c7n-org costs; parkbrake's import is not timed (a warm Lambda's is paid once).
@@ -51,6 +51,8 @@ from lambdas.engines.org_sweeping import SpokeList, sweep_organisation_and_recor
 
 PARKBRAKE, C7N_ORG = "parkbrake hub", "c7n-org"
 SPOKES_PARAMETER = f"/parkbrake/{STACK}/spokes"
+# The c7n-org release beside harness.CUSTODIAN_REQUIREMENT (c7n 0.9.53) that the figures were measured with.
+C7N_ORG_REQUIREMENT = "c7n-org==0.6.52"
 FIRST_MEMBER = 200000000000  # member account ids count up from here; the hub is harness.ACCOUNT
 
 
@@ -115,6 +117,16 @@ def parkbrake_sweep(moto: Moto) -> Callable[[], tuple[int, float]]:
     return run
 
 
+def c7n_org_python() -> Path:
+    """Cloud Custodian's interpreter (benchmarks/harness.py), c7n-org installed into it if it is not."""
+    python = custodian_python()
+    found = subprocess.run([str(python), "-c", "import c7n_org.cli"], capture_output=True, check=False)
+    if found.returncode != 0:
+        print(f"installing {C7N_ORG_REQUIREMENT} beside Cloud Custodian", flush=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", C7N_ORG_REQUIREMENT], check=True)
+    return python
+
+
 def c7n_org_sweep(proxy_url: str, accounts: list[str], workdir: Path) -> Callable[[], tuple[int, float]]:
     """``c7n-org run --dryrun`` over ``accounts``, each through its spoke role (the same ARN parkbrake
     assumes; c7n-org's ``role`` key, cloud-custodian tools/c7n_org/c7n_org/cli.py ``run_account``)."""
@@ -135,7 +147,8 @@ def c7n_org_sweep(proxy_url: str, accounts: list[str], workdir: Path) -> Callabl
     ]
     (workdir / "accounts.yml").write_text(json.dumps(listing))  # JSON is YAML
     (workdir / "policy.yml").write_text(json.dumps({"policies": [{**CUSTODIAN_POLICY, "query": paged}]}))
-    command = [str(custodian_python().parent / "c7n-org"), "run", "-c", str(workdir / "accounts.yml")]
+    # Run as a module, so that the interpreter PARKBRAKE_C7N_PYTHON names needs no script beside it.
+    command = [str(c7n_org_python()), "-m", "c7n_org.cli", "run", "-c", str(workdir / "accounts.yml")]
     command += ["-u", str(workdir / "policy.yml"), "-r", REGION, "--dryrun", "--cache-period", "0"]
     environment = {
         **os.environ,
