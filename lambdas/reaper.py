@@ -19,7 +19,6 @@ from typing import Any
 
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
-from lambdas.aws.assumed import AccountSessions
 from lambdas.aws.decision_log import DecisionLog, origin_of
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
@@ -40,12 +39,10 @@ def handle(
     clients: ClientFactory,
     now: datetime,
     decisions: DecisionLog | None = None,
-    sessions: AccountSessions | None = None,
     spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
-    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only).
-    A hub's sweep reaches its spokes through ``sessions`` (one run's) and ``spokes`` (the container's
-    list); a deadline or a warning is always about this account's own host."""
+    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only); a hub
+    sweeps ``spokes`` (the container's list), but a deadline or warning is about its own host."""
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     try:
         warned = (
@@ -59,13 +56,7 @@ def handle(
         return warn_and_record(warned, settings=settings, clients=clients, now=now, decisions=decisions)
     if settings.spokes_parameter is not None and instance_ids is None:
         return sweep_organisation_and_record(
-            settings,
-            now=now,
-            clients=clients,
-            sessions=sessions or AccountSessions(),
-            decisions=decisions,
-            dry_run=dry_run,
-            spokes=spokes,
+            settings, now=now, clients=clients, decisions=decisions, dry_run=dry_run, spokes=spokes
         )
     return sweep_and_record(
         settings, now=now, clients=clients, decisions=decisions, dry_run=dry_run, instance_ids=instance_ids

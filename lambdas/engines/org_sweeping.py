@@ -213,15 +213,15 @@ def sweep_organisation_and_record(
     *,
     now: datetime,
     clients: ClientFactory,
-    sessions: AccountSessions,
     decisions: DecisionLog,
     dry_run: bool = False,
     spokes: SpokeList | None = None,
+    sessions: AccountSessions | None = None,
 ) -> dict[str, Any]:
     """The hub reaper's run: every spoke swept, then (from the hub, once) the decisions recorded with
     each host's account, the notices sent, the counts and, after a real sweep with no error, the
     heartbeat. ``clients`` act in the hub's own account; ``spokes`` is the container's list (a fresh
-    one, read now, by default)."""
+    one, read now, by default); ``sessions`` the run's roles (a fresh one: credentials per run)."""
     spokes = spokes or SpokeList()
     try:
         places = spokes.places(settings, clients)
@@ -237,6 +237,7 @@ def sweep_organisation_and_record(
             "errors": [failure],
             "places": [],
         }
+    sessions = sessions or AccountSessions()
     report, place_of = sweep_places(places, settings, now=now, sessions=sessions, dry_run=dry_run)
     if not dry_run:
         report.publication = publish_notices(
@@ -266,14 +267,12 @@ def sweep_organisation_and_record(
 
 def _with_account_ids(decisions: Sequence[Decision], place_of: Mapping[str, Place]) -> list[Decision]:
     """Each decision about a host with that host's account in its details, for the one ledger."""
-    return [
-        replace(
-            decision, details={**decision.details, "account_id": place_of[decision.instance_id].account_id}
-        )
-        if decision.instance_id in place_of
-        else decision
-        for decision in decisions
-    ]
+    named: list[Decision] = []
+    for decision in decisions:
+        place = place_of.get(decision.instance_id or "")
+        details = {**decision.details, "account_id": place.account_id} if place else decision.details
+        named.append(replace(decision, details=details))
+    return named
 
 
 def _with_accounts(result: dict[str, Any], place_of: Mapping[str, Place]) -> dict[str, Any]:
