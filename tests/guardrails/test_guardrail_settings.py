@@ -108,3 +108,15 @@ def test_the_ceiling_defaults_to_a_day_and_bounds_the_default_caps() -> None:
         "PARKBRAKE_POOL_MAX_RUNTIMES[inference]: 1d is above PARKBRAKE_MAX_RUNTIME_CEILING (12h); "
         "lower the cap or raise the ceiling",
     ]
+
+
+def test_the_hubs_spokes_parameter_is_an_ssm_path_or_unset() -> None:
+    base = {"AWS_REGION": "us-east-1"}
+    assert settings_from_environment(base).spokes_parameter is None
+    hub = settings_from_environment({**base, "PARKBRAKE_SPOKES_PARAMETER": "/parkbrake/org/spokes"})
+    assert hub.spokes_parameter == "/parkbrake/org/spokes"
+    with pytest.raises(SettingsError) as refused:
+        settings_from_environment({**base, "PARKBRAKE_SPOKES_PARAMETER": "parkbrake/org/spokes"})
+    assert refused.value.problems == [
+        "PARKBRAKE_SPOKES_PARAMETER: 'parkbrake/org/spokes' is not an SSM parameter path (/parkbrake/<stack>/spokes)"
+    ]
