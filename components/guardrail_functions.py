@@ -88,6 +88,9 @@ class GuardrailsArgs:
     # The tenants' budgets the stack declares (guardrails.stack_budgets.budgets_json): the ledger's
     # Lambdas get them as PARKBRAKE_STACK_BUDGETS and the reconciler applies them after a deploy.
     stack_budgets: str | None = None
+    # An organisation's hub only: what its guardrails read besides the settings table (where the
+    # central sweep finds the spokes: PARKBRAKE_SPOKES_PARAMETER).
+    hub_environment: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ def lambda_environment(
         settings.SCHEDULER_ROLE_ARN: scheduler_role_arn,
         settings.DEADLINE_DEAD_LETTER_ARN: deadline_dead_letter_arn,
         settings.NOTICES_TABLE: names.notices_table(args.stack),
+        **args.hub_environment,
         **({settings.TENANTS: ",".join(sorted(args.tenants))} if args.tenants else {}),
         # With a ledger, a guardrail outside the VPC relays its decisions to the meter on this bus.
         **(

@@ -60,16 +60,39 @@ def bus_policy(bus_arn: str, org_id: str) -> dict[str, Any]:
     }
 
 
-def central_sweep_policy(stack: str, org_id: str, partition: str) -> dict[str, Any]:
-    """The reaper may assume every spoke's role, in the organisation's accounts only."""
+def central_sweep_policy(
+    stack: str, org_id: str, partition: str, form: str = "stacks", hub: tuple[str, str] = ("*", "*")
+) -> dict[str, Any]:
+    """The reaper may assume every spoke's role, in the organisation's accounts only, and read the
+    spokes' parameter; with a StackSet, it lists the OUs' accounts (lambdas/engines/org_sweeping.py).
+    ``hub`` is the hub's (region, account)."""
     roles = f"arn:{partition}:iam::*:role/{names.spoke_role(stack, '*')}"
-    return document(
-        [
+    region, account = hub
+    statements = [
+        statement(
+            "AssumeSpokeRoles", ["sts:AssumeRole"], roles, {"StringEquals": {"aws:ResourceOrgID": org_id}}
+        ),
+        statement(
+            "ReadSpokes",
+            ["ssm:GetParameter"],
+            f"arn:{partition}:ssm:{region}:{account}:parameter{spokes_parameter(stack)}",
+        ),
+    ]
+    if form == "stackset":
+        # Organizations' listing actions take no resource-level ARN for the organisation's root
+        # reads (service authorization reference for AWS Organizations): "*".
+        statements.append(
             statement(
-                "AssumeSpokeRoles", ["sts:AssumeRole"], roles, {"StringEquals": {"aws:ResourceOrgID": org_id}}
+                "ListSpokeAccounts",
+                [
+                    "organizations:DescribeOrganization",
+                    "organizations:ListAccountsForParent",
+                    "organizations:ListOrganizationalUnitsForParent",
+                ],
+                "*",
             )
-        ]
-    )
+        )
+    return document(statements)
 
 
 def spokes_parameter(stack: str) -> str:
@@ -105,11 +128,16 @@ class OrgHub(pulumi.ComponentResource):
         if args.meter_function_name is not None:
             self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
         if args.sweep == "central":
+            identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+            region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
+            form = str(args.spokes.get("form", "stacks"))
             aws.iam.RolePolicy(
                 "central-sweep",
                 role=args.reaper_role_name,
-                policy=partition.apply(
-                    lambda known: json.dumps(central_sweep_policy(args.stack, args.org_id, known))
+                policy=pulumi.Output.all(partition, region.region, identity.account_id).apply(
+                    lambda known: json.dumps(
+                        central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
+                    )
                 ),
                 opts=child_of(self),
             )

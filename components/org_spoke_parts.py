@@ -242,6 +242,16 @@ def _spoke_role(args: SpokeArgs) -> RolePart:
                 f"arn:{args.partition}:ec2:{args.region}:{args.account}:instance/*",
                 MANAGED_ONLY,
             ),
+            # The sweep reads which stacks exist in the account when a host names another stack
+            # (lambdas/aws/ec2_hosts.py): without it that place is an error and the heartbeat waits.
+            statement(
+                "ListStacks",
+                ["ssm:GetParametersByPath"],
+                [
+                    f"arn:{args.partition}:ssm:{args.region}:{args.account}:parameter/parkbrake",
+                    f"arn:{args.partition}:ssm:{args.region}:{args.account}:parameter/parkbrake/*",
+                ],
+            ),
         ]
     )
     return RolePart(

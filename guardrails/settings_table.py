@@ -261,6 +261,7 @@ WIRED: tuple[Variable, ...] = (
         "the SSM parameter listing the spokes (`/parkbrake/<stack>/spokes`): set, the hub's reaper sweeps every "
         "member account and region through the spoke roles ([organisation.md](organisation.md#the-central-sweep))",
         "unset: the reaper sweeps its own account",
+        in_lambda_environment=False,  # a hub's only: stacks/program.py's hub_environment sets it
     ),
     Variable(
         DATABASE_SECRET_ARN,

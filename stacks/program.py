@@ -21,7 +21,8 @@ from components.guardrail_functions import Guardrails, GuardrailsArgs
 from components.guardrail_schedules import NightlyStart
 from components.inference_service import InferenceService, InferenceServiceArgs
 from components.network import Network, NetworkArgs
-from guardrails import names
+from components.org_hub import spokes_parameter
+from guardrails import names, settings
 from guardrails.stack_budgets import budgets_json, budgets_of_config
 from stacks.config import StackConfig
 from stacks.service_config import EndpointConfig, HostsConfig
@@ -274,6 +275,14 @@ def _inference(
     )
 
 
+def hub_environment(config: StackConfig) -> dict[str, str]:
+    """An organisation's hub with the central sweep: its reaper reads the spokes from their parameter."""
+    organisation = config.organisation
+    if organisation is None or organisation.sweep != "central":
+        return {}
+    return {settings.SPOKES_PARAMETER: spokes_parameter(config.stack)}
+
+
 def _guardrails(
     config: StackConfig,
     network: Network,
@@ -295,6 +304,7 @@ def _guardrails(
             alarm_topic_arn=config.guardrails.alarm_topic_arn,
             pool_caps={name: pool.max_runtime for name, pool in config.pools.items()},
             tenants=sorted(config.tenants),
+            hub_environment=hub_environment(config),
             nightly=(
                 NightlyStart(
                     pool=nightly.pool,

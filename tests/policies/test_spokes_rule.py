@@ -115,7 +115,8 @@ def test_a_stack_sets_template_is_judged_as_a_spoke() -> None:
     (stack_set,) = [r for r in resources if r.type == STACK_SET]
     template = json.loads(stack_set.inputs["templateBody"])
     del template["Resources"]["ForwardStateChanges"]
-    template["Resources"]["SpokeRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"].pop()
+    policy = template["Resources"]["SpokeRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    policy["Statement"] = [s for s in policy["Statement"] if s["Sid"] != "StopManagedHosts"]
     broken = changed(resources, STACK_SET, stack_set.name, templateBody=json.dumps(template))
     # The deadline's own rule matches state changes too, but does not forward them.
     assert messages(broken) == [

@@ -99,3 +99,21 @@ def test_the_stack_sets_instance_in_the_hub_account_and_region_collides_with_not
         spoke_names.add((kind, text.replace(REGION_PSEUDO, HUB_REGION).replace(ACCOUNT_PSEUDO, HUB_ACCOUNT)))
     assert len(spoke_names) >= 8
     assert spoke_names & hub_names == set()
+
+
+@pytest.mark.parametrize(("sweep", "expected"), [("central", "/parkbrake/org/spokes"), ("spoke", None)])
+def test_the_hubs_reaper_reads_the_spokes_only_when_it_sweeps_them(sweep: str, expected: str | None) -> None:
+    from tests.components.guardrails_build import environment_of
+
+    run = org_run_of(sweep=sweep)
+    environment = environment_of(run, "reaper")
+    assert environment.get("PARKBRAKE_SPOKES_PARAMETER") == expected
+    grants = [
+        r for r in run.resources if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == "central-sweep"
+    ]
+    if expected is None:
+        assert grants == []
+    else:
+        (grant,) = grants
+        actions = {a for s in json.loads(grant.inputs["policy"])["Statement"] for a in s["Action"]}
+        assert {"sts:AssumeRole", "ssm:GetParameter"} <= actions
