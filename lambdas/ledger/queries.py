@@ -47,12 +47,14 @@ FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(sta
                           %(times_ms)b::bigint[], %(attributed)b::integer[], %(tenants)b::text[],
                           %(pools)b::text[], %(instance_types)b::text[], %(accelerators)b::integer[],
                           %(caps)b::bigint[], %(regions)b::text[], %(pricing_models)b::text[],
-                          %(zones)b::text[], %(source)b::text, %(received_at)b::timestamptz)
+                          %(zones)b::text[], %(accounts)b::text[], %(source)b::text,
+                          %(received_at)b::timestamptz)
 """
 
 APPEND_EVENT = """
 SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %b::text, %b::text,
-                           %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::timestamptz)
+                           %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::text,
+                           %b::timestamptz)
 """
 
 # The same, and settled in the same call (the meter's whole path).
