@@ -109,6 +109,7 @@ class Interval:
     started_ms: int
     ended_ms: int | None
     closed_by: str | None = None
+    account: str = ""  # the account of the event that opened it: the host's (docs/ledger.md, *Accounts*)
 
     @property
     def is_open(self) -> bool:
@@ -316,11 +317,14 @@ def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
                         opened.at_ms,
                         transition.at_ms,
                         transition.event_id,
+                        opened.account,
                     )
                 )
             opened = transition if is_running else None
         if opened is not None:
-            intervals.append(Interval(opened.event_id, instance_id, opened.attribution, opened.at_ms, None))
+            intervals.append(
+                Interval(opened.event_id, instance_id, opened.attribution, opened.at_ms, None, None, opened.account)
+            )
     return intervals
 
 

@@ -154,7 +154,8 @@ CROSS JOIN LATERAL (
 # Each host's latest interval: of the hosts named, and of every host with an open interval.
 LATEST_INTERVALS = """
 SELECT DISTINCT ON (instance_id) opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       started_ms, ended_ms, closed_by, region, pricing_model, zone
+       started_ms, ended_ms, closed_by, region, pricing_model, zone,
+       (SELECT e.account FROM events e WHERE e.event_id = candidates.opened_by)
 FROM (
     SELECT * FROM intervals WHERE instance_id = ANY(%(instance_ids)s::text[])
     UNION ALL
@@ -163,9 +164,11 @@ FROM (
 ORDER BY instance_id, started_ms DESC
 """
 
+# An interval's account is its opening event's (migration 0027): the host's.
 INTERVALS = """
 SELECT opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       started_ms, ended_ms, closed_by, region, pricing_model, zone
+       started_ms, ended_ms, closed_by, region, pricing_model, zone,
+       (SELECT e.account FROM events e WHERE e.event_id = intervals.opened_by)
 FROM intervals
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY instance_id, started_ms

@@ -474,7 +474,7 @@ class LedgerStore:
 
 
 def _interval(row: Sequence[Any]) -> Interval:
-    return Interval(row[0], row[1], Attribution(*row[2:7], *row[10:13]), row[7], row[8], row[9])
+    return Interval(row[0], row[1], Attribution(*row[2:7], *row[10:13]), row[7], row[8], row[9], row[13] or "")
 
 
 def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: bool = False) -> LedgerStore:
