@@ -28,3 +28,7 @@ DROP FUNCTION IF EXISTS ledger_append_events(text[], text[], text[], bigint[], i
     integer[], bigint[], text[], text[], text[], text, timestamptz);
 DROP FUNCTION IF EXISTS ledger_batch_events(text[], text[], text[], bigint[], integer[], text[], text[], text[],
     integer[], bigint[], text[], text[], text[], text, timestamptz);
+
+-- A closed month's lines keep the account they were billed for (an invoice line per account: a
+-- tenant may span accounts); lines closed before this migration were the ledger's own ('').
+ALTER TABLE closed_invoice_lines ADD COLUMN account text NOT NULL DEFAULT '';
