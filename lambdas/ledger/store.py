@@ -93,8 +93,8 @@ def invoice_line(tenant: str, row: Sequence[Any]) -> InvoiceLine:
         int(used),
         Decimal(cost),
         basis,
-        *closed,
         account=account or "",
+        **dict(zip(("late", "service_period"), closed, strict=False)),
     )
 
 
