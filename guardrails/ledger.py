@@ -323,7 +323,9 @@ def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
             opened = transition if is_running else None
         if opened is not None:
             intervals.append(
-                Interval(opened.event_id, instance_id, opened.attribution, opened.at_ms, None, None, opened.account)
+                Interval(
+                    opened.event_id, instance_id, opened.attribution, opened.at_ms, None, None, opened.account
+                )
             )
     return intervals
 
