@@ -68,13 +68,18 @@ def organisation(
     return {"ours": ours, "theirs": theirs, "accounts": str(tmp_path / "accounts.yml")}
 
 
-def test_the_hubs_invoice_shows_each_accounts_usage(organisation: dict[str, str]) -> None:
+def test_the_hubs_invoice_shows_each_accounts_usage(
+    organisation: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     result = invoke("ledger", "report", *WINDOW)
     assert result.exit_code == 0, result.output
     print(result.stdout)  # the closing note's invoice: `pytest -s` shows it
-    assert max(len(line) for line in result.stdout.splitlines()) <= 80
+    title, *table = result.stdout.splitlines()
+    assert title.startswith("GPU usage 2036-05-05 00:00")  # the window's title, as for one account
+    assert max(len(line.rstrip()) for line in table) <= 80
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith(("research", "vision"))]
-    accounts = {(row[0], row[3]) for row in rows if row[1] != "total"}
+    accounts = {(row[0], row[2]) for row in rows if row[1] != "total"}  # the account beside each line
     assert accounts == {("research", HUB), ("research", MEMBER), ("vision", MEMBER)}
 
     data = json.loads(invoke("ledger", "report", *WINDOW, "--output", "json").stdout)
