@@ -19,12 +19,14 @@ from policies.rules import (
     public_endpoints_https_behind_waf,
     reaper_is_deployed,
     required_tags,
+    spokes_forward_and_sweep,
 )
 
 RULES: tuple[PolicyRule, ...] = (
     gpu_hosts_have_a_cap.RULE,
     gpu_hosts_locked_down.RULE,
     reaper_is_deployed.RULE,
+    spokes_forward_and_sweep.RULE,
     gpu_pool_size_ceiling.RULE,
     instance_types_allowed.RULE,
     required_tags.RULE,

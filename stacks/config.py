@@ -30,6 +30,7 @@ from guardrails.settings_table import AGENT_IDLE_AFTER, REVISION
 from guardrails.time_zones import zone_problem
 from stacks.guardrails_config import GuardrailsConfig, guardrails_config
 from stacks.kubernetes_config import KubernetesConfig, parse_kubernetes
+from stacks.org_config import OrganisationConfig, parse_organisation
 from stacks.service_config import (
     ControlPlaneConfig,
     HostsConfig,
@@ -140,6 +141,8 @@ class StackConfig:
     hosts: HostsConfig = field(default_factory=HostsConfig)
     # The EKS cluster's section: set, the stack is a Kubernetes stack (stacks/kubernetes_program.py).
     kubernetes: KubernetesConfig | None = None
+    # Set, the stack is an organisation's hub and declares its spokes (stacks/org_program.py).
+    organisation: OrganisationConfig | None = None
 
     def with_parked(self, parked: bool) -> StackConfig:
         return replace(self, parked=parked)
@@ -157,7 +160,7 @@ class StackConfig:
 
 TOP_LEVEL_KEYS = {
     "parked", "revision", "tenants", "pools", "nightly", "control_plane", "inference",
-    "database", "cache", "guardrails", "network", "policy", "hosts", "kubernetes",
+    "database", "cache", "guardrails", "network", "policy", "hosts", "kubernetes", "organisation",
 }  # fmt: skip
 
 
@@ -238,6 +241,7 @@ def parse_stack_config(
         policy=policy,
         hosts=_hosts(root, project_dir),
         kubernetes=parse_kubernetes(root, tenants, pools),
+        organisation=parse_organisation(root, stack, project_dir),
     )
     problems.raise_if_any(source)
     return parsed

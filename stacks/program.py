@@ -27,8 +27,9 @@ from stacks.config import StackConfig
 from stacks.service_config import EndpointConfig, HostsConfig
 
 
-def build_aws_platform(config: StackConfig) -> None:
-    """The AWS stack: GPU pools in Auto Scaling groups, the services on ECS (stacks/platform.py chooses)."""
+def build_aws_platform(config: StackConfig) -> Guardrails:
+    """The AWS stack: GPU pools in Auto Scaling groups, the services on ECS (stacks/platform.py chooses);
+    its guardrails, which an organisation's hub extends."""
     tags = base_tags(config.stack, config.revision)
     network = _network(config, tags)
     cluster = aws.ecs.Cluster(
@@ -54,6 +55,7 @@ def build_aws_platform(config: StackConfig) -> None:
     if database:
         pulumi.export("databaseEndpoint", database.endpoint)
         pulumi.export("databaseSecretArn", database.secret_arn)
+    return guardrails
 
 
 def _network(config: StackConfig, tags: Mapping[str, str]) -> Network:

@@ -228,6 +228,9 @@ class HostsConfig:
 
 
 def hosts(root: Section, project_dir: Path) -> HostsConfig:
+    """How the GPU hosts get their tools; a stack without pools (an organisation's hub) may leave it out."""
+    if not root.has("hosts") and not root.raw.get("pools"):
+        return HostsConfig()
     section = root.section("hosts", HOSTS_KEYS, required=True)
     chosen = [key for key in ("tools_artifact", "ami_id", "agent_package") if section.has(key)]
     if len(chosen) != 1 and not section.problems.has(section.path):

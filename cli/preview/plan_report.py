@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from cli.preview.plan_org import OrganisationCosts, organisation_costs, organisation_json
 from guardrails.estimate import (
     CostChange,
     CostEstimate,
@@ -34,6 +35,8 @@ class PlanReport:
     unparked: CostEstimate
     parked: CostEstimate
     verdicts: list[PolicyVerdict]
+    # An organisation's hub: each account's share of both figures (cli/preview/plan_org.py).
+    organisation: OrganisationCosts | None = None
 
     @property
     def mandatory_failures(self) -> list[PolicyVerdict]:
@@ -89,6 +92,7 @@ def plan_stack(config: StackConfig) -> PlanReport:
         unparked=estimates[False],
         parked=estimates[True],
         verdicts=evaluate(shown.resources, policy_context(config, estimates[False])),
+        organisation=organisation_costs(config, runs),
     )
 
 
@@ -152,7 +156,7 @@ def worst_cases(report: PlanReport) -> list[Decimal]:
 
 def plan_json(report: PlanReport) -> dict[str, Any]:
     """docs/architecture.md's ``plan --output json`` shape (with a few more fields)."""
-    return {
+    document = {
         "stack": report.config.stack,
         "parked": report.config.parked,
         "region": report.config.region,
@@ -160,3 +164,6 @@ def plan_json(report: PlanReport) -> dict[str, Any]:
         "cost": cost_json(report),
         "policies": [verdict.to_json() for verdict in report.verdicts],  # violations in the engine's order
     }
+    if report.organisation is not None:
+        document["organisation"] = organisation_json(report.organisation)
+    return document

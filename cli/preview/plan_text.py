@@ -21,6 +21,7 @@ from rich.tree import Tree
 from cli.console import console as make_console
 from cli.preview.plan_diff import PlanDiff
 from cli.preview.plan_markdown import largest_total_change, money, signed
+from cli.preview.plan_org import organisation_lines
 from cli.preview.plan_report import PlanReport, how, worst_cases
 from guardrails.plurals import counted
 
@@ -77,6 +78,10 @@ def plan_text(
             if diff is not None:
                 console.print()
                 for line in resource_change_lines(diff):
+                    console.print(line, highlight=False)
+            if report.organisation is not None:
+                console.print()
+                for line in organisation_lines(report.organisation, money):
                     console.print(line, highlight=False)
             if tree:
                 console.print()
@@ -145,6 +150,12 @@ def closing(report: PlanReport, diff: PlanDiff | None, *, tree: bool) -> list[st
         + ("" if tree else " (the tree: --tree)"),
         f"Monthly: {figures}",
     ]
+    if report.organisation is not None:
+        costs = report.organisation
+        lines.append(
+            f"Organisation, {counted(len(costs.accounts), 'account line')}: unparked [bold]{money(costs.unparked)}[/]"
+            f" · parked [bold]{money(costs.parked)}[/]"
+        )
     if diff is not None:
         lines.append(diff_lines(diff)[0])
     return lines + policy_lines(report)

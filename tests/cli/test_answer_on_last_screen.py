@@ -60,6 +60,21 @@ def test_plan_ends_with_its_totals_and_verdicts(tree: bool) -> None:
         assert "Policies" in screen  # and the verdict table above it, on the same screen
 
 
+def test_plan_of_an_organisation_ends_with_its_accounts_and_their_total() -> None:
+    screen = last_screen(Demo(without_aws(), REPO_ROOT), "plan", "--stack", "org")
+    closing = screen[-4:]
+    assert closing[0].startswith("Stack org, unparked, ")
+    assert re.fullmatch(r"Organisation, 3 account lines: unparked \$[\d,.]+ · parked \$[\d,.]+", closing[2])
+    assert closing[3].startswith("Policies: all ")
+    table = screen[screen.index(next(line for line in screen if line.startswith("Organisation: "))) :]
+    assert [line.split()[0] for line in table[2:6]] == [
+        "111111111111",
+        "222222222222",
+        "333333333333",
+        "total",
+    ]
+
+
 def test_make_plan_runs_what_is_rendered_here() -> None:
     """``make plan`` prints its command line and then exactly this plan: its last screen is the same."""
     makefile = (REPO_ROOT / "Makefile").read_text()

@@ -46,7 +46,7 @@ def one_line(args: list[str]) -> str:
 def test_a_stack_without_its_file_names_the_stack_files_there(command: list[str]) -> None:
     line = one_line([*command, "--stack", "prd"])
     assert "no config for stack 'prd'" in line
-    assert "(stacks here: dev, eks, prod) — did you mean --stack prod?" in line
+    assert "(stacks here: dev, eks, org, prod) — did you mean --stack prod?" in line
 
 
 @pytest.fixture

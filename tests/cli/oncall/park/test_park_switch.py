@@ -142,7 +142,7 @@ def test_unknown_stack_file_is_a_clear_error(project: Path) -> None:
 
     assert result.exit_code == 2
     assert "no config for stack 'nosuch'" in result.output
-    assert "dev, eks, prod" in result.output  # every Pulumi.<stack>.yaml here
+    assert "dev, eks, org, prod" in result.output  # every Pulumi.<stack>.yaml here
 
 
 # --- the byte-preserving editor ----------------------------------------------------------------------

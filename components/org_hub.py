@@ -1,0 +1,179 @@
+"""The organisation's hub, beside the hub stack's own guardrails (the ledger, the meter, the notifier):
+the central bus every spoke forwards its hosts' events to, its policy admitting the organisation,
+the rule that hands the forwarded state changes to the meter, an archive of everything forwarded,
+and (``sweep: central``) the reaper's grant to assume the spoke roles.
+
+The bus policy is EventBridge's documented shape for an organisation: ``Principal: "*"`` with the
+condition ``aws:PrincipalOrgID`` (botocore ``events/2015-10-07/service-2.json``, ``PutPermission`` and
+the ``Condition`` shape: "the only supported condition is membership in a certain Amazon Web Services
+organization"). A sender admitted through the organisation must give its rule's target a role
+(``PutTargets``), which the spokes do (components/org_spoke_parts.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
+
+import pulumi
+import pulumi_aws as aws
+
+from components.common import child_of, named_child_of
+from components.iam_policies import document, statement
+from components.org_spoke_parts import STATE_CHANGE_FORWARD
+from guardrails import names
+
+HUB_TOKEN = "parkbrake:org:Hub"
+# Long enough to replay a month into the ledger, which changes nothing for an event it already holds.
+ARCHIVE_RETENTION = timedelta(days=35)
+
+
+@dataclass
+class OrgHubArgs:
+    stack: str
+    org_id: str
+    sweep: Literal["central", "spoke"]
+    # The hub's meter (None without a ledger) and the reaper's role, which the central sweep extends.
+    meter_function_name: str | None
+    reaper_role_name: str
+    # What the sweep reads to find the spokes: the form, the roles (stacks) or the OUs (stackset).
+    spokes: Mapping[str, Any]
+    tags: Mapping[str, str]
+
+
+def bus_policy(bus_arn: str, org_id: str) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "OrganisationForwards",
+                "Effect": "Allow",
+                "Principal": "*",
+                "Action": "events:PutEvents",
+                "Resource": bus_arn,
+                "Condition": {"StringEquals": {"aws:PrincipalOrgID": org_id}},
+            }
+        ],
+    }
+
+
+def central_sweep_policy(stack: str, org_id: str, partition: str) -> dict[str, Any]:
+    """The reaper may assume every spoke's role, in the organisation's accounts only."""
+    roles = f"arn:{partition}:iam::*:role/{names.spoke_role(stack, '*')}"
+    return document(
+        [
+            statement(
+                "AssumeSpokeRoles", ["sts:AssumeRole"], roles, {"StringEquals": {"aws:ResourceOrgID": org_id}}
+            )
+        ]
+    )
+
+
+def spokes_parameter(stack: str) -> str:
+    """SSM parameter the central sweep reads: which spokes there are and how to reach them."""
+    return f"/parkbrake/{stack}/spokes"
+
+
+class OrgHub(pulumi.ComponentResource):
+    bus_name: pulumi.Output[str]
+    bus_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: OrgHubArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(HUB_TOKEN, name, None, opts)
+        tags = dict(args.tags)
+        bus = aws.cloudwatch.EventBus(
+            "hub", name=names.hub_bus(args.stack), tags=tags, opts=named_child_of(self)
+        )
+        aws.cloudwatch.EventBusPolicy(
+            "hub",
+            event_bus_name=bus.name,
+            policy=bus.arn.apply(lambda arn: json.dumps(bus_policy(arn, args.org_id))),
+            opts=child_of(self),
+        )
+        aws.cloudwatch.EventArchive(
+            "hub",
+            name=names.hub_bus(args.stack),
+            event_source_arn=bus.arn,
+            retention_days=ARCHIVE_RETENTION.days,
+            description="every event the spokes forwarded, to replay into the ledger",
+            opts=named_child_of(self),
+        )
+        partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self)).partition
+        if args.meter_function_name is not None:
+            self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
+        if args.sweep == "central":
+            aws.iam.RolePolicy(
+                "central-sweep",
+                role=args.reaper_role_name,
+                policy=partition.apply(
+                    lambda known: json.dumps(central_sweep_policy(args.stack, args.org_id, known))
+                ),
+                opts=child_of(self),
+            )
+        aws.ssm.Parameter(
+            "spokes",
+            name=spokes_parameter(args.stack),
+            type="String",
+            insecure_value=json.dumps(
+                args.spokes, sort_keys=True
+            ),  # no secret: the value is plain, and the policy pack reads it
+            description="the organisation's spokes, for the central sweep",
+            tags=tags,
+            opts=named_child_of(self),
+        )
+        self.bus_name = bus.name
+        self.bus_arn = bus.arn
+        self.register_outputs({"bus_name": self.bus_name, "bus_arn": self.bus_arn})
+
+    def _meter_rule(
+        self,
+        stack: str,
+        meter: str,
+        bus: aws.cloudwatch.EventBus,
+        partition: pulumi.Output[str],
+        tags: dict[str, str],
+    ) -> None:
+        rule = aws.cloudwatch.EventRule(
+            "hub-state-changes",
+            name=f"{names.prefix(stack)}-hub-state-changes",
+            description="the spokes' EC2 state changes, onto the one ledger",
+            event_bus_name=bus.name,
+            event_pattern=json.dumps(STATE_CHANGE_FORWARD, sort_keys=True),
+            tags=tags,
+            opts=named_child_of(self),
+        )
+        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        meter_arn = pulumi.Output.concat(
+            "arn:",
+            partition,
+            ":lambda:",
+            region.region,
+            ":",
+            identity.account_id,
+            ":function:",
+            meter,
+        )
+        aws.lambda_.Permission(
+            "meter-from-hub",
+            action="lambda:InvokeFunction",
+            function=meter,
+            principal="events.amazonaws.com",
+            source_arn=rule.arn,
+            opts=child_of(self),
+        )
+        aws.cloudwatch.EventTarget(
+            "meter-from-hub",
+            rule=rule.name,
+            event_bus_name=bus.name,
+            arn=meter_arn,
+            opts=child_of(self),
+        )
+
+
+def spoke_roles(stack: str, placements: Sequence[tuple[str, str]], partition: str = "aws") -> list[str]:
+    """The role ARN of every (account, region) spoke, as the central sweep assumes them."""
+    return [names.spoke_role_arn(stack, account, region, partition) for account, region in placements]

@@ -1,0 +1,330 @@
+"""What a spoke is, once, for both of its forms: a Pulumi component per account and region
+(components/org_spoke.py) and a CloudFormation template a StackSet deploys to an OU
+(components/org_spoke_stackset.py). Neither form describes a resource of its own; each renders these
+parts.
+
+A spoke is built for a literal account and region (the Pulumi form) or for CloudFormation's
+pseudo parameters ``${AWS::AccountId}`` and ``${AWS::Region}`` (the StackSet form, whose accounts join
+the OU later): every name and ARN is a string in which either may stand, and the template renders a
+string holding a pseudo parameter as ``Fn::Sub``.
+
+The parts (docs/organisation.md, "Hub and spokes"):
+
+- two forwarding rules on the account's default bus, EC2's instance state changes and the tag
+  changes of EC2 instances, whose one target is the hub bus, with a role allowed ``events:PutEvents`` on
+  it. The hub admits the organisation by ``aws:PrincipalOrgID``, and then the sender must give a role
+  (botocore ``events/2015-10-07/service-2.json``, ``PutTargets`` and ``PutPermission``). The rules sit
+  on the default bus, where AWS's own events arrive, and target the hub bus itself: EventBridge
+  delivers an event that came from another bus to no third bus (EventBridge User Guide,
+  ``eb-bus-to-bus.html``: "EventBridge can't route events received from a sender event bus to a
+  third event bus"), so no regional relay bus may stand between them. A spoke in another region than
+  the hub's forwards across regions in the same rule, where the hub's region is a supported
+  cross-Region destination (``eb-cross-account.html``);
+- the deadline handler, on the account's own state changes (a service target in another account,
+  such as the hub's Lambda, must be in the rule's region: ``eb-service-cross-account.html``);
+- the launcher's guard: the spoke's park parameter (``/parkbrake/<stack>/spoke-<region>/parked``),
+  set from the hub stack's ``parked``, so the organisation's park switch reaches every spoke;
+- the spoke role the hub assumes, trusted by the hub account's ``parkbrake-<stack>-*`` roles only:
+  read-only EC2 and ``ec2:StopInstances`` on managed hosts, for the central sweep and the meter's
+  lookups;
+- with ``sweep: spoke`` only, the sweep itself: the reaper function and its rate rule.
+
+Names: everything a spoke names begins with ``names.spoke_role(stack, region)``, which holds the
+region, so two regions of one account, and the hub's own resources in the hub account when it is in
+the OU, never collide (instance-scheduler #561, #608).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+from components.iam_policies import MANAGED_ONLY, document, statement, trust_policy
+from guardrails import names, settings
+from guardrails.schedules import rate_expression
+from guardrails.settings_table import SWEEP_EVERY
+
+# The two event patterns a spoke forwards; the policy pack looks for exactly these.
+STATE_CHANGE_DETAIL_TYPE = "EC2 Instance State-change Notification"
+TAG_CHANGE_DETAIL_TYPE = "Tag Change on Resource"
+STATE_CHANGE_FORWARD: dict[str, Any] = {"source": ["aws.ec2"], "detail-type": [STATE_CHANGE_DETAIL_TYPE]}
+# Tag changes come from the tagging service (source aws.tag, detail-type "Tag Change on Resource":
+# EventBridge events reference, events-ref-tag.html) for every service; the event's detail names the
+# service and resource type, so only EC2 instances' are forwarded.
+TAG_CHANGE_FORWARD: dict[str, Any] = {
+    "source": ["aws.tag"],
+    "detail-type": [TAG_CHANGE_DETAIL_TYPE],
+    "detail": {"service": ["ec2"], "resource-type": ["instance"]},
+}
+FORWARDED_DETAIL_TYPES = (STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE)
+ACCOUNT_PSEUDO = "${AWS::AccountId}"
+REGION_PSEUDO = "${AWS::Region}"
+PARTITION_PSEUDO = "${AWS::Partition}"
+SweepMode = Literal["central", "spoke"]
+
+
+@dataclass(frozen=True)
+class Ref:
+    """Another part's ARN (or, for a function, its name), by the part's logical name."""
+
+    logical: str
+    attribute: Literal["arn", "name"] = "arn"
+
+
+@dataclass(frozen=True)
+class RolePart:
+    logical: str
+    name: str
+    description: str
+    trust: dict[str, Any]
+    policy: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TargetPart:
+    id: str
+    arn: str | Ref
+    role: Ref | None = None
+
+
+@dataclass(frozen=True)
+class RulePart:
+    logical: str
+    name: str
+    description: str
+    targets: tuple[TargetPart, ...]
+    pattern: dict[str, Any] | None = None
+    schedule: str | None = None
+
+    @property
+    def pattern_json(self) -> str | None:
+        return json.dumps(self.pattern, sort_keys=True) if self.pattern is not None else None
+
+
+@dataclass(frozen=True)
+class LayerPart:
+    """The guardrails' dependency layer (components/lambda_requirements.txt), in the spoke's region."""
+
+    logical: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FunctionPart:
+    """A guardrail Lambda from the one code archive; the layer is the spoke's own."""
+
+    logical: str
+    name: str
+    guardrail: str  # the handler module: lambdas.<guardrail>.handler
+    role: Ref
+    timeout_s: int
+    layer: Ref
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class InvokePart:
+    """EventBridge's permission to invoke a function from one rule."""
+
+    logical: str
+    function: Ref
+    rule: Ref
+
+
+@dataclass(frozen=True)
+class ParameterPart:
+    logical: str
+    name: str
+    value: str
+    description: str
+
+
+Part = RolePart | RulePart | LayerPart | FunctionPart | InvokePart | ParameterPart
+
+
+@dataclass(frozen=True)
+class SpokeArgs:
+    """One spoke: the organisation's stack name, the hub, and where the spoke is."""
+
+    stack: str
+    hub_account: str
+    hub_region: str
+    account: str = ACCOUNT_PSEUDO
+    region: str = REGION_PSEUDO
+    partition: str = "aws"
+    sweep: SweepMode = "central"
+    sweep_every: timedelta = SWEEP_EVERY
+    parked: bool = False
+
+
+def hub_bus_arn(args: SpokeArgs) -> str:
+    return f"arn:{args.partition}:events:{args.hub_region}:{args.hub_account}:event-bus/{names.hub_bus(args.stack)}"
+
+
+def spoke_name(args: SpokeArgs, what: str) -> str:
+    """``parkbrake-<stack>-spoke-<region>-<what>``: the spoke role's name, region included, and a suffix."""
+    return f"{names.spoke_role(args.stack, args.region)}-{what}"
+
+
+def hub_roles_pattern(args: SpokeArgs) -> str:
+    """The hub's own roles (the reaper, the meter): the only principals the spoke role trusts."""
+    return f"arn:{args.partition}:iam::{args.hub_account}:role/{names.prefix(args.stack)}-*"
+
+
+def launch_guard_parameter(args: SpokeArgs) -> str:
+    """The spoke's park switch: not the hub's ``/parkbrake/<stack>/parked``, which the hub account
+    already holds in the hub region when it is in the OU."""
+    return f"/parkbrake/{args.stack}/spoke-{args.region}/parked"
+
+
+def spoke_parts(args: SpokeArgs) -> list[Part]:
+    """Every part of the spoke, in the order both forms declare them."""
+    parts: list[Part] = [
+        *_forwarding(args),
+        _spoke_role(args),
+        _launch_guard(args),
+        LayerPart("Dependencies", spoke_name(args, "dependencies")),
+        *_deadline(args),
+    ]
+    if args.sweep == "spoke":
+        parts += _sweep(args)
+    return parts
+
+
+def _forwarding(args: SpokeArgs) -> list[Part]:
+    bus = hub_bus_arn(args)
+    role = RolePart(
+        "ForwardRole",
+        spoke_name(args, "forward"),
+        "EventBridge forwarding this account's EC2 events to the organisation's hub bus",
+        trust_policy("events.amazonaws.com"),
+        document([statement("ForwardToHub", ["events:PutEvents"], bus)]),
+    )
+    rules = [
+        RulePart(
+            logical,
+            spoke_name(args, what),
+            f"{description} to the hub bus {names.hub_bus(args.stack)}",
+            (TargetPart("hub-bus", bus, Ref("ForwardRole")),),
+            pattern=pattern,
+        )
+        for logical, what, description, pattern in (
+            ("ForwardStateChanges", "forward-state", "EC2 instance state changes", STATE_CHANGE_FORWARD),
+            ("ForwardTagChanges", "forward-tags", "EC2 instance tag changes", TAG_CHANGE_FORWARD),
+        )
+    ]
+    return [role, *rules]
+
+
+def _spoke_role(args: SpokeArgs) -> RolePart:
+    trust = document(
+        [
+            {
+                "Effect": "Allow",
+                "Principal": {"AWS": f"arn:{args.partition}:iam::{args.hub_account}:root"},
+                "Action": "sts:AssumeRole",
+                "Condition": {"ArnLike": {"aws:PrincipalArn": hub_roles_pattern(args)}},
+            }
+        ]
+    )
+    policy = document(
+        [
+            statement(
+                "ReadHosts",
+                ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeTags"],
+                "*",
+            ),
+            statement(
+                "StopManagedHosts",
+                ["ec2:StopInstances"],
+                f"arn:{args.partition}:ec2:{args.region}:{args.account}:instance/*",
+                MANAGED_ONLY,
+            ),
+        ]
+    )
+    return RolePart(
+        "SpokeRole",
+        names.spoke_role(args.stack, args.region),
+        f"assumed by the hub of {args.stack}: the central sweep and the meter's lookups",
+        trust,
+        policy,
+    )
+
+
+def _launch_guard(args: SpokeArgs) -> ParameterPart:
+    return ParameterPart(
+        "LaunchGuard",
+        launch_guard_parameter(args),
+        "true" if args.parked else "false",
+        "the spoke's park switch, set from the organisation hub's parked",
+    )
+
+
+def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -> RolePart:
+    name = spoke_name(args, guardrail)
+    log_group = f"arn:{args.partition}:logs:{args.region}:{args.account}:log-group:/aws/lambda/{name}:*"
+    statements = [
+        statement("OwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"], log_group),
+        statement("ReadHosts", ["ec2:DescribeInstances", "ec2:DescribeTags"], "*"),
+        statement(
+            "ParkSwitch",
+            ["ssm:GetParameter"],
+            f"arn:{args.partition}:ssm:{args.region}:{args.account}:parameter{launch_guard_parameter(args)}",
+        ),
+    ]
+    if stops:
+        instances = f"arn:{args.partition}:ec2:{args.region}:{args.account}:instance/*"
+        statements.append(statement("StopManagedHosts", ["ec2:StopInstances"], instances, MANAGED_ONLY))
+    return RolePart(
+        logical,
+        name,
+        f"the spoke's {guardrail} Lambda",
+        trust_policy("lambda.amazonaws.com"),
+        document(statements),
+    )
+
+
+def _function(args: SpokeArgs, logical: str, guardrail: str, timeout_s: int) -> FunctionPart:
+    return FunctionPart(
+        logical,
+        spoke_name(args, guardrail),
+        guardrail,
+        Ref(f"{logical}Role"),
+        timeout_s,
+        Ref("Dependencies"),
+        # No decision bus: the hub bus admits the whole organisation, so relayed decisions on it could
+        # be forged by any member account; a spoke's decisions stay in its own logs.
+        {settings.STACK: args.stack, settings.REGIONS: args.region},
+    )
+
+
+def _deadline(args: SpokeArgs) -> list[Part]:
+    return [
+        _function_role(args, "DeadlineRole", "deadline", stops=True),
+        _function(args, "Deadline", "deadline", timeout_s=60),
+        RulePart(
+            "DeadlineStateChanges",
+            spoke_name(args, "deadline"),
+            "EC2 instance state changes in this account: per-host deadlines",
+            (TargetPart("deadline", Ref("Deadline")),),
+            pattern=STATE_CHANGE_FORWARD,
+        ),
+        InvokePart("DeadlineFromStateChanges", Ref("Deadline"), Ref("DeadlineStateChanges")),
+    ]
+
+
+def _sweep(args: SpokeArgs) -> list[Part]:
+    return [
+        _function_role(args, "SweepRole", "reaper", stops=True),
+        _function(args, "Sweep", "reaper", timeout_s=900),
+        RulePart(
+            "SweepClock",
+            spoke_name(args, "reaper"),
+            "the sweep in this account: hosts past their caps",
+            (TargetPart("reaper", Ref("Sweep")),),
+            schedule=rate_expression(args.sweep_every),
+        ),
+        InvokePart("SweepFromClock", Ref("Sweep"), Ref("SweepClock")),
+    ]

@@ -1,0 +1,151 @@
+"""A spoke as Pulumi declares it in a member account: its forwarding to the hub bus, the role the hub
+assumes, its deadline handler and (sweep: spoke) its own sweep, under the mock engine; the roles'
+documents decided by AWS's documented rules (tests/iam_evaluation.py, a fake named as one)."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from components.guardrail_functions import FUNCTIONS
+from components.org_spoke_parts import (
+    STATE_CHANGE_DETAIL_TYPE,
+    TAG_CHANGE_DETAIL_TYPE,
+    RolePart,
+    SpokeArgs,
+    spoke_parts,
+)
+from guardrails import names
+from tests.components.org_build import (
+    FUNCTION,
+    HUB_ACCOUNT,
+    HUB_BUS_ARN,
+    MEMBER,
+    ROLE,
+    ROLE_POLICY,
+    RULE,
+    TARGET,
+    spoke_run,
+)
+from tests.iam_evaluation import Request, decide
+
+PREFIX = "parkbrake-org-spoke-us-west-2"
+NAME = f"spoke-{MEMBER}-us-west-2"
+
+
+def policy_of(role_child: str, sweep: str = "central") -> dict[str, object]:
+    return json.loads(spoke_run(sweep).named(ROLE_POLICY, f"{NAME}-{role_child}").inputs["policy"])  # type: ignore[arg-type]
+
+
+def test_both_forwarding_rules_target_the_hub_bus_with_the_forwarding_role() -> None:
+    run = spoke_run()
+    forwarded = {}
+    for rule_name in ("forward-state-changes", "forward-tag-changes"):
+        rule = run.named(RULE, f"{NAME}-{rule_name}")
+        pattern = json.loads(rule.inputs["eventPattern"])
+        (target,) = [t for t in run.of_type(TARGET) if t.inputs["rule"] == rule.inputs["name"]]
+        assert target.inputs["arn"] == HUB_BUS_ARN
+        assert target.inputs["roleArn"] == f"arn:aws:iam::{MEMBER}:role/{PREFIX}-forward"
+        assert "eventBusName" not in rule.inputs  # the default bus, where AWS's own events arrive
+        forwarded[pattern["detail-type"][0]] = pattern
+    assert forwarded[STATE_CHANGE_DETAIL_TYPE]["source"] == ["aws.ec2"]
+    assert forwarded[TAG_CHANGE_DETAIL_TYPE] == {
+        "source": ["aws.tag"],
+        "detail-type": [TAG_CHANGE_DETAIL_TYPE],
+        "detail": {"resource-type": ["instance"], "service": ["ec2"]},
+    }
+
+
+def test_the_forwarding_role_may_put_events_on_the_hub_bus_and_nowhere_else() -> None:
+    policy = policy_of("forward-role")
+    assert decide(Request("events:PutEvents", HUB_BUS_ARN), [policy]) == "Allow"
+    elsewhere = HUB_BUS_ARN.replace("parkbrake-org-hub", "default")
+    assert decide(Request("events:PutEvents", elsewhere), [policy]) == "ImplicitDeny"
+
+
+def test_the_spoke_role_is_named_for_its_region_trusted_by_the_hubs_roles_and_stops_managed_hosts_only() -> (
+    None
+):
+    run = spoke_run()
+    role = run.named(ROLE, f"{NAME}-spoke-role")
+    assert role.inputs["name"] == PREFIX
+    (trust,) = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    assert trust["Principal"] == {"AWS": f"arn:aws:iam::{HUB_ACCOUNT}:root"}
+    # The root principal admits the hub account; the condition narrows it to the stack's own roles there.
+    condition_only = {"Statement": [{key: value for key, value in trust.items() if key != "Principal"}]}
+    for principal, expected in [
+        (f"arn:aws:iam::{HUB_ACCOUNT}:role/parkbrake-org-reaper", "Allow"),
+        (f"arn:aws:iam::{HUB_ACCOUNT}:role/ml-engineer", "ImplicitDeny"),
+        (f"arn:aws:iam::{MEMBER}:role/parkbrake-org-reaper", "ImplicitDeny"),  # the member's own
+    ]:
+        request = Request("sts:AssumeRole", role.inputs["name"], context={"aws:PrincipalArn": principal})
+        assert decide(request, [condition_only]) == expected, principal
+    policy = policy_of("spoke-role")
+    host = f"arn:aws:ec2:us-west-2:{MEMBER}:instance/i-0123456789abcdef0"
+    managed = {"aws:ResourceTag/parkbrake:managed": "true"}
+    assert decide(Request("ec2:StopInstances", host, context=managed), [policy]) == "Allow"
+    assert decide(Request("ec2:StopInstances", host), [policy]) == "ImplicitDeny"
+    assert decide(Request("ec2:TerminateInstances", host, context=managed), [policy]) == "ImplicitDeny"
+    assert decide(Request("ec2:DescribeInstances", "*"), [policy]) == "Allow"
+
+
+def test_the_deadline_handler_runs_in_the_spoke_and_the_sweep_only_with_sweep_spoke() -> None:
+    central, spoke = spoke_run("central"), spoke_run("spoke")
+    assert sorted(f.inputs["name"] for f in central.of_type(FUNCTION)) == [f"{PREFIX}-deadline"]
+    assert sorted(f.inputs["name"] for f in spoke.of_type(FUNCTION)) == [
+        f"{PREFIX}-deadline",
+        f"{PREFIX}-reaper",
+    ]
+    deadline = central.named(FUNCTION, f"{NAME}-deadline")
+    assert deadline.inputs["handler"] == "lambdas.deadline.handler"
+    assert deadline.inputs["environment"]["variables"] == {
+        "PARKBRAKE_STACK": "org",
+        "PARKBRAKE_REGIONS": "us-west-2",
+    }
+    clock = spoke.named(RULE, f"{NAME}-sweep-clock")
+    assert clock.inputs["scheduleExpression"] == "rate(5 minutes)"
+    assert [t.inputs["rule"] for t in spoke.of_type(TARGET) if t.inputs["targetId"] == "reaper"] == [
+        f"{PREFIX}-reaper"
+    ]
+
+
+def test_every_child_is_the_spokes_and_named_for_its_account_and_region() -> None:
+    run = spoke_run("spoke")
+    (component,) = run.of_type("parkbrake:org:Spoke")
+    children = [resource for resource in run.resources if resource is not component]
+    assert children
+    assert all(child.parent == component.urn for child in children)
+    assert all(child.name.startswith(f"{NAME}-") for child in children)
+    physical = [c.inputs.get("name") or c.inputs.get("layerName") for c in children if c.type != TARGET]
+    named = [name for name in physical if name]
+    assert all(
+        name.startswith((PREFIX, "/aws/lambda/" + PREFIX, "/parkbrake/org/spoke-us-west-2/"))
+        for name in named
+    )
+
+
+REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-southeast-2", "us-gov-west-1")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    stack=st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True),
+    regions=st.lists(st.sampled_from(REGIONS), min_size=2, max_size=2, unique=True),
+)
+def test_no_two_regions_of_an_account_nor_the_hub_share_a_role_name(stack: str, regions: list[str]) -> None:
+    """IAM's names are the account's: a spoke per region and the hub's own roles, in the hub account
+    (which may be in the OU), never take the same one."""
+    hub_roles = {names.function_name(stack, f.guardrail) for f in FUNCTIONS} | {names.scheduler_role(stack)}
+    spoke_roles = [
+        {
+            part.name
+            for part in spoke_parts(SpokeArgs(stack, HUB_ACCOUNT, "us-east-1", HUB_ACCOUNT, region))
+            if isinstance(part, RolePart)
+        }
+        for region in regions
+    ]
+    assert spoke_roles[0].isdisjoint(spoke_roles[1])
+    assert all(roles.isdisjoint(hub_roles) for roles in spoke_roles)
+    assert all(len(name) <= 64 for roles in spoke_roles for name in roles)  # IAM's role name limit

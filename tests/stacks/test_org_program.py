@@ -1,0 +1,101 @@
+"""The hub stack's program under the mock engine: a spoke per account and region through a provider that
+assumes the account's role (its c7n-org chain), and, with the hub account in the OU, no name a spoke
+takes that the hub already holds in the same account (and region, for regional resources)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from components.org_spoke_parts import ACCOUNT_PSEUDO, REGION_PSEUDO
+from components.org_spoke_stackset import spoke_template
+from stacks.offline import RegisteredResource
+from tests.components.org_build import HUB_ACCOUNT, HUB_REGION, org_run_of
+
+PROVIDER = "pulumi:providers:aws"
+SPOKE = "parkbrake:org:Spoke"
+# IAM's names are the account's, everywhere; the others' are the account's in one region.
+GLOBAL_TYPES = {"aws:iam/role:Role": "name"}
+NAME_INPUTS = ("name", "layerName")
+
+
+def test_a_spoke_per_account_and_region_each_through_its_accounts_provider() -> None:
+    run = org_run_of()
+    spokes = sorted(resource.name for resource in run.of_type(SPOKE))
+    assert spokes == [
+        "spoke-111111111111-us-east-1",
+        "spoke-222222222222-us-east-1",
+        "spoke-222222222222-us-west-2",
+        "spoke-333333333333-us-west-2",
+    ]
+    providers = {provider.name: provider.inputs for provider in run.of_type(PROVIDER)}
+    chained = providers["spoke-333333333333-us-west-2"]
+    assert chained["region"] == "us-west-2"
+    # The engine hands a provider its structured inputs JSON-encoded.
+    assert json.loads(chained["allowedAccountIds"]) == ["333333333333"]
+    roles = json.loads(chained["assumeRoles"])
+    assert [role["roleArn"] for role in roles] == [
+        "arn:aws:iam::111111111111:role/parkbrake-broker",
+        "arn:aws:iam::333333333333:role/parkbrake-deployer",
+    ]
+    assert [role.get("externalId") for role in roles] == [None, "parkbrake-org"]
+
+
+def _placed(resource: RegisteredResource, owners: dict[str, tuple[str, str]]) -> tuple[str, str]:
+    return owners.get(resource.parent or "", (HUB_ACCOUNT, HUB_REGION))
+
+
+def physical_names(resources: list[RegisteredResource]) -> list[tuple[str, str, str, str]]:
+    """(account, region or "" for IAM, type, name) of every resource the stack names itself."""
+    owners = {}
+    for spoke in (r for r in resources if r.type == SPOKE):
+        _, account, region = spoke.name.split("-", 2)
+        owners[spoke.urn] = (account, region)
+    found = []
+    for resource in resources:
+        name = next((resource.inputs[key] for key in NAME_INPUTS if key in resource.inputs), None)
+        if resource.custom and isinstance(name, str) and resource.type != PROVIDER:
+            account, region = _placed(resource, owners)
+            found.append((account, "" if resource.type in GLOBAL_TYPES else region, resource.type, name))
+    return found
+
+
+def test_the_hub_account_in_the_ou_holds_its_spoke_without_a_name_collision() -> None:
+    names = physical_names(org_run_of().resources)
+    assert any(
+        account == HUB_ACCOUNT and name.startswith("parkbrake-org-spoke-") for account, _, _, name in names
+    )
+    assert [key for key, count in Counter(names).items() if count > 1] == []
+
+
+@pytest.mark.parametrize("sweep", ["central", "spoke"])
+def test_the_stack_sets_instance_in_the_hub_account_and_region_collides_with_nothing_of_the_hubs(
+    sweep: str,
+) -> None:
+    run = org_run_of("stackset", sweep)
+    hub_names = {(kind, name) for _, _, kind, name in physical_names(run.resources)}
+    template = run.of_type("parkbrake:org:SpokeStackSet")
+    assert template
+    from components.org_spoke_parts import SpokeArgs
+    from components.org_spoke_stackset import TemplateArgs
+
+    body = spoke_template(TemplateArgs(SpokeArgs("org", HUB_ACCOUNT, HUB_REGION, sweep=sweep), "b", {}))  # type: ignore[arg-type]
+    cfn_types = {
+        "AWS::IAM::Role": ("aws:iam/role:Role", "RoleName"),
+        "AWS::Events::Rule": ("aws:cloudwatch/eventRule:EventRule", "Name"),
+        "AWS::Lambda::Function": ("aws:lambda/function:Function", "FunctionName"),
+        "AWS::SSM::Parameter": ("aws:ssm/parameter:Parameter", "Name"),
+        "AWS::Logs::LogGroup": ("aws:cloudwatch/logGroup:LogGroup", "LogGroupName"),
+    }
+    spoke_names = set()
+    for resource in body["Resources"].values():
+        kind, key = cfn_types.get(resource["Type"], (None, None))
+        if kind is None:
+            continue
+        value = resource["Properties"][key]
+        text = value["Fn::Sub"] if isinstance(value, dict) else value
+        spoke_names.add((kind, text.replace(REGION_PSEUDO, HUB_REGION).replace(ACCOUNT_PSEUDO, HUB_ACCOUNT)))
+    assert len(spoke_names) >= 8
+    assert spoke_names & hub_names == set()
