@@ -10,6 +10,7 @@ BENCHMARKS = (
     "benchmarks.cli_startup",
     "benchmarks.fleet_day",
     "benchmarks.fleet_sweep",
+    "benchmarks.org_sweep",
     "benchmarks.group_removal",
     "benchmarks.ledger",
     "benchmarks.ledger_settle",

@@ -29,6 +29,7 @@ from guardrails.settings_table import (
     REGIONS,
     SCHEDULER_ROLE_ARN,
     SNS_TOPIC_ARN,
+    SPOKES_PARAMETER,
     SPOT_ACTION,
     SPOT_ACTIONS,
     STACK,
@@ -56,7 +57,7 @@ __all__ = [
     "CHAT_WEBHOOK_SECRET_ARN", "DATABASE_SECRET_ARN", "DATABASE_URL", "DEADLINE_DEAD_LETTER_ARN",
     "DEADLINE_TARGET_ARN", "DECISION_BUS", "DECISION_RETENTION", "DEFAULT_MAX_RUNTIME", "MAX_EXEMPTION",
     "MAX_RUNTIME_CEILING", "MEMBER_ACCOUNTS", "NOTICES_TABLE", "POOL_MAX_RUNTIMES", "REAP_UNTAGGED", "REGIONS",
-    "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TENANTS", "TERMINATE_STOPPED",
+    "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOKES_PARAMETER", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TENANTS", "TERMINATE_STOPPED",
     "WARN_BEFORE", "Settings", "SettingsError", "Tuning", "aws_region", "configured_regions",
     "database_location", "ledger_configured", "process_variable", "setting_from_environment",
     "settings_from_environment",
@@ -90,6 +91,8 @@ class Settings(Tuning):
     # The organisation's member accounts whose events the hub's meter takes (None: not a hub, the
     # stack's own account only): docs/organisation.md.
     member_accounts: frozenset[str] | None = None
+    # The hub's SSM parameter listing the organisation's spokes (None: sweep this account only).
+    spokes_parameter: str | None = None
 
     def require_stack(self) -> str:
         if not self.stack:
@@ -140,6 +143,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         decision_bus=text(DECISION_BUS),
         tenants=_tenants(text(TENANTS), problems),
         member_accounts=_member_accounts(text(MEMBER_ACCOUNTS), problems),
+        spokes_parameter=_parameter_name(text(SPOKES_PARAMETER), problems),
     )
     if problems:
         raise SettingsError(problems)
@@ -219,6 +223,15 @@ def _regions(environ: Mapping[str, str], problems: list[str]) -> tuple[str, ...]
         problems.append(f"{REGIONS}: not set, and neither is AWS_REGION; name the regions to guard")
         return ()
     return (own,)
+
+
+def _parameter_name(value: str | None, problems: list[str]) -> str | None:
+    """An SSM parameter's name as the hub's stack writes it: a path from the root."""
+    if value is not None and not value.startswith("/"):
+        problems.append(
+            f"{SPOKES_PARAMETER}: {value!r} is not an SSM parameter path (/parkbrake/<stack>/spokes)"
+        )
+    return value
 
 
 def _tenants(value: str | None, problems: list[str]) -> frozenset[str] | None:

@@ -221,6 +221,7 @@ NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
 DECISION_BUS = "PARKBRAKE_DECISION_BUS"
 TENANTS = "PARKBRAKE_TENANTS"
 MEMBER_ACCOUNTS = "PARKBRAKE_MEMBER_ACCOUNTS"
+SPOKES_PARAMETER = "PARKBRAKE_SPOKES_PARAMETER"
 DATABASE_URL = "PARKBRAKE_DATABASE_URL"
 DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
 # What a spot host that is due gets when it is no group's: only a persistent spot request can stop.
@@ -260,6 +261,13 @@ WIRED: tuple[Variable, ...] = (
         "the Guardrails component, with a `database`",
         "the EventBridge bus a guardrail outside the VPC (the reaper, the deadlines) relays its decisions on, "
         "to the meter (unset: decisions are log lines only)",
+    ),
+    Variable(
+        SPOKES_PARAMETER,
+        "the organisation's hub, with `sweep: central`",
+        "the SSM parameter listing the spokes (`/parkbrake/<stack>/spokes`): set, the hub's reaper sweeps every "
+        "member account and region through the spoke roles ([organisation.md](organisation.md#the-central-sweep))",
+        "unset: the reaper sweeps its own account",
     ),
     Variable(
         DATABASE_SECRET_ARN,

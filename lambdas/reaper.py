@@ -3,7 +3,8 @@
 Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or ``{}``) sweeps;
 ``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires;
 ``{"warn": [...]}`` warns those hosts' owners that their deadline is near (the warning schedule's payload).
-Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more.
+Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more; a
+hub (``PARKBRAKE_SPOKES_PARAMETER``) sweeps its spokes' accounts instead (engines/org_sweeping.py).
 A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
 its dead-letter queue pages. The work is :func:`lambdas.engines.sweeping.sweep_and_record` and
 :func:`lambdas.engines.owner_warnings.warn_and_record`; the event is read by
@@ -23,8 +24,12 @@ from lambdas.aws.environment import ClientFactory, container_settings, default_c
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
 from lambdas.engines.decision_logs import decision_log
+from lambdas.engines.org_sweeping import SpokeList, sweep_organisation_and_record
 from lambdas.engines.owner_warnings import warn_and_record
 from lambdas.engines.sweeping import instance_ids_of, parse_event, sweep_and_record
+
+# The hub's spokes, kept by the container as its settings are (lambdas/engines/org_sweeping.py).
+CONTAINER_SPOKES = SpokeList()
 
 
 def handle(
@@ -34,8 +39,10 @@ def handle(
     clients: ClientFactory,
     now: datetime,
     decisions: DecisionLog | None = None,
+    spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
-    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only)."""
+    """Sweep (or warn); ``decisions`` records what was decided (by default, as log lines only); a hub
+    sweeps ``spokes`` (the container's list), but a deadline or warning is about its own host."""
     decisions = decisions or DecisionLog(guardrail=heartbeat.REAPER, origin=f"reaper-{now.isoformat()}")
     try:
         warned = (
@@ -47,6 +54,10 @@ def handle(
         return refuse_event(heartbeat.REAPER, "refused", error, answer)
     if warned is not None:
         return warn_and_record(warned, settings=settings, clients=clients, now=now, decisions=decisions)
+    if settings.spokes_parameter is not None and instance_ids is None:
+        return sweep_organisation_and_record(
+            settings, now=now, clients=clients, decisions=decisions, dry_run=dry_run, spokes=spokes
+        )
     return sweep_and_record(
         settings, now=now, clients=clients, decisions=decisions, dry_run=dry_run, instance_ids=instance_ids
     )
@@ -60,4 +71,5 @@ def handler(event: dict[str, Any] | None, context: object) -> dict[str, Any]:
         clients=default_clients,
         now=utc_now(),
         decisions=decision_log(heartbeat.REAPER, origin_of(context)),
+        spokes=CONTAINER_SPOKES,
     )

@@ -25,7 +25,7 @@ from guardrails.rules.base import SweepPolicy, instant
 from guardrails.settings import Settings
 from guardrails.storage import Storage, storage_of
 from guardrails.sweep import Verdict, judge, names_another_stack, owner_stack, policy_from_settings
-from guardrails.sweep_notice import KIND_OF_RULE, sweep_notices
+from guardrails.sweep_notice import KIND_OF_RULE, Notice, sweep_notices
 from lambdas.aws import heartbeat
 from lambdas.aws.deadline_schedules import arm_deadline
 from lambdas.aws.decision_log import DecisionLog
@@ -308,6 +308,23 @@ def execute_sweep(
     plan: SweepPlan, settings: Settings, *, now: datetime, clients: ClientFactory, dry_run: bool
 ) -> SweepReport:
     """Stop what the plan says to stop, through the one stop path; re-arm and notify."""
+    report = act_on_plan(plan, settings, now=now, clients=clients, dry_run=dry_run)
+    if dry_run:
+        return report
+    if plan.instance_ids is not None:
+        _rearm_not_due(report, settings, now=now, clients=clients)
+    report.publication = publish_notices(
+        sweep_notices_of(report, now=now), settings, clients=clients, now=now
+    )
+    report.errors += report.publication.errors
+    return report
+
+
+def act_on_plan(
+    plan: SweepPlan, settings: Settings, *, now: datetime, clients: ClientFactory, dry_run: bool
+) -> SweepReport:
+    """Stop, rotate and retire what the plan says, in the account ``clients`` act in; notifies nobody
+    (the organisation's sweep acts in each account and notifies once, from the hub)."""
     by_region: dict[str, list[Verdict]] = defaultdict(list)
     for verdict in plan.to_stop:
         by_region[verdict.host.region].append(verdict)
@@ -332,7 +349,7 @@ def execute_sweep(
         outcome.errors += result.errors
     rotation = _rotate(plan, now=now, clients=clients, dry_run=dry_run)
     retirement = _retire(plan, settings, now=now, clients=clients, dry_run=dry_run)
-    report = SweepReport(
+    return SweepReport(
         plan,
         outcome,
         dry_run,
@@ -340,23 +357,24 @@ def execute_sweep(
         rotation=rotation,
         retirement=retirement,
     )
-    if dry_run:
-        return report
-    if plan.instance_ids is not None:
-        _rearm_not_due(report, settings, now=now, clients=clients)
-    notices = sweep_notices(
-        plan.verdicts,
+
+
+def sweep_notices_of(report: SweepReport, *, now: datetime) -> list[Notice]:
+    """The notices of what ``report`` found and did (guardrails/sweep_notice.py decides them)."""
+    rotation = report.rotation or RotationOutcome(dry_run=report.dry_run)
+    return sweep_notices(
+        report.plan.verdicts,
         acted={
-            **{instance_id: str(outcome.action_of(instance_id)) for instance_id in outcome.acted},
+            **{
+                instance_id: str(report.outcome.action_of(instance_id))
+                for instance_id in report.outcome.acted
+            },
             **dict.fromkeys(rotation.removed, "rotate"),
-            **dict.fromkeys(retirement.terminated, "retire"),
+            **dict.fromkeys(report.retirement.terminated, "retire"),
         },
         errors=report.errors,
         now=now,
     )
-    report.publication = publish_notices(notices, settings, clients=clients, now=now)
-    report.errors += report.publication.errors
-    return report
 
 
 def _rotate(plan: SweepPlan, *, now: datetime, clients: ClientFactory, dry_run: bool) -> RotationOutcome:

@@ -122,3 +122,15 @@ def test_member_accounts_make_the_hub_and_each_bad_id_is_named() -> None:
         "PARKBRAKE_MEMBER_ACCOUNTS: '1111-2222' is not a 12-digit AWS account id",
         "PARKBRAKE_MEMBER_ACCOUNTS: 'x' is not a 12-digit AWS account id",
     ]
+
+
+def test_the_hubs_spokes_parameter_is_an_ssm_path_or_unset() -> None:
+    base = {"AWS_REGION": "us-east-1"}
+    assert settings_from_environment(base).spokes_parameter is None
+    hub = settings_from_environment({**base, "PARKBRAKE_SPOKES_PARAMETER": "/parkbrake/org/spokes"})
+    assert hub.spokes_parameter == "/parkbrake/org/spokes"
+    with pytest.raises(SettingsError) as refused:
+        settings_from_environment({**base, "PARKBRAKE_SPOKES_PARAMETER": "parkbrake/org/spokes"})
+    assert refused.value.problems == [
+        "PARKBRAKE_SPOKES_PARAMETER: 'parkbrake/org/spokes' is not an SSM parameter path (/parkbrake/<stack>/spokes)"
+    ]
