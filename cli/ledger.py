@@ -14,7 +14,16 @@ from typing import IO, Any
 
 import click
 
-from cli.options import DURATION, TENANT, WHEN, output_option, project_dir_option, wide_option, yes_option
+from cli.options import (
+    ACCOUNT_ID,
+    DURATION,
+    TENANT,
+    WHEN,
+    output_option,
+    project_dir_option,
+    wide_option,
+    yes_option,
+)
 from cli.usage.attributions import attribute
 from cli.usage.budgets import metering_settings
 from guardrails import settings_table
@@ -167,9 +176,26 @@ def ingest(events_file: IO[bytes], batch_size: int, verbose: bool, output: str) 
     "--with-savings", is_flag=True,
     help="markdown: add what the guardrails saved in the month as a section (ledger savings).",
 )  # fmt: skip
+@click.option(
+    "--account", "accounts", type=ACCOUNT_ID, multiple=True,
+    help="Only the usage of hosts in this AWS account (repeatable), e.g. --account 123456789012; "
+    "default: every account of the ledger.",
+)  # fmt: skip
+@click.option(
+    "--accounts", "accounts_file", type=click.Path(exists=True, dir_okay=False),
+    help="c7n-org's account list (accounts.yml): names each account in --format focus's SubAccountName "
+    "(default: the account id), e.g. --accounts accounts.yml.",
+)  # fmt: skip
 @wide_option
 def report(
-    tenants: tuple[str, ...], output: str, focus_version: str, with_savings: bool, **window: Any
+    tenants: tuple[str, ...],
+    output: str,
+    focus_version: str,
+    with_savings: bool,
+    *,
+    accounts: tuple[str, ...],
+    accounts_file: str | None,
+    **window: Any,
 ) -> None:
     """GPU usage and cost per tenant for a period; csv, json and markdown are invoices: per pool,
     instance type, region and price, with instance-hours, accelerator-seconds, unit price, pricing
@@ -183,7 +209,7 @@ def report(
       parkbrake ledger report --month 2026-11 --format focus \\
           > parkbrake-focus-2026-11.csv
     """
-    from cli.usage.invoices import report_invoices, report_window
+    from cli.usage.invoices import account_invoices, report_invoices, report_window
     from cli.usage.savings import month_savings
     from lambdas.ledger.attributions import (
         attribute_hint,
@@ -195,11 +221,13 @@ def report(
 
     now = datetime.now(UTC)
     report_window(now, **window)  # bad flags fail before the database is asked
+    account_names = _account_names(accounts_file)
     if with_savings and (output != "markdown" or window["since"] or window["until"]):
         raise InputError("--with-savings: a month's markdown invoice only; add --format markdown and --month")
     store = store_from_environment()
     try:
         invoices, (start, end, zone) = report_invoices(store, tenants, window=window, now=now)
+        invoices = account_invoices(invoices, accounts, named=bool(tenants))
         saved = (
             month_savings(store, window["month"] or f"{start:%Y-%m}", tenants, now) if with_savings else None
         )
@@ -208,7 +236,7 @@ def report(
         waiting = waiting_stops(store, now=now) if listed else []
     finally:
         store.close()
-    _print_report(invoices, output, focus_version, (start, end, zone))
+    _print_report(invoices, output, focus_version, (start, end, zone), account_names)
     if saved is not None:
         from guardrails.savings import savings_markdown
 
@@ -219,8 +247,23 @@ def report(
         click.echo(waiting_stops_line(waiting))
 
 
+def _account_names(path: str | None) -> dict[str, str]:
+    """Account id → name from c7n-org's account list (guardrails.accounts); none without one."""
+    if path is None:
+        return {}
+    from pathlib import Path
+
+    from guardrails.accounts import load_accounts
+
+    return {account.account_id: account.name for account in load_accounts(Path(path).read_text(), path)}
+
+
 def _print_report(
-    invoices: Any, output: str, focus_version: str, where: tuple[datetime, datetime, str]
+    invoices: Any,
+    output: str,
+    focus_version: str,
+    where: tuple[datetime, datetime, str],
+    account_names: dict[str, str] | None = None,
 ) -> None:
     """One rendering of the invoices (guardrails.invoice, guardrails.focus, cli.usage.invoices)."""
     from cli.usage.invoices import print_invoices, report_json
@@ -231,7 +274,7 @@ def _print_report(
     elif output == "focus":
         from guardrails.focus import invoices_focus, unpriced_lines
 
-        click.echo(invoices_focus(invoices, focus_version), nl=False)
+        click.echo(invoices_focus(invoices, focus_version, account_names), nl=False)
         if unpriced := unpriced_lines(invoices):
             hours = sum((line.instance_hours for line in unpriced), Decimal(0)).quantize(Decimal("0.000001"))
             click.echo(

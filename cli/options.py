@@ -228,6 +228,23 @@ class TenantName(click.ParamType):
 TENANT = TenantName()
 
 
+class AccountId(click.ParamType):
+    """An AWS account id, 12 digits (as the events carry it); any other is a usage error (exit 2)."""
+
+    name = "account"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value).strip()
+        if not (len(text) == 12 and text.isascii() and text.isdigit()):
+            self.fail(
+                f"{value!r} is not an AWS account id; give its 12 digits, e.g. 123456789012", param, ctx
+            )
+        return text
+
+
+ACCOUNT_ID = AccountId()
+
+
 def confirm_or_abort(question: str, *, assume_yes: bool) -> None:
     """Ask before a destructive change; with no terminal to ask, refuse rather than guess."""
     if assume_yes:

@@ -8,8 +8,16 @@ parkbrake is the provider (``ProviderName``; 1.3's ``ServiceProviderName``) and 
 (``InvoiceIssuerName``); the tenants pay parkbrake, not a third party, so ``BilledCost`` is what the
 tenant is charged (FOCUS's BilledCost-C-005-C sets it to 0 only where the provider and the issuer
 differ). AWS produced the instances (``PublisherName``) and hosts them (1.3's ``HostProviderName``).
-The billing account is the tenant, the sub account its pool; tenant and pool travel in ``Tags`` as
-the hosts' own tags name them.
+The billing account is the tenant; the sub account is the AWS account the hosts ran in
+(``SubAccountId`` its 12-digit id, ``SubAccountName`` its name in the organisation's account list
+when one is given, else the id, ``SubAccountType`` :data:`SUB_ACCOUNT_TYPE`), so a tenant that spans
+accounts has a row per account. FOCUS's subaccounttype.md (FOCUS_Spec, specification/columns, 1.2):
+"a service provider-assigned name to identify the type of sub account [...] a readable display name
+and not a code", null exactly when ``SubAccountId`` is: a line of the ledger's own account recorded
+before accounts were (account '') has all three null. Tenant and pool travel in ``Tags`` as the
+hosts' own ``parkbrake:`` tags name them (tags.md: a provider "MUST NOT alter" user-defined tag keys
+or values; FOCUS's ``x_`` prefix is for custom columns, not tag keys). ``RegionId``/``RegionName``
+are the region the events carry.
 
 A line is billed at the ledger's price, the AWS price in effect (public on-demand or the zone's
 spot price), with no markup or discount: list, contracted, effective and billed cost are one
@@ -29,7 +37,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -59,6 +67,7 @@ DEFAULT_VERSION = FOCUS_1_3
 PROVIDER = INVOICE_ISSUER = "parkbrake"  # the platform team that re-bills the capacity
 HOST_PROVIDER = PUBLISHER = "AWS"  # who produced and hosts the instances
 SERVICE = "Amazon Elastic Compute Cloud"
+SUB_ACCOUNT_TYPE = "AWS Account"  # one readable display value for every sub account (subaccounttype.md)
 
 
 def focus_time(moment: datetime) -> str:
@@ -86,9 +95,15 @@ def sku_price_id(line: InvoiceLine) -> str:
     return f"{line.instance_type}/{line.region}/{line.pricing_model}/{line.price_basis or 'unpriced'}@{since}"
 
 
-def focus_row(invoice: Invoice, line: InvoiceLine, version: str = DEFAULT_VERSION) -> dict[str, str]:
-    """One line as a FOCUS row of ``version``, every text cell neutralised (guardrails.csv_cells)."""
-    row = _focus_values(invoice, line)
+def focus_row(
+    invoice: Invoice,
+    line: InvoiceLine,
+    version: str = DEFAULT_VERSION,
+    account_names: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """One line as a FOCUS row of ``version``, every text cell neutralised (guardrails.csv_cells);
+    ``account_names`` names the accounts (account id → name: the organisation's account list)."""
+    row = _focus_values(invoice, line) | _sub_account_columns(line, account_names or {})
     if version == FOCUS_1_3:
         row |= {"HostProviderName": HOST_PROVIDER, "ServiceProviderName": PROVIDER}
     types = spec_columns(version)
@@ -173,11 +188,20 @@ def _sku_columns(invoice: Invoice, line: InvoiceLine, unit_price: str) -> dict[s
             sort_keys=True,
         ),
         "SkuPriceId": sku_price_id(line),
-        "SubAccountId": line.pool,
-        "SubAccountName": line.pool,
-        "SubAccountType": "Pool",
         "Tags": json.dumps({tags.TENANT: invoice.tenant, tags.POOL: line.pool}, sort_keys=True),
         "x_InvoiceStatus": invoice.status,
+    }
+
+
+def _sub_account_columns(line: InvoiceLine, account_names: Mapping[str, str]) -> dict[str, str]:
+    """The sub account: the AWS account the line's hosts ran in; all null for the ledger's own
+    account before accounts were recorded (account '')."""
+    if not line.account:
+        return {"SubAccountId": "", "SubAccountName": "", "SubAccountType": ""}
+    return {
+        "SubAccountId": line.account,
+        "SubAccountName": account_names.get(line.account) or line.account,
+        "SubAccountType": SUB_ACCOUNT_TYPE,
     }
 
 
@@ -185,7 +209,11 @@ def unpriced_lines(invoices: Sequence[Invoice]) -> list[InvoiceLine]:
     return [line for invoice in invoices for line in invoice.lines if line.usd_per_hour is None]
 
 
-def invoices_focus(invoices: Sequence[Invoice], version: str = DEFAULT_VERSION) -> str:
+def invoices_focus(
+    invoices: Sequence[Invoice],
+    version: str = DEFAULT_VERSION,
+    account_names: Mapping[str, str] | None = None,
+) -> str:
     """The invoices' priced lines as FOCUS CSV rows of ``version``, header first. An unpriced line
     is not a charge yet: FOCUS requires a usage charge's unit prices, so it joins once priced."""
     if version not in FOCUS_VERSIONS:
@@ -197,5 +225,5 @@ def invoices_focus(invoices: Sequence[Invoice], version: str = DEFAULT_VERSION) 
         for line in invoice.lines:
             if line.usd_per_hour is None:
                 continue
-            writer.writerow(focus_row(invoice, line, version))
+            writer.writerow(focus_row(invoice, line, version, account_names))
     return buffer.getvalue()

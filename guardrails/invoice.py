@@ -29,7 +29,7 @@ FALLBACK = "on-demand fallback"  # the price basis of spot time priced on demand
 DRAFT, FINAL = "draft", "final"
 CSV_COLUMNS = (
     "invoice_id", "status", "tenant", "period_start", "period_end", "timezone", "pool", "instance_type",
-    "region", "pricing_model", "instance_hours", "accelerator_seconds", "unit_price_usd_per_hour",
+    "account", "region", "pricing_model", "instance_hours", "accelerator_seconds", "unit_price_usd_per_hour",
     "price_source", "price_valid_from", "price_basis", "currency", "subtotal_usd", "late", "service_period",
 )  # fmt: skip
 # Written as numbers (exact decimal digits); every other cell is text (guardrails.csv_cells).
@@ -66,6 +66,9 @@ class InvoiceLine:
     # that is not a month).
     late: bool = False
     service_period: str | None = None
+    # The AWS account its hosts ran in (the events' account: docs/ledger.md, *Accounts*); '' the
+    # ledger's own. A tenant that spans accounts has a line per account.
+    account: str = ""
 
     @property
     def instance_hours(self) -> Decimal:
@@ -79,6 +82,7 @@ class InvoiceLine:
         return {
             "pool": self.pool,
             "instance_type": self.instance_type,
+            "account": self.account,
             "region": self.region,
             "pricing_model": self.pricing_model,
             "instance_hours": str(self.instance_hours.quantize(Decimal("0.000001"))),

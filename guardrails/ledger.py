@@ -68,6 +68,7 @@ class StateChange:
     state: str
     at_ms: int
     region: str
+    account: str = ""  # the envelope's ``account`` ('' when the event names none: the ledger's own)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,9 @@ class Transition:
     state: str
     at_ms: int
     attribution: Attribution
+    # The AWS account the host is in (EventBridge's envelope ``account``); '' the ledger's own
+    # (docs/ledger.md, *Accounts*). Not part of the attribution: a host never changes account.
+    account: str = ""
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,7 @@ class Interval:
     started_ms: int
     ended_ms: int | None
     closed_by: str | None = None
+    account: str = ""  # the account of the event that opened it: the host's (docs/ledger.md, *Accounts*)
 
     @property
     def is_open(self) -> bool:
@@ -191,6 +196,9 @@ def state_change_from_event(event: Mapping[str, Any], *, received_at: datetime |
     else:
         if (why := event_time_problem(at_ms, received_at)) is not None:
             problems.append(f"time: {event.get('time')!r} {why}")
+    account = event.get("account", "")
+    if not is_account_id(account):
+        problems.append(f"account: {account!r} is not a 12-digit AWS account id")
     if problems:
         raise MalformedEvent(f"event {event.get('id')!r}: " + "; ".join(problems))
     return StateChange(
@@ -199,7 +207,18 @@ def state_change_from_event(event: Mapping[str, Any], *, received_at: datetime |
         state=str(state),
         at_ms=at_ms,
         region=str(fields["region"]),
+        account=str(account),
     )
+
+
+def is_account_id(account: object) -> bool:
+    """Whether ``account`` is one an event may carry: an AWS account id (EventBridge's envelope
+    field ``account``, "the 12-digit number identifying an AWS account": Amazon EventBridge events
+    reference, *event structure*), or '' (none named: the ledger's own account). The appends check
+    the same (``ledger_account_passes``, lambdas/ledger/functions/append.sql)."""
+    if not isinstance(account, str):
+        return False
+    return account == "" or (len(account) == 12 and account.isascii() and account.isdigit())
 
 
 def _iso(ms: int) -> str:
@@ -298,11 +317,16 @@ def intervals_from(transitions: Iterable[Transition]) -> list[Interval]:
                         opened.at_ms,
                         transition.at_ms,
                         transition.event_id,
+                        opened.account,
                     )
                 )
             opened = transition if is_running else None
         if opened is not None:
-            intervals.append(Interval(opened.event_id, instance_id, opened.attribution, opened.at_ms, None))
+            intervals.append(
+                Interval(
+                    opened.event_id, instance_id, opened.attribution, opened.at_ms, None, None, opened.account
+                )
+            )
     return intervals
 
 

@@ -23,6 +23,7 @@ from guardrails.settings_table import (
     DEADLINE_DEAD_LETTER_ARN,
     DEADLINE_TARGET_ARN,
     DECISION_BUS,
+    MEMBER_ACCOUNTS,
     NOTICES_TABLE,
     POOL_MAX_RUNTIMES,
     REGIONS,
@@ -55,7 +56,7 @@ DEFAULT_SPOT_ACTION = SPOT_ACTIONS[0]
 __all__ = [
     "CHAT_WEBHOOK_SECRET_ARN", "DATABASE_SECRET_ARN", "DATABASE_URL", "DEADLINE_DEAD_LETTER_ARN",
     "DEADLINE_TARGET_ARN", "DECISION_BUS", "DECISION_RETENTION", "DEFAULT_MAX_RUNTIME", "MAX_EXEMPTION",
-    "MAX_RUNTIME_CEILING", "NOTICES_TABLE", "POOL_MAX_RUNTIMES", "REAP_UNTAGGED", "REGIONS",
+    "MAX_RUNTIME_CEILING", "MEMBER_ACCOUNTS", "NOTICES_TABLE", "POOL_MAX_RUNTIMES", "REAP_UNTAGGED", "REGIONS",
     "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOKES_PARAMETER", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TENANTS", "TERMINATE_STOPPED",
     "WARN_BEFORE", "Settings", "SettingsError", "Tuning", "aws_region", "configured_regions",
     "database_location", "ledger_configured", "process_variable", "setting_from_environment",
@@ -87,6 +88,9 @@ class Settings(Tuning):
     decision_bus: str | None = None
     # The stack's declared tenants (None: not told, so any valid tenant name): guardrails/tenants.py.
     tenants: frozenset[str] | None = None
+    # The organisation's member accounts whose events the hub's meter takes (None: not a hub, the
+    # stack's own account only): docs/organisation.md.
+    member_accounts: frozenset[str] | None = None
     # The hub's SSM parameter listing the organisation's spokes (None: sweep this account only).
     spokes_parameter: str | None = None
 
@@ -138,6 +142,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         notices_table=text(NOTICES_TABLE),
         decision_bus=text(DECISION_BUS),
         tenants=_tenants(text(TENANTS), problems),
+        member_accounts=_member_accounts(text(MEMBER_ACCOUNTS), problems),
         spokes_parameter=_parameter_name(text(SPOKES_PARAMETER), problems),
     )
     if problems:
@@ -235,6 +240,18 @@ def _tenants(value: str | None, problems: list[str]) -> frozenset[str] | None:
     names = [name.strip() for name in value.split(",") if name.strip()]
     problems += [f"{TENANTS}: {problem}" for name in names if (problem := tenant_problem(name)) is not None]
     return frozenset(names)
+
+
+def _member_accounts(value: str | None, problems: list[str]) -> frozenset[str] | None:
+    if value is None:
+        return None
+    ids = [item.strip() for item in value.split(",") if item.strip()]
+    problems += [
+        f"{MEMBER_ACCOUNTS}: {item!r} is not a 12-digit AWS account id"
+        for item in ids
+        if not (len(item) == 12 and item.isascii() and item.isdigit())
+    ]
+    return frozenset(ids)
 
 
 def _pool_caps(value: str | None, problems: list[str]) -> dict[str, timedelta]:

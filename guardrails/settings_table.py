@@ -220,6 +220,7 @@ DEADLINE_DEAD_LETTER_ARN = "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN"
 NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
 DECISION_BUS = "PARKBRAKE_DECISION_BUS"
 TENANTS = "PARKBRAKE_TENANTS"
+MEMBER_ACCOUNTS = "PARKBRAKE_MEMBER_ACCOUNTS"
 SPOKES_PARAMETER = "PARKBRAKE_SPOKES_PARAMETER"
 DATABASE_URL = "PARKBRAKE_DATABASE_URL"
 DATABASE_SECRET_ARN = "PARKBRAKE_DATABASE_SECRET_ARN"
@@ -235,6 +236,12 @@ WIRED: tuple[Variable, ...] = (
     Variable(
         TENANTS, "the program, from `tenants`", "comma-separated declared tenants: a `parkbrake:tenant` value that "
         "is none of them exactly is metered for `unattributed` (`guardrails/tenants.py`)", "any valid tenant name"
+    ),
+    Variable(
+        MEMBER_ACCOUNTS, "the hub stack, from the organisation's accounts", "comma-separated 12-digit member "
+        "account ids whose hosts' events the hub's meter takes (hub mode: it reads their hosts through each "
+        "account's spoke role); an event of any other account is refused with one log line", "unset: the "
+        "stack's own account only", in_lambda_environment=False,
     ),
     Variable(SNS_TOPIC_ARN, "the Guardrails component", "where the sweep's notice and budget notices go"),
     Variable(

@@ -179,17 +179,19 @@ def latest_launch(ec2: Any, instance_ids: list[str]) -> datetime:
     return max(launch_time(ec2, instance_id) for instance_id in instance_ids)
 
 
-def state_change(instance_id: str, state: str, at: datetime, *, region: str = REGION) -> dict[str, Any]:
-    """EC2's native EventBridge event, as AWS delivers it."""
+def state_change(
+    instance_id: str, state: str, at: datetime, *, region: str = REGION, account: str = ACCOUNT
+) -> dict[str, Any]:
+    """EC2's native EventBridge event, as AWS delivers it (``account``: the host's)."""
     return {
         "version": "0",
         "id": str(uuid.uuid4()),
         "detail-type": "EC2 Instance State-change Notification",
         "source": "aws.ec2",
-        "account": ACCOUNT,
+        "account": account,
         "time": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "region": region,
-        "resources": [f"arn:aws:ec2:{region}:{ACCOUNT}:instance/{instance_id}"],
+        "resources": [f"arn:aws:ec2:{region}:{account}:instance/{instance_id}"],
         "detail": {"instance-id": instance_id, "state": state},
     }
 

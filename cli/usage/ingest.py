@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from guardrails.ledger import StateChange
     from guardrails.settings import Settings
     from lambdas.aws.environment import ClientFactory
+    from lambdas.aws.spoke_clients import PlaceClients
     from lambdas.engines.metering import MeterResult
     from lambdas.ledger.store import LedgerStore
 
@@ -100,6 +101,17 @@ def host_groups(changes: Sequence[StateChange], size: int) -> list[list[StateCha
     return [group for group in groups if group]
 
 
+def hub_reach(settings: Settings, clients: ClientFactory) -> PlaceClients | None:
+    """A hub's backfill (``PARKBRAKE_MEMBER_ACCOUNTS`` set) reads a member account's hosts through its
+    spoke role, as the hub's meter does; its own account is the caller's (STS GetCallerIdentity)."""
+    if settings.member_accounts is None:
+        return None
+    from lambdas.aws.spoke_clients import place_clients_for
+
+    own = clients("sts", None).get_caller_identity()["Account"]
+    return place_clients_for(settings, clients, own_account=own)
+
+
 def ingest_changes(
     changes: Sequence[StateChange],
     *,
@@ -120,6 +132,7 @@ def ingest_changes(
 
     received_at = received_at or received_now()
     attributed = Attributed()
+    place_clients = hub_reach(settings, clients)
     with Progress(console=console(stderr=True), disable=not progress) as bar:
         task = bar.add_task("ingesting", total=len(changes))
         for number, group in enumerate(host_groups(changes, SETTLE_EVERY)):
@@ -128,8 +141,9 @@ def ingest_changes(
             for start in range(0, len(group), batch_size):
                 changes_batch = group[start : start + batch_size]
                 batch = attribute_changes(
-                    changes_batch, store=store, clients=clients, settings=settings, received_at=received_at
-                )
+                    changes_batch, store=store, clients=clients, settings=settings, received_at=received_at,
+                    place_clients=place_clients,
+                )  # fmt: skip
                 store.queue_backfill(batch.transitions, received_at=received_at)
                 attributed.add(batch)
                 bar.advance(task, len(changes_batch))

@@ -128,6 +128,20 @@ def report_invoices(
     return sorted(invoices, key=lambda invoice: invoice.tenant), (start, end, zone)
 
 
+def account_invoices(invoices: Sequence[Invoice], accounts: Sequence[str], *, named: bool) -> list[Invoice]:
+    """The invoices with only the lines of hosts in ``accounts`` (none: every line). The tenant's
+    month-end forecast is left out then: it is the tenant's burn across all its accounts. An invoice
+    left with no line is dropped unless its tenant was named (``named``)."""
+    if not accounts:
+        return list(invoices)
+    kept = []
+    for invoice in invoices:
+        lines = tuple(line for line in invoice.lines if line.account in accounts)
+        if lines or named:
+            kept.append(replace(invoice, lines=lines, forecast_usd=None))
+    return kept
+
+
 def zone_invoices(
     store: LedgerStore, tenants: Sequence[str], *, window: dict[str, Any], zone: str, now: datetime
 ) -> tuple[list[Invoice], datetime, datetime]:
@@ -286,12 +300,15 @@ def invoices_table(invoices: Sequence[Invoice], start: datetime, end: datetime, 
     title = f"GPU usage {shared or 'of each tenant in its own period and zone (its total row)'}"
     if drafts == {True}:
         title += ", draft (the month is not closed)"
+    # An account column once any line names one (the organisation's hub): a line per account.
+    accounts = any(line.account for invoice in invoices for line in invoice.lines)
     table = Table(
         title,
         [
             Column("tenant", 0),
             Column("pool", 0),
             Column("instance type", 2),
+            *([Column("account", 1)] if accounts else []),
             Column("region", 3),
             Column("pricing", 3),
             Column("accelerator-hours", 1, justify="right"),
@@ -308,23 +325,17 @@ def invoices_table(invoices: Sequence[Invoice], start: datetime, end: datetime, 
                 else ("unpriced" if line.usd_per_hour is None else "")
             )
             table.add_row(
-                invoice.tenant, line.pool, line.instance_type, line.region, line.pricing_model,
-                f"{hours:,.3f}", str(line.subtotal_usd), note,
+                invoice.tenant, line.pool, line.instance_type, *([line.account or "-"] if accounts else []),
+                line.region, line.pricing_model, f"{hours:,.3f}", str(line.subtotal_usd), note,
             )  # fmt: skip
         notes = [] if shared else [_period_words(invoice.since, invoice.until, invoice.zone)]
         if invoice.draft and drafts != {True}:
             notes.append("draft")
         if invoice.forecast_usd is not None:
             notes.append(f"forecast {invoice.forecast_usd} incl. billed and late")
+        blanks = [""] * (5 if accounts else 4)
         table.add_row(
-            invoice.tenant,
-            Text("total", style="bold"),
-            "",
-            "",
-            "",
-            "",
-            str(invoice.total_usd),
-            "; ".join(notes),
+            invoice.tenant, Text("total", style="bold"), *blanks, str(invoice.total_usd), "; ".join(notes)
         )
     return table
 

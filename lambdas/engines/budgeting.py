@@ -46,11 +46,19 @@ from guardrails.runway import (
 )
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat, notices
+from lambdas.aws.assumed import AssumeFailed
 from lambdas.aws.deadline_schedules import arm_budget_crossing, disarm_budget_crossing
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts
 from lambdas.aws.environment import ClientFactory, default_clients, ledger_configured
 from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.aws.spoke_clients import (
+    PlaceClients,
+    account_of_arn,
+    guarded_places,
+    own_place_clients,
+    place_clients_for,
+)
 from lambdas.aws.stop_path import SpotAction, stop_hosts
 from lambdas.ledger.store import LedgerStore, container_store
 
@@ -97,9 +105,17 @@ class AwsEnforcer:
         topic_arn: str | None,
         spot_action: SpotAction,
         crossing: CrossingTarget | None = None,
+        places: Sequence[tuple[str, str]] | None = None,
+        place_clients: PlaceClients | None = None,
     ) -> None:
+        """``places`` are the (account, region) pairs a tenant's hosts are looked for in (default:
+        the own account, ``regions``); ``place_clients`` reaches each (lambdas.aws.spoke_clients):
+        the hub's budget stops a tenant's hosts in every member account, since a tenant may span
+        accounts."""
         self._clients = clients
         self._regions = tuple(regions)
+        self._places = tuple(places) if places is not None else tuple(("", region) for region in regions)
+        self._place_clients = place_clients or own_place_clients(clients)
         self._topic_arn = topic_arn
         self._spot_action = spot_action
         self._crossing = crossing
@@ -118,12 +134,15 @@ class AwsEnforcer:
                 budget_function_arn(invoked_function_arn, settings.stack),
                 settings.scheduler_role_arn,
             )
+        own_account = account_of_arn(invoked_function_arn)
         return cls(
             clients=clients,
             regions=settings.regions,
             topic_arn=settings.sns_topic_arn,
             spot_action=spot_action,
             crossing=crossing,
+            places=guarded_places(settings, own_account=own_account),
+            place_clients=place_clients_for(settings, clients, own_account=own_account),
         )
 
     @property
@@ -169,38 +188,57 @@ class AwsEnforcer:
         log.warning("denying new work: %s", reason)
 
     def running_hosts(self, tenant: str) -> list[Host]:
-        """The tenant's running managed accelerator hosts, in every guarded region."""
-        hosts = []
-        for region in self._regions:
-            pages = (
-                self._clients("ec2", region)
-                .get_paginator("describe_instances")
-                .paginate(
-                    Filters=[
-                        {"Name": f"tag:{tags.TENANT}", "Values": [tenant]},
-                        {"Name": "instance-state-name", "Values": ["running"]},
-                    ]  # one tenant's hosts are few: accelerators are picked out below
-                )
+        """The tenant's running managed accelerator hosts, in every guarded account and region."""
+        return [host for hosts in self._running_by_place(tenant, []).values() for host in hosts]
+
+    def _running_by_place(
+        self, tenant: str, errors: list[dict[str, str]]
+    ) -> dict[tuple[str, str], list[Host]]:
+        """The tenant's running hosts by (account, region); a place that cannot be listed (a role
+        missing or denied) is an error in ``errors`` naming it, and the other places are still listed."""
+        found: dict[tuple[str, str], list[Host]] = {}
+        for account, region in self._places:
+            try:
+                found[(account, region)] = self._running_in(tenant, account, region)
+            except (AssumeFailed, *AWS_ERRORS) as error:
+                where = f"{account or 'own account'}/{region}"
+                why = str(error) if isinstance(error, AssumeFailed) else describe_error(error)
+                log.error("cannot list tenant %s's hosts in %s: %s", tenant, where, why)
+                errors.append({"action": "list", "place": where, "error": why})
+        return found
+
+    def _running_in(self, tenant: str, account: str, region: str) -> list[Host]:
+        pages = (
+            self._place_clients(account, region)("ec2", region)
+            .get_paginator("describe_instances")
+            .paginate(
+                Filters=[
+                    {"Name": f"tag:{tags.TENANT}", "Values": [tenant]},
+                    {"Name": "instance-state-name", "Values": ["running"]},
+                ]  # one tenant's hosts are few: accelerators are picked out below
             )
-            for page in pages:
-                for reservation in page["Reservations"]:
-                    for instance in reservation["Instances"]:
-                        host = Host.from_instance(instance, region)
-                        if host.managed and host.accelerator:
-                            hosts.append(host)
+        )
+        hosts = []
+        for page in pages:
+            for reservation in page["Reservations"]:
+                for instance in reservation["Instances"]:
+                    host = Host.from_instance(instance, region)
+                    if host.managed and host.accelerator:
+                        hosts.append(host)
         return hosts
 
     def stop(self, tenant: str, reason: str, *, dry_run: bool) -> StopReport:
         report = StopReport()
-        by_region: dict[str, list[Host]] = {}
-        for host in self.running_hosts(tenant):
-            by_region.setdefault(host.region, []).append(host)
-        for region, hosts in sorted(by_region.items()):
+        by_region = self._running_by_place(tenant, report.errors)
+        for (account, region), hosts in sorted(by_region.items()):
+            if not hosts:
+                continue
+            clients = self._place_clients(account, region)
             outcome = stop_hosts(
                 hosts,
                 reason=reason,
-                ec2=self._clients("ec2", region),
-                autoscaling=self._clients("autoscaling", region),
+                ec2=clients("ec2", region),
+                autoscaling=clients("autoscaling", region),
                 dry_run=dry_run,
                 spot_action=self._spot_action,
             )

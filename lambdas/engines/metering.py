@@ -7,6 +7,12 @@ duplicate is then ignored. After a new event (:func:`meter_event`, the meter Lam
 budget is checked at once (:mod:`lambdas.engines.budgeting`), so a crossed limit does not wait for the
 next minute.
 
+Every event carries the account its host is in (EventBridge's envelope ``account``). The meter
+reaches EC2 through one injected function, ``lambdas.aws.spoke_clients.PlaceClients``: the clients
+of an (account, region). A stack's own meter reads its own account; the organisation's hub meter
+reads a member account's hosts through that account's spoke role, assumed from the hub, and takes
+events only from its own and its member accounts (:func:`refusal_of`).
+
 ``parkbrake ledger ingest`` backfills files of the same events: :func:`attribute_changes` a batch at a
 time, queued, then :func:`account` once the backfill is settled; the reconciler's repairs and the
 dead-letter replay go through :func:`meter`.
@@ -41,6 +47,7 @@ from guardrails.settings import Settings
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.aws.spoke_clients import PlaceClients, account_of_arn, own_place_clients, place_clients_for
 from lambdas.engines import budgeting
 from lambdas.ledger.appends import APPENDED, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
@@ -50,6 +57,25 @@ GUARDRAIL = "meter"
 FILTER_VALUES_LIMIT = 200  # ids per DescribeInstances filter
 # Events this long before EC2's LaunchTime still belong to that launch (pending precedes it).
 LAUNCH_SLACK_MS = 60_000
+
+
+def refusal_of(change: StateChange, *, settings: Settings, own_account: str | None) -> str | None:
+    """Why the meter refuses ``change``'s account, or None: it takes its own account's events (and
+    those naming none), and a hub's (``settings.member_accounts`` set) its member accounts'. A
+    meter that does not know its own account takes any of those."""
+    account = change.account
+    if account == "" or own_account is None or account == own_account:
+        return None
+    members = settings.member_accounts or frozenset()
+    if account in members:
+        return None
+    admitted = f"the stack's own account {own_account}" + (
+        f" and its {len(members)} member account(s) (PARKBRAKE_MEMBER_ACCOUNTS)" if members else ""
+    )
+    return (
+        f"event {change.event_id} of {change.instance_id} is from account {account}, which is not "
+        f"{admitted}: not metered; add the account to the organisation's member accounts if it is one"
+    )
 
 
 @dataclass
@@ -140,16 +166,19 @@ def attribute_instances(
 
 
 def describe_hosts(
-    changes: Sequence[StateChange], *, clients: ClientFactory, prices: PriceTable, settings: Settings
+    changes: Sequence[StateChange], *, place_clients: PlaceClients, prices: PriceTable, settings: Settings
 ) -> dict[str, Described]:
-    """What EC2 says now of each host it still describes."""
-    by_region: dict[str, set[str]] = defaultdict(set)
+    """What EC2 says now of each host it still describes, asked in the host's account and region.
+
+    Keyed by instance id alone: EC2 gives every instance a unique id, in every account (docs/ledger.md,
+    *Accounts*), so a host's events from two accounts cannot be confused."""
+    by_place: dict[tuple[str, str], set[str]] = defaultdict(set)
     for change in changes:
-        by_region[change.region].add(change.instance_id)
+        by_place[(change.account, change.region)].add(change.instance_id)
     found: dict[str, Described] = {}
-    for region, instance_ids in sorted(by_region.items()):
+    for (account, region), instance_ids in sorted(by_place.items()):
         ordered = sorted(instance_ids)
-        ec2 = clients("ec2", region)
+        ec2 = place_clients(account, region)("ec2", region)
         instances = []
         for start in range(0, len(ordered), FILTER_VALUES_LIMIT):
             chunk = ordered[start : start + FILTER_VALUES_LIMIT]
@@ -197,11 +226,14 @@ def meter(
     received_at: datetime,
     source: str = GUARDRAIL,
     prices: PriceTable | None = None,
+    place_clients: PlaceClients | None = None,
 ) -> MeterResult:
-    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written)."""
+    """Attribute and append ``changes``; raises on AWS or database errors (nothing is half-written).
+    ``place_clients`` reaches each host's account (default: ``clients``'s own)."""
     attributed = attribute_changes(
-        changes, store=store, clients=clients, settings=settings, prices=prices, received_at=received_at
-    )
+        changes, store=store, clients=clients, settings=settings, prices=prices, received_at=received_at,
+        place_clients=place_clients,
+    )  # fmt: skip
     # Settled in the same call: the budget check that follows reads the runway at once.
     appended = store.append(attributed.transitions, source=source, received_at=received_at, settled=True)
     return account(attributed, appended, store=store, received_at=received_at)
@@ -215,6 +247,7 @@ def attribute_changes(
     settings: Settings,
     prices: PriceTable | None = None,
     received_at: datetime | None = None,
+    place_clients: PlaceClients | None = None,
 ) -> Attributed:
     """Each change with its host's attribution, or skipped with the reason; one more than the clock
     skew after ``received_at`` is refused as from the future (every path: meter, replay,
@@ -233,7 +266,8 @@ def attribute_changes(
     if future:
         refused = {note["event_id"] for note in future}
         changes = [change for change in changes if change.event_id not in refused]
-    described = describe_hosts(changes, clients=clients, prices=table, settings=settings)
+    reach = place_clients or own_place_clients(clients)
+    described = describe_hosts(changes, place_clients=reach, prices=table, settings=settings)
     launched = {instance_id: host.launched_ms for instance_id, host in described.items()}
     earlier = [
         (change.instance_id, change.at_ms)
@@ -249,7 +283,14 @@ def attribute_changes(
         remembered_then = remembered.get((change.instance_id, change.at_ms))
         if (attribution := _attribution_of(change, host, remembered_then, result)) is not None:
             attributed.transitions.append(
-                Transition(change.event_id, change.instance_id, change.state, change.at_ms, attribution)
+                Transition(
+                    change.event_id,
+                    change.instance_id,
+                    change.state,
+                    change.at_ms,
+                    attribution,
+                    change.account,
+                )
             )
     return attributed
 
@@ -406,9 +447,7 @@ def alert_unknown_tenants(
 
 def account_of(context: object) -> str | None:
     """The account the running Lambda belongs to, from its ARN (``arn:aws:lambda:REGION:ACCOUNT:...``)."""
-    arn = getattr(context, "invoked_function_arn", None)
-    parts = arn.split(":") if isinstance(arn, str) else []
-    return parts[4] if len(parts) > 4 and parts[4] else None
+    return account_of_arn(getattr(context, "invoked_function_arn", None))
 
 
 def refuse_relayed(refused: Exception, *, settings: Settings, clients: ClientFactory) -> dict[str, Any]:
@@ -451,10 +490,29 @@ def meter_event(
     settings: Settings,
     now: datetime,
     invoked_function_arn: str | None = None,
+    place_clients: PlaceClients | None = None,
 ) -> dict[str, Any]:
     """The meter Lambda's run: meter ``change``, alert about hosts started with no price, check the
-    budgets of the tenants whose usage changed, and record the heartbeat."""
-    result = meter([change], store=store, clients=clients, settings=settings, received_at=now)
+    budgets of the tenants whose usage changed, and record the heartbeat.
+
+    An event of an account the meter does not take (:func:`refusal_of`) is one log line and
+    ``{"refused": why}``: nothing is appended, and it is not retried. A hub's meter
+    (``settings.member_accounts``) reads member accounts' hosts through their spoke roles
+    (``lambdas.aws.spoke_clients``), unless ``place_clients`` is given."""
+    own_account = account_of_arn(invoked_function_arn)
+    if (refused := refusal_of(change, settings=settings, own_account=own_account)) is not None:
+        log.error("refused: %s", refused)
+        return {"refused": refused}
+    if place_clients is None:
+        place_clients = place_clients_for(settings, clients, own_account=own_account)
+    result = meter(
+        [change],
+        store=store,
+        clients=clients,
+        settings=settings,
+        received_at=now,
+        place_clients=place_clients,
+    )
     for note in result.unattributed + result.skipped:
         log.warning("not metered: %s", note)
     alerted = alert_unpriced(result.unpriced, settings=settings, clients=clients)

@@ -144,7 +144,7 @@ def _row(transition: Transition) -> tuple[Any, ...]:
     who = transition.attribution
     return (transition.event_id, transition.instance_id, transition.state, transition.at_ms,
             who.tenant, who.pool, who.instance_type, who.accelerators, who.cap_ms, who.region,
-            who.pricing_model, who.zone)  # fmt: skip
+            who.pricing_model, who.zone, transition.account)  # fmt: skip
 
 
 def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
@@ -158,6 +158,7 @@ def _columns(transitions: Sequence[Transition]) -> dict[str, list[Any]]:
         "states": [t.state for t in transitions],
         "times_ms": [t.at_ms for t in transitions],
         "attributed": attributed,
+        "accounts": [t.account for t in transitions],
     }
     return events | {
         name: [getattr(who, field) for who in index] for name, field in ATTRIBUTION_COLUMNS.items()

@@ -39,7 +39,7 @@ WHERE (%(tenants)s::text[] IS NULL OR tenant = ANY(%(tenants)s::text[]))
 ORDER BY tenant, period
 """
 LINE_COLUMNS = (
-    "pool, instance_type, region, pricing_model, usd_per_hour, price_source, price_valid_from, price_basis, "
+    "pool, instance_type, region, account, pricing_model, usd_per_hour, price_source, price_valid_from, price_basis, "
     "billed_ms, accelerator_ms, usd_hour_ms, late, service_period"
 )
 SNAPSHOT = (
@@ -55,7 +55,7 @@ RETURNING 1
 """
 RECORD_LINE = f"""
 INSERT INTO closed_invoice_lines (tenant, period, line_no, {LINE_COLUMNS})
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
 """
 
 
@@ -143,6 +143,7 @@ def _line_key(line: InvoiceLine) -> tuple[Any, ...]:
         line.pool,
         line.instance_type,
         line.region,
+        line.account,
         line.pricing_model,
         line.usd_per_hour,
         line.price_source,
@@ -320,6 +321,7 @@ class PeriodCloses:
                         line.pool,
                         line.instance_type,
                         line.region,
+                        line.account,
                         line.pricing_model,
                         line.usd_per_hour,
                         line.price_source,

@@ -47,12 +47,14 @@ FROM ledger_append_events(%(event_ids)b::text[], %(instance_ids)b::text[], %(sta
                           %(times_ms)b::bigint[], %(attributed)b::integer[], %(tenants)b::text[],
                           %(pools)b::text[], %(instance_types)b::text[], %(accelerators)b::integer[],
                           %(caps)b::bigint[], %(regions)b::text[], %(pricing_models)b::text[],
-                          %(zones)b::text[], %(source)b::text, %(received_at)b::timestamptz)
+                          %(zones)b::text[], %(accounts)b::text[], %(source)b::text,
+                          %(received_at)b::timestamptz)
 """
 
 APPEND_EVENT = """
 SELECT ledger_append_event(%b::text, %b::text, %b::text, %b::bigint, %b::text, %b::text, %b::text,
-                           %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::timestamptz)
+                           %b::integer, %b::bigint, %b::text, %b::text, %b::text, %b::text, %b::text,
+                           %b::timestamptz)
 """
 
 # The same, and settled in the same call (the meter's whole path).
@@ -152,7 +154,8 @@ CROSS JOIN LATERAL (
 # Each host's latest interval: of the hosts named, and of every host with an open interval.
 LATEST_INTERVALS = """
 SELECT DISTINCT ON (instance_id) opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       started_ms, ended_ms, closed_by, region, pricing_model, zone
+       started_ms, ended_ms, closed_by, region, pricing_model, zone,
+       (SELECT e.account FROM events e WHERE e.event_id = candidates.opened_by)
 FROM (
     SELECT * FROM intervals WHERE instance_id = ANY(%(instance_ids)s::text[])
     UNION ALL
@@ -161,9 +164,11 @@ FROM (
 ORDER BY instance_id, started_ms DESC
 """
 
+# An interval's account is its opening event's (migration 0027): the host's.
 INTERVALS = """
 SELECT opened_by, instance_id, tenant, pool, instance_type, accelerators, cap_ms,
-       started_ms, ended_ms, closed_by, region, pricing_model, zone
+       started_ms, ended_ms, closed_by, region, pricing_model, zone,
+       (SELECT e.account FROM events e WHERE e.event_id = intervals.opened_by)
 FROM intervals
 WHERE %(tenant)s::text IS NULL OR tenant = %(tenant)s::text
 ORDER BY instance_id, started_ms
@@ -216,16 +221,20 @@ ORDER BY u.tenant, u.pool, u.instance_type
 
 # Invoice lines in a window: per tenant, pool, instance type, region, pricing model and price in
 # effect (with its source, the instant it took effect and its basis: on-demand, spot, or on-demand
-# fallback for spot time before its zone's first spot price), the billed instance-ms, the
-# accelerator-ms used and Σ price × ms. Billed time with no price gives one line without a price.
+# fallback for spot time before its zone's first spot price), and account (the interval's opening
+# event's: migration 0027), the billed instance-ms, the accelerator-ms used and Σ price × ms. Billed
+# time with no price gives one line without a price. Only the accounts named, when they are.
 INVOICE_LINES = """
 WITH spans AS (
     SELECT i.tenant, i.pool, i.instance_type, i.accelerators, i.region, i.pricing_model, i.zone, i.started_ms,
            coalesce(i.ended_ms, greatest(i.started_ms, %(now_ms)s)) AS used_until_ms,
            coalesce(i.billed_until_ms,
-                    i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0))) AS billed_until_ms
+                    i.started_ms + ledger_billable_ms(greatest(%(now_ms)s - i.started_ms, 0))) AS billed_until_ms,
+           o.account
     FROM intervals i
+    JOIN events o ON o.event_id = i.opened_by
     WHERE (%(tenants)s::text[] IS NULL OR i.tenant = ANY(%(tenants)s::text[]))
+      AND (%(accounts)s::text[] IS NULL OR o.account = ANY(%(accounts)s::text[]))
       AND i.started_ms < %(until_ms)s
       AND (i.billed_until_ms IS NULL OR i.billed_until_ms > %(since_ms)s)
 ), clipped AS (
@@ -234,7 +243,7 @@ WITH spans AS (
     FROM spans s
     WHERE s.billed_until_ms > %(since_ms)s
 ), parts AS (
-    SELECT c.tenant, c.pool, c.instance_type, c.region, c.pricing_model, c.accelerators, p.usd_per_hour,
+    SELECT c.tenant, c.pool, c.instance_type, c.region, c.account, c.pricing_model, c.accelerators, p.usd_per_hour,
            p.valid_from, p.source, p.basis,
            greatest(c.from_ms, coalesce(p.from_ms, c.from_ms)) AS part_from,
            least(c.to_ms, coalesce(p.until_ms, c.to_ms)) AS part_to,
@@ -243,14 +252,15 @@ WITH spans AS (
     LEFT JOIN LATERAL ledger_prices_for(c.instance_type, c.region, c.pricing_model, c.zone) AS p
            ON p.from_ms < c.to_ms AND p.until_ms > c.from_ms
 )
-SELECT x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, x.source,
+SELECT x.tenant, x.pool, x.instance_type, x.region, x.account, x.pricing_model, x.usd_per_hour, x.source,
        CASE WHEN isfinite(x.valid_from) THEN x.valid_from END, x.basis,
        sum(x.part_to - x.part_from), sum(x.accelerators::bigint * greatest(0, x.used_to - x.part_from)),
        coalesce(sum(x.usd_per_hour * (x.part_to - x.part_from)), 0)
 FROM parts x
-GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.usd_per_hour, x.source, x.valid_from,
+GROUP BY x.tenant, x.pool, x.instance_type, x.region, x.account, x.pricing_model, x.usd_per_hour, x.source,
+         x.valid_from, x.basis
+ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.account, x.pricing_model, x.valid_from NULLS FIRST,
          x.basis
-ORDER BY x.tenant, x.pool, x.instance_type, x.region, x.pricing_model, x.valid_from NULLS FIRST, x.basis
 """
 
 # All time, per tenant, pool and instance type: the closed intervals' rollup, and the open ones apart

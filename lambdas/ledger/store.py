@@ -79,7 +79,7 @@ def invoice_line(tenant: str, row: Sequence[Any]) -> InvoiceLine:
     """One of ``tenant``'s invoice lines from a query's row: pool, instance type, region, pricing
     model, price, its source and start, price basis, billed ms, used ms, cost, and (a close's rows
     only) late and service period. The invoice query and the closes' queries share it."""
-    pool, kind, region, model, price, source, valid_from, basis, billed, used, cost, *closed = row
+    pool, kind, region, account, model, price, source, valid_from, basis, billed, used, cost, *closed = row
     return InvoiceLine(
         tenant,
         pool,
@@ -93,7 +93,8 @@ def invoice_line(tenant: str, row: Sequence[Any]) -> InvoiceLine:
         int(used),
         Decimal(cost),
         basis,
-        *closed,
+        account=account or "",
+        **dict(zip(("late", "service_period"), closed, strict=False)),
     )
 
 
@@ -341,14 +342,22 @@ class LedgerStore:
         return result
 
     def invoice_lines(
-        self, *, now: datetime, since: datetime, until: datetime, tenants: Sequence[str] | None = None
+        self,
+        *,
+        now: datetime,
+        since: datetime,
+        until: datetime,
+        tenants: Sequence[str] | None = None,
+        accounts: Sequence[str] | None = None,
     ) -> list[InvoiceLine]:
-        """Invoice lines for ``[since, until)`` (guardrails.invoice), split wherever the price changed."""
+        """Invoice lines for ``[since, until)`` (guardrails.invoice), split wherever the price changed
+        and per account; only ``accounts``' hosts when given (None: every account)."""
         parameters = {
             "now_ms": to_ms(now),
             "since_ms": to_ms(since),
             "until_ms": to_ms(until),
             "tenants": list(tenants) if tenants is not None else None,
+            "accounts": list(accounts) if accounts is not None else None,
         }
         with self._settled() as connection:
             rows = connection.execute(sql.INVOICE_LINES, parameters).fetchall()
@@ -474,7 +483,9 @@ class LedgerStore:
 
 
 def _interval(row: Sequence[Any]) -> Interval:
-    return Interval(row[0], row[1], Attribution(*row[2:7], *row[10:13]), row[7], row[8], row[9])
+    return Interval(
+        row[0], row[1], Attribution(*row[2:7], *row[10:13]), row[7], row[8], row[9], row[13] or ""
+    )
 
 
 def store_from_environment(environ: Mapping[str, str] | None = None, *, pooled: bool = False) -> LedgerStore:

@@ -113,8 +113,25 @@ def test_no_text_cell_starts_a_formula_and_amounts_stay_numbers(pool: str, cents
                 assert not value.startswith("'"), (name, value)
             else:
                 assert not value.startswith(FORMULA_STARTS), (name, value)
-        assert written["SubAccountId"] == ("'" + pool if pool.startswith(FORMULA_STARTS) else pool)
+        assert json.loads(written["Tags"])["parkbrake:pool"] == pool  # the host's own tag, unaltered
         assert Decimal(written["BilledCost"]) == Decimal(line(billed_ms=cents * 1000).subtotal_usd)
+
+
+def test_the_sub_account_is_the_aws_account_named_from_the_organisations_list() -> None:
+    one = line(account="222233334444")
+    invoice = Invoice("research", *DECEMBER, (one,))
+    named = focus_row(invoice, one, "1.3", {"222233334444": "ml-prod"})
+    assert (named["SubAccountId"], named["SubAccountName"], named["SubAccountType"]) == (
+        "222233334444", "ml-prod", "AWS Account"
+    )  # fmt: skip
+    assert row_problems(named, "1.3") == []
+    assert focus_row(invoice, one, "1.3")["SubAccountName"] == "222233334444"  # no list: the id
+    # The ledger's own account before accounts were recorded (''): no sub account, all three null
+    # together (subaccounttype.md: null exactly when SubAccountId is).
+    own = row("1.3")
+    assert (own["SubAccountId"], own["SubAccountName"], own["SubAccountType"]) == ("", "", "")
+    assert row_problems(own, "1.3") == []
+    assert json.loads(named["Tags"]) == {"parkbrake:pool": "training", "parkbrake:tenant": "research"}
 
 
 def test_a_late_line_is_a_correction_charged_in_its_closed_month() -> None:

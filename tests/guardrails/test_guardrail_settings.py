@@ -110,6 +110,20 @@ def test_the_ceiling_defaults_to_a_day_and_bounds_the_default_caps() -> None:
     ]
 
 
+def test_member_accounts_make_the_hub_and_each_bad_id_is_named() -> None:
+    assert settings_from_environment({"AWS_REGION": "eu-west-1"}).member_accounts is None  # not a hub
+    hub = settings_from_environment(
+        {"AWS_REGION": "eu-west-1", "PARKBRAKE_MEMBER_ACCOUNTS": "111122223333, 444455556666"}
+    )
+    assert hub.member_accounts == frozenset({"111122223333", "444455556666"})
+    with pytest.raises(SettingsError) as raised:
+        settings_from_environment({"AWS_REGION": "eu-west-1", "PARKBRAKE_MEMBER_ACCOUNTS": "1111-2222,x"})
+    assert raised.value.problems == [
+        "PARKBRAKE_MEMBER_ACCOUNTS: '1111-2222' is not a 12-digit AWS account id",
+        "PARKBRAKE_MEMBER_ACCOUNTS: 'x' is not a 12-digit AWS account id",
+    ]
+
+
 def test_the_hubs_spokes_parameter_is_an_ssm_path_or_unset() -> None:
     base = {"AWS_REGION": "us-east-1"}
     assert settings_from_environment(base).spokes_parameter is None

@@ -26,7 +26,7 @@ BEGIN
                    coalesce(k.cap_ms, x.cap_ms), coalesce(k.region, x.region), x.source, x.received_at,
                    x.at_ms, x.state_rank,
                    CASE WHEN k.tenant IS NULL THEN x.pricing_model ELSE k.pricing_model END,
-                   CASE WHEN k.tenant IS NULL THEN x.zone ELSE k.zone END)::events
+                   CASE WHEN k.tenant IS NULL THEN x.zone ELSE k.zone END, x.account)::events
         FROM (SELECT 1) AS one
         LEFT JOIN LATERAL (  -- the launch's bounds: the stop before it, the stop that ends it
             SELECT (SELECT ROW(b.instance_id, b.at_ms, b.state_rank, b.event_id)::ledger_cut FROM events b
@@ -127,7 +127,7 @@ LANGUAGE sql STABLE AS $$
            coalesce(k.cap_ms, x.cap_ms), coalesce(k.region, x.region), x.source, x.received_at,
            x.at_ms, x.state_rank,
            CASE WHEN k.tenant IS NULL THEN x.pricing_model ELSE k.pricing_model END,
-           CASE WHEN k.tenant IS NULL THEN x.zone ELSE k.zone END
+           CASE WHEN k.tenant IS NULL THEN x.zone ELSE k.zone END, x.account
     FROM nearest x
     LEFT JOIN numbered p ON x.tenant = 'unattributed' AND p.instance_id = x.instance_id
                         AND p.n = x.known_before AND p.launch = x.launch

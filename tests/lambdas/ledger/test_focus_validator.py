@@ -13,6 +13,7 @@ import csv
 import io
 import os
 import subprocess
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from lambdas.ledger.store import LedgerStore
 NOVEMBER = datetime(2036, 11, 1, tzinfo=UTC)
 AFTER_ALL = datetime(2037, 1, 5, tzinfo=UTC)
 SCRIPT = Path(__file__).parents[3] / "scripts" / "focus_validate.sh"
+HUB, MEMBER = "123456789012", "222233334444"  # the sub accounts the export names
 ZONES = {"research": "UTC", "vision": "Europe/Berlin", "product": "America/Los_Angeles"}
 
 
@@ -36,11 +38,15 @@ def invoke(*args: str) -> Result:
 
 
 def run(store: LedgerStore, host: str, day: float, hours: float, tenant: str, **kind: object) -> None:
+    """One start of ``host``; vision's hosts run in a member account, research's in the hub's, and
+    the unattributed host's events name none (as before the ledger recorded accounts)."""
     start = to_ms(NOVEMBER + timedelta(days=day - 1))
     attribution = who(tenant, "training" if tenant != UNATTRIBUTED else UNATTRIBUTED, **kind)  # type: ignore[arg-type]
+    account = {"vision": MEMBER, "research": HUB}.get(tenant, "")
     store.append(
-        [step(f"{host}-{day}-run", host, "running", start, attribution),
-         step(f"{host}-{day}-stop", host, "stopped", start + int(hours * 3_600_000), attribution)],
+        [replace(step(f"{host}-{day}-run", host, "running", start, attribution), account=account),
+         replace(step(f"{host}-{day}-stop", host, "stopped", start + int(hours * 3_600_000), attribution),
+                 account=account)],
         source="meter", received_at=AFTER_ALL,
     )  # fmt: skip
 
@@ -99,6 +105,8 @@ def test_the_ledgers_focus_exports_pass_the_foundations_validator(
     assert {row["PricingCategory"] for row in december} == {"Standard", "Dynamic"}
     assert {row["x_InvoiceStatus"] for row in december} == {"draft"}
     assert {row["BillingAccountId"] for row in december} >= {"research", "vision", UNATTRIBUTED}
+    # Sub accounts: two AWS accounts, and none (null) for events that named no account.
+    assert {row["SubAccountId"] for row in december} == {HUB, MEMBER, ""}
     # A late line is charged in its closed month as that month closed: vision's in Berlin's November.
     (vision_late,) = [row for row in december if row["BillingAccountId"] == "vision" and row["ChargeClass"]]
     assert (vision_late["ChargePeriodStart"], vision_late["ChargePeriodEnd"]) == (

@@ -24,11 +24,11 @@ from lambdas.ledger.store import LedgerStore
 APPEND = (
     "SELECT * FROM ledger_append_events(%s::text[], ARRAY['i-1'], %s::text[], ARRAY[%s::bigint], %s::integer[], "
     "ARRAY['research'], ARRAY['training'], ARRAY['g5.xlarge'], ARRAY[1], ARRAY[NULL::bigint], "
-    "ARRAY['us-east-1'], %s::text[], ARRAY[NULL::text], 'meter', now())"
+    "ARRAY['us-east-1'], %s::text[], ARRAY[NULL::text], %s::text[], 'meter', now())"
 )
 APPEND_ONE = (  # the meter's one-event function, with the same arguments
     "SELECT ledger_append_event((%s::text[])[1], 'i-1', (%s::text[])[1], %s::bigint, 'research', 'training', "
-    "'g5.xlarge', 1, NULL, 'us-east-1', (%s::text[])[1], NULL, 'meter', now())"
+    "'g5.xlarge', 1, NULL, 'us-east-1', (%s::text[])[1], NULL, (%s::text[])[1], 'meter', now())"
 )
 
 
@@ -38,6 +38,8 @@ APPEND_ONE = (  # the meter's one-event function, with the same arguments
         (("parked", "on-demand"), "event e-1: state 'parked' is not an EC2 state"),
         (("running", "reserved"), "event e-1: pricing model 'reserved' is not on-demand or spot"),
         (("running", None), "event e-1: pricing model NULL is not on-demand or spot"),
+        (("running", "on-demand", "1234"), "event e-1: account '1234' is not a 12-digit AWS account id"),
+        (("running", "on-demand", None), "event e-1: account NULL is not a 12-digit AWS account id"),
     ],
 )
 @pytest.mark.parametrize(
@@ -50,12 +52,12 @@ APPEND_ONE = (  # the meter's one-event function, with the same arguments
     ids=["batch", "one event", "one event settled"],
 )
 def test_the_append_functions_refuse_what_the_table_does_not_check(
-    ledger_url: str, event: tuple[str, str | None], message: str, append: str
+    ledger_url: str, event: tuple[str | None, ...], message: str, append: str
 ) -> None:
-    state, model = event
+    state, model, *account = event
     with psycopg.connect(ledger_url, autocommit=True) as owner:
         with pytest.raises(psycopg.errors.CheckViolation, match=message):
-            owner.execute(append, (["e-1"], [state], T0_MS, [model]))
+            owner.execute(append, (["e-1"], [state], T0_MS, [model], account or ["111122223333"]))
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
 
 
@@ -67,7 +69,7 @@ def test_a_batch_refuses_an_event_whose_attribution_it_does_not_carry(
         with pytest.raises(
             psycopg.errors.CheckViolation, match=r"event e-1: attribution \w+ is not one of the batch's 1"
         ):
-            owner.execute(APPEND, (["e-1"], ["running"], T0_MS, attributed, ["on-demand"]))
+            owner.execute(APPEND, (["e-1"], ["running"], T0_MS, attributed, ["on-demand"], ["111122223333"]))
         assert owner.execute("SELECT count(*) FROM events").fetchone() == (0,)
 
 

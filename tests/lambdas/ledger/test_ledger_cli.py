@@ -177,8 +177,8 @@ def test_report_csv_is_an_invoice_for_one_tenant(seeded: dict[str, str]) -> None
     rows = list(csv.DictReader(io.StringIO(result.stdout)))
     assert rows == [{
         "invoice_id": "product-2036-05", "status": "draft", "timezone": "UTC", "tenant": "product", "period_start": "2036-05-05T00:00:00+00:00", "period_end": "2036-05-06T00:00:00+00:00",
-        "pool": "inference", "instance_type": "g5.xlarge", "region": "us-east-1", "pricing_model": "on-demand",
-        "instance_hours": "0.016667", "accelerator_seconds": "30.000", "unit_price_usd_per_hour": "1.006000",
+        "pool": "inference", "instance_type": "g5.xlarge", "account": ACCOUNT, "region": "us-east-1",
+        "pricing_model": "on-demand", "instance_hours": "0.016667", "accelerator_seconds": "30.000", "unit_price_usd_per_hour": "1.006000",
         "price_source": "prices.json", "price_valid_from": "", "price_basis": "on-demand", "currency": "USD",
         "subtotal_usd": "0.016767", "late": "false", "service_period": "",  # a window, not a month
     }]  # fmt: skip
@@ -574,8 +574,12 @@ def test_report_focus_is_a_focus_dataset_with_the_mandatory_columns_and_types(se
         assert datetime.strptime(row["ChargePeriodStart"], "%Y-%m-%dT%H:%M:%SZ").year == 2036
         assert json.loads(row["Tags"]) == {
             "parkbrake:tenant": row["BillingAccountId"],
-            "parkbrake:pool": row["SubAccountId"],
+            "parkbrake:pool": {"research": "training", "product": "inference"}[row["BillingAccountId"]],
         }
+        # The sub account is the AWS account the hosts ran in (the events' account).
+        assert (row["SubAccountId"], row["SubAccountName"], row["SubAccountType"]) == (
+            ACCOUNT, ACCOUNT, "AWS Account"
+        )  # fmt: skip
         assert row["BillingCurrency"] == "USD"
     product = next(row for row in rows if row["BillingAccountId"] == "product")
     # The same figures as the CSV invoice: 30 s billed 60 s at 1.006 USD/h, one accelerator.
