@@ -30,15 +30,19 @@ def role_arn(account: str, name: str = "reader") -> str:
 
 
 @contextmanager
-def enforced_iam(server: str, spokes: Sequence[str], allowed: Sequence[str]) -> Iterator[dict[str, str]]:
+def enforced_iam(
+    server: str, spokes: Sequence[str], allowed: Sequence[str], *, caller_may: Sequence[str] = ()
+) -> Iterator[dict[str, str]]:
     """Each of ``spokes`` has a ``reader`` role trusted by the hub that may read; the hub's caller
-    (the credentials yielded) may assume ``allowed``'s readers only. Authorisation off after."""
+    (the credentials yielded) may assume ``allowed``'s readers only, and call ``caller_may``'s
+    actions. Authorisation off after."""
     iam = boto3.client("iam")
     iam.create_user(UserName="oncall")
     policy = {
         "Version": "2012-10-17",
         "Statement": [
-            {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": [role_arn(a) for a in allowed]}
+            {"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": [role_arn(a) for a in allowed]},
+            *([{"Effect": "Allow", "Action": list(caller_may), "Resource": "*"}] if caller_may else []),
         ],
     }
     iam.put_user_policy(UserName="oncall", PolicyName="assume", PolicyDocument=json.dumps(policy))
