@@ -39,7 +39,12 @@ def seed_hosts(
         access = AccountAccess(member.account_id, (role_arn(member.account_id, member.role),))
         region = member.regions[index % len(member.regions)]
         ec2 = sessions.clients(access)("ec2", region)
-        tagging = [{"ResourceType": "instance", "Tags": [{"Key": tags.TENANT, "Value": ("vision", "speech")[index % 2]}]}]
+        tagging = [
+            {
+                "ResourceType": "instance",
+                "Tags": [{"Key": tags.TENANT, "Value": ("vision", "speech")[index % 2]}],
+            }
+        ]
         answer = ec2.run_instances(
             ImageId=IMAGE,
             MinCount=hosts,
