@@ -326,7 +326,13 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(scope=scope.checked(), **kwargs)
 
     scoped.__name__, scoped.__doc__ = command.__name__, command.__doc__
-    options = [
+    for option in reversed(_organisation_option_list(DEFAULT_ORG_ROLE, DEFAULT_CONCURRENCY)):
+        scoped = option(scoped)
+    return scoped
+
+
+def _organisation_option_list(default_role: str, default_concurrency: int) -> list[Callable[..., Any]]:
+    return [
         click.option(
             "--accounts",
             "accounts_file",
@@ -342,7 +348,7 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--org-role",
-            default=DEFAULT_ORG_ROLE,
+            default=default_role,
             show_default=True,
             help="With --org: the role assumed in each member account (a name, or an ARN with {account_id}).",
         ),
@@ -369,11 +375,8 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--concurrency",
             type=int,
-            default=DEFAULT_CONCURRENCY,
+            default=default_concurrency,
             show_default=True,
             help="Accounts and regions read at once (one shared rate limit for all).",
         ),
     ]
-    for option in reversed(options):
-        scoped = option(scoped)
-    return scoped

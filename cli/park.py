@@ -147,10 +147,7 @@ def _run(
 ) -> None:
     cluster_options = {"--server": server, "--token-file": token_file, "--ca-file": ca_file}
     given = [name for name, value in cluster_options.items() if value is not None]
-    if scope.spans_accounts and (not now or given):
-        raise click.UsageError(
-            "--accounts and --org go with --now (each account's stack through the AWS API), without --server"
-        )
+    _check_across(scope, now=now, given=given)
     if given and not now:
         raise click.UsageError(f"{given[0]} goes with --now on a Kubernetes stack (its API server)")
     if now and apply:
@@ -282,6 +279,13 @@ def _run_now(
         _print_emergency(result)
     if result.failed:
         sys.exit(1)
+
+
+def _check_across(scope: OrganisationScope, *, now: bool, given: list[str]) -> None:
+    if scope.spans_accounts and (not now or given):
+        raise click.UsageError(
+            "--accounts and --org go with --now (each account's stack through the AWS API), without --server"
+        )
 
 
 def _run_across(

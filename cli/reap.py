@@ -28,6 +28,7 @@ from guardrails.settings import REGIONS, STACK, settings_from_environment
 
 if TYPE_CHECKING:
     from cli.oncall.organisation import OrganisationScope
+    from cli.table import Column
     from guardrails.pricing import InstancePrice
     from guardrails.sweep import Verdict
     from lambdas.aws.environment import ClientFactory
@@ -198,7 +199,7 @@ def print_plan(
 ) -> None:
     """The verdicts as a table; ``accounts`` (instance id → account) adds the account beside each."""
     from cli.console import console as make_console
-    from cli.table import Column, Table, print_table
+    from cli.table import Table, print_table
     from guardrails.pricing import load_price_table
     from guardrails.rules.base import instant
 
@@ -217,20 +218,7 @@ def print_plan(
         console.print("No running GPU hosts.")
     else:
         table = Table(
-            "GPU hosts" + (" (dry run: nothing will change)" if dry_run else ""),
-            [
-                Column("instance", 0),
-                *([Column("account", 0)] if accounts is not None else []),
-                Column("verdict", 0),
-                Column("deadline", 1),
-                Column("why", 2, detail=True),
-                Column("running", 3),
-                Column("$/h", 3, justify="right"),
-                Column("tenant", 4),
-                Column("pool", 5),
-                Column("type", 6),
-                Column("region", 7),
-            ],
+            "GPU hosts" + (" (dry run: nothing will change)" if dry_run else ""), _plan_columns(accounts)
         )
         verdicts = sorted(plan.verdicts, key=lambda v: (v.action == "skip", v.host.instance_id))
         for verdict in verdicts:
@@ -256,6 +244,24 @@ def print_plan(
         )
     for error in plan.errors:
         console.print(f"[red]{describe_plan_error(error)}[/]")
+
+
+def _plan_columns(accounts: Mapping[str, str] | None) -> list[Column]:
+    from cli.table import Column
+
+    return [
+        Column("instance", 0),
+        *([Column("account", 0)] if accounts is not None else []),
+        Column("verdict", 0),
+        Column("deadline", 1),
+        Column("why", 2, detail=True),
+        Column("running", 3),
+        Column("$/h", 3, justify="right"),
+        Column("tenant", 4),
+        Column("pool", 5),
+        Column("type", 6),
+        Column("region", 7),
+    ]
 
 
 def _label(verdict: Verdict, *, dry_run: bool) -> str:

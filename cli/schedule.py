@@ -68,7 +68,12 @@ def list_command(stack: str, region: str | None, output: str, *, scope: Organisa
     """
     if scope.spans_accounts:
         _list_across(scope, stack, region, output)
-        return
+    else:
+        _list_one(stack, region, output)
+
+
+def _list_one(stack: str, region: str | None, output: str) -> None:
+    """The stack's schedules in its one region, as a table or JSON."""
     from cli.oncall.nightly.schedules import closed_days_of, list_schedules, schedule_group_exists
     from cli.oncall.stack_inventory import unknown_stack
     from guardrails import names
