@@ -310,9 +310,12 @@ def wide_requested() -> bool:
 def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--accounts FILE``/``--org``, c7n-org's selection flags and ``--concurrency``, handed to the
     command as one ``scope`` (cli/oncall/organisation.py); with neither, the command is as before."""
+    import functools
+
     from cli.oncall.organisation import DEFAULT_ORG_ROLE, OrganisationScope
     from lambdas.aws.assumed import DEFAULT_CONCURRENCY
 
+    @functools.wraps(command)  # inspect.unwrap finds the command's own function (tests/cli/table_printers.py)
     def scoped(**kwargs: Any) -> Any:
         scope = OrganisationScope(
             accounts_file=kwargs.pop("accounts_file"),
@@ -325,7 +328,6 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
         )
         return command(scope=scope.checked(), **kwargs)
 
-    scoped.__name__, scoped.__doc__ = command.__name__, command.__doc__
     for option in reversed(_organisation_option_list(DEFAULT_ORG_ROLE, DEFAULT_CONCURRENCY)):
         scoped = option(scoped)
     return scoped

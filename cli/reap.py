@@ -59,9 +59,9 @@ def reap(
     A stack with no park parameter (/parkbrake/<stack>/parked) in any region swept is an error.
 
     \b
-    With --accounts FILE or --org (and only with --dry-run): judged in every account and region
-    through its role, one table with the account beside every host, an account whose role is
-    denied one line last (exit 1); nothing is stopped.
+    With --accounts FILE or --org (only with --dry-run): judged in every
+    account and region through its role, one table with the account beside
+    every host, a denied role one line last (exit 1); nothing is stopped.
 
     \b
     Example:
