@@ -18,6 +18,7 @@ BENCHMARKS = (
     "benchmarks.decision_log",
     "benchmarks.inference",
     "benchmarks.status",
+    "benchmarks.org_status",
     "benchmarks.k8s_controller",
 )
 

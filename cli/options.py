@@ -322,3 +322,80 @@ def wide_requested() -> bool:
     """Whether the running command was given ``--wide``."""
     context = click.get_current_context(silent=True)
     return bool(context is not None and context.meta.get(WIDE_KEY))
+
+
+def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--accounts FILE``/``--org``, c7n-org's selection flags and ``--concurrency``, handed to the
+    command as one ``scope`` (cli/oncall/organisation.py); with neither, the command is as before."""
+    import functools
+
+    from cli.oncall.organisation import DEFAULT_ORG_ROLE, OrganisationScope
+    from lambdas.aws.assumed import DEFAULT_CONCURRENCY
+
+    @functools.wraps(command)  # inspect.unwrap finds the command's own function (tests/cli/table_printers.py)
+    def scoped(**kwargs: Any) -> Any:
+        scope = OrganisationScope(
+            accounts_file=kwargs.pop("accounts_file"),
+            org=kwargs.pop("org"),
+            org_role=kwargs.pop("org_role"),
+            names=kwargs.pop("account_names"),
+            tags=kwargs.pop("account_tags"),
+            excluded=kwargs.pop("not_accounts"),
+            concurrency=kwargs.pop("concurrency"),
+        )
+        return command(scope=scope.checked(), **kwargs)
+
+    for option in reversed(_organisation_option_list(DEFAULT_ORG_ROLE, DEFAULT_CONCURRENCY)):
+        scoped = option(scoped)
+    return scoped
+
+
+def _organisation_option_list(default_role: str, default_concurrency: int) -> list[Callable[..., Any]]:
+    return [
+        click.option(
+            "--accounts",
+            "accounts_file",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Every account of this c7n-org account list (accounts: account_id, name, regions, "
+            "role, ...), each through its role.",
+        ),
+        click.option(
+            "--org",
+            is_flag=True,
+            help="Every active account of the AWS Organization (ListAccounts as the management "
+            "account or a delegated administrator), each through --org-role.",
+        ),
+        click.option(
+            "--org-role",
+            default=default_role,
+            show_default=True,
+            help="With --org: the role assumed in each member account (a name, or an ARN with {account_id}).",
+        ),
+        click.option(
+            "--account",
+            "-a",
+            "account_names",
+            multiple=True,
+            help="Only this account (name or id; repeat or comma-separate), as c7n-org's -a.",
+        ),
+        click.option(
+            "--tag",
+            "-t",
+            "account_tags",
+            multiple=True,
+            help="Only accounts of the list with every such tag (type:prod), as c7n-org's -t.",
+        ),
+        click.option(
+            "--not-account",
+            "not_accounts",
+            multiple=True,
+            help="Leave out this account (name or id), as c7n-org's --not-accounts.",
+        ),
+        click.option(
+            "--concurrency",
+            type=int,
+            default=default_concurrency,
+            show_default=True,
+            help="Accounts and regions read at once (one shared rate limit for all).",
+        ),
+    ]

@@ -16,6 +16,7 @@ from cli.options import (
     ask_yes_no,
     confirm_or_abort,
     dry_run_option,
+    organisation_options,
     output_option,
     project_dir_option,
     stack_option,
@@ -25,6 +26,7 @@ from cli.options import (
 from guardrails.plurals import counted
 
 if TYPE_CHECKING:
+    from cli.oncall.organisation import OrganisationScope
     from cli.oncall.park.actions import ClusterBrake, EmergencyResult
     from cli.oncall.park.records import ParkedBy
     from cli.oncall.park.switch import ParkPlan
@@ -44,38 +46,38 @@ def _cluster_options() -> list[Callable[..., Any]]:
 
 
 def _park_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    for option in reversed(
-        [
-            stack_option,
-            project_dir_option,
-            click.option(
-                "--apply",
-                is_flag=True,
-                help="Then run `pulumi up` on the stack (Automation API; needs the Pulumi CLI).",
-            ),
-            click.option(
-                "--now",
-                is_flag=True,
-                help="Emergency: act on AWS directly and at once (pools, services, nightly schedules, SSM) "
-                "instead of editing the config.",
-            ),
-            click.option(
-                "--region",
-                help="With --now: the stack's region [default: aws:region of the stack file, else AWS_REGION].",
-            ),
-            click.option(
-                "--force",
-                is_flag=True,
-                help="With unpark --now: restore the recorded capacities even where someone changed them "
-                "since parking (shown as drift).",
-            ),
-            *_cluster_options(),
-            dry_run_option,
-            yes_option,
-            output_option,
-            wide_option,
-        ]
-    ):
+    options: list[Callable[..., Any]] = [
+        stack_option,
+        project_dir_option,
+        click.option(
+            "--apply",
+            is_flag=True,
+            help="Then run `pulumi up` on the stack (Automation API; needs the Pulumi CLI).",
+        ),
+        click.option(
+            "--now",
+            is_flag=True,
+            help="Emergency: act on AWS directly and at once (pools, services, nightly schedules, SSM) "
+            "instead of editing the config.",
+        ),
+        click.option(
+            "--region",
+            help="With --now: the stack's region [default: aws:region of the stack file, else AWS_REGION].",
+        ),
+        click.option(
+            "--force",
+            is_flag=True,
+            help="With unpark --now: restore the recorded capacities even where someone changed them "
+            "since parking (shown as drift).",
+        ),
+        *_cluster_options(),
+        dry_run_option,
+        yes_option,
+        output_option,
+        wide_option,
+        organisation_options,
+    ]
+    for option in reversed(options):
         command = option(command)
     return command
 
@@ -96,6 +98,11 @@ def park(**options: Any) -> None:
     parkbrake:kubernetes section) it also sets the tenants' ClusterQueues to HoldAndDrain and
     deletes the stack's NodeClaims through the API server (--server, --token-file, --ca-file;
     in a pod, its own cluster), as `parkbrake k8s park --now` does.
+
+    With --now and --accounts FILE or --org: the stack in every account and region (each
+    account's regions, else the stack's), each parked the same way through the account's role
+    (a role that may write); the plan first and one question unless --yes; an account without
+    the stack is said so, a denied role is one line last (exit 1).
 
     \b
     Example:
@@ -136,9 +143,11 @@ def _run(
     dry_run: bool,
     yes: bool,
     output: str,
+    scope: OrganisationScope,
 ) -> None:
     cluster_options = {"--server": server, "--token-file": token_file, "--ca-file": ca_file}
     given = [name for name, value in cluster_options.items() if value is not None]
+    _check_across(scope, now=now, given=given)
     if given and not now:
         raise click.UsageError(f"{given[0]} goes with --now on a Kubernetes stack (its API server)")
     if now and apply:
@@ -151,7 +160,10 @@ def _run(
         raise click.UsageError(
             "--force goes with unpark --now: it restores records over capacities changed since"
         )
-    if now:
+    if scope.spans_accounts:
+        _run_across(scope, parked=parked, stack=stack, project_dir=project_dir, region=region, force=force,
+                   dry_run=dry_run, yes=yes, output=output)  # fmt: skip
+    elif now:
         _run_now(
             parked=parked,
             stack=stack,
@@ -269,6 +281,68 @@ def _run_now(
         sys.exit(1)
 
 
+def _check_across(scope: OrganisationScope, *, now: bool, given: list[str]) -> None:
+    if scope.spans_accounts and (not now or given):
+        raise click.UsageError(
+            "--accounts and --org go with --now (each account's stack through the AWS API), without --server"
+        )
+
+
+def _run_across(
+    scope: OrganisationScope, *, parked: bool, stack: str, project_dir: Path, region: str | None,
+    force: bool, dry_run: bool, yes: bool, output: str,
+) -> None:  # fmt: skip
+    """``--now`` in every account and region of ``scope``: the preview, one question, then the acts;
+    each place's table, then the places without the stack, then the failures; exit 1 on any."""
+    from cli.oncall.organisation import account_failures, organisation_run
+    from cli.oncall.park.across import park_across
+    from cli.oncall.park.switch import config_parked, stack_region
+    from lambdas.clients import one_session_clients
+
+    run = organisation_run(scope, [stack_region(stack, project_dir, region)], one_session_clients())
+    act = partial(park_across, run, stack, parked=parked, config_parked=config_parked(stack, project_dir),
+                  parked_by=_parked_by(run.places[0].region) if parked else None, force=force)  # fmt: skip
+    if not (dry_run or yes):
+        _print_across(act(dry_run=True), "text")
+        confirm_or_abort(
+            f"{'Park' if parked else 'Unpark'} stack {stack} in every account above now?", assume_yes=False
+        )
+    outcomes = act(dry_run=dry_run)
+    failed = _print_across(outcomes, output) or bool(account_failures(outcomes))
+    if output == "text":
+        for line in account_failures(outcomes):
+            click.echo(f"error: {line}")
+    if failed:
+        sys.exit(1)
+
+
+def _print_across(outcomes: list[Any], output: str) -> bool:
+    """Each place's result (text or one JSON document); True when any action failed."""
+    from cli.oncall.organisation import account_failures, account_label
+
+    answered = [outcome.value for outcome in outcomes if outcome.value is not None]
+    if output == "json":
+        document = {
+            "places": [
+                {"account": p.place.account_name, "account_id": p.place.account_id, "region": p.place.region,
+                 **(p.result.as_dict() if p.result else {"absent": p.absent})}
+                for p in answered
+            ],
+            "errors": account_failures(outcomes),
+        }  # fmt: skip
+        click.echo(json.dumps(document, indent=2))
+    else:
+        for parking in answered:
+            if parking.result is not None:
+                _print_emergency(parking.result, account=account_label(parking.place))
+        for parking in answered:
+            if parking.result is None:
+                click.echo(
+                    f"{account_label(parking.place)} {parking.place.region}: not parked here: {parking.absent}"
+                )
+    return any(parking.result is not None and parking.result.failed for parking in answered)
+
+
 def _cluster(
     stack: str, project_dir: Path, given: list[str], *, server: str | None, token_file: Path | None,
     ca_file: Path | None,
@@ -374,7 +448,7 @@ def _print_plan(plan: ParkPlan) -> None:
     )
 
 
-def _print_emergency(result: EmergencyResult) -> None:
+def _print_emergency(result: EmergencyResult, account: str | None = None) -> None:
     from rich.text import Text
 
     from cli.console import console as make_console
@@ -382,7 +456,8 @@ def _print_emergency(result: EmergencyResult) -> None:
 
     console = make_console()
     verb = "park --now" if result.parking else "unpark --now"
-    title = f"{verb} stack {result.stack} in {result.region}" + (
+    where = f"{account} {result.region}" if account else result.region
+    title = f"{verb} stack {result.stack} in {where}" + (
         " (dry run: nothing changed)" if result.dry_run else ""
     )
     table = Table(
@@ -403,7 +478,7 @@ def _print_emergency(result: EmergencyResult) -> None:
     print_table(console, table)
     for note in result.reconcile:
         console.print(f"[bold]Next pulumi up:[/] {note}")
-    for line in _emergency_answer(result, verb):
+    for line in _emergency_answer(result, verb, account):
         console.print(line)
     if result.failed:
         console.print(
@@ -412,14 +487,15 @@ def _print_emergency(result: EmergencyResult) -> None:
         )
 
 
-def _emergency_answer(result: EmergencyResult, verb: str) -> list[str]:
+def _emergency_answer(result: EmergencyResult, verb: str, account: str | None = None) -> list[str]:
     """The answer, printed last (the table runs over a screen): how many resources changed or would
     change, of which kinds, and what the others were left as."""
     changing = Counter(action.kind for action in result.actions if action.status in ("done", "planned"))
     others = Counter(action.status for action in result.actions if action.status not in ("done", "planned"))
     did = "would change" if result.dry_run else "changed"
     lines = [
-        f"[bold]{verb} {result.stack} ({result.region}):[/] {changing.total()} of {len(result.actions)} "
+        f"[bold]{verb} {result.stack} ({f'{account} ' if account else ''}{result.region}):[/] "
+        f"{changing.total()} of {len(result.actions)} "
         f"{did}" + ("; dry run, nothing changed" if result.dry_run else "")
     ]
     if changing:

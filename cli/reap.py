@@ -12,12 +12,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
-from guardrails.errors import ParkbrakeError
+from cli.oncall.sweep_errors import describe_plan_error
+from cli.options import (
+    confirm_or_abort,
+    dry_run_option,
+    organisation_options,
+    output_option,
+    stack_option,
+    wide_option,
+    yes_option,
+)
+from guardrails.errors import InputError, ParkbrakeError
 from guardrails.plurals import counted
 from guardrails.settings import REGIONS, STACK, settings_from_environment
 
 if TYPE_CHECKING:
+    from cli.oncall.organisation import OrganisationScope
+    from cli.table import Column
     from guardrails.pricing import InstancePrice
     from guardrails.sweep import Verdict
     from lambdas.aws.environment import ClientFactory
@@ -36,7 +47,10 @@ if TYPE_CHECKING:
 @yes_option
 @output_option
 @wide_option
-def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str) -> None:
+@organisation_options
+def reap(
+    stack: str, regions: str | None, dry_run: bool, yes: bool, output: str, *, scope: OrganisationScope
+) -> None:
     """Run the sweep now: stop every running managed GPU host past its deadline.
 
     Reads the same PARKBRAKE_* variables as the reaper Lambda (default cap, exemption limit,
@@ -45,13 +59,25 @@ def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str)
     A stack with no park parameter (/parkbrake/<stack>/parked) in any region swept is an error.
 
     \b
+    With --accounts FILE or --org (only with --dry-run): judged in every
+    account and region through its role, one table with the account beside
+    every host, a denied role one line last (exit 1); nothing is stopped.
+
+    \b
     Example:
       parkbrake reap --stack dev --region us-east-1 --dry-run
     """
     from cli.oncall.regions import choose_regions
     from lambdas.aws.environment import default_clients
 
+    if scope.spans_accounts and not dry_run:
+        raise InputError(
+            "reap across accounts only judges: add --dry-run (each account's own sweep, or the hub's, stops hosts)"
+        )
     chosen = choose_regions(regions, "--region", stack=stack)
+    if scope.spans_accounts:
+        _reap_across(scope, stack, chosen, output)
+        return
     _require_stack(stack, chosen, default_clients)
     report = run_reap(
         environ={**os.environ, STACK: stack, REGIONS: ",".join(chosen)},
@@ -63,6 +89,33 @@ def reap(stack: str, regions: str | None, dry_run: bool, yes: bool, output: str)
     )
     if report.errors:
         raise ParkbrakeError(f"the sweep finished with {counted(len(report.errors), 'error')}; see above")
+
+
+def _reap_across(scope: OrganisationScope, stack: str, regions: list[str], output: str) -> None:
+    """The dry-run sweep in every account and region: one answer, exit 1 when any could not be judged."""
+    import sys
+
+    from cli.oncall.organisation import organisation_run
+    from cli.oncall.sweep_across import organisation_sweep_plan
+    from lambdas.clients import one_session_clients
+    from lambdas.engines.sweeping import SweepPlan
+
+    run = organisation_run(scope, regions, one_session_clients())
+    now = datetime.now(UTC)
+    judged = organisation_sweep_plan(run, environ={**os.environ, STACK: stack}, now=now)
+    if output == "json":
+        click.echo(json.dumps(judged.as_dict(), indent=2))
+    else:
+        print_plan(SweepPlan(judged.verdicts, []), dry_run=True, now=now, accounts=judged.account_of)
+        result = judged.as_dict()
+        click.echo(
+            f"Dry run: would stop {len(result['would_stop'])} and retire {len(result['would_retire'])} of "
+            f"{counted(result['checked'], 'host')} in {counted(judged.accounts, 'account')}; nothing changed."
+        )
+        for error in judged.errors:
+            click.echo(f"error: {error}")
+    if judged.errors:
+        sys.exit(1)
 
 
 def _require_stack(stack: str, regions: list[str], clients: ClientFactory) -> None:
@@ -141,19 +194,12 @@ def record_decisions(
     return errors + decisions.record(report.decisions(actor=actor, now=now))
 
 
-def describe_plan_error(error: Mapping[str, str]) -> str:
-    what = {
-        "list": "list GPU hosts",
-        "list-stacks": "list the stacks",
-        "list-stopped": "list stopped GPU hosts",
-        "list-volumes": "list the volumes of stopped GPU hosts",
-    }.get(error["action"], error["action"])
-    return f"could not {what} in {error['region']}: {error['error']}"
-
-
-def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
+def print_plan(
+    plan: SweepPlan, *, dry_run: bool, now: datetime, accounts: Mapping[str, str] | None = None
+) -> None:
+    """The verdicts as a table; ``accounts`` (instance id → account) adds the account beside each."""
     from cli.console import console as make_console
-    from cli.table import Column, Table, print_table
+    from cli.table import Table, print_table
     from guardrails.pricing import load_price_table
     from guardrails.rules.base import instant
 
@@ -172,24 +218,13 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
         console.print("No running GPU hosts.")
     else:
         table = Table(
-            "GPU hosts" + (" (dry run: nothing will change)" if dry_run else ""),
-            [
-                Column("instance", 0),
-                Column("verdict", 0),
-                Column("deadline", 1),
-                Column("why", 2, detail=True),
-                Column("running", 3),
-                Column("$/h", 3, justify="right"),
-                Column("tenant", 4),
-                Column("pool", 5),
-                Column("type", 6),
-                Column("region", 7),
-            ],
+            "GPU hosts" + (" (dry run: nothing will change)" if dry_run else ""), _plan_columns(accounts)
         )
         verdicts = sorted(plan.verdicts, key=lambda v: (v.action == "skip", v.host.instance_id))
         for verdict in verdicts:
             table.add_row(
                 verdict.host.instance_id,
+                *([accounts.get(verdict.host.instance_id, "-")] if accounts is not None else []),
                 _label(verdict, dry_run=dry_run),
                 instant(verdict.deadline.enforce_at) if verdict.deadline else "-",
                 verdict.reason,
@@ -209,6 +244,24 @@ def print_plan(plan: SweepPlan, *, dry_run: bool, now: datetime) -> None:
         )
     for error in plan.errors:
         console.print(f"[red]{describe_plan_error(error)}[/]")
+
+
+def _plan_columns(accounts: Mapping[str, str] | None) -> list[Column]:
+    from cli.table import Column
+
+    return [
+        Column("instance", 0),
+        *([Column("account", 0)] if accounts is not None else []),
+        Column("verdict", 0),
+        Column("deadline", 1),
+        Column("why", 2, detail=True),
+        Column("running", 3),
+        Column("$/h", 3, justify="right"),
+        Column("tenant", 4),
+        Column("pool", 5),
+        Column("type", 6),
+        Column("region", 7),
+    ]
 
 
 def _label(verdict: Verdict, *, dry_run: bool) -> str:

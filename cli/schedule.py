@@ -7,12 +7,23 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
-from cli.options import confirm_or_abort, dry_run_option, output_option, stack_option, wide_option, yes_option
+from cli.options import (
+    confirm_or_abort,
+    dry_run_option,
+    organisation_options,
+    output_option,
+    stack_option,
+    wide_option,
+    yes_option,
+)
 from guardrails.plurals import counted
+
+if TYPE_CHECKING:
+    from cli.oncall.organisation import OrganisationScope
 
 region_option = click.option(
     "--region", help="The stack's region [default: aws:region of Pulumi.<stack>.yaml here, else AWS_REGION]."
@@ -40,16 +51,29 @@ def schedule() -> None:
 @region_option
 @output_option
 @wide_option
-def list_command(stack: str, region: str | None, output: str) -> None:
+@organisation_options
+def list_command(stack: str, region: str | None, output: str, *, scope: OrganisationScope) -> None:
     """Every schedule of the stack: kind, state, expression, next run, payload.
 
     A nightly start with a calendar of closed days shows its next run on an open day, and the
     closed days it skips before it (the launcher refuses to start on those).
 
+    With --accounts FILE or --org: the stack's schedules in every account and region (each
+    account's regions, else --region's), the account beside each; an account whose role is denied
+    is one line last (exit 1).
+
     \b
     Example:
       parkbrake schedule list --stack dev
     """
+    if scope.spans_accounts:
+        _list_across(scope, stack, region, output)
+    else:
+        _list_one(stack, region, output)
+
+
+def _list_one(stack: str, region: str | None, output: str) -> None:
+    """The stack's schedules in its one region, as a table or JSON."""
     from cli.oncall.nightly.schedules import closed_days_of, list_schedules, schedule_group_exists
     from cli.oncall.stack_inventory import unknown_stack
     from guardrails import names
@@ -105,6 +129,42 @@ def list_command(stack: str, region: str | None, output: str) -> None:
         click.echo(line)
     if not schedules:
         click.echo(f"No schedules in group {names.schedule_group(stack)} in {chosen}.")
+
+
+def _list_across(scope: OrganisationScope, stack: str, region: str | None, output: str) -> None:
+    """Every account's and region's schedules of the stack: one table, then the failure lines."""
+    from cli.console import console as make_console
+    from cli.oncall.nightly.across import organisation_schedules
+    from cli.oncall.organisation import organisation_run
+    from cli.oncall.park.switch import stack_region
+    from cli.table import Column, Table, print_table
+    from guardrails import names
+    from lambdas.clients import one_session_clients
+
+    run = organisation_run(scope, [stack_region(stack, Path("."), region)], one_session_clients())
+    found, now = organisation_schedules(run, stack), datetime.now(UTC)
+    if output == "json":
+        click.echo(
+            json.dumps({"stack": stack, "group": names.schedule_group(stack), **found.as_dict(now)}, indent=2)
+        )
+    else:
+        rows = found.as_dict(now)["schedules"]
+        table = Table(
+            f"Schedules of stack {stack} ({names.schedule_group(stack)}) in {counted(found.accounts, 'account')}",
+            [Column("name", 0), Column("account", 0), Column("next run UTC", 0), Column("state", 1),
+             Column("kind", 2), Column("region", 3), Column("expression", 4, detail=True)],
+        )  # fmt: skip
+        for row in rows:
+            upcoming = row["next_run"][:16].replace("T", " ") if row.get("next_run") else "-"
+            table.add_row(row["name"], row["account"], upcoming, row["state"], row["kind"], row["region"],
+                          row["expression"])  # fmt: skip
+        print_table(make_console(), table)
+        if not rows:
+            click.echo(f"No schedules in group {names.schedule_group(stack)} in any account.")
+        for error in found.errors:
+            click.echo(f"error: {error}")
+    if found.errors:
+        sys.exit(1)
 
 
 @schedule.command()

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cli.options import output_option, wide_option
+from cli.options import organisation_options, output_option, wide_option
 from guardrails import settings_table
 from guardrails.errors import ParkbrakeError
 
 if TYPE_CHECKING:
+    from cli.oncall.organisation import OrganisationScope
     from guardrails.runway import TenantRunway
 
 
@@ -45,7 +46,16 @@ if TYPE_CHECKING:
 )
 @output_option
 @wide_option
-def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str) -> None:
+@organisation_options
+def status(
+    stack: str | None,
+    regions: str | None,
+    filters: tuple[str, ...],
+    sort: str,
+    output: str,
+    *,
+    scope: OrganisationScope,
+) -> None:
     """Every running GPU host and what it costs; services, park state, next nightly start.
 
     First a summary: hosts, accelerators, burn per hour, spend today, overdue, unmanaged, exempt,
@@ -59,6 +69,10 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
     the last screen. --filter narrows every table; when no host matches, one line says so. Exit 1
     when a region could not be read.
 
+    With --accounts FILE (c7n-org's account list) or --org, every account in each of its regions
+    (else --regions'), through its role: one answer, the account beside every host, an account
+    whose role is denied or missing one error line last (exit 1).
+
     \b
     Example:
       parkbrake status --stack dev --filter state=overdue --filter tenant=research
@@ -66,11 +80,17 @@ def status(stack: str | None, regions: str | None, filters: tuple[str, ...], sor
     from cli.oncall.collector import collector_paused
 
     with collector_paused():  # from the imports to the last line printed
-        show_status(stack, regions, filters, sort, output)
+        show_status(stack, regions, filters, sort, output, scope=scope)
 
 
 def show_status(
-    stack: str | None, regions: str | None, filters: tuple[str, ...], sort: str, output: str
+    stack: str | None,
+    regions: str | None,
+    filters: tuple[str, ...],
+    sort: str,
+    output: str,
+    *,
+    scope: OrganisationScope | None = None,
 ) -> None:
     """Read the fleet (every client from one session) and print it as text or JSON."""
     from cli.oncall.fleet.status import fleet_status
@@ -82,15 +102,27 @@ def show_status(
     wanted = parse_filters(filters)
     chosen = choose_regions(regions, "--regions", stack=stack)
     settings = settings_from_environment({**os.environ, REGIONS: ",".join(chosen)})
-    report = fleet_status(
-        stack=stack,
-        regions=chosen,
-        clients=one_session_clients(),
-        settings=settings,
-        now=datetime.now(UTC),
-        ledger=_ledger_runways if ledger_configured(os.environ) else None,
-    )
-    if sorted(report.unlisted_regions) == sorted(chosen):  # nothing listed: never an empty fleet
+    ledger = _ledger_runways if ledger_configured(os.environ) else None
+    if scope is not None and scope.spans_accounts:
+        from cli.oncall.fleet.across import organisation_status
+        from cli.oncall.organisation import organisation_run
+
+        run = organisation_run(scope, chosen, one_session_clients())
+        report = organisation_status(
+            run, stack=stack, settings=settings, now=datetime.now(UTC), ledger=ledger
+        )
+    else:
+        report = fleet_status(
+            stack=stack,
+            regions=chosen,
+            clients=one_session_clients(),
+            settings=settings,
+            now=datetime.now(UTC),
+            ledger=ledger,
+        )
+    if report.accounts is None and sorted(report.unlisted_regions) == sorted(
+        chosen
+    ):  # nothing listed: never an empty fleet
         raise ParkbrakeError("; ".join(error for error in report.errors if "cannot list instances" in error))
     # JSON keeps its order (region, stack, instance id); only people get the hosts by --sort.
     shown = select(report, wanted, sort if output == "text" else None)

@@ -10,9 +10,7 @@ some roles and not others, and moto evaluates it (moto/core/authorization.py).
 
 from __future__ import annotations
 
-import json
 import threading
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,14 +26,11 @@ from lambdas.aws.assumed import (
     across_places,
     failures_of,
 )
+from tests import moto_iam_auth
+from tests.moto_iam_auth import role_arn
 
-HUB = "123456789012"  # moto's default account: the caller's
 SPOKES = ("111111111111", "222222222222", "333333333333")
 IMAGE = "ami-12c6146b"  # one of moto's built-in images
-
-
-def role_arn(account: str, name: str = "reader") -> str:
-    return f"arn:aws:iam::{account}:role/{name}"
 
 
 def place(account: str, chain: tuple[str, ...], region: str = "us-east-1") -> Place:
@@ -138,52 +133,9 @@ def test_every_client_sends_through_one_limiter(aws: str) -> None:
 
 @pytest.fixture
 def enforced_iam(aws: str) -> Iterator[dict[str, str]]:
-    """The hub's caller as an IAM user allowed to assume the spokes' reader roles but the third's;
-    moto's authorisation on for the test, off after it."""
-    iam = boto3.client("iam")
-    iam.create_user(UserName="oncall")
-    allowed = [role_arn(account) for account in SPOKES[:2]]
-    policy = {
-        "Version": "2012-10-17",
-        "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole", "Resource": allowed}],
-    }
-    iam.put_user_policy(UserName="oncall", PolicyName="assume", PolicyDocument=json.dumps(policy))
-    key = iam.create_access_key(UserName="oncall")["AccessKey"]
-    for account in SPOKES:  # each spoke's role exists and may read EC2 (moto checks the role's policies too)
-        spoke_iam = AccountSessions().clients(AccountAccess(account, (role_arn(account, "admin"),)))(
-            "iam", None
-        )
-        trust = {
-            "Version": "2012-10-17",
-            "Statement": [
-                {
-                    "Effect": "Allow",
-                    "Principal": {"AWS": f"arn:aws:iam::{HUB}:root"},
-                    "Action": "sts:AssumeRole",
-                }
-            ],
-        }
-        spoke_iam.create_role(RoleName="reader", AssumeRolePolicyDocument=json.dumps(trust))
-        read = {
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Action": "ec2:Describe*", "Resource": "*"}],
-        }
-        spoke_iam.put_role_policy(RoleName="reader", PolicyName="read", PolicyDocument=json.dumps(read))
-    _reset_auth(aws, "0")
-    try:
-        yield {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
-    finally:
-        _reset_auth(aws, "inf")
-
-
-def _reset_auth(server: str, count: str) -> None:
-    request = urllib.request.Request(
-        f"{server}/moto-api/reset-auth",
-        data=count.encode(),
-        method="POST",
-        headers={"Content-Type": "text/plain"},
-    )
-    urllib.request.urlopen(request, timeout=30).close()
+    """The hub's caller as an IAM user allowed to assume the spokes' reader roles but the third's."""
+    with moto_iam_auth.enforced_iam(aws, SPOKES, SPOKES[:2]) as credentials:
+        yield credentials
 
 
 def test_a_denied_role_is_a_line_and_the_other_accounts_are_answered(

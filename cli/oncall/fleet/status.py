@@ -56,6 +56,7 @@ class HostStatus:
     usd_per_hour: Decimal | None  # None when the price table lacks the type
     accelerators: int | None
     now: datetime
+    account: str | None = None  # across the organisation: the account's name (cli/oncall/organisation.py)
 
     @property
     def age(self) -> timedelta:
@@ -104,6 +105,7 @@ class HostStatus:
         host, deadline, time_left = self.host, self.deadline, self.time_left
         return {
             "instance_id": host.instance_id,
+            **({"account": self.account} if self.account is not None else {}),
             "region": host.region,
             "stack": host.tags.get(tags.STACK),
             "pool": host.pool,
@@ -167,6 +169,7 @@ class StackStatus:
     # The calendars of closed days the nightly starts name, by SSM parameter: their next run skips those.
     calendars: dict[str, ClosedDays] = field(default_factory=dict)
     alarms: AlarmTopic | None = None  # the alarm topic and who it reaches
+    account: str | None = None  # across the organisation: the account's name
 
     @property
     def parked(self) -> bool | None:
@@ -186,6 +189,7 @@ class StackStatus:
         start = self.next_start(now)
         return {
             "stack": self.stack,
+            **({"account": self.account} if self.account is not None else {}),
             "region": self.region,
             "parked": self.parked,
             "park_parameter": self.park_value,
@@ -214,6 +218,7 @@ class FleetStatus:
     ledger: list[TenantRunway] | None = None  # None: no ledger configured
     errors: list[str] = field(default_factory=list)
     unlisted_regions: list[str] = field(default_factory=list)  # where the GPU hosts could not be listed
+    accounts: int | None = None  # across the organisation: how many accounts were asked
 
     def summary(self) -> dict[str, Any]:
         """The counts an on-call engineer reads first."""
@@ -283,6 +288,7 @@ class FleetStatus:
     def as_dict(self) -> dict[str, Any]:
         return {
             "now": self.now.isoformat(),
+            **({"accounts": self.accounts} if self.accounts is not None else {}),
             "regions": self.regions,
             "hosts": [host.as_dict() for host in self.hosts],
             "services": [service.as_dict() for service in self.services],
@@ -318,19 +324,9 @@ def fleet_status(
     """Read every region at once; one region's API error is reported and the others still shown."""
     status = FleetStatus(now=now, regions=list(regions))
     parts = side_by_side(
-        [partial(_region, region, stack, clients, settings, now) for region in regions], "status"
+        [partial(read_region, region, stack, clients, settings, now) for region in regions], "status"
     )
-    for part in parts:
-        status.hosts += part.hosts
-        status.services += part.services
-        status.stacks += part.stacks
-        status.groups += part.groups
-        status.stopped += part.stopped
-        status.errors += part.errors
-        status.unlisted_regions += part.unlisted_regions
-    status.hosts.sort(
-        key=lambda host: (host.host.region, host.host.tags.get(tags.STACK) or "", host.host.instance_id)
-    )
+    merge_parts(status, parts)
     found = (
         status.hosts
         or status.services
@@ -348,8 +344,28 @@ def fleet_status(
     return status
 
 
+def merge_parts(status: FleetStatus, parts: Sequence[RegionPart]) -> None:
+    """The regions' (or accounts' and regions') parts as one report, hosts in a stable order."""
+    for part in parts:
+        status.hosts += part.hosts
+        status.services += part.services
+        status.stacks += part.stacks
+        status.groups += part.groups
+        status.stopped += part.stopped
+        status.errors += part.errors
+        status.unlisted_regions += part.unlisted_regions
+    status.hosts.sort(
+        key=lambda host: (
+            host.account or "",
+            host.host.region,
+            host.host.tags.get(tags.STACK) or "",
+            host.host.instance_id,
+        )
+    )
+
+
 @dataclass
-class _RegionPart:
+class RegionPart:
     hosts: list[HostStatus] = field(default_factory=list)
     services: list[ServiceStatus] = field(default_factory=list)
     stacks: list[StackStatus] = field(default_factory=list)
@@ -359,11 +375,11 @@ class _RegionPart:
     unlisted_regions: list[str] = field(default_factory=list)
 
 
-def _region(
+def read_region(
     region: str, stack: str | None, clients: ClientFactory, settings: Settings, now: datetime
-) -> _RegionPart:
+) -> RegionPart:
     """One region: the host listing (the longest read) runs while the stacks are read."""
-    part = _RegionPart()
+    part = RegionPart()
     alarm_topics = RegionAlarmTopics(partial(clients, "sns"), region, Path("."))
     deployed: list[str] = []
 
@@ -416,7 +432,7 @@ def _hosts_of(
 
 
 def _read_stack(
-    part: _RegionPart, name: str, region: str, clients: ClientFactory, alarm_topics: RegionAlarmTopics
+    part: RegionPart, name: str, region: str, clients: ClientFactory, alarm_topics: RegionAlarmTopics
 ) -> None:
     try:
         part.services += services_of(clients("ecs", region), clients("elbv2", region), region, name)
@@ -436,7 +452,7 @@ def _read_stack(
         part.errors.append(f"{region} stack {name}: {describe_error(error)}")
 
 
-def _alarm_topic(part: _RegionPart, name: str, region: str, topics: RegionAlarmTopics) -> AlarmTopic:
+def _alarm_topic(part: RegionPart, name: str, region: str, topics: RegionAlarmTopics) -> AlarmTopic:
     """Subscriptions that cannot be read are an error line; the stack is still shown, its alarms unknown."""
     arn = None
     try:
@@ -448,7 +464,7 @@ def _alarm_topic(part: _RegionPart, name: str, region: str, topics: RegionAlarmT
         return AlarmTopic(arn, error=problem)
 
 
-def _calendars(part: _RegionPart, schedules: list[Schedule], ssm: Any, where: str) -> dict[str, ClosedDays]:
+def _calendars(part: RegionPart, schedules: list[Schedule], ssm: Any, where: str) -> dict[str, ClosedDays]:
     """A calendar that cannot be read is an error line; the next start is then shown without it."""
     try:
         return closed_days_of(schedules, ssm)

@@ -157,7 +157,11 @@ def print_status(
     there is.
     """
     scope = f" ({', '.join(filters)})" if filters else ""
-    header = f"[bold]GPU fleet{scope}[/] in {', '.join(report.regions)} at {report.now:%Y-%m-%d %H:%M} UTC"
+    accounts = "" if report.accounts is None else f"{report.accounts:,} accounts × "
+    header = (
+        f"[bold]GPU fleet{scope}[/] in {accounts}{', '.join(report.regions)} "
+        f"at {report.now:%Y-%m-%d %H:%M} UTC"
+    )
     console.print(header)
     if filters and not report.hosts:
         # Nothing matched: one line saying so (and what there is), not a summary of zeros and empty tables.
@@ -263,6 +267,7 @@ def _print_hosts(console: Console, report: FleetStatus, *, quiet: bool) -> bool:
     several_regions = len(report.regions) > 1
     columns = [
         Column("instance", 0),
+        *([Column("account", 0)] if report.accounts is not None else []),
         Column("state", 0),
         Column("left", 1, justify="right"),
         Column("tenant", 2),
@@ -275,14 +280,14 @@ def _print_hosts(console: Console, report: FleetStatus, *, quiet: bool) -> bool:
         Column("so far $", 3, justify="right"),
         *([Column("region", 2)] if several_regions else []),
     ]
-    rows = [_host_row(host, several_regions) for host in report.hosts]
+    rows = [_host_row(host, several_regions, accounts=report.accounts is not None) for host in report.hosts]
     styles = [STATE_STYLES.get(host.state) for host in report.hosts]
     title = f"GPU hosts ({len(rows):,}), most urgent first"
     _print(console, title, columns, rows, styles)
     return True
 
 
-def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
+def _host_row(host: HostStatus, several_regions: bool, *, accounts: bool = False) -> list[str]:
     facts, deadline, left = host.host, host.deadline, host.time_left
     if deadline is None or left is None:
         left_text, deadline_text = "-", "-"
@@ -291,6 +296,7 @@ def _host_row(host: HostStatus, several_regions: bool) -> list[str]:
         left_text = _span(left) if left.total_seconds() > 0 else f"{_span(-left)} over"
     row = [
         facts.instance_id,
+        *([host.account or "-"] if accounts else []),
         host.state,
         left_text,
         facts.tenant or "untagged",
@@ -312,6 +318,7 @@ def _print_stopped(console: Console, report: FleetStatus) -> bool:
     several_regions = len(report.regions) > 1
     columns = [
         Column("instance", 0),
+        *([Column("account", 0)] if report.accounts is not None else []),
         Column("stopped", 0, justify="right"),
         Column("$/month", 0, justify="right"),
         Column("tenant", 1),
@@ -325,6 +332,7 @@ def _print_stopped(console: Console, report: FleetStatus) -> bool:
         host, storage = stopped.host, stopped.storage
         row = [
             host.instance_id,
+            *([stopped.account or "-"] if report.accounts is not None else []),
             _span(stopped.stopped_for),
             _money(storage.monthly_usd) + ("+?" if storage.unpriced else ""),
             host.tenant or "untagged",
@@ -397,8 +405,10 @@ def _print_services(console: Console, report: FleetStatus) -> bool:
 def _print_stacks(console: Console, report: FleetStatus) -> bool:
     if not report.stacks:  # a filter left none: no empty table
         return False
+    accounts = report.accounts is not None
     columns = [
         Column("stack", 0),
+        *([Column("account", 0)] if accounts else []),
         Column("parked", 0),
         Column("next nightly start UTC", 1, detail=True),
         Column("region", 2),
@@ -412,7 +422,7 @@ def _print_stacks(console: Console, report: FleetStatus) -> bool:
             if start
             else "none"
         )
-        rows.append([stack.stack, parked, when, stack.region])
+        rows.append([stack.stack, *([stack.account or "-"] if accounts else []), parked, when, stack.region])
     _print(console, "Stacks", columns, rows)
     return True
 

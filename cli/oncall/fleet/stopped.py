@@ -31,10 +31,12 @@ class StoppedHost:
     host: Host
     stopped_for: timedelta
     storage: Storage
+    account: str | None = None  # across the organisation: the account's name
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "instance_id": self.host.instance_id,
+            **({"account": self.account} if self.account is not None else {}),
             "region": self.host.region,
             "stack": self.host.tags.get(tags.STACK),
             "tenant": self.host.tenant,

@@ -1,0 +1,224 @@
+"""The on-call commands across the organisation: ``--accounts FILE`` or ``--org``, one run, one answer.
+
+- **Which accounts**: c7n-org's account list (``guardrails/accounts.py``), or the organisation's
+  own list read from AWS Organizations ``ListAccounts`` with the caller's credentials (the
+  management account or a delegated administrator may call it: botocore's
+  ``botocore/data/organizations/2016-11-28/service-2.json``, ``ListAccounts``: "This operation can be
+  called only from the organization's management account or by a member account that is a delegated
+  administrator"; paginated by ``NextToken``, ``paginators-1.json``). Only ``ACTIVE`` accounts are
+  read (a ``SUSPENDED`` or ``PENDING_CLOSURE`` one cannot be entered). c7n-org's ``-a``, ``-t`` and
+  ``--not-accounts`` narrow either list (``accounts_selected``).
+- **How each is entered**: the account's role chain (from the list), or for ``--org`` the role
+  named by ``--org-role`` in each member account; assumed once per account
+  (``lambdas/aws/assumed.py``), every client through one shared rate limiter.
+- **Where**: each account's ``regions``, else the command's regions (``--region(s)``,
+  PARKBRAKE_REGIONS, AWS_REGION); c7n-org's ``all`` is every region the account has enabled, read
+  with EC2 ``DescribeRegions`` in that account (its default, ``AllRegions`` false, lists the enabled
+  ones: ``botocore/data/ec2/2016-11-15/service-2.json``).
+- **The answer**: a value or one failure line per account and region; an account whose every region
+  failed the same way (a denied or missing role) is one line, not one per region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from guardrails.accounts import ALL_REGIONS, Account, accounts_selected, load_accounts
+from guardrails.errors import InputError, ParkbrakeError
+from lambdas.aws.assumed import (
+    DEFAULT_CONCURRENCY,
+    AccountSessions,
+    ClientFactory,
+    Place,
+    PlaceOutcome,
+    access_of,
+    across_places,
+    places_of,
+)
+
+T = TypeVar("T")
+
+# The role --org assumes in each member account unless --org-role names another: a read-only role
+# the organisation deploys to every member (docs/organisation.md shows its trust and permissions).
+DEFAULT_ORG_ROLE = "parkbrake-oncall"
+# The exit status when an account or region could not be answered (a denied role, a denied read):
+# the answer is printed, its failure lines last. Bad input stays 2.
+SOME_PLACES_FAILED_EXIT = 1
+
+
+@dataclass(frozen=True)
+class OrganisationScope:
+    """What ``--accounts FILE``/``--org`` and c7n-org's selection flags asked for."""
+
+    accounts_file: Path | None = None
+    org: bool = False
+    org_role: str = DEFAULT_ORG_ROLE
+    names: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    excluded: tuple[str, ...] = ()
+    concurrency: int = DEFAULT_CONCURRENCY
+
+    @property
+    def spans_accounts(self) -> bool:
+        return self.accounts_file is not None or self.org
+
+    def checked(self) -> OrganisationScope:
+        """Itself; an InputError for flags that cannot go together."""
+        if self.accounts_file is not None and self.org:
+            raise InputError("--accounts and --org: give one (a c7n-org account list, or the organisation's)")
+        selecting = self.names or self.tags or self.excluded
+        if selecting and not self.spans_accounts:
+            raise InputError(
+                "--account, --tag and --not-account select from --accounts FILE or --org: add one"
+            )
+        if self.org and self.tags:
+            raise InputError("--tag selects by the account list's tags: use --accounts FILE for it")
+        if self.concurrency < 1:
+            raise InputError(f"--concurrency {self.concurrency}: give 1 or more")
+        return self
+
+
+@dataclass
+class OrganisationRun:
+    """One command's run across the accounts: the places to read and the sessions that read them."""
+
+    places: list[Place]
+    sessions: AccountSessions
+    concurrency: int
+    accounts: int
+    failures: list[str]  # accounts whose regions could not even be listed (``all``)
+
+    def across(self, work: Callable[[Place, ClientFactory], T]) -> list[PlaceOutcome[T]]:
+        return across_places(self.places, work, sessions=self.sessions, concurrency=self.concurrency)
+
+
+def organisation_run(
+    scope: OrganisationScope, default_regions: Sequence[str], caller: ClientFactory
+) -> OrganisationRun:
+    """The accounts of ``scope`` (``caller``'s clients read Organizations), each in its regions."""
+    scope.checked()
+    accounts = accounts_selected(_accounts_of(scope, caller), scope.names, scope.tags, scope.excluded)
+    sessions = AccountSessions()
+    expanded, failures = _expand_all_regions(accounts, default_regions, sessions, scope.concurrency)
+    return OrganisationRun(
+        places_of(expanded, default_regions), sessions, scope.concurrency, len(accounts), failures
+    )
+
+
+def _accounts_of(scope: OrganisationScope, caller: ClientFactory) -> tuple[Account, ...]:
+    if scope.accounts_file is not None:
+        try:
+            text = scope.accounts_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or str(error)
+            raise InputError(f"--accounts {scope.accounts_file}: cannot read it ({reason})") from None
+        return load_accounts(text, str(scope.accounts_file))
+    return organisation_accounts(caller, scope.org_role)
+
+
+def organisation_accounts(caller: ClientFactory, role: str) -> tuple[Account, ...]:
+    """The organisation's ACTIVE accounts, each entered through ``role`` (a name or an ARN template
+    with ``{account_id}``), named as Organizations names them."""
+    from botocore.exceptions import ClientError
+
+    from lambdas.aws.errors import describe_error
+
+    organizations = caller("organizations", None)
+    try:
+        pages = organizations.get_paginator("list_accounts").paginate()
+        listed = [account for page in pages for account in page["Accounts"]]
+    except ClientError as error:
+        raise ParkbrakeError(
+            f"--org: cannot list the organisation's accounts ({describe_error(error)}); run it as the "
+            "management account or a delegated administrator, or pass --accounts FILE"
+        ) from None
+    active = [account for account in listed if account.get("Status", "ACTIVE") == "ACTIVE"]
+    if not active:
+        raise ParkbrakeError(
+            "--org: cannot list the organisation's accounts (ListAccounts lists no active account); "
+            "run it as the management account or a delegated administrator, or pass --accounts FILE"
+        )
+    return tuple(
+        Account(
+            account_id=account["Id"],
+            name=account.get("Name") or account["Id"],
+            role_chain=(_role_arn(role, account["Id"], account.get("Arn", "")),),
+            email=account.get("Email"),
+        )
+        for account in active
+    )
+
+
+def _role_arn(role: str, account_id: str, account_arn: str) -> str:
+    if role.startswith("arn:"):
+        return role.replace("{account_id}", account_id)
+    partition = account_arn.split(":")[1] if account_arn.count(":") >= 2 else "aws"
+    return f"arn:{partition}:iam::{account_id}:role/{role}"
+
+
+def _expand_all_regions(
+    accounts: Sequence[Account], default_regions: Sequence[str], sessions: AccountSessions, concurrency: int
+) -> tuple[list[Account], list[str]]:
+    """Accounts whose regions are ``all`` get the regions they have enabled; one that cannot say is
+    a failure line and is left out."""
+    expanding = [account for account in accounts if ALL_REGIONS in (account.regions or default_regions)]
+    if not expanding:
+        return list(accounts), []
+    home = default_regions[0] if default_regions and default_regions[0] != ALL_REGIONS else None
+    places = [
+        Place(account.account_id, account.name, home or "us-east-1", access_of(account))
+        for account in expanding
+    ]
+
+    def enabled(place: Place, clients: ClientFactory) -> tuple[str, ...]:
+        answer = clients("ec2", place.region).describe_regions()
+        return tuple(sorted(region["RegionName"] for region in answer["Regions"]))
+
+    found = {
+        outcome.place.account_id: outcome
+        for outcome in across_places(places, enabled, sessions=sessions, concurrency=concurrency)
+    }
+    kept, failures = [], []
+    for account in accounts:
+        outcome = found.get(account.account_id)
+        if outcome is None:
+            kept.append(account)
+        elif outcome.value is None:
+            failures.append(f"{account_label(outcome.place)}: cannot list its regions: {outcome.failure}")
+        else:
+            kept.append(replace(account, regions=outcome.value))
+    return kept, failures
+
+
+def account_label(place: Place) -> str:
+    """An account as a failure line names it: its name and, when that is not the id, the id."""
+    return (
+        place.account_name
+        if place.account_name == place.account_id
+        else f"{place.account_name} ({place.account_id})"
+    )
+
+
+def account_failures(outcomes: Sequence[PlaceOutcome[Any]]) -> list[str]:
+    """One line per failed place, ``<account> <region>: <why>``, except that an account whose every
+    region failed with the same line (its role denied or missing) is one line, ``<account>: <why>``."""
+    by_account: dict[str, list[PlaceOutcome[Any]]] = {}
+    for outcome in outcomes:
+        by_account.setdefault(outcome.place.account_id, []).append(outcome)
+    lines: list[str] = []
+    for places in by_account.values():
+        failed = [outcome for outcome in places if outcome.failure is not None]
+        reasons = {outcome.failure for outcome in failed}
+        if failed and len(failed) == len(places) and len(reasons) == 1:
+            lines.append(f"{account_label(failed[0].place)}: {failed[0].failure}")
+        else:
+            lines.extend(f"{account_label(o.place)} {o.place.region}: {o.failure}" for o in failed)
+    return lines
+
+
+def shown_account(place: Place) -> str:
+    """The account beside a host: its name as the list gives it (the id when it has none)."""
+    return place.account_name
