@@ -127,10 +127,13 @@ def writes_after(
     names = {document["metadata"]["name"] for document in pending}
     written: dict[str, float] = {}
     deadline = time.monotonic() + seconds
+    seen = start  # each patch looked at once: the watcher shares the GIL with the controller it times
     while len(written) < len(names):
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(written)} of {len(names)} Workloads decided")
-        for at, path, _ in fake.patches[start:]:
+        patches = fake.patches[seen:]
+        seen += len(patches)
+        for at, path, _ in patches:
             name = path.split("/workloads/", 1)[-1].split("/", 1)[0]
             if name in names:
                 written.setdefault(name, at)
