@@ -247,7 +247,7 @@ def run_forever(controller: Controller, *, output: str = "text") -> None:
 @with_server_options
 @click.option(
     "--workers", default=4, show_default=True, type=click.IntRange(1, 64),
-    help="Threads deciding Workloads, each with one ledger connection (one more for the budget sweep).",
+    help="Ledger connections deciding Workloads, two worker threads sharing each (one more for the budget sweep).",
 )  # fmt: skip
 @click.option(
     "--stop-every", type=DURATION, default="1m", show_default=True,
