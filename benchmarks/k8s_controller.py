@@ -30,8 +30,13 @@ Then once, each with the load average beside it:
   controller's sessions ended), then the ledger back: the time until every one is written — target
   ≤ one resync period (the controller's default, 3 minutes).
 
-Also asserted: never more ledger connections than workers (one each, and one for the sweeps), sampled
-from pg_stat_activity throughout.
+Also asserted: never more ledger connections than ``--workers`` + 1 (the workers' connections, which the
+controller's worker threads borrow for each ledger call, and one for the sweeps), sampled from
+pg_stat_activity throughout.
+
+The floor is the admit the controller makes, one a decision: the same ``LedgerStore.admit``, in its
+own transaction (the controller's decision adds the lookup of an earlier reservation and the
+decision's log entry to that transaction; no admits are batched).
 """
 
 from __future__ import annotations
@@ -127,10 +132,13 @@ def writes_after(
     names = {document["metadata"]["name"] for document in pending}
     written: dict[str, float] = {}
     deadline = time.monotonic() + seconds
+    seen = start  # each patch looked at once: the watcher shares the GIL with the controller it times
     while len(written) < len(names):
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(written)} of {len(names)} Workloads decided")
-        for at, path, _ in fake.patches[start:]:
+        patches = fake.patches[seen:]
+        seen += len(patches)
+        for at, path, _ in patches:
             name = path.split("/workloads/", 1)[-1].split("/", 1)[0]
             if name in names:
                 written.setdefault(name, at)

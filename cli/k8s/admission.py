@@ -20,7 +20,10 @@ decision is logged with the Workload's namespace/name as its subject.
 from __future__ import annotations
 
 import json
+import queue
 import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -283,3 +286,33 @@ class BudgetCheck:
             ],
             origin=origin,
         )
+
+
+class CheckPool:
+    """The workers' BudgetChecks, each lent for one ledger call: a worker holds a ledger connection
+    only while it asks the ledger, not while it writes the Workload's entry to the API server, so
+    the controller runs more workers than connections (``WORKERS_PER_CONNECTION``) and a connection
+    is not left idle through each write. Never more connections than checks."""
+
+    def __init__(self, checks: Sequence[BudgetCheck]) -> None:
+        self.idle: queue.Queue[BudgetCheck] = queue.Queue()
+        for check in checks:
+            self.idle.put(check)
+
+    @contextmanager
+    def lent(self) -> Iterator[BudgetCheck]:
+        check = self.idle.get()
+        try:
+            yield check
+        finally:
+            self.idle.put(check)
+
+    def decide(
+        self, request: WorkloadRequest, *, now: datetime, version: str = "", admission: str = ""
+    ) -> CheckDecision:
+        with self.lent() as check:
+            return check.decide(request, now=now, version=version, admission=admission)
+
+    def release(self, request: WorkloadRequest, *, now: datetime, why: str) -> int | None:
+        with self.lent() as check:
+            return check.release(request, now=now, why=why)

@@ -7,8 +7,10 @@ own: one reconciler per resource — AdmissionChecks (cli/k8s/check_reconciler.p
 Informers (cli/k8s/informer.py) list and watch Workloads and AdmissionChecks, reconnecting however a
 watch ends; each change queues the object's key on a work queue (cli/k8s/workqueue.py) that hands a
 key to one worker at a time, retries every failure after a per-key backoff, and is refilled with every
-Workload each ``resync`` so none waits on an unrelated event. Each worker holds one ledger connection
-(its own BudgetCheck); one more runs the budget stops and NodeClaim reclaim every ``sweep_every``.
+Workload each ``resync`` so none waits on an unrelated event. The workers share one ledger connection
+per ``--workers`` (a BudgetCheck each, lent for each ledger call: cli/k8s/admission.py CheckPool), twice
+as many workers as connections so that a connection is not idle while its worker writes to the API
+server; one more connection runs the budget stops and NodeClaim reclaim every ``sweep_every``.
 /healthz (cli/k8s/metrics.py) fails once any of these loops has died.
 """
 
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cli.k8s.admission import CheckPool
 from cli.k8s.check_reconciler import CheckReconciler
 from cli.k8s.informer import Informer, object_key
 from cli.k8s.kube import AdmissionCheck, Workload
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
     from stacks.config import StackConfig
 
 Clock = Callable[[], datetime]
+WORKERS_PER_CONNECTION = 2  # a worker deciding on the ledger while another writes its entry
 __all__ = ["Controller", "stamp"]
 
 
@@ -68,6 +72,7 @@ class Controller:
             raise ValueError("the controller needs one check per worker and one for the sweeps")
         self.client = client
         self.workers, self.sweeper = list(checks[:-1]), checks[-1]
+        self.lender = CheckPool(self.workers)
         self.clock = clock or (lambda: datetime.now(UTC))
         self.resync, self.sweep_every = resync, sweep_every
         self.metrics = ControllerMetrics()
@@ -133,7 +138,10 @@ class Controller:
             ("sweeps", self._sweep, (stop,)),
             ("resync", self._resync, (stop,)),
         ]
-        loops += [(f"worker {n}", self._worker, (check,)) for n, check in enumerate(self.workers)]
+        loops += [
+            (f"worker {n}", self._worker, (self.lender,))
+            for n in range(WORKERS_PER_CONNECTION * len(self.workers))
+        ]
         for name, target, args in loops:
             self.threads.append(threading.Thread(target=target, args=args, name=name, daemon=True))
         for thread in self.threads:
@@ -147,7 +155,7 @@ class Controller:
         """Every loop still running (the liveness probe's answer)."""
         return bool(self.threads) and all(thread.is_alive() for thread in self.threads)
 
-    def handle(self, check: BudgetCheck, key: Key) -> str:
+    def handle(self, check: BudgetCheck | CheckPool, key: Key) -> str:
         """Reconcile one Workload now (the workers' step; tests call it directly)."""
         outcome = self.workload_reconciler.reconcile(check, key)
         if outcome in {"Ready", "Retry", "Rejected"}:
@@ -155,7 +163,7 @@ class Controller:
         self.outcomes.put((f"{key[0]}/{key[1]}", outcome))
         return outcome
 
-    def _worker(self, check: BudgetCheck) -> None:
+    def _worker(self, check: CheckPool) -> None:
         while (key := self.queue.get()) is not None:
             try:
                 self.handle(check, key)
@@ -239,7 +247,7 @@ def run_forever(controller: Controller, *, output: str = "text") -> None:
 @with_server_options
 @click.option(
     "--workers", default=4, show_default=True, type=click.IntRange(1, 64),
-    help="Threads deciding Workloads, each with one ledger connection (one more for the budget sweep).",
+    help="Ledger connections deciding Workloads, two worker threads sharing each (one more for the budget sweep).",
 )  # fmt: skip
 @click.option(
     "--stop-every", type=DURATION, default="1m", show_default=True,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from lightkube import Client, KubeConfig
 from lightkube.config.models import Cluster, User
@@ -53,21 +53,29 @@ def client_from_options(server: str | None, token_file: Path | None, ca_file: Pa
 def apply_check_entry(
     client: Client, workload: Mapping[str, Any], entry: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Apply the check's own entry onto ``workload``'s status, conditional on its resourceVersion."""
+    """Apply the check's own entry onto ``workload``'s status, conditional on its resourceVersion. The
+    body is the applied object as JSON (what ``Client.apply`` of a ``Workload.Status`` sends), given to
+    ``Client.patch`` as a dict: no model built and serialised again for each of a burst's writes."""
+    from lightkube.types import PatchType
+
     meta = workload["metadata"]
-    body = Workload.Status(
-        apiVersion=f"{KUEUE}/v1beta2",
-        kind="Workload",
-        metadata=ObjectMeta(
-            name=meta["name"], namespace=meta["namespace"], resourceVersion=meta["resourceVersion"]
-        ),
-        status={"admissionChecks": [dict(entry)]},
-    )
+    body = {
+        "apiVersion": f"{KUEUE}/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "resourceVersion": meta["resourceVersion"],
+        },
+        "status": {"admissionChecks": [dict(entry)]},
+    }
     return dict(
-        client.apply(
-            cast(Any, body),
+        client.patch(
+            Workload.Status,
             meta["name"],
+            body,
             namespace=meta["namespace"],
+            patch_type=PatchType.APPLY,
             field_manager=FIELD_MANAGER,
             force=True,
         )

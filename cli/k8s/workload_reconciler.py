@@ -32,7 +32,7 @@ from guardrails.plurals import counted
 if TYPE_CHECKING:
     from lightkube import Client
 
-    from cli.k8s.admission import BudgetCheck, CheckDecision
+    from cli.k8s.admission import BudgetCheck, CheckDecision, CheckPool
     from cli.k8s.informer import Informer
     from cli.k8s.metrics import ControllerMetrics
     from guardrails.pricing import PriceTable
@@ -137,7 +137,7 @@ class WorkloadReconciler:
         with self.lock:
             self.tombstones[(str(meta.get("namespace")), str(meta.get("name")))] = workload
 
-    def reconcile(self, check: BudgetCheck, key: Key) -> str:
+    def reconcile(self, check: BudgetCheck | CheckPool, key: Key) -> str:
         """Bring one Workload's entry to what the ledger decides; what was done (for logs and tests).
         Raises (Undecided, an API error) for the work queue to try again after a backoff."""
         workload = self.informer.get(key)
@@ -157,7 +157,7 @@ class WorkloadReconciler:
                 workload = dict(self.client.get(Workload, key[1], namespace=key[0]))  # decide again on it
         raise RuntimeError(f"workload {key[0]}/{key[1]} kept changing: {CONFLICT_ATTEMPTS} conflicts")
 
-    def _reconcile_once(self, check: BudgetCheck, key: Key, workload: dict[str, Any]) -> str:
+    def _reconcile_once(self, check: BudgetCheck | CheckPool, key: Key, workload: dict[str, Any]) -> str:
         entry = own_entry(workload, self.checks())
         if entry is None:
             return "not gated"
@@ -181,7 +181,9 @@ class WorkloadReconciler:
             return f"left {entry.get('state')}"
         return self._decide(check, key, workload, entry)
 
-    def _decide(self, check: BudgetCheck, key: Key, workload: dict[str, Any], entry: dict[str, Any]) -> str:
+    def _decide(
+        self, check: BudgetCheck | CheckPool, key: Key, workload: dict[str, Any], entry: dict[str, Any]
+    ) -> str:
         now = self.clock()
         try:
             request = workload_request(workload, self.config, self.prices)
@@ -236,7 +238,7 @@ class WorkloadReconciler:
             f"this Workload asks {gpus}; retrying when admitted work ends"
         )
 
-    def _release(self, check: BudgetCheck, workload: Mapping[str, Any], why: str) -> str:
+    def _release(self, check: BudgetCheck | CheckPool, workload: Mapping[str, Any], why: str) -> str:
         uid = str((workload.get("metadata") or {}).get("uid", ""))
         with self.lock:
             if uid not in self.holding and uid in self.looked_up:

@@ -17,6 +17,7 @@ from guardrails.ledger import from_ms, to_ms
 from guardrails.pricing import load_price_table
 from guardrails.runway import Budget, BudgetDecision, Period, RunwayTotals, TenantRunway, period_start
 from lambdas.ledger import queries as sql
+from lambdas.ledger.connections import joined_transaction
 
 
 def admit(
@@ -73,7 +74,7 @@ def runways(
     changed to a new pair between the two reads comes back without a start: it is computed and the
     runway read again."""
     tenant_list = list(tenants) if tenants is not None else None
-    with connection.transaction():
+    with joined_transaction(connection):  # SET LOCAL below: a transaction's, the caller's if in one
         # Planning the runway query costs several times running it (3–5 ms against 0.5 at a million
         # events): one generic plan per session, prepared at the first call, serves every tenant.
         connection.execute("SET LOCAL plan_cache_mode = force_generic_plan")

@@ -183,6 +183,20 @@ class Connections(Protocol):
     def close(self) -> None: ...
 
 
+@contextmanager
+def joined_transaction(connection: psycopg.Connection[Any]) -> Iterator[None]:
+    """A transaction, or the caller's when the connection is in one already (the budget check decides
+    a Workload in one: its lookup, the admit and the decision's log entry commit together). Not a
+    savepoint: that costs two round trips, and rolls back less only for a caller that catches an
+    error and goes on in the same transaction, which no caller of these does (an error rolls the
+    caller's whole transaction back)."""
+    if connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        yield
+        return
+    with connection.transaction():
+        yield
+
+
 # SQLSTATE invalid_password and invalid_authorization_specification: the credentials, not the server.
 LOGIN_FAILURES = frozenset({"28P01", "28000"})
 

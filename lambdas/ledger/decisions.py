@@ -23,7 +23,7 @@ from guardrails.decisions import (
     Decision,
     decision_from_dict,
 )
-from lambdas.ledger.connections import Connections
+from lambdas.ledger.connections import Connections, joined_transaction
 from lambdas.ledger.schema import LedgerError
 from lambdas.ledger.store import LedgerStore, store_from_environment
 
@@ -86,7 +86,7 @@ class DecisionLedger:
             "reasons": [decision.reason for decision in unique.values()],
             "details": [json.dumps(dict(decision.details), default=str) for decision in unique.values()],
         }
-        with self._connections.connection() as connection, connection.transaction():
+        with self._connections.connection() as connection, joined_transaction(connection):
             return dict(connection.execute(APPEND, parameters).fetchall())
 
     def prune(

@@ -47,7 +47,13 @@ from lambdas.ledger.appends import (
     settle,
     settle_all,
 )
-from lambdas.ledger.connections import Connections, PooledConnections, SingleConnection, database_url
+from lambdas.ledger.connections import (
+    Connections,
+    PooledConnections,
+    SingleConnection,
+    database_url,
+    joined_transaction,
+)
 from lambdas.ledger.schema import FunctionFile, Migration, apply_migrations, function_files, migrations
 
 UNBOUNDED_MS = 2**62  # the SQL side's ±infinity (ledger_ms)
@@ -407,7 +413,7 @@ class LedgerStore:
         """
         with self._settled():  # a reader's settle: what is pending, one slice of a backfill at most
             pass
-        with self._transaction() as connection:
+        with self._connections.connection() as connection, joined_transaction(connection):
             return budgets.admit(connection, request, now=now, default_cap=default_cap, lease=lease)
 
     def release(self, reservation_id: int, *, now: datetime) -> bool:

@@ -4,11 +4,15 @@ releases; the decision log."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from cli.k8s.admission import BudgetCheck
+import psycopg
+
+from cli.k8s.admission import BudgetCheck, CheckPool
 from cli.k8s.workload import workload_request
+from guardrails.launch import AdmissionRequest
 from guardrails.pricing import PriceTable
 from lambdas.ledger.decisions import DecisionLedger
 from lambdas.ledger.store import LedgerStore
@@ -113,3 +117,42 @@ def test_money_held_by_running_hosts_is_retried_when_the_first_of_them_reaches_i
     assert decision.state == "Retry"
     assert decision.requeue_after == timedelta(minutes=50)  # i-2's cap ends at minute 60, not the default cap
     assert "held by hosts running or starting, the first of them capped in 50m" in decision.message
+
+
+def test_the_admit_joins_the_callers_transaction_and_commits_alone_without_one(
+    check: BudgetCheck, store: LedgerStore, eks: StackConfig, prices: PriceTable
+) -> None:
+    """The admit joins a caller's transaction (the budget check's decision) rather than opening a
+    savepoint: undone with it; outside one it commits by itself."""
+    set_budget(store, "research", "1000")
+    request = workload_request(workload(max_seconds=3600), eks, prices)
+    admission = AdmissionRequest("research", request.instance_type, 1, request.cap, region=eks.region)
+    cap, lease = eks.guardrails.default_max_runtime, timedelta(minutes=30)
+    with store.connections.connection() as connection, connection.transaction():
+        inside = store.admit(admission, now=NOW, default_cap=cap, lease=lease)
+        assert inside.reservation_id is not None
+        raise psycopg.Rollback()  # the caller's transaction undone: its admit with it
+    (runway,) = store.runways(now=NOW, default_cap=cap, tenants=["research"])
+    assert runway.reserved_usd == 0
+    alone = store.admit(admission, now=NOW, default_cap=cap, lease=lease)
+    (runway,) = store.runways(now=NOW, default_cap=cap, tenants=["research"])
+    assert (alone.granted, runway.reserved_usd) == (True, Decimal("5.672"))
+
+
+def test_workers_sharing_one_ledger_connection_each_decide_alone(
+    check: BudgetCheck, store: LedgerStore, eks: StackConfig, prices: PriceTable
+) -> None:
+    """The controller's worker threads outnumber its connections: each ledger call borrows one."""
+    set_budget(store, "research", "1000")
+    requests = [
+        workload_request(workload(f"job-{n}", uid=f"uid-{n}", max_seconds=3600), eks, prices)
+        for n in range(8)
+    ]
+    lender = CheckPool([check])
+    with ThreadPoolExecutor(8) as pool:
+        decisions = list(pool.map(lambda request: lender.decide(request, now=NOW, admission="a"), requests))
+    assert [decision.state for decision in decisions] == ["Ready"] * 8
+    assert len({decision.reservation for decision in decisions}) == 8
+    (runway,) = store.runways(now=NOW, default_cap=timedelta(hours=1), tenants=["research"])
+    assert runway.reserved_usd == 8 * Decimal("5.672")
+    assert lender.idle.qsize() == 1  # the one check back, lent to no one
