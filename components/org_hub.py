@@ -60,18 +60,27 @@ def bus_policy(bus_arn: str, org_id: str) -> dict[str, Any]:
     }
 
 
+def assume_spokes_policy(stack: str, org_id: str, partition: str) -> dict[str, Any]:
+    """Every spoke's role, in the organisation's accounts only."""
+    roles = f"arn:{partition}:iam::*:role/{names.spoke_role(stack, '*')}"
+    return document(
+        [
+            statement(
+                "AssumeSpokeRoles", ["sts:AssumeRole"], roles, {"StringEquals": {"aws:ResourceOrgID": org_id}}
+            )
+        ]
+    )
+
+
 def central_sweep_policy(
     stack: str, org_id: str, partition: str, form: str = "stacks", hub: tuple[str, str] = ("*", "*")
 ) -> dict[str, Any]:
     """The reaper may assume every spoke's role, in the organisation's accounts only, and read the
     spokes' parameter; with a StackSet, it lists the OUs' accounts (lambdas/engines/org_sweeping.py).
     ``hub`` is the hub's (region, account)."""
-    roles = f"arn:{partition}:iam::*:role/{names.spoke_role(stack, '*')}"
     region, account = hub
     statements = [
-        statement(
-            "AssumeSpokeRoles", ["sts:AssumeRole"], roles, {"StringEquals": {"aws:ResourceOrgID": org_id}}
-        ),
+        *assume_spokes_policy(stack, org_id, partition)["Statement"],
         statement(
             "ReadSpokes",
             ["ssm:GetParameter"],
@@ -127,6 +136,15 @@ class OrgHub(pulumi.ComponentResource):
         partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self)).partition
         if args.meter_function_name is not None:
             self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
+            # The meter reads a member account's host through that account's spoke role.
+            aws.iam.RolePolicy(
+                "meter-reads-spokes",
+                role=args.meter_function_name,
+                policy=partition.apply(
+                    lambda known: json.dumps(assume_spokes_policy(args.stack, args.org_id, known))
+                ),
+                opts=child_of(self),
+            )
         if args.sweep == "central":
             identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
             region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))

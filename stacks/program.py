@@ -276,11 +276,20 @@ def _inference(
 
 
 def hub_environment(config: StackConfig) -> dict[str, str]:
-    """An organisation's hub with the central sweep: its reaper reads the spokes from their parameter."""
+    """An organisation's hub: with the central sweep its reaper reads the spokes from their parameter,
+    and its meter takes the member accounts' events."""
     organisation = config.organisation
-    if organisation is None or organisation.sweep != "central":
+    if organisation is None:
         return {}
-    return {settings.SPOKES_PARAMETER: spokes_parameter(config.stack)}
+    environment = {}
+    if organisation.sweep == "central":
+        environment[settings.SPOKES_PARAMETER] = spokes_parameter(config.stack)
+    if organisation.spokes == "stacks":
+        # The meter takes the listed accounts' events; a StackSet's accounts join their OU later and
+        # are not known here (docs/organisation.md: its meter takes the hub account's own only).
+        members = sorted({placement.account_id for placement in organisation.placements()})
+        environment[settings.MEMBER_ACCOUNTS] = ",".join(members)
+    return environment
 
 
 def _guardrails(

@@ -117,3 +117,20 @@ def test_the_hubs_reaper_reads_the_spokes_only_when_it_sweeps_them(sweep: str, e
         (grant,) = grants
         actions = {a for s in json.loads(grant.inputs["policy"])["Statement"] for a in s["Action"]}
         assert {"sts:AssumeRole", "ssm:GetParameter"} <= actions
+
+
+def test_the_hubs_meter_takes_the_listed_accounts_and_may_assume_their_spoke_roles() -> None:
+    from tests.components.guardrails_build import environment_of
+
+    run = org_run_of()
+    members = environment_of(run, "meter")["PARKBRAKE_MEMBER_ACCOUNTS"]
+    assert members == "111111111111,222222222222,333333333333"
+    (grant,) = [
+        r
+        for r in run.resources
+        if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == "meter-reads-spokes"
+    ]
+    (statement,) = json.loads(grant.inputs["policy"])["Statement"]
+    assert statement["Action"] == ["sts:AssumeRole"]
+    assert statement["Resource"] == "arn:aws:iam::*:role/parkbrake-org-spoke-*"
+    assert "PARKBRAKE_MEMBER_ACCOUNTS" not in environment_of(org_run_of(spokes="stackset"), "meter")
