@@ -10,7 +10,6 @@ tests/lambdas/test_assumed_sessions.py.
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -37,6 +36,7 @@ from lambdas.aws.assumed import AccountAccess, AccountSessions
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
 from lambdas.engines.org_sweeping import SpokeList, SpokeListError, spoke_places
+from tests.moto_iam_auth import reset_auth
 
 HUB = "123456789012"  # moto's default account: the hub's own
 A, B, C = "111111111111", "222222222222", "333333333333"
@@ -175,21 +175,11 @@ def denied_c(aws: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[OrgFleet]:
             spoke_iam.put_role_policy(RoleName=name, PolicyName="sweep", PolicyDocument=json.dumps(act))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
-    _reset_auth(aws, "0")
+    reset_auth(aws, "0")
     try:
         yield fleet
     finally:
-        _reset_auth(aws, "inf")
-
-
-def _reset_auth(server: str, count: str) -> None:
-    request = urllib.request.Request(
-        f"{server}/moto-api/reset-auth",
-        data=count.encode(),
-        method="POST",
-        headers={"Content-Type": "text/plain"},
-    )
-    urllib.request.urlopen(request, timeout=30).close()
+        reset_auth(aws, "inf")
 
 
 def test_a_denied_role_is_a_line_and_a_count_and_the_others_are_swept(
