@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from cli.options import TENANT, WHEN, output_option, wide_option
+from cli.options import ACCOUNT_ID, TENANT, WHEN, output_option, wide_option
 from guardrails.errors import InputError
 
 if TYPE_CHECKING:
@@ -46,6 +46,15 @@ def check_instance_id(instance_id: str | None) -> str | None:
     type=click.IntRange(1, 100_000),
     help="The newest this many decisions (shown oldest first).",
 )
+@click.option(
+    "--account", "accounts", type=ACCOUNT_ID, multiple=True,
+    help="Only decisions about hosts in this AWS account (repeatable): the hub's one ledger holds the "
+    "central sweep's decisions for every member account.",
+)  # fmt: skip
+@click.option(
+    "--accounts", "accounts_file", type=click.Path(exists=True, dir_okay=False),
+    help="Only the accounts of this c7n-org account list (accounts.yml), each shown by its name.",
+)  # fmt: skip
 @output_option
 @wide_option
 def log(
@@ -54,6 +63,8 @@ def log(
     tenant: str | None,
     since: datetime | None,
     kinds: tuple[str, ...],
+    accounts: tuple[str, ...],
+    accounts_file: str | None,
     limit: int,
     output: str,
 ) -> None:
@@ -66,12 +77,15 @@ def log(
     Example:
       parkbrake log --instance i-0123456789abcdef0
       parkbrake log --tenant research --since 7d --output json
+      parkbrake log --accounts accounts.yml --kind stop
     """
+    names = account_names(accounts_file)
     entries, limit = read_log(
         instance_id=check_instance_id(instance_id),
         tenant=tenant,
         since=since,
         kinds=check_kinds(kinds),
+        accounts=[*accounts, *names],
         limit=limit,
     )
     if output == "json":
@@ -79,7 +93,20 @@ def log(
     else:
         from cli.console import console
 
-        click.echo(as_text(entries, limit, width=console().width))
+        click.echo(as_text(entries, limit, width=console().width, account_names=names))
+
+
+def account_names(accounts_file: str | None) -> dict[str, str]:
+    """Each account id of a c7n-org account list, with its name (guardrails/accounts.py checks it:
+    every problem with its path, exit 2)."""
+    if accounts_file is None:
+        return {}
+    from pathlib import Path
+
+    from guardrails.accounts import load_accounts
+
+    listed = load_accounts(Path(accounts_file).read_text(encoding="utf-8"), source=accounts_file)
+    return {account.account_id: account.name for account in listed}
 
 
 def check_kinds(kinds: Sequence[str]) -> list[str]:
@@ -92,7 +119,13 @@ def check_kinds(kinds: Sequence[str]) -> list[str]:
 
 
 def read_log(
-    *, instance_id: str | None, tenant: str | None, since: datetime | None, kinds: list[str], limit: int
+    *,
+    instance_id: str | None,
+    tenant: str | None,
+    since: datetime | None,
+    kinds: list[str],
+    limit: int,
+    accounts: Sequence[str] = (),
 ) -> tuple[list[LoggedDecision], int]:
     from lambdas.ledger.decisions import DecisionLedger
     from lambdas.ledger.store import store_from_environment
@@ -100,7 +133,12 @@ def read_log(
     store = store_from_environment()
     try:
         entries = DecisionLedger.of(store).read(
-            instance_id=instance_id, tenant=tenant, since=since, kinds=kinds, limit=limit
+            instance_id=instance_id,
+            tenant=tenant,
+            since=since,
+            kinds=kinds,
+            accounts=accounts or None,
+            limit=limit,
         )
     finally:
         store.close()
@@ -115,7 +153,13 @@ def as_json(entries: Sequence[LoggedDecision], limit: int) -> dict[str, Any]:
     }
 
 
-def as_text(entries: Sequence[LoggedDecision], limit: int, *, width: int = 80) -> str:
+def as_text(
+    entries: Sequence[LoggedDecision],
+    limit: int,
+    *,
+    width: int = 80,
+    account_names: Mapping[str, str] | None = None,
+) -> str:
     """One block per decision: when, what and about which host; who; why; the details; each line
     fits ``width`` (the terminal's), and an id, ARN or timestamp is never cut, only moved."""
     if not entries:
@@ -137,6 +181,8 @@ def as_text(entries: Sequence[LoggedDecision], limit: int, *, width: int = 80) -
         decision = entry.decision
         header = [decision.as_dict()["at"], decision.kind, decision.instance_id or "-"]
         header += [f"tenant={decision.tenant}"] if decision.tenant else []
+        account = decision.details.get("account_id")
+        header += [f"account={(account_names or {}).get(account, account)}"] if account else []
         header += [f"#{entry.id}"]  # what `ledger savings` cites each figure by
         lines = textwrap.wrap(
             "  ".join(header), width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False

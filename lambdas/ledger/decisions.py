@@ -41,6 +41,8 @@ SELECT * FROM (
       AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
       AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
       AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+      -- The central sweep writes each host's account into its decision's details.
+      AND (%(accounts)s::text[] IS NULL OR details->>'account_id' = ANY(%(accounts)s::text[]))
     ORDER BY at DESC, id DESC
     LIMIT %(limit)s
 ) AS newest
@@ -118,6 +120,7 @@ class DecisionLedger:
         tenant: str | None = None,
         since: datetime | None = None,
         kinds: Sequence[str] | None = None,
+        accounts: Sequence[str] | None = None,
         limit: int = 500,
     ) -> list[LoggedDecision]:
         """The newest ``limit`` decisions that match every filter given, oldest first."""
@@ -126,6 +129,7 @@ class DecisionLedger:
             "tenant": tenant,
             "since": since,
             "kinds": list(kinds) if kinds else None,
+            "accounts": list(accounts) if accounts else None,
             "limit": limit,
         }
         with self._connections.connection() as connection:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -124,3 +125,56 @@ def test_since_reads_durations_dates_and_times() -> None:
     assert parse_when("7d", NOW) == NOW - timedelta(days=7)
     assert parse_when("2036-05-05", NOW) == datetime(2036, 5, 5, tzinfo=UTC)
     assert parse_when("2036-05-05T12:00+02:00", NOW) == datetime(2036, 5, 5, 10, tzinfo=UTC)
+
+
+MEMBER, OTHER_MEMBER = "111111111111", "222222222222"
+
+
+@pytest.fixture
+def swept_centrally(store: LedgerStore, ledger_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hub's central sweep stopped a host in each of two member accounts (the account in the details,
+    as lambdas/engines/org_sweeping.py writes it); the hub's own deadline decided about a third."""
+    monkeypatch.setenv("PARKBRAKE_DATABASE_URL", ledger_url)
+    ago = lambda minutes: NOW - timedelta(minutes=minutes)  # noqa: E731
+    DecisionLedger.of(store).append(
+        [
+            Decision("stop", "reaper", "past its 90m cap", ago(30), HOST, "research", {"account_id": MEMBER}),
+            Decision("stop", "reaper", "past its 90m cap", ago(20), OTHER, "vision", {"account_id": OTHER_MEMBER}),
+            Decision("skip", "deadline", "armed", ago(10), "i-0aaaaaaaaaaaaaaaa", "vision"),
+        ],
+        origin="central",
+    )  # fmt: skip
+
+
+@pytest.mark.usefixtures("swept_centrally")
+def test_the_organisations_log_by_account_with_the_lists_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    one = invoke("--account", OTHER_MEMBER, "--output", "json")
+    assert one.exit_code == 0, one.output
+    assert [entry["instance_id"] for entry in json.loads(one.stdout)["decisions"]] == [OTHER]
+
+    listed = tmp_path / "accounts.yml"
+    listed.write_text(f"accounts:\n- account_id: '{MEMBER}'\n  name: ml-prod\n  role: reader\n")
+    named = invoke("--accounts", str(listed))
+    assert named.exit_code == 0, named.output
+    # The header wraps at 80 columns; the account is named as the list names it.
+    assert f"  stop  {HOST}  tenant=research\n  account=ml-prod  #1\n" in named.output
+    assert OTHER not in named.output
+    assert "i-0aaaaaaaaaaaaaaaa" not in named.output
+
+    everything = invoke("--output", "json")
+    assert len(json.loads(everything.stdout)["decisions"]) == 3
+
+
+@pytest.mark.usefixtures("swept_centrally")
+def test_a_bad_account_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = invoke("--account", "12345")
+    assert result.exit_code == 2
+    assert "'12345' is not an AWS account id; give its 12 digits" in result.output
+    broken = tmp_path / "accounts.yml"
+    broken.write_text("accounts:\n- account_id: '12345'\n  role: reader\n")
+    listed = invoke("--accounts", str(broken))
+    assert listed.exit_code == 2
+    assert "accounts[0].account_id" in listed.output
