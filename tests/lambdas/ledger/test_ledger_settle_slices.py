@@ -155,7 +155,7 @@ def test_the_meters_settled_append_never_settles_a_queued_backfill(
 
 SETTLED_EVENT = (
     "ledger_append_settled_event(text, text, text, bigint, text, text, text, integer, bigint, text, text, text, "
-    "text, timestamptz)"
+    "text, text, timestamptz)"  # the account (migration 0027) before the time
 )
 
 
