@@ -294,7 +294,7 @@ def _run_across(
 ) -> None:  # fmt: skip
     """``--now`` in every account and region of ``scope``: the preview, one question, then the acts;
     each place's table, then the places without the stack, then the failures; exit 1 on any."""
-    from cli.oncall.organisation import account_failures, organisation_run
+    from cli.oncall.organisation import account_failures, echo_failures, organisation_run
     from cli.oncall.park.across import park_across
     from cli.oncall.park.switch import config_parked, stack_region
     from lambdas.clients import one_session_clients
@@ -310,8 +310,7 @@ def _run_across(
     outcomes = act(dry_run=dry_run)
     failed = _print_across(outcomes, output) or bool(account_failures(outcomes))
     if output == "text":
-        for line in account_failures(outcomes):
-            click.echo(f"error: {line}")
+        echo_failures(account_failures(outcomes))
     if failed:
         sys.exit(1)
 

@@ -95,7 +95,7 @@ def _reap_across(scope: OrganisationScope, stack: str, regions: list[str], outpu
     """The dry-run sweep in every account and region: one answer, exit 1 when any could not be judged."""
     import sys
 
-    from cli.oncall.organisation import organisation_run
+    from cli.oncall.organisation import echo_failures, organisation_run
     from cli.oncall.sweep_across import organisation_sweep_plan
     from lambdas.clients import one_session_clients
     from lambdas.engines.sweeping import SweepPlan
@@ -112,8 +112,7 @@ def _reap_across(scope: OrganisationScope, stack: str, regions: list[str], outpu
             f"Dry run: would stop {len(result['would_stop'])} and retire {len(result['would_retire'])} of "
             f"{counted(result['checked'], 'host')} in {counted(judged.accounts, 'account')}; nothing changed."
         )
-        for error in judged.errors:
-            click.echo(f"error: {error}")
+        echo_failures(judged.errors)
     if judged.errors:
         sys.exit(1)
 

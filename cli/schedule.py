@@ -135,7 +135,7 @@ def _list_across(scope: OrganisationScope, stack: str, region: str | None, outpu
     """Every account's and region's schedules of the stack: one table, then the failure lines."""
     from cli.console import console as make_console
     from cli.oncall.nightly.across import organisation_schedules
-    from cli.oncall.organisation import organisation_run
+    from cli.oncall.organisation import echo_failures, organisation_run
     from cli.oncall.park.switch import stack_region
     from cli.table import Column, Table, print_table
     from guardrails import names
@@ -161,8 +161,7 @@ def _list_across(scope: OrganisationScope, stack: str, region: str | None, outpu
         print_table(make_console(), table)
         if not rows:
             click.echo(f"No schedules in group {names.schedule_group(stack)} in any account.")
-        for error in found.errors:
-            click.echo(f"error: {error}")
+        echo_failures(found.errors)
     if found.errors:
         sys.exit(1)
 

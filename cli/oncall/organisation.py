@@ -195,11 +195,24 @@ def _expand_all_regions(
 
 def account_label(place: Place) -> str:
     """An account as a failure line names it: its name and, when that is not the id, the id."""
-    return (
-        place.account_name
-        if place.account_name == place.account_id
-        else f"{place.account_name} ({place.account_id})"
-    )
+    return place.account_shown
+
+
+def echo_failures(lines: Sequence[str]) -> None:
+    """Each ``error: <line>``, wrapped at the terminal's width at spaces only, so that an ARN or an
+    account id is moved whole to the next line, never cut by the terminal."""
+    import textwrap
+
+    import click
+
+    from cli.console import console
+
+    width = console().width
+    for line in lines:
+        wrapped = textwrap.wrap(
+            f"error: {line}", width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        click.echo("\n".join(wrapped))
 
 
 def account_failures(outcomes: Sequence[PlaceOutcome[Any]]) -> list[str]:

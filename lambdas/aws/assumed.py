@@ -181,13 +181,15 @@ class Place:
     access: AccountAccess
 
     @property
+    def account_shown(self) -> str:
+        """The account as a line names it: its name and, when that is not the id, the id."""
+        if self.account_name == self.account_id:
+            return self.account_name
+        return f"{self.account_name} ({self.account_id})"
+
+    @property
     def label(self) -> str:
-        shown = (
-            self.account_name
-            if self.account_name == self.account_id
-            else f"{self.account_name} ({self.account_id})"
-        )
-        return f"{shown} {self.region}"
+        return f"{self.account_shown} {self.region}"
 
 
 @dataclass(frozen=True)
