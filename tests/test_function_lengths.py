@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # Not counted: the tests, the benchmarks (never part of the product), and what is not ours.
-SKIPPED = {"tests", "benchmarks", ".venv", ".git", "node_modules", "build", "dist"}
+SKIPPED = {"tests", "benchmarks", ".venv", ".bench-venvs", ".git", "node_modules", "build", "dist"}
 LONGEST = 80
 LONG = 60
 # Functions over LONG lines allowed (issue 35's target): lower it as functions are split, never raise it.
