@@ -1,7 +1,9 @@
 """The deadlines' Lambda entry point: on EC2's native state-change events, arm or disarm a host's deadline.
 
-The event is EventBridge's ``EC2 Instance State-change Notification``; the result is
-``{"instance_id", "state", "action": armed|moved|disarmed|judged|ignored, "reason", "deadline"}``.
+The event is EventBridge's ``EC2 Instance State-change Notification`` or, for an instance, the tagging
+service's ``Tag Change on Resource`` (the host judged again); the result is
+``{"instance_id", "state", "action": armed|moved|disarmed|judged|ignored|refused, "reason", "deadline"}``.
+An organisation's hub also takes its spokes' forwarded events (central deadlines, docs/organisation.md).
 The work is :func:`lambdas.engines.deadlines.act_on_state_change`.
 """
 
@@ -17,8 +19,13 @@ from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory, container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
-from lambdas.engines.deadlines import act_on_state_change, parse_state_change
+from lambdas.aws.spoke_clients import account_of_arn
+from lambdas.engines.deadlines import act_on_state_change, parse_deadline_event
 from lambdas.engines.decision_logs import decision_log
+from lambdas.engines.org_sweeping import SpokeList
+
+# A hub's spokes, kept by the container as its settings are (lambdas/engines/org_sweeping.py).
+CONTAINER_SPOKES = SpokeList()
 
 
 def handle(
@@ -28,10 +35,13 @@ def handle(
     clients: ClientFactory,
     now: datetime,
     decisions: DecisionLog | None = None,
+    own_account: str | None = None,
+    spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
-    """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing twice."""
+    """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing
+    twice. A hub knows its own account (``own_account``, from its ARN) and its ``spokes``."""
     try:
-        change = parse_state_change(event)
+        change = parse_deadline_event(event)
     except ValueError as error:
         answer = {
             "instance_id": None,
@@ -44,7 +54,15 @@ def handle(
     decisions = decisions or DecisionLog(
         guardrail=heartbeat.DEADLINE, origin=str(event.get("id") or f"deadline-{now.isoformat()}")
     )
-    return act_on_state_change(change, settings=settings, clients=clients, now=now, decisions=decisions)
+    return act_on_state_change(
+        change,
+        settings=settings,
+        clients=clients,
+        now=now,
+        decisions=decisions,
+        own_account=own_account,
+        spokes=spokes,
+    )
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
@@ -55,6 +73,8 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         clients=default_clients,
         now=utc_now(),
         decisions=decision_log(heartbeat.DEADLINE, _event_id(event)),
+        own_account=account_of_arn(getattr(context, "invoked_function_arn", None)),
+        spokes=CONTAINER_SPOKES,
     )
 
 

@@ -3,6 +3,9 @@
 Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or ``{}``) sweeps;
 ``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires;
 ``{"warn": [...]}`` warns those hosts' owners that their deadline is near (the warning schedule's payload).
+Either may name a member account's place, ``"account"`` and ``"region"``: an organisation's hub arms
+its members' deadlines in its own group, and judges (or warns about) those hosts there through the
+spoke role (engines/org_sweeping.py, ``judge_in_place``).
 Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more; a
 hub (``PARKBRAKE_SPOKES_PARAMETER``) sweeps its spokes' accounts instead (engines/org_sweeping.py).
 A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
@@ -24,9 +27,9 @@ from lambdas.aws.environment import ClientFactory, container_settings, default_c
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
 from lambdas.engines.decision_logs import decision_log
-from lambdas.engines.org_sweeping import SpokeList, sweep_organisation_and_record
+from lambdas.engines.org_sweeping import SpokeList, judge_in_place, sweep_organisation_and_record
 from lambdas.engines.owner_warnings import warn_and_record
-from lambdas.engines.sweeping import instance_ids_of, parse_event, sweep_and_record
+from lambdas.engines.sweeping import event_place, instance_ids_of, parse_event, sweep_and_record
 
 # The hub's spokes, kept by the container as its settings are (lambdas/engines/org_sweeping.py).
 CONTAINER_SPOKES = SpokeList()
@@ -49,9 +52,15 @@ def handle(
             instance_ids_of("warn", event["warn"]) if isinstance(event, Mapping) and "warn" in event else None
         )
         dry_run, instance_ids = (False, None) if warned is not None else parse_event(event)
+        place = event_place(event)
     except ValueError as error:
         answer = {"refused": str(error), "checked": 0, "stopped": [], "skipped": [], "errors": []}
         return refuse_event(heartbeat.REAPER, "refused", error, answer)
+    if place is not None:
+        return judge_in_place(
+            place, warned or instance_ids or [], warn=warned is not None, settings=settings,
+            clients=clients, now=now, decisions=decisions,
+        )  # fmt: skip
     if warned is not None:
         return warn_and_record(warned, settings=settings, clients=clients, now=now, decisions=decisions)
     if settings.spokes_parameter is not None and instance_ids is None:

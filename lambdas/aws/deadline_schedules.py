@@ -5,12 +5,19 @@ and stopped by the same, Auto Scaling-aware, path as the sweep's; a cap extended
 added after launch is honoured at the deadline, and the reaper re-arms the schedule for it.
 Beside it, ``warn_before`` ahead, a warning schedule invokes the reaper with ``{"warn": [id]}``
 (the same target, role and dead-letter queue), which tells the host's owner; both move together.
+
+An organisation's hub arms the deadlines of its member accounts' hosts in its own group ("central
+deadlines", docs/organisation.md): the payloads then name the host's place too,
+``{"instance_ids": [id], "account": "<12 digits>", "region": "<region>"}``, and the hub's reaper judges
+the host there through the spoke role. The schedule's name is the instance id's either way: EC2's
+instance ids are not reused, so two accounts' hosts never share one.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -21,6 +28,17 @@ from guardrails import names
 log = logging.getLogger(__name__)
 # A deadline invocation that Scheduler could not deliver is retried for an hour, then dead-lettered.
 RETRY_POLICY = {"MaximumEventAgeInSeconds": 3600, "MaximumRetryAttempts": 2}
+
+
+@dataclass(frozen=True)
+class HostPlace:
+    """A member account and region of the organisation, where a host the hub judges runs."""
+
+    account: str
+    region: str
+
+    def payload(self) -> dict[str, str]:
+        return {"account": self.account, "region": self.region}
 
 
 def schedule_expression(at: datetime) -> str:
@@ -41,13 +59,16 @@ def arm_deadline(
     dead_letter_arn: str | None,
     warn_before: timedelta | None = None,
     now: datetime | None = None,
+    place: HostPlace | None = None,
 ) -> Literal["created", "updated"]:
     """Create the host's deadline schedule, or move it: duplicate events and re-arming are harmless.
 
     With ``warn_before`` (and ``now``), the warning schedule moves with it, unless its time has
     passed: a warning armed earlier for a later deadline then finds the host judged and says nothing.
+    ``place``: the member account and region of a host whose deadline the hub arms (its payloads name them).
     """
     target = (target_arn, role_arn, dead_letter_arn)
+    named = place.payload() if place is not None else {}
     armed = _create_or_update(
         scheduler,
         _one_time(
@@ -55,7 +76,7 @@ def arm_deadline(
             stack,
             at,
             f"parkbrake deadline of {instance_id}",
-            _target(*target, {"instance_ids": [instance_id]}),
+            _target(*target, {"instance_ids": [instance_id], **named}),
         ),
     )
     if warn_before is not None and now is not None and at - warn_before > now:
@@ -67,7 +88,7 @@ def arm_deadline(
                 at - warn_before,
                 f"parkbrake warning to the owner of {instance_id}, {int(warn_before.total_seconds())}s "
                 "before its deadline",
-                _target(*target, {"warn": [instance_id]}),
+                _target(*target, {"warn": [instance_id], **named}),
             ),
         )
     return armed

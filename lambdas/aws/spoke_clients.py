@@ -12,6 +12,7 @@ credentials that refresh themselves). The meter reads a member account's hosts t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from guardrails import names
 from guardrails.settings import Settings
@@ -62,3 +63,26 @@ def guarded_places(settings: Settings, *, own_account: str | None) -> list[tuple
     own = own_account or OWN_ACCOUNT
     accounts: Sequence[str] = [own, *sorted((settings.member_accounts or frozenset()) - {own})]
     return [(account, region) for account in accounts for region in settings.regions]
+
+
+# What acts on a member account's hosts (lists, stops, reads its stacks): its spoke role's. Everything
+# else a guardrail calls (Scheduler, SNS, DynamoDB, CloudWatch, Secrets Manager) stays the hub's.
+HOST_SERVICES = frozenset({"ec2", "autoscaling", "ssm"})
+
+
+def clients_in_place(
+    clients: ClientFactory,
+    *,
+    stack: str,
+    account: str,
+    region: str,
+    sessions: AccountSessions | None = None,
+) -> ClientFactory:
+    """The hub's ``clients``, but the host services of ``account`` through its spoke role for ``region``
+    (the role is assumed on the first such client: ``AssumeFailed`` then, one line naming it)."""
+    place = hub_place_clients(clients, stack=stack, own_account=None, sessions=sessions)(account, region)
+
+    def routed(service: str, region: str | None) -> Any:
+        return place(service, region) if service in HOST_SERVICES else clients(service, region)
+
+    return routed

@@ -34,15 +34,34 @@ from guardrails.accounts import REGION_NAME
 from guardrails.decisions import Decision
 from guardrails.settings import Settings
 from lambdas.aws import heartbeat
-from lambdas.aws.assumed import AccountAccess, AccountSessions, Place, PlaceOutcome, across_places
+from lambdas.aws.assumed import (
+    AccountAccess,
+    AccountSessions,
+    AssumeFailed,
+    Place,
+    PlaceOutcome,
+    across_places,
+)
+from lambdas.aws.deadline_schedules import HostPlace
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.notices import publish_notices
 from lambdas.aws.serving_rotation import RotationOutcome
+from lambdas.aws.spoke_clients import clients_in_place
 from lambdas.aws.stop_path import StopOutcome
 from lambdas.aws.stopped_hosts import Retirement
-from lambdas.engines.sweeping import SweepPlan, SweepReport, act_on_plan, count, plan_sweep, sweep_notices_of
+from lambdas.engines.owner_warnings import warn_and_record
+from lambdas.engines.sweeping import (
+    DeadlineStopFailed,
+    SweepPlan,
+    SweepReport,
+    act_on_plan,
+    count,
+    plan_sweep,
+    sweep_and_record,
+    sweep_notices_of,
+)
 
 log = logging.getLogger(__name__)
 ROLE_ARN = re.compile(r"arn:(?P<partition>aws[a-z-]*):iam::(?P<account>\d{12}):role/(?P<name>[\w+=,.@/-]+)")
@@ -206,6 +225,48 @@ def merged_report(outcomes: Sequence[PlaceOutcome[SweepReport]], *, dry_run: boo
         retirement.snapshots.update(report.retirement.snapshots)
         errors += [{**error, "account_id": place.account_id} for error in report.errors]
     return SweepReport(plan, outcome, dry_run, errors=errors, rotation=rotation, retirement=retirement)
+
+
+def judge_in_place(
+    place: HostPlace,
+    instance_ids: Sequence[str],
+    *,
+    warn: bool,
+    settings: Settings,
+    clients: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog,
+    sessions: AccountSessions | None = None,
+) -> dict[str, Any]:
+    """A central deadline (or its warning) of a member account's hosts, as the hub's reaper gets it
+    from its own group: the same engine as the stack's own deadlines, run for the one place through
+    its spoke role (the host services only: the schedules, notices and counts stay the hub's). A role
+    that cannot be assumed raises :class:`DeadlineStopFailed`, so that Scheduler retries and, in the
+    end, dead-letters it; the central sweep judges the host all the same."""
+    routed = clients_in_place(
+        clients, stack=settings.require_stack(), account=place.account, region=place.region, sessions=sessions
+    )
+    regional = replace(settings, regions=(place.region,))
+    try:
+        if warn:
+            return warn_and_record(
+                instance_ids, settings=regional, clients=routed, now=now, decisions=decisions, place=place
+            )
+        return sweep_and_record(
+            regional, now=now, clients=routed, decisions=decisions, instance_ids=instance_ids, place=place
+        )
+    except AssumeFailed as failure:
+        what = "warning" if warn else "deadline"
+        log.error(
+            "the %s of %s in %s %s failed: %s",
+            what,
+            ", ".join(instance_ids),
+            place.account,
+            place.region,
+            failure,
+        )
+        heartbeat.count_action(heartbeat.REAPER, "error", "assume-role")
+        raise DeadlineStopFailed(f"the {what} of {', '.join(instance_ids)} failed: {failure}") from failure
 
 
 def sweep_organisation_and_record(

@@ -21,7 +21,7 @@ from guardrails.sweep import owner_stack, policy_from_settings
 from guardrails.sweep_notice import running_cost
 from guardrails.warning import OwnerWarning, warning_decision, warning_timing
 from lambdas.aws import heartbeat
-from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.deadline_schedules import HostPlace, arm_deadline
 from lambdas.aws.decision_log import RECORD_ERROR, DecisionLog
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.errors import AWS_ERRORS, describe_error
@@ -43,9 +43,11 @@ def warn_and_record(
     clients: ClientFactory,
     now: datetime,
     decisions: DecisionLog,
+    place: HostPlace | None = None,
 ) -> dict[str, Any]:
-    """The warning schedule's payload: tell the owners; a warning that could not be published raises."""
-    result, decided = warn_owners(settings, instance_ids=instance_ids, clients=clients, now=now)
+    """The warning schedule's payload: tell the owners; a warning that could not be published raises.
+    ``place``: a hub's warning of a member account's hosts (``clients`` reach them there)."""
+    result, decided = warn_owners(settings, instance_ids=instance_ids, clients=clients, now=now, place=place)
     result["errors"] += decisions.record(decided)
     if result["warned"]:
         heartbeat.count_action(REAPER, "warn", "before-deadline", len(result["warned"]))
@@ -58,7 +60,12 @@ def warn_and_record(
 
 
 def warn_owners(
-    settings: Settings, *, instance_ids: Sequence[str], clients: ClientFactory, now: datetime
+    settings: Settings,
+    *,
+    instance_ids: Sequence[str],
+    clients: ClientFactory,
+    now: datetime,
+    place: HostPlace | None = None,
 ) -> tuple[dict[str, Any], list[Decision]]:
     """Warn the owner of each host whose deadline is ``warn_before`` away; returns what was done, and
     the decisions to log (one per warning sent)."""
@@ -83,7 +90,13 @@ def warn_owners(
         elif timing == "moved":
             result["moved"].append(host.instance_id)
             result["errors"] += _rearm(
-                settings, host.instance_id, host.region, deadline.enforce_at, clients=clients, now=now
+                settings,
+                host.instance_id,
+                host.region,
+                deadline.enforce_at,
+                clients=clients,
+                now=now,
+                place=place,
             )
         else:
             running, cost = running_cost(host, now)
@@ -99,7 +112,14 @@ def warn_owners(
 
 
 def _rearm(
-    settings: Settings, instance_id: str, region: str, at: datetime, *, clients: ClientFactory, now: datetime
+    settings: Settings,
+    instance_id: str,
+    region: str,
+    at: datetime,
+    *,
+    clients: ClientFactory,
+    now: datetime,
+    place: HostPlace | None = None,
 ) -> list[dict[str, str]]:
     """The deadline moved later: its warning (and, harmlessly, the deadline itself) follow it."""
     if not (settings.stack and settings.deadline_target_arn and settings.scheduler_role_arn):
@@ -108,7 +128,7 @@ def _rearm(
         ]
     try:
         arm_deadline(
-            clients("scheduler", region),
+            clients("scheduler", region if place is None else None),  # a member's: the hub's own group
             stack=settings.stack,
             instance_id=instance_id,
             at=at,
@@ -117,6 +137,7 @@ def _rearm(
             dead_letter_arn=settings.deadline_dead_letter_arn,
             warn_before=settings.warn_before,
             now=now,
+            place=place,
         )
     except AWS_ERRORS as error:
         return [{"instance_id": instance_id, "action": "arm-warning", "error": describe_error(error)}]

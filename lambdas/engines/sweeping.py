@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from guardrails import tags
+from guardrails.accounts import REGION_NAME
 from guardrails.decisions import Decision, notification_decision, sweep_decisions
 from guardrails.hosts import Host
+from guardrails.ledger import is_account_id
 from guardrails.pricing import load_price_table
 from guardrails.rotation import is_serving
 from guardrails.rules.base import SweepPolicy, instant
@@ -27,7 +29,7 @@ from guardrails.storage import Storage, storage_of
 from guardrails.sweep import Verdict, judge, names_another_stack, owner_stack, policy_from_settings
 from guardrails.sweep_notice import KIND_OF_RULE, Notice, sweep_notices
 from lambdas.aws import heartbeat
-from lambdas.aws.deadline_schedules import arm_deadline
+from lambdas.aws.deadline_schedules import HostPlace, arm_deadline
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import PAGE_SIZE, list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
@@ -56,6 +58,21 @@ def parse_event(event: Mapping[str, Any] | None) -> tuple[bool, list[str] | None
     if instance_ids is None:
         return dry_run, None
     return dry_run, instance_ids_of("instance_ids", instance_ids)
+
+
+def event_place(event: Mapping[str, Any] | None) -> HostPlace | None:
+    """The member account and region a hub's deadline or warning payload names (``account`` and
+    ``region``, both or neither, with the hosts); None for one about the stack's own account."""
+    if not isinstance(event, Mapping) or ("account" not in event and "region" not in event):
+        return None
+    account, region = event.get("account"), event.get("region")
+    if not isinstance(account, str) or not account or not is_account_id(account):
+        raise ValueError(f"account must be a 12-digit AWS account id, not {account!r}")
+    if not isinstance(region, str) or REGION_NAME.fullmatch(region) is None:
+        raise ValueError(f"region must be an AWS region name (us-east-1), not {str(region)[:40]!r}")
+    if "instance_ids" not in event and "warn" not in event:
+        raise ValueError("account and region name where instance_ids (or warn) run; give those hosts too")
+    return HostPlace(account, region)
 
 
 def instance_ids_of(key: str, value: object) -> list[str]:
@@ -305,14 +322,21 @@ def _live_stacks(clients: ClientFactory, region: str, errors: list[dict[str, str
 
 
 def execute_sweep(
-    plan: SweepPlan, settings: Settings, *, now: datetime, clients: ClientFactory, dry_run: bool
+    plan: SweepPlan,
+    settings: Settings,
+    *,
+    now: datetime,
+    clients: ClientFactory,
+    dry_run: bool,
+    place: HostPlace | None = None,
 ) -> SweepReport:
-    """Stop what the plan says to stop, through the one stop path; re-arm and notify."""
+    """Stop what the plan says to stop, through the one stop path; re-arm and notify. ``place``: the
+    member account and region a hub judges given hosts in (``clients`` reach them there)."""
     report = act_on_plan(plan, settings, now=now, clients=clients, dry_run=dry_run)
     if dry_run:
         return report
     if plan.instance_ids is not None:
-        _rearm_not_due(report, settings, now=now, clients=clients)
+        rearm_not_due(report, settings, now=now, clients=clients, place=place)
     report.publication = publish_notices(
         sweep_notices_of(report, now=now), settings, clients=clients, now=now
     )
@@ -457,13 +481,22 @@ def sweep(
     clients: ClientFactory,
     dry_run: bool = False,
     instance_ids: Sequence[str] | None = None,
+    place: HostPlace | None = None,
 ) -> SweepReport:
     plan = plan_sweep(settings, now=now, clients=clients, instance_ids=instance_ids)
-    return execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run)
+    return execute_sweep(plan, settings, now=now, clients=clients, dry_run=dry_run, place=place)
 
 
-def _rearm_not_due(report: SweepReport, settings: Settings, *, now: datetime, clients: ClientFactory) -> None:
-    """A deadline that fired for a host whose cap was extended or exempted moves to the new deadline."""
+def rearm_not_due(
+    report: SweepReport,
+    settings: Settings,
+    *,
+    now: datetime,
+    clients: ClientFactory,
+    place: HostPlace | None = None,
+) -> None:
+    """A deadline that fired for a host whose cap was extended or exempted moves to the new deadline;
+    with ``place`` (a member account's host), in the hub's own group, its payload naming the place."""
     if not (settings.stack and settings.deadline_target_arn and settings.scheduler_role_arn):
         return
     policy = policy_from_settings(settings)
@@ -475,7 +508,7 @@ def _rearm_not_due(report: SweepReport, settings: Settings, *, now: datetime, cl
             continue
         try:
             arm_deadline(
-                clients("scheduler", verdict.host.region),
+                clients("scheduler", verdict.host.region if place is None else None),
                 stack=settings.stack,
                 instance_id=verdict.host.instance_id,
                 at=deadline.enforce_at,
@@ -484,6 +517,7 @@ def _rearm_not_due(report: SweepReport, settings: Settings, *, now: datetime, cl
                 dead_letter_arn=settings.deadline_dead_letter_arn,
                 warn_before=settings.warn_before,
                 now=now,
+                place=place,
             )
         except AWS_ERRORS as error:
             report.errors.append(
@@ -505,14 +539,22 @@ def sweep_and_record(
     decisions: DecisionLog,
     dry_run: bool = False,
     instance_ids: Sequence[str] | None = None,
+    place: HostPlace | None = None,
 ) -> dict[str, Any]:
     """The reaper's run: sweep, record what was decided, count it, and (after a full, real sweep with
     no error) record the heartbeat. Judging given hosts (a deadline), a failed stop raises
-    :class:`DeadlineStopFailed` so that the invocation is retried."""
-    report = sweep(settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids)
+    :class:`DeadlineStopFailed` so that the invocation is retried. ``place``: a hub's deadline of a
+    member account's hosts, judged there (``clients`` reach them; the decisions name the account)."""
+    report = sweep(
+        settings, now=now, clients=clients, dry_run=dry_run, instance_ids=instance_ids, place=place
+    )
     result = report.as_dict()
+    decided = report.decisions(actor=heartbeat.REAPER, now=now)
+    if place is not None:
+        decided = [replace(d, details={**d.details, "account_id": place.account}) for d in decided]
+        result["account_id"], result["region"] = place.account, place.region
     # Recorded after the sweep acted: a ledger that is down never holds a stop back.
-    recorded = decisions.record(report.decisions(actor=heartbeat.REAPER, now=now))
+    recorded = decisions.record(decided)
     result["errors"] = [*result["errors"], *recorded]
     log.info("reaper result", extra={"result": {k: v for k, v in result.items() if k != "hosts"}})
     if dry_run:

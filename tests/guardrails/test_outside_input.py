@@ -190,7 +190,9 @@ def state_change_event(**overrides: Any) -> dict[str, Any]:
     return event
 
 
-event_fields = st.sampled_from(["id", "time", "region", "detail", "detail-type", "source"])
+event_fields = st.sampled_from(["id", "time", "region", "detail", "detail-type", "source", "account"])
+# An account the envelope may hold: garbage, or (often enough to be drawn) the real thing.
+accounts = st.one_of(json_values, st.from_regex(r"\d{12}", fullmatch=True), st.text(max_size=14))
 detail_fields = st.sampled_from(["instance-id", "state"])
 
 
@@ -208,18 +210,68 @@ def test_any_state_change_event_parses_or_is_refused(
         pass
     else:
         assert change.instance_id.startswith("i-")
+        assert change.account == "" or (len(change.account) == 12 and change.account.isdigit())
+        assert "account" not in event or change.account == event["account"]
     outcome(lambda: state_change_from_event(event), MalformedEvent)
+
+
+def tag_change_event(**overrides: Any) -> dict[str, Any]:
+    """The tagging service's event for an EC2 instance, in the shape of the EventBridge events
+    reference's "Tag Change on Resource" example (see tests/lambdas/test_central_deadlines.py)."""
+    event: dict[str, Any] = {
+        "version": "0",
+        "id": "ffd8a6fe-32f8-ef66-c85c-111111111111",
+        "detail-type": "Tag Change on Resource",
+        "source": "aws.tag",
+        "account": "123456789012",
+        "time": "2025-03-01T11:00:00Z",
+        "region": "us-east-1",
+        "resources": ["arn:aws:ec2:us-east-1:123456789012:instance/i-0123456789abcdef0"],
+        "detail": {"changed-tag-keys": ["parkbrake:max-runtime"], "service": "ec2", "resource-type": "instance",
+                   "version": 3, "tags": {"parkbrake:max-runtime": "1h"}},
+    }  # fmt: skip
+    event.update(overrides)
+    return event
 
 
 @BOUNDED
 @given(
-    st.one_of(json_values, st.dictionaries(st.sampled_from(["dry_run", "instance_ids", "warn"]), json_values))
+    st.dictionaries(
+        st.sampled_from(["time", "region", "detail", "source", "resources"]), json_values, max_size=3
+    ),
+    accounts,
+    st.one_of(json_values, st.text(max_size=90)),
+)
+def test_any_tag_change_event_parses_or_is_refused(overrides: dict[str, Any], account: Any, arn: Any) -> None:
+    event = tag_change_event(**overrides, account=account)
+    if isinstance(event["resources"], list):
+        event["resources"] = [arn, *event["resources"]]
+    try:
+        change = deadlines.parse_deadline_event(event)
+    except ValueError:
+        return
+    assert change.state == deadlines.TAGS_CHANGED
+    assert change.instance_id.startswith("i-") and change.instance_id in str(event["resources"][0])
+    assert (change.account, change.region) == (event["account"], event["region"])
+
+
+@BOUNDED
+@given(
+    st.one_of(
+        json_values,
+        st.dictionaries(
+            st.sampled_from(["dry_run", "instance_ids", "warn", "account", "region"]),
+            st.one_of(json_values, accounts),
+        ),
+    )
 )
 def test_any_reaper_event_parses_or_is_refused(event: Any) -> None:
     try:
         dry_run, instance_ids = sweeping.parse_event(event)
+        place = sweeping.event_place(event)
     except ValueError:
         return
+    assert place is None or (len(place.account) == 12 and place.account.isdigit() and place.region)
     assert isinstance(dry_run, bool)
     assert instance_ids is None or all(instance_id.startswith("i-") for instance_id in instance_ids)
 

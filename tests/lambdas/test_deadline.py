@@ -292,7 +292,7 @@ def test_missing_target_settings_are_named(clients: ClientFactory) -> None:
 )
 def test_malformed_events_are_refused(event: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="event"):
-        deadline.parse_state_change(event)
+        deadline.parse_deadline_event(event)
 
 
 def test_schedule_expression_rounds_up_to_the_second() -> None:
