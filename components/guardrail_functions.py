@@ -54,6 +54,13 @@ STATE_CHANGE_PATTERN = json.dumps(
         "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
     }
 )
+TAG_CHANGE_PATTERN = json.dumps(
+    {
+        "source": ["aws.tag"],
+        "detail-type": ["Tag Change on Resource"],
+        "detail": {"service": ["ec2"], "resource-type": ["instance"]},
+    }
+)
 # The reaper's and the deadlines' decisions, relayed to the meter for the decision log (lambdas.aws.decision_log):
 # they run outside the VPC and never reach the database themselves.
 RELAY_PATTERN = json.dumps({"source": [RELAY_SOURCE], "detail-type": [RELAY_DETAIL_TYPE]})
@@ -345,6 +352,18 @@ class Guardrails(pulumi.ComponentResource):
                 self._trigger(
                     function, "state-change", state_change_rule, deployed[function.guardrail], alerting
                 )
+        # A host's tags changed (a lowered cap, an exemption): its deadline judged again. The tagging
+        # service's event (source aws.tag, "Tag Change on Resource": EventBridge events reference,
+        # events-ref-tag.html), EC2 instances' only.
+        tag_change_rule = aws.cloudwatch.EventRule(
+            "ec2-tag-change",
+            name=f"{names.prefix(args.stack)}-ec2-tag-change",
+            description="EC2 instance tag changes: a host's deadline judged again",
+            event_pattern=TAG_CHANGE_PATTERN,
+            tags=dict(args.tags),
+            opts=named_child_of(self),
+        )
+        self._trigger(DEADLINE, "tag-change", tag_change_rule, deployed[DEADLINE.guardrail], alerting)
         if METER.guardrail in deployed:
             # Its own bus, not the default one anybody in the account may put events on: its policy
             # refuses every principal but the writers' roles (iam_policies.decision_bus_policy).

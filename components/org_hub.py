@@ -1,7 +1,9 @@
 """The organisation's hub, beside the hub stack's own guardrails (the ledger, the meter, the notifier):
 the central bus every spoke forwards its hosts' events to, its policy admitting the organisation,
 the rule that hands the forwarded state changes to the meter, an archive of everything forwarded,
-and (``sweep: central``) the reaper's grant to assume the spoke roles.
+and (``sweep: central``) the reaper's grant to assume the spoke roles, and the central deadlines: a
+rule handing the forwarded state and tag changes to the hub's deadline Lambda, which reads a member's
+host through its spoke role and arms the schedule in the hub (lambdas/engines/deadlines.py).
 
 The bus policy is EventBridge's documented shape for an organisation: ``Principal: "*"`` with the
 condition ``aws:PrincipalOrgID`` (botocore ``events/2015-10-07/service-2.json``, ``PutPermission`` and
@@ -23,12 +25,18 @@ import pulumi_aws as aws
 
 from components.common import child_of, named_child_of
 from components.iam_policies import document, statement
-from components.org_spoke_parts import STATE_CHANGE_FORWARD
+from components.org_spoke_parts import STATE_CHANGE_DETAIL_TYPE, STATE_CHANGE_FORWARD, TAG_CHANGE_DETAIL_TYPE
 from guardrails import names
 
 HUB_TOKEN = "parkbrake:org:Hub"
 # Long enough to replay a month into the ledger, which changes nothing for an event it already holds.
 ARCHIVE_RETENTION = timedelta(days=35)
+# What the hub's deadline takes from the hub bus: both kinds the spokes forward (only EC2 instances'
+# tag changes are forwarded, components/org_spoke_parts.py); the handler refuses anything else.
+CENTRAL_DEADLINE_PATTERN: dict[str, Any] = {
+    "source": ["aws.ec2", "aws.tag"],
+    "detail-type": [STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE],
+}
 
 
 @dataclass
@@ -39,6 +47,9 @@ class OrgHubArgs:
     # The hub's meter (None without a ledger) and the reaper's role, which the central sweep extends.
     meter_function_name: str | None
     reaper_role_name: str
+    # The hub's deadline Lambda (its role has the same name): with ``sweep: central``, every spoke's
+    # forwarded state and tag changes reach it, and it may assume the spoke roles.
+    deadline_function_name: str
     # What the sweep reads to find the spokes: the form, the roles (stacks) or the OUs (stackset).
     spokes: Mapping[str, Any]
     tags: Mapping[str, str]
@@ -149,15 +160,23 @@ class OrgHub(pulumi.ComponentResource):
             identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
             region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
             form = str(args.spokes.get("form", "stacks"))
+            reach = pulumi.Output.all(partition, region.region, identity.account_id).apply(
+                lambda known: json.dumps(
+                    central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
+                )
+            )
+            # The reaper sweeps the spokes; the deadline reads a member's host and checks its account
+            # against the same spokes parameter (lambdas/engines/deadlines.py, central_place).
+            aws.iam.RolePolicy("central-sweep", role=args.reaper_role_name, policy=reach, opts=child_of(self))
             aws.iam.RolePolicy(
-                "central-sweep",
-                role=args.reaper_role_name,
-                policy=pulumi.Output.all(partition, region.region, identity.account_id).apply(
-                    lambda known: json.dumps(
-                        central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
-                    )
-                ),
-                opts=child_of(self),
+                "central-deadlines", role=args.deadline_function_name, policy=reach, opts=child_of(self)
+            )
+            self._to_function(
+                "hub-deadline-events",
+                "the spokes' EC2 state and tag changes: per-host deadlines, armed in the hub",
+                CENTRAL_DEADLINE_PATTERN,
+                ("deadline-from-hub", args.deadline_function_name),
+                (args.stack, bus, partition, tags),
             )
         aws.ssm.Parameter(
             "spokes",
@@ -182,41 +201,49 @@ class OrgHub(pulumi.ComponentResource):
         partition: pulumi.Output[str],
         tags: dict[str, str],
     ) -> None:
-        rule = aws.cloudwatch.EventRule(
+        self._to_function(
             "hub-state-changes",
-            name=f"{names.prefix(stack)}-hub-state-changes",
-            description="the spokes' EC2 state changes, onto the one ledger",
+            "the spokes' EC2 state changes, onto the one ledger",
+            STATE_CHANGE_FORWARD,
+            ("meter-from-hub", meter),
+            (stack, bus, partition, tags),
+        )
+
+    def _to_function(
+        self,
+        rule_name: str,
+        description: str,
+        pattern: dict[str, Any],
+        function: tuple[str, str],
+        where: tuple[str, aws.cloudwatch.EventBus, pulumi.Output[str], dict[str, str]],
+    ) -> None:
+        """A rule on the hub bus whose one target is the hub's function ``(logical name, name)``,
+        with EventBridge's permission to invoke it from that rule."""
+        (logical, name), (stack, bus, partition, tags) = function, where
+        rule = aws.cloudwatch.EventRule(
+            rule_name,
+            name=f"{names.prefix(stack)}-{rule_name}",
+            description=description,
             event_bus_name=bus.name,
-            event_pattern=json.dumps(STATE_CHANGE_FORWARD, sort_keys=True),
+            event_pattern=json.dumps(pattern, sort_keys=True),
             tags=tags,
             opts=named_child_of(self),
         )
         identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
         region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        meter_arn = pulumi.Output.concat(
-            "arn:",
-            partition,
-            ":lambda:",
-            region.region,
-            ":",
-            identity.account_id,
-            ":function:",
-            meter,
+        function_arn = pulumi.Output.concat(
+            "arn:", partition, ":lambda:", region.region, ":", identity.account_id, ":function:", name
         )
         aws.lambda_.Permission(
-            "meter-from-hub",
+            logical,
             action="lambda:InvokeFunction",
-            function=meter,
+            function=name,
             principal="events.amazonaws.com",
             source_arn=rule.arn,
             opts=child_of(self),
         )
         aws.cloudwatch.EventTarget(
-            "meter-from-hub",
-            rule=rule.name,
-            event_bus_name=bus.name,
-            arn=meter_arn,
-            opts=child_of(self),
+            logical, rule=rule.name, event_bus_name=bus.name, arn=function_arn, opts=child_of(self)
         )
 
 

@@ -26,6 +26,7 @@ from components.org_spoke_parts import (
     Ref,
     RolePart,
     RulePart,
+    ScheduleGroupPart,
     SpokeArgs,
     spoke_parts,
 )
@@ -96,6 +97,13 @@ class OrgSpoke(pulumi.ComponentResource):
                 principal="events.amazonaws.com",
                 source_arn=self._resolve(part.rule),
                 opts=child_of(self),
+            )
+        if isinstance(part, ScheduleGroupPart):
+            return aws.scheduler.ScheduleGroup(
+                self._child(part.logical),
+                name=part.name,
+                tags=dict(self._args.tags),
+                opts=named_child_of(self),
             )
         return self._parameter(part)
 

@@ -20,8 +20,13 @@ The parts (docs/organisation.md, "Hub and spokes"):
   third event bus"), so no regional relay bus may stand between them. A spoke in another region than
   the hub's forwards across regions in the same rule, where the hub's region is a supported
   cross-Region destination (``eb-cross-account.html``);
-- the deadline handler, on the account's own state changes (a service target in another account,
-  such as the hub's Lambda, must be in the rule's region: ``eb-service-cross-account.html``);
+- with ``sweep: central`` no deadline of its own: the hub's deadline Lambda takes the forwarded state
+  and tag changes from the hub bus, reads the host through the spoke role and arms its schedule in
+  the hub (central deadlines, lambdas/engines/deadlines.py). With ``sweep: spoke``, the deadline
+  handler on the account's own state and tag changes (a service target in another account, such as
+  the hub's Lambda, must be in the rule's region: ``eb-service-cross-account.html``), with what its
+  schedules need: the deadline schedule group, the Scheduler role that invokes the spoke's reaper,
+  and the grants to arm them;
 - the launcher's guard: the spoke's park parameter (``/parkbrake/<stack>/spoke-<region>/parked``),
   set from the hub stack's ``parked``, so the organisation's park switch reaches every spoke;
 - the spoke role the hub assumes, trusted by the hub account's ``parkbrake-<stack>-*`` roles only:
@@ -134,6 +139,14 @@ class InvokePart:
 
 
 @dataclass(frozen=True)
+class ScheduleGroupPart:
+    """An EventBridge Scheduler schedule group (the spoke's deadlines, ``sweep: spoke``)."""
+
+    logical: str
+    name: str
+
+
+@dataclass(frozen=True)
 class ParameterPart:
     logical: str
     name: str
@@ -141,7 +154,7 @@ class ParameterPart:
     description: str
 
 
-Part = RolePart | RulePart | LayerPart | FunctionPart | InvokePart | ParameterPart
+Part = RolePart | RulePart | LayerPart | FunctionPart | InvokePart | ParameterPart | ScheduleGroupPart
 
 
 @dataclass(frozen=True)
@@ -186,10 +199,9 @@ def spoke_parts(args: SpokeArgs) -> list[Part]:
         _spoke_role(args),
         _launch_guard(args),
         LayerPart("Dependencies", spoke_name(args, "dependencies")),
-        *_deadline(args),
     ]
     if args.sweep == "spoke":
-        parts += _sweep(args)
+        parts += [*_deadline(args), *_sweep(args)]
     return parts
 
 
@@ -277,6 +289,27 @@ def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -
     log_group = f"arn:{args.partition}:logs:{args.region}:{args.account}:log-group:/aws/lambda/{name}:*"
     statements = [
         statement("OwnLogs", ["logs:CreateLogStream", "logs:PutLogEvents"], log_group),
+        # The heartbeat (lambdas/aws/heartbeat.py): PutMetricData takes no resource ARN, so its namespace.
+        statement(
+            "Heartbeat",
+            ["cloudwatch:PutMetricData"],
+            "*",
+            {"StringEquals": {"cloudwatch:namespace": names.heartbeat_namespace()}},
+        ),
+        # Arms, moves and deletes the deadline schedules in the spoke's group, as the spoke's Scheduler
+        # role (the sweep re-arms a deadline whose cap was extended).
+        statement(
+            "DeadlineSchedulesOnly",
+            ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"],
+            f"arn:{args.partition}:scheduler:{args.region}:{args.account}:schedule/"
+            f"{names.deadline_schedule_group(args.stack)}/*",
+        ),
+        statement(
+            "PassSchedulerRole",
+            ["iam:PassRole"],
+            scheduler_role_arn(args),
+            {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+        ),
         statement("ReadHosts", ["ec2:DescribeInstances", "ec2:DescribeTags"], "*"),
         statement(
             "ParkSwitch",
@@ -296,6 +329,15 @@ def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -
     )
 
 
+def reaper_arn(args: SpokeArgs) -> str:
+    """The spoke's reaper (``sweep: spoke``): what its deadline schedules invoke."""
+    return f"arn:{args.partition}:lambda:{args.region}:{args.account}:function:{spoke_name(args, 'reaper')}"
+
+
+def scheduler_role_arn(args: SpokeArgs) -> str:
+    return f"arn:{args.partition}:iam::{args.account}:role/{spoke_name(args, 'scheduler')}"
+
+
 def _function(args: SpokeArgs, logical: str, guardrail: str, timeout_s: int) -> FunctionPart:
     return FunctionPart(
         logical,
@@ -306,12 +348,29 @@ def _function(args: SpokeArgs, logical: str, guardrail: str, timeout_s: int) -> 
         Ref("Dependencies"),
         # No decision bus: the hub bus admits the whole organisation, so relayed decisions on it could
         # be forged by any member account; a spoke's decisions stay in its own logs.
-        {settings.STACK: args.stack, settings.REGIONS: args.region},
+        {
+            settings.STACK: args.stack,
+            settings.REGIONS: args.region,
+            settings.DEADLINE_TARGET_ARN: reaper_arn(args),
+            settings.SCHEDULER_ROLE_ARN: scheduler_role_arn(args),
+        },
     )
 
 
 def _deadline(args: SpokeArgs) -> list[Part]:
+    """``sweep: spoke``'s own deadlines: the handler on the account's state and tag changes, its
+    schedule group (the name the deadline engine arms in, guardrails/names.py), and the role
+    Scheduler invokes the spoke's reaper as."""
+    invoke_reaper = document([statement("InvokeReaper", ["lambda:InvokeFunction"], reaper_arn(args))])
     return [
+        RolePart(
+            "DeadlineSchedulerRole",
+            spoke_name(args, "scheduler"),
+            "EventBridge Scheduler invoking the spoke's reaper at a host's deadline",
+            trust_policy("scheduler.amazonaws.com"),
+            invoke_reaper,
+        ),
+        ScheduleGroupPart("DeadlineSchedules", names.deadline_schedule_group(args.stack)),
         _function_role(args, "DeadlineRole", "deadline", stops=True),
         _function(args, "Deadline", "deadline", timeout_s=60),
         RulePart(
@@ -322,6 +381,14 @@ def _deadline(args: SpokeArgs) -> list[Part]:
             pattern=STATE_CHANGE_FORWARD,
         ),
         InvokePart("DeadlineFromStateChanges", Ref("Deadline"), Ref("DeadlineStateChanges")),
+        RulePart(
+            "DeadlineTagChanges",
+            spoke_name(args, "deadline-tags"),
+            "EC2 instance tag changes in this account: a host's deadline judged again",
+            (TargetPart("deadline", Ref("Deadline")),),
+            pattern=TAG_CHANGE_FORWARD,
+        ),
+        InvokePart("DeadlineFromTagChanges", Ref("Deadline"), Ref("DeadlineTagChanges")),
     ]
 
 

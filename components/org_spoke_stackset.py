@@ -41,6 +41,7 @@ from components.org_spoke_parts import (
     Ref,
     RolePart,
     RulePart,
+    ScheduleGroupPart,
     SpokeArgs,
     spoke_parts,
 )
@@ -146,6 +147,9 @@ def _resources(part: Part, args: TemplateArgs, kinds: Mapping[str, Part]) -> dic
             "SourceArn": _ref(part.rule, kinds),
         }
         return {part.logical: {"Type": "AWS::Lambda::Permission", "Properties": properties}}
+    if isinstance(part, ScheduleGroupPart):
+        properties = {"Name": part.name, "Tags": _tag_list(args.tags)}
+        return {part.logical: {"Type": "AWS::Scheduler::ScheduleGroup", "Properties": properties}}
     return {part.logical: {"Type": "AWS::SSM::Parameter", "Properties": _parameter(part, args)}}
 
 

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import base_tags
-from components.guardrail_functions import METER, REAPER, Guardrails
+from components.guardrail_functions import DEADLINE, METER, REAPER, Guardrails
 from components.lambda_archive import CODE_ARCHIVE, DEPENDENCY_LAYER, package_dir
 from components.org_hub import OrgHub, OrgHubArgs, spoke_roles
 from components.org_spoke import OrgSpoke, OrgSpokeArgs
@@ -65,6 +65,7 @@ def build_organisation(config: StackConfig, guardrails: Guardrails) -> OrgHub:
                 names.function_name(config.stack, METER.guardrail) if config.database is not None else None
             ),
             reaper_role_name=names.function_name(config.stack, REAPER.guardrail),
+            deadline_function_name=names.function_name(config.stack, DEADLINE.guardrail),
             spokes=spokes_document(organisation, config.stack),
             tags=tags,
         ),

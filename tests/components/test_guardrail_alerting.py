@@ -67,6 +67,7 @@ def test_every_eventbridge_rule_target_retries_and_dead_letters() -> None:
     targets = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}
     assert set(targets) == {
         "deadline-from-state-change",
+        "deadline-from-tag-change",
         "meter-from-state-change",
         "budget-from-clock",
         "reconciler-from-clock",

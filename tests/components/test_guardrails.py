@@ -71,8 +71,8 @@ def test_park_switch_values(parked: bool, nightly_state: str, parameter: str) ->
     )
     alarms = {alarm.inputs["name"] for alarm in run.of_type(ALARM)}
     assert {"parkbrake-dev-reaper-errors", "parkbrake-dev-reaper-heartbeat"} <= alarms
-    # the state-change rule, the budget clock, the reconciler's and the relayed decisions'
-    assert len(run.of_type(RULE)) == 4
+    # the state-change and tag-change rules, the budget clock, the reconciler's and the relayed decisions'
+    assert len(run.of_type(RULE)) == 5
 
 
 # --- triggers -----------------------------------------------------------------------------------------------
@@ -152,13 +152,21 @@ def test_state_change_rule_feeds_the_deadline_and_the_meter_with_permission() ->
         # `pending` changes nothing for the deadline or the ledger, so it never invokes them.
         "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
     }
+    tag_rule = run.named(RULE, "ec2-tag-change").inputs
+    assert json.loads(tag_rule["eventPattern"]) == {  # EventBridge events reference, events-ref-tag.html
+        "source": ["aws.tag"],
+        "detail-type": ["Tag Change on Resource"],
+        "detail": {"service": ["ec2"], "resource-type": ["instance"]},
+    }
     targets = {target.name: target.inputs for target in run.of_type(EVENT_TARGET)}
     assert targets["deadline-from-state-change"]["arn"].endswith(":deadline")
+    assert targets["deadline-from-tag-change"]["arn"].endswith(":deadline")
     assert targets["meter-from-state-change"]["arn"].endswith(":meter")
     assert targets["budget-from-clock"]["arn"].endswith(":budget")
     assert run.named(RULE, "budget-every-minute").inputs["scheduleExpression"] == "rate(1 minute)"
     rule_arn = {  # the mock engine's ARNs
         "deadline-from-state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
+        "deadline-from-tag-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-tag-change",
         "meter-from-state-change": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:ec2-state-change",
         "budget-from-clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:budget-every-minute",
         "reconciler-from-clock": f"arn:aws:cloudwatch:us-east-1:{ACCOUNT}:reconciler-clock",
@@ -217,7 +225,10 @@ def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_
     functions = {function.name: function.inputs for function in run.of_type(FUNCTION)}
     assert set(functions) == {"reaper", "deadline", "launcher"}
     assert all("vpcConfig" not in inputs for inputs in functions.values())
-    assert [target.name for target in run.of_type(EVENT_TARGET)] == ["deadline-from-state-change"]
+    assert [target.name for target in run.of_type(EVENT_TARGET)] == [
+        "deadline-from-state-change",
+        "deadline-from-tag-change",
+    ]
     assert {alarm.name for alarm in run.of_type(ALARM)} == {
         "reaper-errors",
         "deadline-errors",

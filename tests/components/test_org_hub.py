@@ -5,15 +5,25 @@ one ledger's meter, and the central sweep's reaper may assume the spoke roles of
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from components.org_hub import bus_policy, central_sweep_policy
-from tests.components.org_build import HUB_BUS_ARN, ROLE_POLICY, RULE, TARGET, org_run_of
+from tests.components.org_build import (
+    HUB_BUS_ARN,
+    ROLE_POLICY,
+    RULE,
+    TARGET,
+    org_config,
+    org_run,
+    org_run_of,
+)
 from tests.iam_evaluation import Request, decide
 
 BUS = "aws:cloudwatch/eventBus:EventBus"
 BUS_POLICY = "aws:cloudwatch/eventBusPolicy:EventBusPolicy"
 ARCHIVE = "aws:cloudwatch/eventArchive:EventArchive"
 PARAMETER = "aws:ssm/parameter:Parameter"
+PERMISSION = "aws:lambda/permission:Permission"
 ORG_ID = "o-a1b2c3d4e5"
 
 
@@ -62,3 +72,36 @@ def test_the_central_sweep_may_assume_spoke_roles_inside_the_organisation_only()
         "arn:aws:iam::111111111111:role/parkbrake-org-spoke-us-east-1",
         "arn:aws:iam::222222222222:role/parkbrake-org-spoke-us-east-1",
     ]
+
+
+def test_central_deadlines_take_the_forwarded_events_from_the_hub_bus_without_a_meter() -> None:
+    """The hub's deadline Lambda gets every spoke's forwarded state and tag changes (a rule of its own,
+    made with or without a ledger's meter), may be invoked by that rule only, and may assume the spoke
+    roles and read the spokes parameter; with sweep: spoke the spokes keep their own deadlines."""
+    central, spoke = org_run_of(), org_run_of(sweep="spoke")
+    rule = central.named(RULE, "hub-deadline-events")
+    assert rule.inputs["eventBusName"] == "parkbrake-org-hub"
+    pattern = json.loads(rule.inputs["eventPattern"])
+    assert pattern["detail-type"] == ["EC2 Instance State-change Notification", "Tag Change on Resource"]
+    target = central.named(TARGET, "deadline-from-hub")
+    assert target.inputs["arn"] == "arn:aws:lambda:us-east-1:123456789012:function:parkbrake-org-deadline"
+    assert target.inputs["eventBusName"] == "parkbrake-org-hub"
+    permission = central.named(PERMISSION, "deadline-from-hub")
+    assert (permission.inputs["function"], permission.inputs["principal"]) == (
+        "parkbrake-org-deadline",
+        "events.amazonaws.com",
+    )
+    assert permission.inputs["sourceArn"].endswith(":hub-deadline-events")  # the mock engine's ARN
+    grant = central.named(ROLE_POLICY, "central-deadlines")
+    assert grant.inputs["role"] == "parkbrake-org-deadline"
+    policy = json.loads(grant.inputs["policy"])
+    role = "arn:aws:iam::222222222222:role/parkbrake-org-spoke-us-west-2"
+    inside = {"aws:ResourceOrgID": ORG_ID}
+    assert decide(Request("sts:AssumeRole", role, context=inside), [policy]) == "Allow"
+    spokes = "arn:aws:ssm:us-east-1:123456789012:parameter/parkbrake/org/spokes"
+    assert decide(Request("ssm:GetParameter", spokes), [policy]) == "Allow"
+    without_ledger = org_run(replace(org_config(), database=None))
+    assert without_ledger.named(TARGET, "deadline-from-hub").inputs["arn"] == target.inputs["arn"]
+    assert [r for r in without_ledger.of_type(RULE) if r.name == "hub-state-changes"] == []  # no meter
+    assert [r for r in spoke.of_type(RULE) if r.name == "hub-deadline-events"] == []
+    assert [r for r in spoke.of_type(ROLE_POLICY) if r.name == "central-deadlines"] == []
