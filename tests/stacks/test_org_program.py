@@ -88,6 +88,7 @@ def test_the_stack_sets_instance_in_the_hub_account_and_region_collides_with_not
         "AWS::Lambda::Function": ("aws:lambda/function:Function", "FunctionName"),
         "AWS::SSM::Parameter": ("aws:ssm/parameter:Parameter", "Name"),
         "AWS::Logs::LogGroup": ("aws:cloudwatch/logGroup:LogGroup", "LogGroupName"),
+        "AWS::Scheduler::ScheduleGroup": ("aws:scheduler/scheduleGroup:ScheduleGroup", "Name"),
     }
     spoke_names = set()
     for resource in body["Resources"].values():
@@ -97,8 +98,12 @@ def test_the_stack_sets_instance_in_the_hub_account_and_region_collides_with_not
         value = resource["Properties"][key]
         text = value["Fn::Sub"] if isinstance(value, dict) else value
         spoke_names.add((kind, text.replace(REGION_PSEUDO, HUB_REGION).replace(ACCOUNT_PSEUDO, HUB_ACCOUNT)))
-    assert len(spoke_names) >= 8
-    assert spoke_names & hub_names == set()
+    # central: forwarding, the spoke role, the park switch (the hub keeps the deadlines)
+    assert len(spoke_names) >= (5 if sweep == "central" else 8)
+    # sweep: spoke's own deadline group has the name the deadline engine arms in, the hub's own: a
+    # known collision when the hub account is in the OU (docs/organisation.md, what is still lacking).
+    shared = {("aws:scheduler/scheduleGroup:ScheduleGroup", "parkbrake-org-deadlines")}
+    assert spoke_names & hub_names == (set() if sweep == "central" else shared)
 
 
 @pytest.mark.parametrize(("sweep", "expected"), [("central", "/parkbrake/org/spokes"), ("spoke", None)])
