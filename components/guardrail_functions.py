@@ -352,18 +352,7 @@ class Guardrails(pulumi.ComponentResource):
                 self._trigger(
                     function, "state-change", state_change_rule, deployed[function.guardrail], alerting
                 )
-        # A host's tags changed (a lowered cap, an exemption): its deadline judged again. The tagging
-        # service's event (source aws.tag, "Tag Change on Resource": EventBridge events reference,
-        # events-ref-tag.html), EC2 instances' only.
-        tag_change_rule = aws.cloudwatch.EventRule(
-            "ec2-tag-change",
-            name=f"{names.prefix(args.stack)}-ec2-tag-change",
-            description="EC2 instance tag changes: a host's deadline judged again",
-            event_pattern=TAG_CHANGE_PATTERN,
-            tags=dict(args.tags),
-            opts=named_child_of(self),
-        )
-        self._trigger(DEADLINE, "tag-change", tag_change_rule, deployed[DEADLINE.guardrail], alerting)
+        self._tag_change_rule(deployed[DEADLINE.guardrail], alerting)
         if METER.guardrail in deployed:
             # Its own bus, not the default one anybody in the account may put events on: its policy
             # refuses every principal but the writers' roles (iam_policies.decision_bus_policy).
@@ -414,6 +403,21 @@ class Guardrails(pulumi.ComponentResource):
                 opts=named_child_of(self),
             )
             self._trigger(function, "clock", clock_rule, deployed[function.guardrail], alerting)
+
+    def _tag_change_rule(self, deadline: aws.lambda_.Function, alerting: GuardrailAlerting) -> None:
+        """A host's tags changed (a lowered cap, an exemption): its deadline judged again. The tagging
+        service's event (source aws.tag, "Tag Change on Resource": EventBridge events reference,
+        events-ref-tag.html), EC2 instances' only."""
+        args = self._args
+        rule = aws.cloudwatch.EventRule(
+            "ec2-tag-change",
+            name=f"{names.prefix(args.stack)}-ec2-tag-change",
+            description="EC2 instance tag changes: a host's deadline judged again",
+            event_pattern=TAG_CHANGE_PATTERN,
+            tags=dict(args.tags),
+            opts=named_child_of(self),
+        )
+        self._trigger(DEADLINE, "tag-change", rule, deadline, alerting)
 
     def _alarms(self, deployed: Mapping[str, aws.lambda_.Function], topic_arn: pulumi.Input[str]) -> None:
         """Errors of every function; a missing heartbeat of every periodic one."""

@@ -157,27 +157,7 @@ class OrgHub(pulumi.ComponentResource):
                 opts=child_of(self),
             )
         if args.sweep == "central":
-            identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
-            region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
-            form = str(args.spokes.get("form", "stacks"))
-            reach = pulumi.Output.all(partition, region.region, identity.account_id).apply(
-                lambda known: json.dumps(
-                    central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
-                )
-            )
-            # The reaper sweeps the spokes; the deadline reads a member's host and checks its account
-            # against the same spokes parameter (lambdas/engines/deadlines.py, central_place).
-            aws.iam.RolePolicy("central-sweep", role=args.reaper_role_name, policy=reach, opts=child_of(self))
-            aws.iam.RolePolicy(
-                "central-deadlines", role=args.deadline_function_name, policy=reach, opts=child_of(self)
-            )
-            self._to_function(
-                "hub-deadline-events",
-                "the spokes' EC2 state and tag changes: per-host deadlines, armed in the hub",
-                CENTRAL_DEADLINE_PATTERN,
-                ("deadline-from-hub", args.deadline_function_name),
-                (args.stack, bus, partition, tags),
-            )
+            self._central(args, bus, partition, tags)
         aws.ssm.Parameter(
             "spokes",
             name=spokes_parameter(args.stack),
@@ -192,6 +172,37 @@ class OrgHub(pulumi.ComponentResource):
         self.bus_name = bus.name
         self.bus_arn = bus.arn
         self.register_outputs({"bus_name": self.bus_name, "bus_arn": self.bus_arn})
+
+    def _central(
+        self,
+        args: OrgHubArgs,
+        bus: aws.cloudwatch.EventBus,
+        partition: pulumi.Output[str],
+        tags: dict[str, str],
+    ) -> None:
+        """``sweep: central``: the reaper and the deadline reach the spokes, and the forwarded state and
+        tag changes reach the deadline."""
+        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        form = str(args.spokes.get("form", "stacks"))
+        reach = pulumi.Output.all(partition, region.region, identity.account_id).apply(
+            lambda known: json.dumps(
+                central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
+            )
+        )
+        # The reaper sweeps the spokes; the deadline reads a member's host and checks its account
+        # against the same spokes parameter (lambdas/engines/deadlines.py, central_place).
+        aws.iam.RolePolicy("central-sweep", role=args.reaper_role_name, policy=reach, opts=child_of(self))
+        aws.iam.RolePolicy(
+            "central-deadlines", role=args.deadline_function_name, policy=reach, opts=child_of(self)
+        )
+        self._to_function(
+            "hub-deadline-events",
+            "the spokes' EC2 state and tag changes: per-host deadlines, armed in the hub",
+            CENTRAL_DEADLINE_PATTERN,
+            ("deadline-from-hub", args.deadline_function_name),
+            (args.stack, bus, partition, tags),
+        )
 
     def _meter_rule(
         self,

@@ -1,9 +1,8 @@
 """The deadlines' Lambda entry point: on EC2's native state-change events, arm or disarm a host's deadline.
 
-The event is EventBridge's ``EC2 Instance State-change Notification`` or, for an instance, the tagging
-service's ``Tag Change on Resource`` (the host judged again); the result is
+The event is EventBridge's ``EC2 Instance State-change Notification`` or an instance's ``Tag Change on
+Resource`` (a hub's: its spokes' too, forwarded; docs/organisation.md, central deadlines); the result is
 ``{"instance_id", "state", "action": armed|moved|disarmed|judged|ignored|refused, "reason", "deadline"}``.
-An organisation's hub also takes its spokes' forwarded events (central deadlines, docs/organisation.md).
 The work is :func:`lambdas.engines.deadlines.act_on_state_change`.
 """
 
@@ -38,17 +37,14 @@ def handle(
     own_account: str | None = None,
     spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
-    """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing
-    twice. A hub knows its own account (``own_account``, from its ARN) and its ``spokes``."""
+    """``decisions`` (by default log lines only) is keyed by the event's id: a redelivery logs nothing twice;
+    a hub knows its ``own_account`` (from its ARN) and its ``spokes``."""
     try:
         change = parse_deadline_event(event)
     except ValueError as error:
-        answer = {
-            "instance_id": None,
-            "state": None,
+        answer = dict.fromkeys(("instance_id", "state", "deadline")) | {
             "action": "refused",
             "reason": str(error),
-            "deadline": None,
         }
         return refuse_event(heartbeat.DEADLINE, "refused", error, answer)
     decisions = decisions or DecisionLog(

@@ -3,15 +3,11 @@
 Events: ``{"dry_run": bool}`` (or EventBridge's own scheduled-event payload, or ``{}``) sweeps;
 ``{"instance_ids": [...]}`` judges just those hosts, which is how a deadline schedule fires;
 ``{"warn": [...]}`` warns those hosts' owners that their deadline is near (the warning schedule's payload).
-Either may name a member account's place, ``"account"`` and ``"region"``: an organisation's hub arms
-its members' deadlines in its own group, and judges (or warns about) those hosts there through the
-spoke role (engines/org_sweeping.py, ``judge_in_place``).
-Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}], "errors"}`` and more; a
-hub (``PARKBRAKE_SPOKES_PARAMETER``) sweeps its spokes' accounts instead (engines/org_sweeping.py).
-A deadline's stop that fails raises after notifying, so that Lambda retries it and, in the end,
-its dead-letter queue pages. The work is :func:`lambdas.engines.sweeping.sweep_and_record` and
-:func:`lambdas.engines.owner_warnings.warn_and_record`; the event is read by
-:func:`lambdas.engines.sweeping.parse_event`.
+Either may name a member account's ``"account"`` and ``"region"`` (a hub's central deadline: judged
+there through the spoke role). Returns ``{"checked", "stopped", "skipped": [{"instance_id", "reason"}],
+"errors"}`` and more; a hub (``PARKBRAKE_SPOKES_PARAMETER``) sweeps its spokes' accounts instead
+(engines/org_sweeping.py). A deadline's stop that fails raises after notifying, so that Lambda retries
+it and, in the end, its dead-letter queue pages. The work is in lambdas/engines (sweeping, owner_warnings).
 """
 
 from __future__ import annotations
@@ -57,10 +53,10 @@ def handle(
         answer = {"refused": str(error), "checked": 0, "stopped": [], "skipped": [], "errors": []}
         return refuse_event(heartbeat.REAPER, "refused", error, answer)
     if place is not None:
+        ids, warn = (warned, True) if warned is not None else (instance_ids or [], False)
         return judge_in_place(
-            place, warned or instance_ids or [], warn=warned is not None, settings=settings,
-            clients=clients, now=now, decisions=decisions,
-        )  # fmt: skip
+            place, ids, warn=warn, settings=settings, clients=clients, now=now, decisions=decisions
+        )
     if warned is not None:
         return warn_and_record(warned, settings=settings, clients=clients, now=now, decisions=decisions)
     if settings.spokes_parameter is not None and instance_ids is None:

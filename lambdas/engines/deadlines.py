@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from guardrails import settings as variables
+from guardrails.deadlines import Deadline
 from guardrails.decisions import Decision
 from guardrails.durations import format_duration
 from guardrails.hosts import Host, as_utc
@@ -261,18 +262,11 @@ def on_state_change(
         return result("ignored", f"nothing to do on {change.state!r}")
     if host is None:
         return result("ignored", "the instance no longer exists")
-    policy = policy_from_settings(settings)
-    stacks = _stacks_if_tagged_elsewhere(host, settings, hosts, change.region)
-    ignored = _not_ours(host, change, settings, stacks)
-    if ignored is not None:
-        return result("ignored", ignored)
-    deadline = host_deadline(host, policy, now, orphan=orphan_reason(host, policy, stacks) is not None)
-    if deadline is None:  # _not_ours said why already; this keeps the type honest
-        return result("ignored", "not managed by parkbrake")
-    for problem in deadline.problems:
-        log.warning("%s: %s", host.instance_id, problem)
+    judged = _judge_running(host, change, settings, hosts=hosts, now=now, decisions=decisions, place=place)
+    if isinstance(judged, str):
+        return result("ignored", judged)
+    deadline = judged
     if deadline.due(now):
-        _sweep_due(host, settings, clients=hosts, now=now, decisions=decisions, place=place)
         return result(
             "judged", f"already past its deadline when the {_what(change)} arrived", deadline.enforce_at
         )
@@ -293,6 +287,32 @@ def on_state_change(
         f"judged at {instant(deadline.enforce_at)} (cap {format_duration(deadline.cap)}, {deadline.cap_source})",
         deadline.enforce_at,
     )
+
+
+def _judge_running(
+    host: Host,
+    change: StateChange,
+    settings: Settings,
+    *,
+    hosts: ClientFactory,
+    now: datetime,
+    decisions: DecisionLog | None,
+    place: HostPlace | None,
+) -> Deadline | str:
+    """The running host's deadline (swept at once when it is already due), or why it gets none."""
+    policy = policy_from_settings(settings)
+    stacks = _stacks_if_tagged_elsewhere(host, settings, hosts, change.region)
+    ignored = _not_ours(host, change, settings, stacks)
+    if ignored is not None:
+        return ignored
+    deadline = host_deadline(host, policy, now, orphan=orphan_reason(host, policy, stacks) is not None)
+    if deadline is None:  # _not_ours said why already; this keeps the type honest
+        return "not managed by parkbrake"
+    for problem in deadline.problems:
+        log.warning("%s: %s", host.instance_id, problem)
+    if deadline.due(now):
+        _sweep_due(host, settings, clients=hosts, now=now, decisions=decisions, place=place)
+    return deadline
 
 
 def _what(change: StateChange) -> str:

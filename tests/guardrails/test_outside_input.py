@@ -251,7 +251,8 @@ def test_any_tag_change_event_parses_or_is_refused(overrides: dict[str, Any], ac
     except ValueError:
         return
     assert change.state == deadlines.TAGS_CHANGED
-    assert change.instance_id.startswith("i-") and change.instance_id in str(event["resources"][0])
+    assert change.instance_id.startswith("i-")
+    assert change.instance_id in str(event["resources"][0])
     assert (change.account, change.region) == (event["account"], event["region"])
 
 
