@@ -30,6 +30,7 @@ from guardrail_fleet import (
     launch,
     launch_time,
     managed_tags,
+    metric_value,
     minutes,
     state_change,
 )
@@ -40,7 +41,17 @@ from lambdas import deadline, reaper
 from lambdas.aws.deadline_schedules import schedule_expression
 from lambdas.aws.environment import ClientFactory
 from lambdas.engines.org_sweeping import SpokeList
-from tests.lambdas.test_org_sweep import HUB, PARAMETER, B, C, spoke_ec2, spoke_role
+from tests.lambdas.test_org_sweep import (  # denied_c: the fixture, used by name
+    HUB,
+    PARAMETER,
+    B,
+    C,
+    OrgFleet,
+    denied_c,  # noqa: F401
+    spoke_ec2,
+    spoke_role,
+)
+from tests.moto_iam_auth import reset_auth
 
 OTHER_REGION = "eu-west-1"
 
@@ -153,6 +164,32 @@ def test_the_hubs_own_host_keeps_its_own_payload(hub: ClientFactory) -> None:
     on(state_change(host, "running", started, account=HUB), hub, started)
     payload = json.loads(deadline_schedules(hub)[names.deadline_schedule(host)]["Target"]["Input"])
     assert payload == {"instance_ids": [host]}
+
+
+def test_a_denied_spoke_role_refuses_the_deadline_with_one_line_and_a_count(
+    aws: str,
+    denied_c: OrgFleet,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """C's us-east-1 role may not be assumed: its host's deadline is refused and logged, nothing is
+    armed (the central sweep judges that host within one interval, tests/lambdas/test_org_sweep.py)."""
+    hub = client_factory(aws)  # made now, with the hub's restricted key
+    create_deadline_group(hub)
+    host = denied_c.within[C, REGION]
+
+    result = on(state_change(host, "running", denied_c.now, account=C), hub, denied_c.now)
+
+    assert result["action"] == "refused"
+    assert result["reason"].startswith(f"cannot assume {spoke_role(C, REGION)}: AccessDenied")
+    reset_auth(aws, "inf")  # moto's authorisation knows no Scheduler reads: look with it off
+    assert deadline_schedules(client_factory(aws)) == {}
+    assert [r for r in caplog.records if r.getMessage().startswith("deadline refused: cannot assume")]
+    out = capsys.readouterr().out
+    assert (
+        metric_value(out, "GuardrailActions", Guardrail="deadline", Action="refused", Reason="assume-role")
+        == 1
+    )
 
 
 def test_a_lowered_cap_moves_the_schedule_earlier_and_one_already_past_stops_the_host(
