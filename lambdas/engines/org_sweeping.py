@@ -16,6 +16,9 @@ heartbeat are the hub's. A place whose role is missing or denied is an error lin
 (``action: assume-role``), a notice, a count (``parkbrake/Findings`` ``unreachable-spoke``, sent every
 run, zero too, for an alarm) and withholds the heartbeat, so a member account that deletes its role
 pages someone; the other places are swept all the same.
+
+A central deadline (or its warning) names one place in its payload: :func:`judge_in_place` runs the
+same engine for just those hosts there, through that spoke's role (docs/organisation.md, central deadlines).
 """
 
 from __future__ import annotations
