@@ -32,6 +32,8 @@ from guardrail_fleet import (
     managed_tags,
     metric_value,
     minutes,
+    published,
+    sns_queue,
     state_change,
 )
 
@@ -127,6 +129,27 @@ def test_a_members_host_gets_its_deadline_in_the_hub_and_the_hub_reaper_stops_it
     assert stopped["stopped"] == [host]
     assert (stopped["account_id"], stopped["region"]) == (B, REGION)
     assert state_in_b(host) in ("stopping", "stopped")  # seen by B itself
+
+
+def test_the_warning_payload_warns_the_owner_of_a_members_host_from_the_hub(hub: ClientFactory) -> None:
+    topic, queue_url = sns_queue(hub)
+    settings = replace(hub_settings(), sns_topic_arn=topic)
+    [host] = launch(
+        spoke_ec2(B, REGION), "g5.xlarge", managed_tags(max_runtime="90m", **{tags.OWNER: "ana@example.com"})
+    )
+    started = launch_time(spoke_ec2(B, REGION), host)
+    on(state_change(host, "running", started, account=B), hub, started)
+    warning = deadline_schedules(hub)[names.warning_schedule(host)]
+    payload = json.loads(warning["Target"]["Input"])
+
+    result = reaper.handle(
+        payload, settings=settings, clients=hub, now=started + minutes(90) - settings.warn_before
+    )
+
+    assert result["warned"] == [host]
+    [message] = published(hub, queue_url)  # from the hub's topic
+    assert host in message["Message"]
+    assert state_in_b(host) == "running"
 
 
 def test_a_stop_in_a_member_account_disarms_the_hubs_schedules(hub: ClientFactory) -> None:
