@@ -152,6 +152,25 @@ def test_the_warning_payload_warns_the_owner_of_a_members_host_from_the_hub(hub:
     assert state_in_b(host) == "running"
 
 
+def test_a_cap_extended_in_a_member_account_moves_the_hubs_schedule_at_the_deadline(
+    hub: ClientFactory,
+) -> None:
+    ec2 = spoke_ec2(B, REGION)
+    [host] = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))
+    started = launch_time(ec2, host)
+    on(state_change(host, "running", started, account=B), hub, started)
+    ec2.create_tags(Resources=[host], Tags=[{"Key": tags.MAX_RUNTIME, "Value": "3h"}])
+    payload = json.loads(deadline_schedules(hub)[names.deadline_schedule(host)]["Target"]["Input"])
+
+    result = reaper.handle(payload, settings=hub_settings(), clients=hub, now=started + minutes(90))
+
+    assert result["stopped"] == []
+    moved = deadline_schedules(hub)[names.deadline_schedule(host)]
+    assert moved["ScheduleExpression"] == schedule_expression(started + minutes(180))
+    assert json.loads(moved["Target"]["Input"]) == payload  # still naming B's place
+    assert state_in_b(host) == "running"
+
+
 def test_a_stop_in_a_member_account_disarms_the_hubs_schedules(hub: ClientFactory) -> None:
     ec2 = spoke_ec2(B, REGION)
     [host] = launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))
