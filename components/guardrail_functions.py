@@ -30,6 +30,7 @@ from components.lambda_archive import (
     lambda_functions,
     package_dir,
 )
+from components.org_spoke_parts import TAG_CHANGE_FORWARD
 from components.rds_ca import LAYER_PATH as RDS_CA_LAYER_PATH
 from guardrails import names, settings, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
@@ -54,13 +55,8 @@ STATE_CHANGE_PATTERN = json.dumps(
         "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
     }
 )
-TAG_CHANGE_PATTERN = json.dumps(
-    {
-        "source": ["aws.tag"],
-        "detail-type": ["Tag Change on Resource"],
-        "detail": {"service": ["ec2"], "resource-type": ["instance"]},
-    }
-)
+# A host's tag change, as the spokes forward it: one pattern for both (components/org_spoke_parts.py).
+TAG_CHANGE_PATTERN = json.dumps(TAG_CHANGE_FORWARD, sort_keys=True)
 # The reaper's and the deadlines' decisions, relayed to the meter for the decision log (lambdas.aws.decision_log):
 # they run outside the VPC and never reach the database themselves.
 RELAY_PATTERN = json.dumps({"source": [RELAY_SOURCE], "detail-type": [RELAY_DETAIL_TYPE]})
