@@ -53,7 +53,7 @@ def test_plan_ends_with_its_totals_and_verdicts(tree: bool) -> None:
         Demo(without_aws(), REPO_ROOT), "plan", "--stack", STACK, *(["--tree"] if tree else [])
     )
     closing = screen[-3:]
-    assert closing[0].startswith("Stack dev, unparked, 185 resources")
+    assert closing[0].startswith("Stack dev, unparked, 188 resources")
     assert re.fullmatch(r"Monthly: unparked \$[\d,.]+ · parked \$[\d,.]+ · worst case \$[\d,.]+", closing[1])
     assert closing[2].startswith(f"Policies: all {len(RULES)} pass")
     if not tree:

@@ -189,11 +189,11 @@ def test_the_answer_comes_first_and_item_names_are_whole_at_80_columns(
     assert "…" not in "\n".join(table[:20])
     # the answer again at the end: what a 24-line terminal still shows
     assert lines[-3:] == [
-        "Stack dev, unparked, 185 resources (the tree: --tree)",
+        "Stack dev, unparked, 188 resources (the tree: --tree)",
         "Monthly: unparked $849.93 · parked $105.95 · worst case $11,034.87",
         f"Policies: all {len(RULES)} pass ({len(RULES) - 1} mandatory, 1 advisory)",
     ]
-    assert "185 resources" not in lines  # the tree only with --tree
+    assert "188 resources" not in lines  # the tree only with --tree
 
 
 def test_with_the_tree_the_answer_still_closes_the_output() -> None:
@@ -201,8 +201,8 @@ def test_with_the_tree_the_answer_still_closes_the_output() -> None:
     # the tree after the verdict table, the closing totals after the tree
     assert (
         lines.index("Policies")
-        < lines.index("185 resources")
-        < lines.index("Stack dev, unparked, 185 resources")
+        < lines.index("188 resources")
+        < lines.index("Stack dev, unparked, 188 resources")
     )
     assert lines[-2].startswith("Monthly: unparked $849.93")
     assert lines[-1].startswith("Policies: all ")
