@@ -4,11 +4,13 @@
     python -m benchmarks.k8s_controller --rate 100       # quota reserved faster
     python -m benchmarks.k8s_controller --rounds 5 --load 2   # 5 rounds, both cores busy with spinners
 
-The controller (``parkbrake k8s controller``'s own code, on lightkube) watches a FAKE API server in this
-process (tests/cli/k8s/fake_api_server.py: HTTPS, list/watch, server-side apply) and decides against a
-real ledger (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver; every tenant with a budget). Kueue's
-part is played by the benchmark (the Kueue fake's whole-store step is too slow for 1,000 objects):
-1,000 Workloads wait in their tenants' queues and have their quota reserved.
+The controller (``parkbrake k8s controller``'s own code, on lightkube) watches a FAKE API server in a
+process of its own (tests/cli/k8s/fake_api_process.py; the server is tests/cli/k8s/fake_api_server.py:
+HTTPS, list/watch, server-side apply), as a cluster's API server never shares the controller's
+interpreter, and decides against a real ledger (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver;
+every tenant with a budget). Kueue's part is played by the benchmark (the Kueue fake's whole-store
+step is too slow for 1,000 objects): 1,000 Workloads wait in their tenants' queues and have their quota
+reserved, each reserved object built before the clock starts.
 
 Measured in ``--rounds`` rounds (default 3), in turn (benchmarks.rounds), each figure the median of
 its rounds with their min–max and the one-minute load average beside it:
@@ -70,7 +72,7 @@ from lambdas.ledger.store import LedgerStore
 from stacks.config import StackConfig, Tenant, load_stack_config
 from stacks.kubernetes_config import flavor_name
 from tests.cli.k8s.conftest import admission_check
-from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
+from tests.cli.k8s.fake_api_process import fake_api_process
 from tests.cli.k8s.workloads import workload
 from tests.postgres import postgres_url
 
@@ -126,7 +128,7 @@ def sample_connections(url: str, stop: threading.Event, peak: list[int]) -> None
 
 
 def writes_after(
-    fake: FakeApiServer, start: int, pending: list[dict[str, Any]], seconds: float = 900
+    fake: Any, start: int, pending: list[dict[str, Any]], seconds: float = 900
 ) -> dict[str, float]:
     """Wait for every pending Workload's entry to be written after patch ``start``; name → when."""
     names = {document["metadata"]["name"] for document in pending}
@@ -136,7 +138,7 @@ def writes_after(
     while len(written) < len(names):
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(written)} of {len(names)} Workloads decided")
-        patches = fake.patches[seen:]
+        patches = fake.patches_after(seen)
         seen += len(patches)
         for at, path, _ in patches:
             name = path.split("/workloads/", 1)[-1].split("/", 1)[0]
@@ -146,16 +148,15 @@ def writes_after(
     return written
 
 
-def run_phase(
-    fake: FakeApiServer, pending: list[dict[str, Any]], rate: float | None
-) -> tuple[list[float], float]:
+def run_phase(fake: Any, pending: list[dict[str, Any]], rate: float | None) -> tuple[list[float], float]:
     """Reserve every pending Workload (``rate`` a second, None: at once); each one's seconds from its
     reservation to its write, and the seconds from the first reservation to the last write."""
-    start = len(fake.patches)
+    start = fake.patch_count()
+    reserved = [reserve(document) for document in pending]  # Kueue's objects, built before the clock
     reserved_at: dict[str, float] = {}
-    for document in pending:
+    for document in reserved:
         reserved_at[document["metadata"]["name"]] = time.monotonic()
-        fake.put("workloads", reserve(document))
+        fake.put("workloads", document)
         if rate:
             time.sleep(1 / rate)
     written = writes_after(fake, start, pending)
@@ -202,7 +203,7 @@ def floor(
 
 
 def steady_rounds(
-    fake: FakeApiServer,
+    fake: Any,
     url: str,
     options: argparse.Namespace,
     now: datetime,
@@ -259,7 +260,7 @@ def steady_rounds(
     }
 
 
-def outage(fake: FakeApiServer, admin_url: str, pending: list[dict[str, Any]], down_s: float) -> float:
+def outage(fake: Any, admin_url: str, pending: list[dict[str, Any]], down_s: float) -> float:
     """Reserve ``pending`` while the ledger refuses connections; seconds from its return to the last write."""
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"ALTER DATABASE {BENCH_DATABASE} ALLOW_CONNECTIONS false")
@@ -267,11 +268,11 @@ def outage(fake: FakeApiServer, admin_url: str, pending: list[dict[str, Any]], d
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
             (APPLICATION,),
         )
-        start = len(fake.patches)
+        start = fake.patch_count()
         for document in pending:
             fake.put("workloads", reserve(document))
         time.sleep(down_s)
-        assert len(fake.patches) == start, "a Workload was decided while the ledger was down"
+        assert not fake.patches_after(start), "a Workload was decided while the ledger was down"
         admin.execute(f"ALTER DATABASE {BENCH_DATABASE} ALLOW_CONNECTIONS true")
         back = time.monotonic()
     written = writes_after(fake, start, pending)
@@ -325,9 +326,10 @@ def run(options: argparse.Namespace) -> None:
         peak, stop = [0], threading.Event()
         sampler = threading.Thread(target=sample_connections, args=(url, stop, peak), daemon=True)
         sampler.start()
-        with fake_api_server() as fake:
+        with fake_api_process() as fake:
             fake.put("admissionchecks", admission_check())
-            client = client_from_options(fake.url, fake.token_file, fake.ca_file)
+            url_of_fake, token_file, ca_file = fake.address()
+            client = client_from_options(url_of_fake, Path(token_file), Path(ca_file))
             controller = Controller(client, config, prices, checks)
 
             def queued(phase: str) -> list[dict[str, Any]]:
@@ -365,7 +367,7 @@ def run(options: argparse.Namespace) -> None:
                   f"(down {options.outage:g} s; resync {controller.resync.total_seconds():g} s) ({load()})")  # fmt: skip
             states = [
                 body["status"]["admissionChecks"][0]["state"]
-                for _, _, body in fake.patches
+                for _, _, body in fake.patches_after(0)
                 if "admissionChecks" in body.get("status", {})
             ]
             figures["states"] = {state: states.count(state) for state in sorted(set(states))}
