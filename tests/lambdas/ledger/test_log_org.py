@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import boto3
 import pytest
@@ -84,8 +85,8 @@ def test_the_organisations_accounts_are_selected_as_c7n_org_selects(organisation
 
 
 @pytest.mark.usefixtures("organisation")
-def test_flags_that_cannot_go_together_are_one_line_and_exit_2(tmp_path: pytest.TempPathFactory) -> None:
-    listed = tmp_path / "accounts.yml"  # type: ignore[operator]
+def test_flags_that_cannot_go_together_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    listed = tmp_path / "accounts.yml"
     listed.write_text("accounts:\n- account_id: '111111111111'\n  role: reader\n")
     both = invoke("--org", "--accounts", str(listed))
     assert both.exit_code == 2
