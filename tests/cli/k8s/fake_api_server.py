@@ -1,4 +1,5 @@
-"""A FAKE Kubernetes API server, in process, for the budget controller's tests and benchmark.
+"""A FAKE Kubernetes API server, for the budget controller's tests (in process) and benchmark (in a process
+of its own: tests/cli/k8s/fake_api_process.py).
 
 Not Kubernetes: a small HTTPS server (its own throwaway CA, a bearer token) that implements just what
 the controller and ``park`` call — list and watch (from a resourceVersion, 410 once compacted; the
