@@ -32,6 +32,11 @@ Then once, each with the load average beside it:
   controller's sessions ended), then the ledger back: the time until every one is written — target
   ≤ one resync period (the controller's default, 3 minutes).
 
+After the burst, the CPU each part used per decision, by process — the controller's (this process,
+the benchmark's loops included), the fake API server's and the ledger's backends (where the ledger
+runs on this machine) — beside the CPU per admit of one more floor run: on a machine whose cores the
+floor keeps busy, the ratio of the two totals bounds the burst's ratio.
+
 Also asserted: never more ledger connections than ``--workers`` + 1 (the workers' connections, which the
 controller's worker threads borrow for each ledger call, and one for the sweeps), sampled from
 pg_stat_activity throughout.
@@ -164,8 +169,65 @@ def run_phase(fake: Any, pending: list[dict[str, Any]], rate: float | None) -> t
     return [written[name] - reserved_at[name] for name in written], max(written.values()) - first
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds process ``pid`` has used (Linux ``/proc``); None where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ledger_backends(stores: list[LedgerStore]) -> list[int]:
+    """The server processes of ``stores``' connections, where the ledger runs on this machine."""
+    pids = []
+    for store in stores:
+        with store.connections.connection() as connection:
+            pid = connection.info.backend_pid
+        try:
+            if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(pid)
+        except OSError:
+            continue  # a ledger elsewhere (PARKBRAKE_DATABASE_URL): its CPU is not read
+    return pids
+
+
+class CpuMeter:
+    """CPU seconds each part of a phase used, by process: the phase's ``parts`` name → pids."""
+
+    def __init__(self, parts: dict[str, list[int]]) -> None:
+        self.parts = parts
+        self.before = self._now()
+
+    def _now(self) -> dict[str, float | None]:
+        read = {name: [cpu_seconds(pid) for pid in pids] for name, pids in self.parts.items()}
+        return {
+            name: sum(v for v in values if v is not None) if values and None not in values else None
+            for name, values in read.items()
+        }
+
+    def per(self, count: int) -> dict[str, float | None]:
+        """Milliseconds of CPU per item, each part, since the meter was made."""
+        after = self._now()
+        return {
+            name: None if after[name] is None or self.before[name] is None
+            else round((after[name] - self.before[name]) * 1000 / count, 2)  # type: ignore[operator]
+            for name in self.parts
+        }  # fmt: skip
+
+
+def cpu_line(label: str, per_item: dict[str, float | None]) -> str:
+    shown = [f"{name} {'?' if ms is None else f'{ms:.2f}'}" for name, ms in per_item.items()]
+    known = [ms for ms in per_item.values() if ms is not None]
+    return f"{label}: {', '.join(shown)} = {sum(known):.2f} ms of CPU each ({load()})"
+
+
 def floor(
-    setup_url: str, options: argparse.Namespace, now: datetime, rate: float | None = None
+    setup_url: str,
+    options: argparse.Namespace,
+    now: datetime,
+    rate: float | None = None,
+    cpu: dict[str, float | None] | None = None,
 ) -> tuple[float, list[float]]:
     """The ledger's admit alone on ``workers`` connections: admissions/s and each one's seconds; at
     full speed (``rate`` None) or started ``rate`` a second in all, as the steady phase reserves."""
@@ -193,10 +255,13 @@ def floor(
             times.append(time.perf_counter() - started)
         return times
 
+    meter = CpuMeter({"benchmark": [os.getpid()], "ledger": ledger_backends(stores)})
     started = time.perf_counter()
     with ThreadPoolExecutor(options.workers) as pool:
         times = [t for share in pool.map(admit_share, range(options.workers)) for t in share]
     elapsed = time.perf_counter() - started
+    if cpu is not None:
+        cpu.update(meter.per(len(requests)))
     for store in stores:
         store.close()
     return len(requests) / elapsed, times
@@ -350,8 +415,18 @@ def run(options: argparse.Namespace) -> None:
             figures.update(measured.pop("json"))
             floor_rate = measured["floor_per_s"].median
             steady_p99s = measured["steady_p99_ms"].values
+            # CPU by process: the controller's (this one, the benchmark's loops included), the fake
+            # API server's, and the ledger's backends (on a 2-core machine, what bounds both rates).
+            meter = CpuMeter({"controller": [os.getpid()], "API server fake": [fake.pid()],
+                              "ledger": ledger_backends(stores)})  # fmt: skip
             burst, burst_s = run_phase(fake, batches[-2], None)
             burst_rate = len(burst) / burst_s
+            burst_cpu = meter.per(len(burst))
+            floor_cpu: dict[str, float | None] = {}
+            floor(url, options, now, cpu=floor_cpu)
+            figures["cpu_ms_each"] = {"burst_decision": burst_cpu, "admit_alone": floor_cpu}
+            print(cpu_line("CPU per burst decision", burst_cpu))
+            print(cpu_line("CPU per admit alone (once more)", floor_cpu))
             figures["burst_all_at_once"] = {
                 "decisions_per_s": round(burst_rate, 1), "of_floor_median": round(burst_rate / floor_rate, 2),
                 "drained_s": round(burst_s, 1), **summary_ms(burst), "load": load(),

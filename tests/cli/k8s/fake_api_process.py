@@ -4,7 +4,7 @@ controller's interpreter, as a cluster's API server never does.
 
 :func:`fake_api_process` starts a ``multiprocessing`` manager (spawned: a fresh interpreter, not a
 fork of one with threads) that holds one :class:`FakeApiServer` and forwards the methods a driver
-needs — ``put``, ``get``, ``patch_count``, ``patches_after``, ``drop_watches``, ``address`` — over a local socket.
+needs — ``put``, ``get``, ``pid``, ``patch_count``, ``patches_after``, ``drop_watches``, ``address`` — over a local socket.
 ``time.monotonic`` is the system's CLOCK_MONOTONIC on Linux, so the times ``patches_after`` returns
 compare with the caller's own.
 """
@@ -21,7 +21,7 @@ from typing import Any
 
 from tests.cli.k8s.fake_api_server import FakeApiServer
 
-EXPOSED = ("put", "get", "patch_count", "patches_after", "drop_watches", "address")
+EXPOSED = ("put", "get", "pid", "patch_count", "patches_after", "drop_watches", "address")
 
 
 def _served(directory: str) -> FakeApiServer:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import json
+import os
 import re
 import socket
 import ssl
@@ -180,6 +181,10 @@ class FakeApiServer:
         """(url, token file, CA file): what a client needs, as one call (the process form's proxy
         forwards methods only)."""
         return self.url, str(self.token_file), str(self.ca_file)
+
+    def pid(self) -> int:
+        """The process serving (the benchmark reads its CPU)."""
+        return os.getpid()
 
     def patch_count(self) -> int:
         with self.lock:
