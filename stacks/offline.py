@@ -78,6 +78,7 @@ class OfflineMocks(mocks.Mocks):
         outputs: dict[str, Any] = {"id": resource_id, "arn": arn, "name": args.name, **args.inputs}
         if package == "aws":
             outputs.update(_service_outputs(args.typ, args.name, arn, self.region))
+            outputs.update(_s3_outputs(args.typ, args.inputs, resource_id))
         elif package == "random":
             outputs.update(_random_outputs(args.typ, resource_id))
         return resource_id, outputs
@@ -130,6 +131,16 @@ def _service_outputs(type_token: str, name: str, arn: str, region: str) -> dict[
         return {"primaryEndpointAddress": f"{name}.cache.amazonaws.com", "port": 6379}
     if type_token == "aws:lambda/function:Function":
         return {"invokeArn": f"arn:aws:apigateway:{region}:lambda:path/functions/{arn}/invocations"}
+    return {}
+
+
+def _s3_outputs(type_token: str, inputs: dict[str, Any], resource_id: str) -> dict[str, Any]:
+    """A bucket's ARN has neither region nor account (``arn:aws:s3:::<bucket>``); a versioned object's
+    upload returns its version id, made up here from the resource."""
+    if type_token == "aws:s3/bucket:Bucket" and inputs.get("bucket"):
+        return {"arn": f"arn:aws:s3:::{inputs['bucket']}"}
+    if type_token == "aws:s3/bucketObjectv2:BucketObjectv2":
+        return {"versionId": f"offline.{resource_id[-12:]}"}
     return {}
 
 
