@@ -34,6 +34,8 @@ class RegisteredResource:
     delete_before_replace: bool = False
     # URNs of the resources it explicitly depends on (``depends_on``).
     dependencies: tuple[str, ...] = ()
+    # The URN of the explicit provider it is declared through (``provider=``), or None for the default.
+    provider: str | None = None
 
     @property
     def is_component(self) -> bool:
@@ -155,6 +157,7 @@ class RecordingMonitor(mocks.MockMonitor):
         self.ignore_changes: dict[str, tuple[str, ...]] = {}
         self.delete_before_replace: dict[str, bool] = {}
         self.dependencies: dict[str, tuple[str, ...]] = {}
+        self.providers: dict[str, str | None] = {}
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -165,6 +168,9 @@ class RecordingMonitor(mocks.MockMonitor):
             self.ignore_changes[response.urn] = tuple(request.ignoreChanges)
             self.delete_before_replace[response.urn] = bool(request.deleteBeforeReplace)
             self.dependencies[response.urn] = tuple(request.dependencies)
+            # A provider reference is "<urn>::<id>"; the default provider's URN names it "default…".
+            provider = request.provider.rsplit("::", 1)[0] if request.provider else None
+            self.providers[response.urn] = None if not provider or "::default" in provider else provider
         return response
 
 
@@ -194,6 +200,7 @@ def run_offline(
             ignore_changes=monitor.ignore_changes.get(urn, ()),
             delete_before_replace=monitor.delete_before_replace.get(urn, False),
             dependencies=monitor.dependencies.get(urn, ()),
+            provider=monitor.providers.get(urn),
         )
         for urn, registration in monitor.get_registered_resources().items()
     ]
