@@ -16,16 +16,22 @@ objects, for a principal of the organisation (``aws:PrincipalOrgID``). ``GetObje
 template names each object's version (components/org_spoke_stackset.py), and reading a named version
 needs it instead of ``GetObject`` (botocore ``s3/2006-03-01/service-2.json``, ``GetObject``: "If you
 include a versionId in your request header, you must have the s3:GetObjectVersion permission to access
-a specific version of an object."). A policy granted only to one organisation through
-``aws:PrincipalOrgID`` is not public to S3, so blocking public policies does not refuse it (Amazon S3
-User Guide, ``access-control-block-public-access.html``, "The meaning of public").
+a specific version of an object.").
+
+Unverified here: ``block_public_policy`` refuses a policy S3 judges public (Amazon S3 User Guide,
+``access-control-block-public-access.html``, "The meaning of public"), and this one must not count as
+public for the block to accept it. The list of non-public condition keys as the SDKs' text of
+``PublicAccessBlockConfiguration`` gives it names ``aws:SourceAccount``, ``aws:SourceArn`` and others
+but not ``aws:PrincipalOrgID``; moto does not judge it. The first ``pulumi up`` against AWS tells: a
+refused policy fails the ``BucketPolicy`` with ``AccessDenied``, before any object or StackSet.
 
 Why versions and not a fixed key alone: CloudFormation updates a function's code only when the
 template's ``Code`` changes, so a new archive under the same key would never reach the spokes. Each
 region's bucket numbers its versions itself, so the template holds them all in one mapping, looked up
-by ``${AWS::Region}``, rather than per-instance parameters (an account joining an OU later is deployed
-from the StackSet's template by automatic deployment, not from our instances' overrides). A new
-archive is a new template, which the StackSet rolls into every account.
+by ``${AWS::Region}``, rather than in per-instance parameter overrides, which every instance
+operation would have to carry, the ones automatic deployment starts on its own for an account that
+joins an OU included: the template alone is always complete. A new archive is a new template, which
+the StackSet rolls into every account.
 """
 
 from __future__ import annotations
@@ -132,7 +138,7 @@ class OrgCodeBuckets(pulumi.ComponentResource):
             rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"}}],
             opts=in_region,
         )
-        aws.s3.BucketPolicy(
+        read_policy = aws.s3.BucketPolicy(
             f"{name}-{region}",
             bucket=bucket.id,
             policy=bucket.arn.apply(lambda arn: json.dumps(code_read_policy(arn, args.stack, args.org_id))),
@@ -147,8 +153,9 @@ class OrgCodeBuckets(pulumi.ComponentResource):
                 key=code_key(args.stack, archive),
                 source=pulumi.FileAsset(str(args.artifacts / archive)),
                 tags=dict(args.tags),
-                # Uploaded once versioning and encryption hold, so the object has a version to name.
-                opts=child_of(self, provider=provider, depends_on=[versioning, encryption]),
+                # Uploaded once versioning and encryption hold, so the object has a version to name,
+                # and once the organisation may read it: what waits for the objects may use them.
+                opts=child_of(self, provider=provider, depends_on=[versioning, encryption, read_policy]),
             )
             self.objects.append(uploaded)
             versions[column] = uploaded.version_id

@@ -78,6 +78,13 @@ def test_a_private_versioned_encrypted_bucket_per_spoke_region_through_its_regio
             assert region_of(run, setting) == region
         # S3 refuses a policy while the public access block changes: the policy waits for it.
         assert settings["BucketPublicAccessBlock"].urn in settings["BucketPolicy"].dependencies
+        # and the archives wait for versioning, encryption and the organisation's read
+        for uploaded in (o for o in run.of_type(OBJECT) if o.name.startswith(f"{bucket.name}-")):
+            waits_for = {
+                settings[kind].urn
+                for kind in ("BucketVersioning", "BucketServerSideEncryptionConfiguration", "BucketPolicy")
+            }
+            assert waits_for <= set(uploaded.dependencies), uploaded.name
 
 
 PUBLIC_ACCESS = ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
