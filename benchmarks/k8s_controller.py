@@ -4,11 +4,13 @@
     python -m benchmarks.k8s_controller --rate 100       # quota reserved faster
     python -m benchmarks.k8s_controller --rounds 5 --load 2   # 5 rounds, both cores busy with spinners
 
-The controller (``parkbrake k8s controller``'s own code, on lightkube) watches a FAKE API server in this
-process (tests/cli/k8s/fake_api_server.py: HTTPS, list/watch, server-side apply) and decides against a
-real ledger (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver; every tenant with a budget). Kueue's
-part is played by the benchmark (the Kueue fake's whole-store step is too slow for 1,000 objects):
-1,000 Workloads wait in their tenants' queues and have their quota reserved.
+The controller (``parkbrake k8s controller``'s own code, on lightkube) watches a FAKE API server in a
+process of its own (tests/cli/k8s/fake_api_process.py; the server is tests/cli/k8s/fake_api_server.py:
+HTTPS, list/watch, server-side apply), as a cluster's API server never shares the controller's
+interpreter, and decides against a real ledger (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver;
+every tenant with a budget). Kueue's part is played by the benchmark (the Kueue fake's whole-store
+step is too slow for 1,000 objects): 1,000 Workloads wait in their tenants' queues and have their quota
+reserved, each reserved object built before the clock starts.
 
 Measured in ``--rounds`` rounds (default 3), in turn (benchmarks.rounds), each figure the median of
 its rounds with their min–max and the one-minute load average beside it:
@@ -29,6 +31,11 @@ Then once, each with the load average beside it:
 - outage: 1,000 reserved while the ledger refuses connections (``ALLOW_CONNECTIONS false`` and the
   controller's sessions ended), then the ledger back: the time until every one is written — target
   ≤ one resync period (the controller's default, 3 minutes).
+
+After the burst, the CPU each part used per decision, by process — the controller's (this process,
+the benchmark's loops included), the fake API server's and the ledger's backends (where the ledger
+runs on this machine) — beside the CPU per admit of one more floor run: on a machine whose cores the
+floor keeps busy, the ratio of the two totals bounds the burst's ratio.
 
 Also asserted: never more ledger connections than ``--workers`` + 1 (the workers' connections, which the
 controller's worker threads borrow for each ledger call, and one for the sweeps), sampled from
@@ -70,7 +77,7 @@ from lambdas.ledger.store import LedgerStore
 from stacks.config import StackConfig, Tenant, load_stack_config
 from stacks.kubernetes_config import flavor_name
 from tests.cli.k8s.conftest import admission_check
-from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
+from tests.cli.k8s.fake_api_process import fake_api_process
 from tests.cli.k8s.workloads import workload
 from tests.postgres import postgres_url
 
@@ -126,7 +133,7 @@ def sample_connections(url: str, stop: threading.Event, peak: list[int]) -> None
 
 
 def writes_after(
-    fake: FakeApiServer, start: int, pending: list[dict[str, Any]], seconds: float = 900
+    fake: Any, start: int, pending: list[dict[str, Any]], seconds: float = 900
 ) -> dict[str, float]:
     """Wait for every pending Workload's entry to be written after patch ``start``; name → when."""
     names = {document["metadata"]["name"] for document in pending}
@@ -136,7 +143,7 @@ def writes_after(
     while len(written) < len(names):
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(written)} of {len(names)} Workloads decided")
-        patches = fake.patches[seen:]
+        patches = fake.patches_after(seen)
         seen += len(patches)
         for at, path, _ in patches:
             name = path.split("/workloads/", 1)[-1].split("/", 1)[0]
@@ -146,16 +153,15 @@ def writes_after(
     return written
 
 
-def run_phase(
-    fake: FakeApiServer, pending: list[dict[str, Any]], rate: float | None
-) -> tuple[list[float], float]:
+def run_phase(fake: Any, pending: list[dict[str, Any]], rate: float | None) -> tuple[list[float], float]:
     """Reserve every pending Workload (``rate`` a second, None: at once); each one's seconds from its
     reservation to its write, and the seconds from the first reservation to the last write."""
-    start = len(fake.patches)
+    start = fake.patch_count()
+    reserved = [reserve(document) for document in pending]  # Kueue's objects, built before the clock
     reserved_at: dict[str, float] = {}
-    for document in pending:
+    for document in reserved:
         reserved_at[document["metadata"]["name"]] = time.monotonic()
-        fake.put("workloads", reserve(document))
+        fake.put("workloads", document)
         if rate:
             time.sleep(1 / rate)
     written = writes_after(fake, start, pending)
@@ -163,8 +169,65 @@ def run_phase(
     return [written[name] - reserved_at[name] for name in written], max(written.values()) - first
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds process ``pid`` has used (Linux ``/proc``); None where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ledger_backends(stores: list[LedgerStore]) -> list[int]:
+    """The server processes of ``stores``' connections, where the ledger runs on this machine."""
+    pids = []
+    for store in stores:
+        with store.connections.connection() as connection:
+            pid = connection.info.backend_pid
+        try:
+            if b"postgres" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                pids.append(pid)
+        except OSError:
+            continue  # a ledger elsewhere (PARKBRAKE_DATABASE_URL): its CPU is not read
+    return pids
+
+
+class CpuMeter:
+    """CPU seconds each part of a phase used, by process: the phase's ``parts`` name → pids."""
+
+    def __init__(self, parts: dict[str, list[int]]) -> None:
+        self.parts = parts
+        self.before = self._now()
+
+    def _now(self) -> dict[str, float | None]:
+        read = {name: [cpu_seconds(pid) for pid in pids] for name, pids in self.parts.items()}
+        return {
+            name: sum(v for v in values if v is not None) if values and None not in values else None
+            for name, values in read.items()
+        }
+
+    def per(self, count: int) -> dict[str, float | None]:
+        """Milliseconds of CPU per item, each part, since the meter was made."""
+        after = self._now()
+        return {
+            name: None if after[name] is None or self.before[name] is None
+            else round((after[name] - self.before[name]) * 1000 / count, 2)  # type: ignore[operator]
+            for name in self.parts
+        }  # fmt: skip
+
+
+def cpu_line(label: str, per_item: dict[str, float | None]) -> str:
+    shown = [f"{name} {'?' if ms is None else f'{ms:.2f}'}" for name, ms in per_item.items()]
+    known = [ms for ms in per_item.values() if ms is not None]
+    return f"{label}: {', '.join(shown)} = {sum(known):.2f} ms of CPU each ({load()})"
+
+
 def floor(
-    setup_url: str, options: argparse.Namespace, now: datetime, rate: float | None = None
+    setup_url: str,
+    options: argparse.Namespace,
+    now: datetime,
+    rate: float | None = None,
+    cpu: dict[str, float | None] | None = None,
 ) -> tuple[float, list[float]]:
     """The ledger's admit alone on ``workers`` connections: admissions/s and each one's seconds; at
     full speed (``rate`` None) or started ``rate`` a second in all, as the steady phase reserves."""
@@ -192,17 +255,20 @@ def floor(
             times.append(time.perf_counter() - started)
         return times
 
+    meter = CpuMeter({"benchmark": [os.getpid()], "ledger": ledger_backends(stores)})
     started = time.perf_counter()
     with ThreadPoolExecutor(options.workers) as pool:
         times = [t for share in pool.map(admit_share, range(options.workers)) for t in share]
     elapsed = time.perf_counter() - started
+    if cpu is not None:
+        cpu.update(meter.per(len(requests)))
     for store in stores:
         store.close()
     return len(requests) / elapsed, times
 
 
 def steady_rounds(
-    fake: FakeApiServer,
+    fake: Any,
     url: str,
     options: argparse.Namespace,
     now: datetime,
@@ -259,7 +325,7 @@ def steady_rounds(
     }
 
 
-def outage(fake: FakeApiServer, admin_url: str, pending: list[dict[str, Any]], down_s: float) -> float:
+def outage(fake: Any, admin_url: str, pending: list[dict[str, Any]], down_s: float) -> float:
     """Reserve ``pending`` while the ledger refuses connections; seconds from its return to the last write."""
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"ALTER DATABASE {BENCH_DATABASE} ALLOW_CONNECTIONS false")
@@ -267,11 +333,11 @@ def outage(fake: FakeApiServer, admin_url: str, pending: list[dict[str, Any]], d
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
             (APPLICATION,),
         )
-        start = len(fake.patches)
+        start = fake.patch_count()
         for document in pending:
             fake.put("workloads", reserve(document))
         time.sleep(down_s)
-        assert len(fake.patches) == start, "a Workload was decided while the ledger was down"
+        assert not fake.patches_after(start), "a Workload was decided while the ledger was down"
         admin.execute(f"ALTER DATABASE {BENCH_DATABASE} ALLOW_CONNECTIONS true")
         back = time.monotonic()
     written = writes_after(fake, start, pending)
@@ -325,9 +391,10 @@ def run(options: argparse.Namespace) -> None:
         peak, stop = [0], threading.Event()
         sampler = threading.Thread(target=sample_connections, args=(url, stop, peak), daemon=True)
         sampler.start()
-        with fake_api_server() as fake:
+        with fake_api_process() as fake:
             fake.put("admissionchecks", admission_check())
-            client = client_from_options(fake.url, fake.token_file, fake.ca_file)
+            url_of_fake, token_file, ca_file = fake.address()
+            client = client_from_options(url_of_fake, Path(token_file), Path(ca_file))
             controller = Controller(client, config, prices, checks)
 
             def queued(phase: str) -> list[dict[str, Any]]:
@@ -348,8 +415,18 @@ def run(options: argparse.Namespace) -> None:
             figures.update(measured.pop("json"))
             floor_rate = measured["floor_per_s"].median
             steady_p99s = measured["steady_p99_ms"].values
+            # CPU by process: the controller's (this one, the benchmark's loops included), the fake
+            # API server's, and the ledger's backends (on a 2-core machine, what bounds both rates).
+            meter = CpuMeter({"controller": [os.getpid()], "API server fake": [fake.pid()],
+                              "ledger": ledger_backends(stores)})  # fmt: skip
             burst, burst_s = run_phase(fake, batches[-2], None)
             burst_rate = len(burst) / burst_s
+            burst_cpu = meter.per(len(burst))
+            floor_cpu: dict[str, float | None] = {}
+            floor(url, options, now, cpu=floor_cpu)
+            figures["cpu_ms_each"] = {"burst_decision": burst_cpu, "admit_alone": floor_cpu}
+            print(cpu_line("CPU per burst decision", burst_cpu))
+            print(cpu_line("CPU per admit alone (once more)", floor_cpu))
             figures["burst_all_at_once"] = {
                 "decisions_per_s": round(burst_rate, 1), "of_floor_median": round(burst_rate / floor_rate, 2),
                 "drained_s": round(burst_s, 1), **summary_ms(burst), "load": load(),
@@ -365,7 +442,7 @@ def run(options: argparse.Namespace) -> None:
                   f"(down {options.outage:g} s; resync {controller.resync.total_seconds():g} s) ({load()})")  # fmt: skip
             states = [
                 body["status"]["admissionChecks"][0]["state"]
-                for _, _, body in fake.patches
+                for _, _, body in fake.patches_after(0)
                 if "admissionChecks" in body.get("status", {})
             ]
             figures["states"] = {state: states.count(state) for state in sorted(set(states))}

@@ -47,13 +47,23 @@ def check_instance_id(instance_id: str | None) -> str | None:
     help="The newest this many decisions (shown oldest first).",
 )
 @click.option(
-    "--account", "accounts", type=ACCOUNT_ID, multiple=True,
+    "--account", "-a", "accounts", multiple=True, metavar="ID",
     help="Only decisions about hosts in this AWS account (repeatable): the hub's one ledger holds the "
-    "central sweep's decisions for every member account.",
+    "central sweep's decisions for every member account. With --accounts or --org: a name or id of that "
+    "list, as c7n-org's -a.",
 )  # fmt: skip
 @click.option(
     "--accounts", "accounts_file", type=click.Path(exists=True, dir_okay=False),
     help="Only the accounts of this c7n-org account list (accounts.yml), each shown by its name.",
+)  # fmt: skip
+@click.option(
+    "--org", is_flag=True,
+    help="Only the AWS Organization's active accounts (ListAccounts, as the management account or a "
+    "delegated administrator), each shown by its name.",
+)  # fmt: skip
+@click.option(
+    "--not-account", "not_accounts", multiple=True, metavar="NAME",
+    help="With --accounts or --org: leave out this account (name or id), as c7n-org's --not-accounts.",
 )  # fmt: skip
 @output_option
 @wide_option
@@ -65,6 +75,8 @@ def log(
     kinds: tuple[str, ...],
     accounts: tuple[str, ...],
     accounts_file: str | None,
+    org: bool,
+    not_accounts: tuple[str, ...],
     limit: int,
     output: str,
 ) -> None:
@@ -78,14 +90,15 @@ def log(
       parkbrake log --instance i-0123456789abcdef0
       parkbrake log --tenant research --since 7d --output json
       parkbrake log --accounts accounts.yml --kind stop
+      parkbrake log --org --not-account sandbox --since 1d
     """
-    names = account_names(accounts_file)
+    ids, names = selected_accounts(accounts, accounts_file=accounts_file, org=org, excluded=not_accounts)
     entries, limit = read_log(
         instance_id=check_instance_id(instance_id),
         tenant=tenant,
         since=since,
         kinds=check_kinds(kinds),
-        accounts=[*accounts, *names],
+        accounts=ids,
         limit=limit,
     )
     if output == "json":
@@ -96,17 +109,40 @@ def log(
         click.echo(as_text(entries, limit, width=console().width, account_names=names))
 
 
-def account_names(accounts_file: str | None) -> dict[str, str]:
-    """Each account id of a c7n-org account list, with its name (guardrails/accounts.py checks it:
-    every problem with its path, exit 2)."""
-    if accounts_file is None:
-        return {}
+def selected_accounts(
+    accounts: Sequence[str], *, accounts_file: str | None, org: bool, excluded: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """The account ids whose decisions are shown, and the name each is shown by.
+
+    ``--account`` alone: those ids. With a list, c7n-org's account list (``--accounts FILE``) or the
+    organisation's (``--org``, read from Organizations as ``status --org`` reads it:
+    cli/oncall/organisation.py), its accounts narrowed by ``--account`` (a name or id) and
+    ``--not-account``, each named as the list names it. Bad input is one line, exit 2."""
     from pathlib import Path
 
-    from guardrails.accounts import load_accounts
+    from cli.oncall.organisation import OrganisationScope, scope_accounts
 
-    listed = load_accounts(Path(accounts_file).read_text(encoding="utf-8"), source=accounts_file)
-    return {account.account_id: account.name for account in listed}
+    scope = OrganisationScope(
+        accounts_file=Path(accounts_file) if accounts_file else None,
+        org=org,
+        names=tuple(accounts),
+        excluded=tuple(excluded),
+    )
+    if not scope.spans_accounts:
+        if excluded:
+            raise InputError("--not-account leaves an account out of --accounts FILE or --org: add one")
+        return [check_account_id(account) for account in accounts], {}
+    from lambdas.clients import one_session_clients
+
+    named = {account.account_id: account.name for account in scope_accounts(scope, one_session_clients())}
+    return list(named), named
+
+
+def check_account_id(account: str) -> str:
+    try:
+        return ACCOUNT_ID.convert(account, None, None)
+    except click.BadParameter as error:
+        raise InputError(f"--account: {error.message}") from None
 
 
 def check_kinds(kinds: Sequence[str]) -> list[str]:

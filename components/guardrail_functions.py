@@ -94,6 +94,9 @@ class GuardrailsArgs:
     # An organisation's hub only: what its guardrails read besides the settings table (where the
     # central sweep finds the spokes: PARKBRAKE_SPOKES_PARAMETER).
     hub_environment: Mapping[str, str] = field(default_factory=dict)
+    # The hub's meter only, besides: where it learns its member accounts (PARKBRAKE_SPOKES_PARAMETER
+    # in either sweep form; the reaper has it only with sweep: central, which it means).
+    meter_environment: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -497,6 +500,8 @@ class Guardrails(pulumi.ComponentResource):
         # outside it, so a network or database outage can never silence them.
         database = database if function.uses_database else None
         variables = dict(environment)
+        if function is METER:
+            variables.update(args.meter_environment)
         if database is not None:
             variables.update(self._database_variables(database))
             permissions.append(

@@ -86,9 +86,9 @@ def assume_spokes_policy(stack: str, org_id: str, partition: str) -> dict[str, A
 def central_sweep_policy(
     stack: str, org_id: str, partition: str, form: str = "stacks", hub: tuple[str, str] = ("*", "*")
 ) -> dict[str, Any]:
-    """The reaper may assume every spoke's role, in the organisation's accounts only, and read the
-    spokes' parameter; with a StackSet, it lists the OUs' accounts (lambdas/engines/org_sweeping.py).
-    ``hub`` is the hub's (region, account)."""
+    """The reaper (central sweep) and the hub's meter may assume every spoke's role, in the
+    organisation's accounts only, and read the spokes' parameter; with a StackSet, they list the
+    OUs' accounts (lambdas/aws/spoke_list.py). ``hub`` is the hub's (region, account)."""
     region, account = hub
     statements = [
         *assume_spokes_policy(stack, org_id, partition)["Statement"],
@@ -145,19 +145,23 @@ class OrgHub(pulumi.ComponentResource):
             opts=named_child_of(self),
         )
         partition = aws.get_partition_output(opts=pulumi.InvokeOutputOptions(parent=self)).partition
+        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
+        form = str(args.spokes.get("form", "stacks"))
+        # The spokes' roles, their parameter and (StackSet) the OUs' accounts: the reaper's with the
+        # central sweep; always the meter's, which reads member accounts' hosts and learns the accounts.
+        spokes_reader = pulumi.Output.all(partition, region.region, identity.account_id).apply(
+            lambda known: json.dumps(
+                central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
+            )
+        )
         if args.meter_function_name is not None:
             self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
-            # The meter reads a member account's host through that account's spoke role.
             aws.iam.RolePolicy(
-                "meter-reads-spokes",
-                role=args.meter_function_name,
-                policy=partition.apply(
-                    lambda known: json.dumps(assume_spokes_policy(args.stack, args.org_id, known))
-                ),
-                opts=child_of(self),
+                "meter-reads-spokes", role=args.meter_function_name, policy=spokes_reader, opts=child_of(self)
             )
         if args.sweep == "central":
-            self._central(args, bus, partition, tags)
+            self._central(args, bus, partition, tags, spokes_reader)
         aws.ssm.Parameter(
             "spokes",
             name=spokes_parameter(args.stack),
@@ -165,7 +169,7 @@ class OrgHub(pulumi.ComponentResource):
             insecure_value=json.dumps(
                 args.spokes, sort_keys=True
             ),  # no secret: the value is plain, and the policy pack reads it
-            description="the organisation's spokes, for the central sweep",
+            description="the organisation's spokes, for the central sweep and the meter",
             tags=tags,
             opts=named_child_of(self),
         )
@@ -179,22 +183,16 @@ class OrgHub(pulumi.ComponentResource):
         bus: aws.cloudwatch.EventBus,
         partition: pulumi.Output[str],
         tags: dict[str, str],
+        spokes_reader: pulumi.Output[str],
     ) -> None:
-        """``sweep: central``: the reaper and the deadline reach the spokes, and the forwarded state and
-        tag changes reach the deadline."""
-        identity = aws.get_caller_identity_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
-        form = str(args.spokes.get("form", "stacks"))
-        reach = pulumi.Output.all(partition, region.region, identity.account_id).apply(
-            lambda known: json.dumps(
-                central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
-            )
-        )
-        # The reaper sweeps the spokes; the deadline reads a member's host and checks its account
-        # against the same spokes parameter (lambdas/engines/deadlines.py, central_place).
-        aws.iam.RolePolicy("central-sweep", role=args.reaper_role_name, policy=reach, opts=child_of(self))
+        """``sweep: central``: the reaper and the deadline reach the spokes (the deadline reads a member's
+        host and checks its account against the same spokes parameter: lambdas/engines/deadlines.py,
+        central_place), and the forwarded state and tag changes reach the deadline."""
         aws.iam.RolePolicy(
-            "central-deadlines", role=args.deadline_function_name, policy=reach, opts=child_of(self)
+            "central-sweep", role=args.reaper_role_name, policy=spokes_reader, opts=child_of(self)
+        )
+        aws.iam.RolePolicy(
+            "central-deadlines", role=args.deadline_function_name, policy=spokes_reader, opts=child_of(self)
         )
         self._to_function(
             "hub-deadline-events",

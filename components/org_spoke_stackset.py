@@ -12,13 +12,18 @@ the resource specification.
 Service-managed StackSets never deploy to the organisation's management account (AWS
 CloudFormation User Guide, ``stacksets-orgs-manage-auto-deployment.html``); the hub account may be in
 the OU, since every spoke name holds ``spoke-<region>`` (components/org_spoke_parts.py).
+
+The functions and the layer read their code from the hub's bucket ``<code_bucket_prefix>-<region>``
+of the instance's region, filled by components/org_code_buckets.py. The template names each object's
+version too (``CODE_VERSIONS``, below): a new archive is a new template, and CloudFormation rolls it
+into every account's functions.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulumi
@@ -54,6 +59,10 @@ LOG_RETENTION_DAYS = 30
 # management account (``call_as``, CloudFormation's CallAs).
 CALL_AS = "DELEGATED_ADMIN"
 PSEUDO = "${AWS::"
+# The archives the template reads from the code buckets, by the name of their column in the
+# template's ``CODE_VERSIONS`` mapping (CloudFormation's mapping keys are alphanumeric).
+CODE_ARCHIVES = {"Code": CODE_ARCHIVE, "Layer": DEPENDENCY_LAYER}
+CODE_VERSIONS = "CodeVersions"
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,10 @@ class TemplateArgs:
     tags: Mapping[str, str]
     runtime: str = RUNTIME
     architecture: str = DEFAULT_ARCHITECTURE
+    # region → column of CODE_ARCHIVES → the S3 version id of that archive in that region's bucket;
+    # empty, the template names the keys alone (the latest version when CloudFormation creates the
+    # function, never read again).
+    code_versions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -71,6 +84,10 @@ class OrgSpokeStackSetArgs:
     organizational_units: Sequence[str]
     regions: Sequence[str]
     tags: Mapping[str, str]
+    # The uploaded archives' versions (components/org_code_buckets.py), and the uploads themselves,
+    # which the StackSet and its instances wait for: no account's spoke is created before its code.
+    code_versions: pulumi.Input[Mapping[str, Mapping[str, str]]] | None = None
+    code_objects: Sequence[pulumi.Resource] = ()
 
 
 def stack_set_name(stack: str) -> str:
@@ -81,6 +98,14 @@ def code_key(stack: str, archive: str) -> str:
     return f"parkbrake/{stack}/{archive}"
 
 
+def code_bucket(prefix: str, region: str) -> str:
+    """The code bucket of ``region`` (``${AWS::Region}`` in the template): Lambda reads a function's
+    code from a bucket in the function's own region (botocore ``lambda/2015-03-31/service-2.json``,
+    ``FunctionCode.S3Bucket``: "An Amazon S3 bucket in the same Amazon Web Services Region as your
+    function. The bucket can be in a different Amazon Web Services account.")."""
+    return f"{prefix}-{region}"
+
+
 def spoke_template(args: TemplateArgs) -> dict[str, Any]:
     """The spoke as a CloudFormation template, every part of ``spoke_parts`` a resource (or two)."""
     parts = spoke_parts(args.spoke)
@@ -88,13 +113,19 @@ def spoke_template(args: TemplateArgs) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     for part in parts:
         resources.update(_resources(part, args, kinds))
-    return _substituted(
-        {
-            "AWSTemplateFormatVersion": TEMPLATE_VERSION,
-            "Description": f"parkbrake {args.spoke.stack}: a spoke (forwarding, deadlines, the sweep's role)",
-            "Resources": resources,
+    template: dict[str, Any] = {
+        "AWSTemplateFormatVersion": TEMPLATE_VERSION,
+        "Description": f"parkbrake {args.spoke.stack}: a spoke (forwarding, deadlines, the sweep's role)",
+    }
+    if args.code_versions:
+        template["Mappings"] = {
+            CODE_VERSIONS: {
+                region: {column: versions[column] for column in CODE_ARCHIVES}
+                for region, versions in sorted(args.code_versions.items())
+            }
         }
-    )
+    template["Resources"] = resources
+    return _substituted(template)
 
 
 def _ref(ref: Ref | str, kinds: Mapping[str, Part]) -> Any:
@@ -105,11 +136,15 @@ def _ref(ref: Ref | str, kinds: Mapping[str, Part]) -> Any:
     return {"Fn::GetAtt": [ref.logical, "Arn"]}
 
 
-def _code(args: TemplateArgs, archive: str) -> dict[str, str]:
-    return {
-        "S3Bucket": f"{args.code_bucket_prefix}-${{AWS::Region}}",
-        "S3Key": code_key(args.spoke.stack, archive),
+def _code(args: TemplateArgs, column: str) -> dict[str, Any]:
+    code: dict[str, Any] = {
+        "S3Bucket": code_bucket(args.code_bucket_prefix, "${AWS::Region}"),
+        "S3Key": code_key(args.spoke.stack, CODE_ARCHIVES[column]),
     }
+    if args.code_versions:
+        # Each region's bucket numbers its own versions, so the one template looks its region's up.
+        code["S3ObjectVersion"] = {"Fn::FindInMap": [CODE_VERSIONS, {"Ref": "AWS::Region"}, column]}
+    return code
 
 
 def _tag_list(tags: Mapping[str, str]) -> list[dict[str, str]]:
@@ -132,7 +167,7 @@ def _resources(part: Part, args: TemplateArgs, kinds: Mapping[str, Part]) -> dic
         properties = {
             "LayerName": part.name,
             "Description": "the guardrail Lambdas' libraries (components/lambda_requirements.txt)",
-            "Content": _code(args, DEPENDENCY_LAYER),
+            "Content": _code(args, "Layer"),
             "CompatibleRuntimes": [args.runtime],
             "CompatibleArchitectures": [args.architecture],
         }
@@ -179,7 +214,7 @@ def _function(part: FunctionPart, args: TemplateArgs, kinds: Mapping[str, Part])
         "Runtime": spec.runtime,
         "Handler": spec.handler,
         "Architectures": [spec.architecture],
-        "Code": _code(args, CODE_ARCHIVE),
+        "Code": _code(args, "Code"),
         "Timeout": part.timeout_s,
         "MemorySize": 256,
         "Layers": [_ref(part.layer, kinds)],
@@ -222,13 +257,17 @@ class OrgSpokeStackSet(pulumi.ComponentResource):
     """The StackSet and one instance per OU and region; CloudFormation deploys the accounts."""
 
     stack_set_name: pulumi.Output[str]
-    template_body: str
+    template_body: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: OrgSpokeStackSetArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(STACKSET_TOKEN, name, None, opts)
-        self.template_body = json.dumps(spoke_template(args.template), sort_keys=True)
+        # The versions are known once the archives are uploaded, so the template is too.
+        self.template_body = pulumi.Output.from_input(args.code_versions or {}).apply(
+            lambda versions: template_body(args.template, versions, args.regions)
+        )
+        after_code = list(args.code_objects)
         stack_set = aws.cloudformation.StackSet(
             name,
             name=stack_set_name(args.template.spoke.stack),
@@ -239,7 +278,7 @@ class OrgSpokeStackSet(pulumi.ComponentResource):
             call_as=CALL_AS,
             template_body=self.template_body,
             tags=dict(args.tags),
-            opts=named_child_of(self),
+            opts=named_child_of(self, depends_on=after_code),
         )
         for unit in args.organizational_units:
             for region in args.regions:
@@ -249,7 +288,17 @@ class OrgSpokeStackSet(pulumi.ComponentResource):
                     deployment_targets={"organizational_unit_ids": [unit]},
                     stack_set_instance_region=region,
                     call_as=CALL_AS,
-                    opts=child_of(self),
+                    opts=child_of(self, depends_on=after_code),
                 )
         self.stack_set_name = stack_set.name
         self.register_outputs({"stack_set_name": self.stack_set_name, "template_body": self.template_body})
+
+
+def template_body(
+    template: TemplateArgs, versions: Mapping[str, Mapping[str, str]], regions: Sequence[str]
+) -> str:
+    """The template as the StackSet takes it, with the code's versions in every region it deploys to."""
+    missing = [region for region in regions if versions and region not in versions]
+    if missing:
+        raise ValueError(f"no code versions for {', '.join(missing)}: upload the code to every region")
+    return json.dumps(spoke_template(replace(template, code_versions=versions)), sort_keys=True)

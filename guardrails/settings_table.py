@@ -264,9 +264,10 @@ WIRED: tuple[Variable, ...] = (
     ),
     Variable(
         SPOKES_PARAMETER,
-        "the organisation's hub, with `sweep: central`",
+        "the organisation's hub: its meter always, its reaper with `sweep: central`",
         "the SSM parameter listing the spokes (`/parkbrake/<stack>/spokes`): set, the hub's reaper sweeps every "
-        "member account and region through the spoke roles ([organisation.md](organisation.md#the-central-sweep))",
+        "member account and region through the spoke roles ([organisation.md](organisation.md#the-central-sweep)), "
+        "and the hub's meter takes the events of the spokes' accounts (a StackSet's: its OUs' accounts)",
         "unset: the reaper sweeps its own account",
         in_lambda_environment=False,  # a hub's only: stacks/program.py's hub_environment sets it
     ),

@@ -19,9 +19,9 @@ from lambdas.aws.environment import ClientFactory, container_settings, default_c
 from lambdas.aws.logs import configure_logging
 from lambdas.aws.refusals import refuse_event
 from lambdas.aws.spoke_clients import account_of_arn
+from lambdas.aws.spoke_list import SpokeList
 from lambdas.engines.deadlines import act_on_state_change, parse_deadline_event
 from lambdas.engines.decision_logs import decision_log
-from lambdas.engines.org_sweeping import SpokeList
 
 # A hub's spokes, kept by the container as its settings are (lambdas/engines/org_sweeping.py).
 CONTAINER_SPOKES = SpokeList()

@@ -16,9 +16,13 @@ from typing import Any
 from guardrails.ledger import state_change_from_event
 from lambdas.aws.environment import container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
+from lambdas.aws.spoke_list import SpokeList
 from lambdas.engines.metering import GUARDRAIL, account_of, meter_event, refuse_relayed
 from lambdas.ledger import decisions
 from lambdas.ledger.store import container_store
+
+# A hub's spokes (the accounts it meters), kept by the container as its settings are.
+CONTAINER_SPOKES = SpokeList()
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
@@ -39,4 +43,5 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         settings=settings,
         now=now,
         invoked_function_arn=getattr(context, "invoked_function_arn", None),
+        spokes=CONTAINER_SPOKES,
     )

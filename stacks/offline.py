@@ -34,6 +34,8 @@ class RegisteredResource:
     delete_before_replace: bool = False
     # URNs of the resources it explicitly depends on (``depends_on``).
     dependencies: tuple[str, ...] = ()
+    # The URN of the explicit provider it is declared through (``provider=``), or None for the default.
+    provider: str | None = None
 
     @property
     def is_component(self) -> bool:
@@ -78,6 +80,7 @@ class OfflineMocks(mocks.Mocks):
         outputs: dict[str, Any] = {"id": resource_id, "arn": arn, "name": args.name, **args.inputs}
         if package == "aws":
             outputs.update(_service_outputs(args.typ, args.name, arn, self.region))
+            outputs.update(_s3_outputs(args.typ, args.inputs, resource_id))
         elif package == "random":
             outputs.update(_random_outputs(args.typ, resource_id))
         return resource_id, outputs
@@ -133,6 +136,16 @@ def _service_outputs(type_token: str, name: str, arn: str, region: str) -> dict[
     return {}
 
 
+def _s3_outputs(type_token: str, inputs: dict[str, Any], resource_id: str) -> dict[str, Any]:
+    """A bucket's ARN has neither region nor account (``arn:aws:s3:::<bucket>``); a versioned object's
+    upload returns its version id, made up here from the resource."""
+    if type_token == "aws:s3/bucket:Bucket" and inputs.get("bucket"):
+        return {"arn": f"arn:aws:s3:::{inputs['bucket']}"}
+    if type_token == "aws:s3/bucketObjectv2:BucketObjectv2":
+        return {"versionId": f"offline.{resource_id[-12:]}"}
+    return {}
+
+
 class RecordingMonitor(mocks.MockMonitor):
     """The SDK's mock monitor, also remembering each resource's parent and whether it is custom."""
 
@@ -144,6 +157,7 @@ class RecordingMonitor(mocks.MockMonitor):
         self.ignore_changes: dict[str, tuple[str, ...]] = {}
         self.delete_before_replace: dict[str, bool] = {}
         self.dependencies: dict[str, tuple[str, ...]] = {}
+        self.providers: dict[str, str | None] = {}
 
     def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
@@ -154,6 +168,9 @@ class RecordingMonitor(mocks.MockMonitor):
             self.ignore_changes[response.urn] = tuple(request.ignoreChanges)
             self.delete_before_replace[response.urn] = bool(request.deleteBeforeReplace)
             self.dependencies[response.urn] = tuple(request.dependencies)
+            # A provider reference is "<urn>::<id>"; the default provider's URN names it "default…".
+            provider = request.provider.rsplit("::", 1)[0] if request.provider else None
+            self.providers[response.urn] = None if not provider or "::default" in provider else provider
         return response
 
 
@@ -183,6 +200,7 @@ def run_offline(
             ignore_changes=monitor.ignore_changes.get(urn, ()),
             delete_before_replace=monitor.delete_before_replace.get(urn, False),
             dependencies=monitor.dependencies.get(urn, ()),
+            provider=monitor.providers.get(urn),
         )
         for urn, registration in monitor.get_registered_resources().items()
     ]

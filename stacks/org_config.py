@@ -70,7 +70,7 @@ class OrganisationConfig:
     accounts: tuple[Account, ...] = ()
     organizational_units: tuple[str, ...] = ()
     # The StackSet's Lambda code is read from ``<prefix>-<region>`` (Lambda reads code from a bucket
-    # in the function's own region).
+    # in the function's own region): the hub's buckets, components/org_code_buckets.py.
     code_bucket_prefix: str = ""
 
     def placements(self) -> list[SpokePlacement]:

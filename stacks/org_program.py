@@ -3,7 +3,7 @@
 ``spokes: stacks`` declares a spoke component per account and region through a provider that assumes
 the account's role from the c7n-org list (its chain in order, its external id), or uses its profile;
 ``spokes: stackset`` declares one StackSet that CloudFormation deploys to the OUs, new accounts
-included. Both render the same parts (components/org_spoke_parts.py).
+included, and the hub's code buckets it reads the Lambda code from (components/org_code_buckets.py). Both render the same parts (components/org_spoke_parts.py).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pulumi_aws as aws
 from components.common import base_tags
 from components.guardrail_functions import DEADLINE, METER, REAPER, Guardrails
 from components.lambda_archive import CODE_ARCHIVE, DEPENDENCY_LAYER, package_dir
+from components.org_code_buckets import OrgCodeBuckets, OrgCodeBucketsArgs
 from components.org_hub import OrgHub, OrgHubArgs, spoke_roles
 from components.org_spoke import OrgSpoke, OrgSpokeArgs
 from components.org_spoke_parts import SpokeArgs
@@ -71,20 +72,8 @@ def build_organisation(config: StackConfig, guardrails: Guardrails) -> OrgHub:
         ),
         opts=pulumi.ResourceOptions(depends_on=[guardrails]),
     )
-    after_hub = pulumi.ResourceOptions(depends_on=[hub])
     if organisation.spokes == "stackset":
-        OrgSpokeStackSet(
-            "spokes",
-            OrgSpokeStackSetArgs(
-                template=TemplateArgs(
-                    spoke_args(config, organisation), organisation.code_bucket_prefix, tags
-                ),
-                organizational_units=organisation.organizational_units,
-                regions=organisation.regions,
-                tags=tags,
-            ),
-            opts=after_hub,
-        )
+        build_stack_set(config, organisation, hub, tags)
     else:
         artifacts = package_dir(config.stack)
         for placement in organisation.placements():
@@ -105,6 +94,37 @@ def build_organisation(config: StackConfig, guardrails: Guardrails) -> OrgHub:
             )
     pulumi.export("hubBusArn", hub.bus_arn)
     return hub
+
+
+def build_stack_set(
+    config: StackConfig, organisation: OrganisationConfig, hub: OrgHub, tags: dict[str, str]
+) -> OrgSpokeStackSet:
+    """The code buckets in every spoke region, filled with the hub's archives, then the StackSet
+    reading them: its instances wait for the code (a function cannot be created without it)."""
+    code = OrgCodeBuckets(
+        "spoke-code",
+        OrgCodeBucketsArgs(
+            stack=config.stack,
+            hub_account=organisation.hub_account,
+            org_id=organisation.org_id,
+            bucket_prefix=organisation.code_bucket_prefix,
+            regions=organisation.regions,
+            artifacts=package_dir(config.stack),
+            tags=tags,
+        ),
+    )
+    return OrgSpokeStackSet(
+        "spokes",
+        OrgSpokeStackSetArgs(
+            template=TemplateArgs(spoke_args(config, organisation), organisation.code_bucket_prefix, tags),
+            organizational_units=organisation.organizational_units,
+            regions=organisation.regions,
+            tags=tags,
+            code_versions=code.versions,
+            code_objects=code.objects,
+        ),
+        opts=pulumi.ResourceOptions(depends_on=[hub, code]),
+    )
 
 
 def spoke_component_name(placement: SpokePlacement) -> str:

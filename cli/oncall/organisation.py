@@ -99,13 +99,19 @@ def organisation_run(
     scope: OrganisationScope, default_regions: Sequence[str], caller: ClientFactory
 ) -> OrganisationRun:
     """The accounts of ``scope`` (``caller``'s clients read Organizations), each in its regions."""
-    scope.checked()
-    accounts = accounts_selected(_accounts_of(scope, caller), scope.names, scope.tags, scope.excluded)
+    accounts = scope_accounts(scope, caller)
     sessions = AccountSessions()
     expanded, failures = _expand_all_regions(accounts, default_regions, sessions, scope.concurrency)
     return OrganisationRun(
         places_of(expanded, default_regions), sessions, scope.concurrency, len(accounts), failures
     )
+
+
+def scope_accounts(scope: OrganisationScope, caller: ClientFactory) -> tuple[Account, ...]:
+    """The accounts ``scope`` asked for: its list (the file, or the organisation's read with
+    ``caller``'s clients) narrowed by c7n-org's selection flags; what cannot go together refused."""
+    scope.checked()
+    return accounts_selected(_accounts_of(scope, caller), scope.names, scope.tags, scope.excluded)
 
 
 def _accounts_of(scope: OrganisationScope, caller: ClientFactory) -> tuple[Account, ...]:

@@ -50,8 +50,8 @@ from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.spoke_clients import clients_in_place
+from lambdas.aws.spoke_list import SpokeList, SpokeListError
 from lambdas.engines import sweeping
-from lambdas.engines.org_sweeping import SpokeList, SpokeListError
 
 log = logging.getLogger(__name__)
 STOPPED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
@@ -383,7 +383,8 @@ def central_place(
         own_account = str(clients("sts", None).get_caller_identity()["Account"])
         if change.account == own_account:
             return None
-    try:
+    try:  # an account the list does not hold has it read again first (one that just joined an OU)
+        spokes.accounts(settings, clients, expecting=change.account)
         places = spokes.places(settings, clients)
     except SpokeListError as error:
         raise RefusedPlace(f"cannot tell whether {change.account} is a spoke: {error}") from None

@@ -44,10 +44,12 @@ from guardrails.owners import owner_of, owners_line
 from guardrails.price_list import accelerator_info
 from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
+from guardrails.settings_table import MEMBER_ACCOUNTS
 from lambdas.aws import heartbeat, notices
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.errors import AWS_ERRORS, describe_error
 from lambdas.aws.spoke_clients import PlaceClients, account_of_arn, own_place_clients, place_clients_for
+from lambdas.aws.spoke_list import SpokeList, with_spoke_accounts
 from lambdas.engines import budgeting
 from lambdas.ledger.appends import APPENDED, AppendResult
 from lambdas.ledger.store import UNBOUNDED_MS, LedgerStore
@@ -61,16 +63,18 @@ LAUNCH_SLACK_MS = 60_000
 
 def refusal_of(change: StateChange, *, settings: Settings, own_account: str | None) -> str | None:
     """Why the meter refuses ``change``'s account, or None: it takes its own account's events (and
-    those naming none), and a hub's (``settings.member_accounts`` set) its member accounts'. A
-    meter that does not know its own account takes any of those."""
+    those naming none), and a hub's (``settings.member_accounts`` set: listed, or learned from the
+    spokes parameter) its member accounts'. A meter that does not know its own account takes any."""
     account = change.account
     if account == "" or own_account is None or account == own_account:
         return None
     members = settings.member_accounts or frozenset()
     if account in members:
         return None
+    listed = settings.spokes_parameter is None
+    source = MEMBER_ACCOUNTS if listed else f"the spokes listed in {settings.spokes_parameter}"
     admitted = f"the stack's own account {own_account}" + (
-        f" and its {len(members)} member account(s) (PARKBRAKE_MEMBER_ACCOUNTS)" if members else ""
+        f" and its {len(members)} member account(s) ({source})" if members or not listed else ""
     )
     return (
         f"event {change.event_id} of {change.instance_id} is from account {account}, which is not "
@@ -491,15 +495,20 @@ def meter_event(
     now: datetime,
     invoked_function_arn: str | None = None,
     place_clients: PlaceClients | None = None,
+    spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
     """The meter Lambda's run: meter ``change``, alert about hosts started with no price, check the
     budgets of the tenants whose usage changed, and record the heartbeat.
 
     An event of an account the meter does not take (:func:`refusal_of`) is one log line and
     ``{"refused": why}``: nothing is appended, and it is not retried. A hub's meter
-    (``settings.member_accounts``) reads member accounts' hosts through their spoke roles
-    (``lambdas.aws.spoke_clients``), unless ``place_clients`` is given."""
+    (``settings.member_accounts``, and the spokes' accounts when ``settings.spokes_parameter`` names
+    their list: ``spokes`` is the container's, a fresh one by default) reads member accounts' hosts
+    through their spoke roles (``lambdas.aws.spoke_clients``), unless ``place_clients`` is given."""
     own_account = account_of_arn(invoked_function_arn)
+    settings = with_spoke_accounts(
+        settings, clients, spokes or SpokeList(), account=change.account, own_account=own_account
+    )
     if (refused := refusal_of(change, settings=settings, own_account=own_account)) is not None:
         log.error("refused: %s", refused)
         return {"refused": refused}

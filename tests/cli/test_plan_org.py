@@ -83,6 +83,11 @@ def test_the_stack_set_form_previews_the_stack_set_and_prices_it_per_account(tmp
     types = {resource["type"] for resource in report["resources"]}
     assert "aws:cloudformation/stackSet:StackSet" in types
     assert "parkbrake:org:Spoke" not in types
+    # the hub's code bucket of the one spoke region, and the two archives in it
+    buckets = [resource for resource in report["resources"] if resource["type"] == "aws:s3/bucket:Bucket"]
+    assert [bucket["name"] for bucket in buckets] == ["spoke-code-us-east-1"]
+    objects = [r for r in report["resources"] if r["type"] == "aws:s3/bucketObjectv2:BucketObjectv2"]
+    assert len(objects) == 2
     assert [line["account"] for line in report["organisation"]["accounts"]] == [
         "111111111111",
         "ou-ab12-cdef3456",

@@ -42,7 +42,7 @@ from guardrails.settings import Settings
 from lambdas import deadline, reaper
 from lambdas.aws.deadline_schedules import schedule_expression
 from lambdas.aws.environment import ClientFactory
-from lambdas.engines.org_sweeping import SpokeList
+from lambdas.aws.spoke_list import SpokeList
 from tests.lambdas.test_org_sweep import (  # denied_c: the fixture, used by name
     HUB,
     PARAMETER,

@@ -35,7 +35,7 @@ from lambdas import reaper
 from lambdas.aws.assumed import AccountAccess, AccountSessions
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory
-from lambdas.engines.org_sweeping import SpokeList, SpokeListError, spoke_places
+from lambdas.aws.spoke_list import SpokeList, SpokeListError, spoke_places
 from tests.moto_iam_auth import reset_auth
 
 HUB = "123456789012"  # moto's default account: the hub's own

@@ -1,4 +1,5 @@
-"""A FAKE Kubernetes API server, in process, for the budget controller's tests and benchmark.
+"""A FAKE Kubernetes API server, for the budget controller's tests (in process) and benchmark (in a process
+of its own: tests/cli/k8s/fake_api_process.py).
 
 Not Kubernetes: a small HTTPS server (its own throwaway CA, a bearer token) that implements just what
 the controller and ``park`` call — list and watch (from a resourceVersion, 410 once compacted; the
@@ -14,9 +15,9 @@ Every answer goes out as one write on a TCP_NODELAY socket (one segment, no Nagl
 from __future__ import annotations
 
 import bisect
-import copy
 import ipaddress
 import json
+import os
 import re
 import socket
 import ssl
@@ -64,12 +65,12 @@ def apply_status(
     merges list-maps (sigs.k8s.io/structured-merge-diff v4 ``merge/update.go``): each applied entry's
     fields are set, every other entry and field is kept, and a field this manager applied before and
     omits now is removed (``owned``: what it owned; returns the new status and what it owns now)."""
-    result = copy.deepcopy(status)
+    result = json_copy(status)
     now_owned: set[Path_] = set()
     for field, value in applied.items():
         key = LIST_MAPS.get(field)
         if key is None:
-            result[field] = copy.deepcopy(value)
+            result[field] = json_copy(value)
             now_owned.add((field, "", ""))
             continue
         entries = result.setdefault(field, [])
@@ -79,7 +80,7 @@ def apply_status(
                 found = {key: item[key]}
                 entries.append(found)
             for name, part in item.items():
-                found[name] = copy.deepcopy(part)
+                found[name] = json_copy(part)
                 now_owned.add((field, str(item[key]), name))
     for field, item_key, name in owned - now_owned:
         if not item_key:
@@ -91,10 +92,17 @@ def apply_status(
     return result, now_owned
 
 
+def json_copy(document: Any) -> Any:
+    """A copy of a JSON document (every object here is one): a JSON round trip, several times
+    cheaper than ``copy.deepcopy``, so that the fake's own copying does not weigh on what the
+    benchmark measures (benchmarks/k8s_controller.py runs the fake in the controller's process)."""
+    return json.loads(json.dumps(document))
+
+
 def merge(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -144,7 +152,8 @@ class FakeApiServer:
         self.lock = threading.Condition()
         self.version = 0
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.history: list[tuple[int, str, str, dict[str, Any]]] = []  # (version, type, resource, object)
+        # (version, type, resource, the watch event's line): encoded once, however many watch it
+        self.history: list[tuple[int, str, str, bytes]] = []
         self.compacted = 0  # watches from before this version answer 410
         self.cut = False  # the next ended watches end mid-chunk (cut_watches)
         self.generation = 0  # bumped by drop_watches: open watches end
@@ -168,6 +177,24 @@ class FakeApiServer:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
+    def address(self) -> tuple[str, str, str]:
+        """(url, token file, CA file): what a client needs, as one call (the process form's proxy
+        forwards methods only)."""
+        return self.url, str(self.token_file), str(self.ca_file)
+
+    def pid(self) -> int:
+        """The process serving (the benchmark reads its CPU)."""
+        return os.getpid()
+
+    def patch_count(self) -> int:
+        with self.lock:
+            return len(self.patches)
+
+    def patches_after(self, start: int) -> list[tuple[float, str, dict[str, Any]]]:
+        """The patches received since the first ``start``: (monotonic time, path, body) each."""
+        with self.lock:
+            return list(self.patches[start:])
+
     def close(self) -> None:
         self.drop_watches()
         self.server.shutdown()
@@ -178,14 +205,14 @@ class FakeApiServer:
     def put(self, resource: str, document: dict[str, Any], *, kind: str | None = None) -> dict[str, Any]:
         """Create or replace an object; returns it as stored (with uid and resourceVersion)."""
         with self.lock:
-            stored = copy.deepcopy(document)
+            stored = json_copy(document)
             meta = stored.setdefault("metadata", {})
             key = (resource, str(meta.get("namespace", "")), str(meta["name"]))
             meta.setdefault(
                 "uid", self.objects.get(key, {}).get("metadata", {}).get("uid") or str(uuid.uuid4())
             )
             self._store(resource, key, stored, kind or ("MODIFIED" if key in self.objects else "ADDED"))
-            return copy.deepcopy(stored)
+            return json_copy(stored)
 
     def remove(self, resource: str, namespace: str, name: str) -> None:
         with self.lock:
@@ -194,7 +221,7 @@ class FakeApiServer:
 
     def get(self, resource: str, namespace: str, name: str) -> dict[str, Any]:
         with self.lock:
-            return copy.deepcopy(self.objects[(resource, namespace, name)])
+            return json_copy(self.objects[(resource, namespace, name)])
 
     def fail(self, method: str, path_part: str, status: int, times: int = 1) -> None:
         """Answer the next ``times`` requests of ``method`` whose path contains ``path_part`` with
@@ -231,7 +258,8 @@ class FakeApiServer:
         self._record(kind, resource, stored)
 
     def _record(self, kind: str, resource: str, stored: dict[str, Any]) -> None:
-        self.history.append((self.version, kind, resource, copy.deepcopy(stored)))
+        line = json.dumps({"type": kind, "object": stored}).encode() + b"\n"
+        self.history.append((self.version, kind, resource, line))
         for observer in self.observers:
             observer(resource, kind, stored)
         self.lock.notify_all()
@@ -272,8 +300,11 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
+        self._send_encoded(status, json.dumps(body))
+
+    def _send_encoded(self, status: int, body: str) -> None:
         """The status line, headers and body in one write: one TCP segment for a small answer."""
-        data = json.dumps(body).encode()
+        data = body.encode()
         head = (
             f"HTTP/1.1 {status} {self.responses.get(status, ('',))[0]}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
@@ -359,9 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
                         return
                     fake.lock.wait(0.5)
                     continue
-            lines = b"".join(
-                json.dumps({"type": kind, "object": obj}).encode() + b"\n" for _, kind, _, obj in pending
-            )
+            lines = b"".join(line for _, _, _, line in pending)
             seen = pending[-1][0]
             self.wfile.write(f"{len(lines):x}\r\n".encode() + lines + b"\r\n")
             self.wfile.flush()
@@ -401,8 +430,8 @@ class _Handler(BaseHTTPRequestHandler):
             )
             fake.patches.append((time.monotonic(), self.path, body))
             fake._store(resource, key, updated, "MODIFIED")
-            answer = copy.deepcopy(updated)
-        self._send(200, answer)
+            answer = json.dumps(updated)  # under the lock: the object as this patch left it
+        self._send_encoded(200, answer)
 
     def _apply(
         self, resource: str, key: tuple[str, str, str], match: dict[str, Any], body: dict[str, Any],
@@ -424,7 +453,7 @@ class _Handler(BaseHTTPRequestHandler):
         updated = {**current, "status": status}
         fake.patches.append((time.monotonic(), self.path, body))
         fake._store(resource, key, updated, "MODIFIED")
-        self._send(200, copy.deepcopy(updated))
+        self._send_encoded(200, json.dumps(updated))
 
     def do_POST(self) -> None:
         if not self._authorised() or (route := self._route()) is None:
