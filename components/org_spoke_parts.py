@@ -198,10 +198,13 @@ def spoke_parts(args: SpokeArgs) -> list[Part]:
         *_forwarding(args),
         _spoke_role(args),
         _launch_guard(args),
-        LayerPart("Dependencies", spoke_name(args, "dependencies")),
     ]
-    if args.sweep == "spoke":
-        parts += [*_deadline(args), *_sweep(args)]
+    if args.sweep == "spoke":  # a central spoke runs no function: no layer, no code to read
+        parts += [
+            LayerPart("Dependencies", spoke_name(args, "dependencies")),
+            *_deadline(args),
+            *_sweep(args),
+        ]
     return parts
 
 

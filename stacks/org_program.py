@@ -99,8 +99,21 @@ def build_organisation(config: StackConfig, guardrails: Guardrails) -> OrgHub:
 def build_stack_set(
     config: StackConfig, organisation: OrganisationConfig, hub: OrgHub, tags: dict[str, str]
 ) -> OrgSpokeStackSet:
-    """The code buckets in every spoke region, filled with the hub's archives, then the StackSet
-    reading them: its instances wait for the code (a function cannot be created without it)."""
+    """With ``sweep: spoke``, the code buckets in every spoke region, filled with the hub's archives,
+    then the StackSet reading them: its instances wait for the code (a function cannot be created
+    without it). A central spoke runs no function, so it reads no code and no bucket is made."""
+    template = TemplateArgs(spoke_args(config, organisation), organisation.code_bucket_prefix, tags)
+    if organisation.sweep != "spoke":
+        return OrgSpokeStackSet(
+            "spokes",
+            OrgSpokeStackSetArgs(
+                template=template,
+                organizational_units=organisation.organizational_units,
+                regions=organisation.regions,
+                tags=tags,
+            ),
+            opts=pulumi.ResourceOptions(depends_on=[hub]),
+        )
     code = OrgCodeBuckets(
         "spoke-code",
         OrgCodeBucketsArgs(
@@ -116,7 +129,7 @@ def build_stack_set(
     return OrgSpokeStackSet(
         "spokes",
         OrgSpokeStackSetArgs(
-            template=TemplateArgs(spoke_args(config, organisation), organisation.code_bucket_prefix, tags),
+            template=template,
             organizational_units=organisation.organizational_units,
             regions=organisation.regions,
             tags=tags,

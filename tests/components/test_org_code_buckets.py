@@ -40,8 +40,9 @@ MEMBER_ROLE = "arn:aws:iam::222222222222:role/stacksets-exec-0123456789abcdef"
 
 
 @functools.cache
-def hub_run(sweep: str = "central") -> OfflineRun:
-    """The hub stack as Pulumi.org.yaml declares it, with a StackSet in three regions."""
+def hub_run(sweep: str = "spoke") -> OfflineRun:
+    """The hub stack as Pulumi.org.yaml declares it, with a StackSet in three regions whose spokes
+    run their own functions (``sweep: spoke``): the only form that reads code."""
     return org_run(org_config(spokes="stackset", sweep=sweep, regions=REGIONS))
 
 
@@ -122,8 +123,6 @@ def test_parliament_finds_nothing_wrong_with_the_bucket_policy_and_would_notice_
 
 
 def test_the_uploaded_objects_are_what_the_template_reads_in_every_region() -> None:
-    # sweep: spoke, whose spokes run the deadline and the sweep; a central spoke runs no function
-    # (the hub keeps the deadlines, docs/organisation.md) and reads only the layer.
     run = hub_run("spoke")
     template = stack_set_template(run)
     code = [
@@ -204,3 +203,11 @@ def test_the_stacks_form_declares_no_code_bucket() -> None:
     # each spoke's functions take their archives from Pulumi directly (components/org_spoke.py)
     assert not run.of_type(BUCKET)
     assert not run.of_type("parkbrake:org:CodeBuckets")
+
+
+def test_central_spokes_run_no_function_so_no_code_bucket_is_made() -> None:
+    run = hub_run("central")
+    template = stack_set_template(run)
+    kinds = {resource["Type"] for resource in template["Resources"].values()}
+    assert run.of_type(BUCKET) == []
+    assert not kinds & {"AWS::Lambda::Function", "AWS::Lambda::LayerVersion"}
