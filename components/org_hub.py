@@ -150,15 +150,11 @@ class OrgHub(pulumi.ComponentResource):
         )
         if args.meter_function_name is not None:
             self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
+        meter = [args.meter_function_name] if args.meter_function_name is not None else []
+        for role_name in [*meter, *args.member_account_roles]:  # "meter-reads-spokes", "budget-…"
+            guardrail = role_name.removeprefix(f"{names.prefix(args.stack)}-")
             aws.iam.RolePolicy(
-                "meter-reads-spokes", role=args.meter_function_name, policy=spokes_reader, opts=child_of(self)
-            )
-        for role_name in args.member_account_roles:
-            aws.iam.RolePolicy(
-                f"{role_name.removeprefix(names.prefix(args.stack) + '-')}-reads-spokes",
-                role=role_name,
-                policy=spokes_reader,
-                opts=child_of(self),
+                f"{guardrail}-reads-spokes", role=role_name, policy=spokes_reader, opts=child_of(self)
             )
         if args.sweep == "central":
             aws.iam.RolePolicy(

@@ -220,7 +220,6 @@ def launch(
     pool, capacity = event.pool, event.capacity
     ssm = clients("ssm", region)
     parked = is_parked(ssm, stack)
-    organisation = organisation_parked(ssm, region)
     closed = closure(event, ssm, now) if honour_calendar else None
     autoscaling = clients("autoscaling", region)
     state = read_pool(autoscaling, clients("ec2", region), stack=stack, pool=pool, settings=settings)
@@ -228,15 +227,9 @@ def launch(
     target = state.max_size if capacity is None else min(capacity, state.max_size)
     usd_per_hour = load_price_table().instance(state.instance_type).usd_per_hour
     decision = decide_launch(
-        state,
-        parked=parked,
-        target=target,
-        usd_per_hour=usd_per_hour,
-        gate=gate,
-        now=now,
-        closed=closed,
-        organisation_parked=organisation,
-    )
+        state, parked=parked, target=target, usd_per_hour=usd_per_hour, gate=gate, now=now, closed=closed,
+        organisation_parked=organisation_parked(ssm, region),
+    )  # fmt: skip
     if decision.refusal is not None:
         log.warning("refused to start pool %s: %s: %s", pool, decision.refusal.kind, decision.refusal.reason)
         if not dry_run:
