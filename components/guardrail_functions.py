@@ -94,9 +94,10 @@ class GuardrailsArgs:
     # An organisation's hub only: what its guardrails read besides the settings table (where the
     # central sweep finds the spokes: PARKBRAKE_SPOKES_PARAMETER).
     hub_environment: Mapping[str, str] = field(default_factory=dict)
-    # The hub's meter only, besides: where it learns its member accounts (PARKBRAKE_SPOKES_PARAMETER
-    # in either sweep form; the reaper has it only with sweep: central, which it means).
-    meter_environment: Mapping[str, str] = field(default_factory=dict)
+    # The hub's meter, budget and reconciler only, besides: where they learn their member accounts
+    # (PARKBRAKE_SPOKES_PARAMETER in either sweep form; the reaper has it only with sweep: central,
+    # which it means to the reaper).
+    member_accounts_environment: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ BUDGET = Function(
 )
 RECONCILER = Function("reconciler", timeout_s=300, uses_database=True)
 FUNCTIONS = (REAPER, DEADLINE, LAUNCHER, METER, BUDGET, RECONCILER)
+# A hub's guardrails that act in the member accounts whatever the sweep (lambdas/aws/spoke_list.py).
+LEARN_MEMBER_ACCOUNTS = (METER, BUDGET, RECONCILER)
 
 
 def deployed_functions(args: GuardrailsArgs) -> list[Function]:
@@ -500,8 +503,8 @@ class Guardrails(pulumi.ComponentResource):
         # outside it, so a network or database outage can never silence them.
         database = database if function.uses_database else None
         variables = dict(environment)
-        if function is METER:
-            variables.update(args.meter_environment)
+        if function in LEARN_MEMBER_ACCOUNTS:
+            variables.update(args.member_accounts_environment)
         if database is not None:
             variables.update(self._database_variables(database))
             permissions.append(

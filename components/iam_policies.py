@@ -353,6 +353,13 @@ def launcher_policy(grants: Grants) -> PolicyDocument:
                 grants.arn("ssm", f"parameter{names.calendar_parameter(grants.stack)}"),
             ],
         ),
+        # The organisation's park switches in the account, found under /parkbrake (a member account's
+        # stack is not told which hub deploys its spokes there: lambdas.engines.launching).
+        statement(
+            "ReadOrganisationParkSwitches",
+            ["ssm:GetParametersByPath"],
+            [grants.arn("ssm", "parameter/parkbrake"), grants.arn("ssm", "parameter/parkbrake/*")],
+        ),
         statement(
             "DescribePool",
             [

@@ -53,6 +53,9 @@ class OrgHubArgs:
     # What the sweep reads to find the spokes: the form, the roles (stacks) or the OUs (stackset).
     spokes: Mapping[str, Any]
     tags: Mapping[str, str]
+    # Besides the meter, the ledger's guardrails that act in the member accounts, by role name (the
+    # budget's stops, the reconciler's listing): they read the spokes as the meter does.
+    member_account_roles: Sequence[str] = ()
 
 
 def bus_policy(bus_arn: str, org_id: str) -> dict[str, Any]:
@@ -149,7 +152,8 @@ class OrgHub(pulumi.ComponentResource):
         region = aws.get_region_output(opts=pulumi.InvokeOutputOptions(parent=self))
         form = str(args.spokes.get("form", "stacks"))
         # The spokes' roles, their parameter and (StackSet) the OUs' accounts: the reaper's with the
-        # central sweep; always the meter's, which reads member accounts' hosts and learns the accounts.
+        # central sweep; always the meter's, the budget's and the reconciler's, which act in the member
+        # accounts and learn them.
         spokes_reader = pulumi.Output.all(partition, region.region, identity.account_id).apply(
             lambda known: json.dumps(
                 central_sweep_policy(args.stack, args.org_id, known[0], form, (known[1], known[2]))
@@ -157,8 +161,11 @@ class OrgHub(pulumi.ComponentResource):
         )
         if args.meter_function_name is not None:
             self._meter_rule(args.stack, args.meter_function_name, bus, partition, tags)
+        meter = [args.meter_function_name] if args.meter_function_name is not None else []
+        for role_name in [*meter, *args.member_account_roles]:  # "meter-reads-spokes", "budget-…"
+            guardrail = role_name.removeprefix(f"{names.prefix(args.stack)}-")
             aws.iam.RolePolicy(
-                "meter-reads-spokes", role=args.meter_function_name, policy=spokes_reader, opts=child_of(self)
+                f"{guardrail}-reads-spokes", role=role_name, policy=spokes_reader, opts=child_of(self)
             )
         if args.sweep == "central":
             self._central(args, bus, partition, tags, spokes_reader)

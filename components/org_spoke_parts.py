@@ -187,9 +187,8 @@ def hub_roles_pattern(args: SpokeArgs) -> str:
 
 
 def launch_guard_parameter(args: SpokeArgs) -> str:
-    """The spoke's park switch: not the hub's ``/parkbrake/<stack>/parked``, which the hub account
-    already holds in the hub region when it is in the OU."""
-    return f"/parkbrake/{args.stack}/spoke-{args.region}/parked"
+    """The spoke's park switch (guardrails/names.py), which every launcher in its account reads."""
+    return names.spoke_park_parameter(args.stack, args.region)
 
 
 def spoke_parts(args: SpokeArgs) -> list[Part]:

@@ -1,6 +1,7 @@
 """The nightly launcher's decision: start a pool's hosts, or refuse and say why.
 
-Refusals, in the order they are checked: the stack is parked; the day is closed in the stack's
+Refusals, in the order they are checked: the stack is parked, or an organisation's hub parked its
+account; the day is closed in the stack's
 calendar of closed days; the pool is already at the capacity asked for; the ledger does not admit the hosts (the tenant's remaining budget cannot cover them
 running up to their cap). An admission reserves that money until the hosts' `running` events claim
 it, so two launches can never both spend the same remainder.
@@ -126,8 +127,11 @@ def decide_launch(
     gate: BudgetGate | None,
     now: datetime,
     closed: str | None = None,
+    organisation_parked: str | None = None,
 ) -> LaunchDecision:
-    """``closed``: why the calendar closes the day of this start (None: open, or no calendar)."""
+    """``closed``: why the calendar closes the day of this start (None: open, or no calendar);
+    ``organisation_parked``: why an organisation's park switch in the account refuses it (None: off,
+    or no organisation)."""
     start = max(target - pool.desired, 0)
     required = required_cost(start, usd_per_hour, pool.cap)
 
@@ -147,6 +151,8 @@ def decide_launch(
             pool.tenant,
         )
 
+    if organisation_parked is not None and not parked:
+        return decision(Refusal("parked", organisation_parked))
     if (refusal := _not_tonight(pool, parked=parked, closed=closed, start=start, target=target)) is not None:
         return decision(refusal)
     if gate is None:

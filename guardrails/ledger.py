@@ -484,6 +484,7 @@ class Ec2Host:
     launched_ms: int  # LaunchTime: when it last started
     transition_ms: int | None  # when it left running, from StateTransitionReason (None: not said)
     attribution: Attribution | None = None  # as its tags and type say now (None: not known)
+    account: str = ""  # the account it runs in ('' the reconciler's own), as a StateChange names it
 
 
 _TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
@@ -503,7 +504,12 @@ def is_retagged(host: Ec2Host, known: Interval) -> bool:
 
 
 def reconcile(
-    hosts: Iterable[Ec2Host], latest: Mapping[str, Interval], *, now_ms: int, home_region: str
+    hosts: Iterable[Ec2Host],
+    latest: Mapping[str, Interval],
+    *,
+    now_ms: int,
+    home_region: str,
+    unlisted: Collection[tuple[str, str]] = (),
 ) -> list[StateChange]:
     """The events that make the ledger agree with EC2, marked as the reconciler's.
 
@@ -514,31 +520,36 @@ def reconcile(
     whole. A running host whose attribution (``Ec2Host.attribution``) differs from its open
     interval's was retagged: a ``running`` now opens a new interval. Event ids are derived from
     what they repair, so running it again adds nothing. (Only a host's last start is visible in
-    EC2: earlier cycles lost entirely cannot be repaired.)
+    EC2: earlier cycles lost entirely cannot be repaired.) A host in a place EC2 could not be asked
+    (``unlisted``: its interval's account and region, a member account whose role was denied) is
+    not forgotten: nothing is said of it.
     """
     changes: list[StateChange] = []
     described = {host.instance_id for host in hosts}
 
-    def event(host_id: str, region: str, state: str, at_ms: int) -> StateChange:
-        return StateChange(f"reconciler:{host_id}:{state}:{at_ms}", host_id, state, at_ms, region)
+    def event(host_id: str, region: str, state: str, at_ms: int, account: str = "") -> StateChange:
+        return StateChange(f"reconciler:{host_id}:{state}:{at_ms}", host_id, state, at_ms, region, account)
 
     for host in hosts:
         known = latest.get(host.instance_id)
         is_open = known is not None and known.is_open
         unseen_launch = known is None or known.started_ms < host.launched_ms
         stopped_ms = host.transition_ms if host.state in STOP_STATES else None
+        at = host.instance_id, host.region
         if host.state == "running" and not is_open:
-            changes.append(event(host.instance_id, host.region, "running", host.launched_ms))
+            changes.append(event(*at, "running", host.launched_ms, host.account))
         elif host.state == "running" and known is not None and is_retagged(host, known):
             # Retagged while running (no state change, so no event): a new interval from now on.
-            changes.append(event(host.instance_id, host.region, "running", max(now_ms, known.started_ms)))
+            changes.append(event(*at, "running", max(now_ms, known.started_ms), host.account))
         elif stopped_ms is not None and is_open:
-            changes.append(event(host.instance_id, host.region, "stopped", stopped_ms))
+            changes.append(event(*at, "stopped", stopped_ms, host.account))
         elif stopped_ms is not None and unseen_launch and stopped_ms >= host.launched_ms:
-            changes.append(event(host.instance_id, host.region, "running", host.launched_ms))
-            changes.append(event(host.instance_id, host.region, "stopped", stopped_ms))
+            changes.append(event(*at, "running", host.launched_ms, host.account))
+            changes.append(event(*at, "stopped", stopped_ms, host.account))
     for instance_id, interval in sorted(latest.items()):
-        if interval.is_open and instance_id not in described:
+        unasked = (interval.account, interval.attribution.region) in unlisted
+        if interval.is_open and instance_id not in described and not unasked:
             # EC2 forgot the host (terminated over an hour ago): it ran no later than now.
-            changes.append(event(instance_id, home_region, "terminated", max(now_ms, interval.started_ms)))
+            at_ms = max(now_ms, interval.started_ms)
+            changes.append(event(instance_id, home_region, "terminated", at_ms, interval.account))
     return changes

@@ -26,6 +26,14 @@ def park_parameter(stack: str) -> str:
     return f"/parkbrake/{stack}/parked"
 
 
+def spoke_park_parameter(stack: str, region: str) -> str:
+    """The organisation's park switch in a member account and region: written by the spoke of the hub
+    stack ``stack`` from the hub's ``parked`` (components/org_spoke_parts.py), read by every
+    launcher there (lambdas/engines/launching.py). Not ``park_parameter(stack)``, which the hub
+    account already holds in the hub's region when it is in the OU."""
+    return f"/parkbrake/{stack}/spoke-{region}/parked"
+
+
 def calendar_parameter(stack: str) -> str:
     """SSM parameter holding the iCalendar of closed days the nightly starts honour."""
     return f"/parkbrake/{stack}/closed-days"

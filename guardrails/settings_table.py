@@ -264,10 +264,11 @@ WIRED: tuple[Variable, ...] = (
     ),
     Variable(
         SPOKES_PARAMETER,
-        "the organisation's hub: its meter always, its reaper with `sweep: central`",
+        "the organisation's hub: its meter, budget and reconciler always, its reaper with `sweep: central`",
         "the SSM parameter listing the spokes (`/parkbrake/<stack>/spokes`): set, the hub's reaper sweeps every "
         "member account and region through the spoke roles ([organisation.md](organisation.md#the-central-sweep)), "
-        "and the hub's meter takes the events of the spokes' accounts (a StackSet's: its OUs' accounts)",
+        "the hub's meter takes the events of the spokes' accounts (a StackSet's: its OUs' accounts), and its "
+        "budget and reconciler look for hosts there",
         "unset: the reaper sweeps its own account",
         in_lambda_environment=False,  # a hub's only: stacks/program.py's hub_environment sets it
     ),

@@ -14,8 +14,12 @@ from typing import Any
 
 from lambdas.aws.environment import container_settings, default_clients, utc_now
 from lambdas.aws.logs import configure_logging
+from lambdas.aws.spoke_list import SpokeList
 from lambdas.engines.budgeting import GUARDRAIL, BudgetRun, check_budgets
 from lambdas.ledger.store import container_store
+
+# A hub's spokes (the member accounts its budget stops reach), kept by the container as the meter's are.
+CONTAINER_SPOKES = SpokeList()
 
 
 def is_clock_event(event: dict[str, Any]) -> bool:
@@ -35,6 +39,7 @@ def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
         dry_run=event.get("dry_run") is True,
         clock=is_clock_event(event),
         invoked_function_arn=getattr(context, "invoked_function_arn", None),
+        spokes=CONTAINER_SPOKES,
     )
     if run is None:  # the clock found nothing running: no budget was checked
         return BudgetRun().as_dict() | {"idle": True}

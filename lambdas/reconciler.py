@@ -10,11 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from lambdas.aws.environment import container_settings, default_clients, utc_now
+from lambdas.aws.spoke_list import SpokeList
 from lambdas.engines.reconciling import reconcile_ledger
 from lambdas.ledger.store import container_store
+
+# A hub's spokes (the member accounts whose hosts it lists), kept by the container as the meter's are.
+CONTAINER_SPOKES = SpokeList()
 
 
 def handler(event: dict[str, Any], context: object) -> dict[str, Any]:
     now = utc_now()
     settings = container_settings()
-    return reconcile_ledger(store=container_store(), clients=default_clients, settings=settings, now=now)
+    return reconcile_ledger(
+        store=container_store(),
+        clients=default_clients,
+        settings=settings,
+        now=now,
+        invoked_function_arn=getattr(context, "invoked_function_arn", None),
+        spokes=CONTAINER_SPOKES,
+    )

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import base_tags
-from components.guardrail_functions import DEADLINE, METER, REAPER, Guardrails
+from components.guardrail_functions import DEADLINE, LEARN_MEMBER_ACCOUNTS, METER, REAPER, Guardrails
 from components.lambda_archive import CODE_ARCHIVE, DEPENDENCY_LAYER, package_dir
 from components.org_code_buckets import OrgCodeBuckets, OrgCodeBucketsArgs
 from components.org_hub import OrgHub, OrgHubArgs, spoke_roles
@@ -69,6 +69,11 @@ def build_organisation(config: StackConfig, guardrails: Guardrails) -> OrgHub:
             deadline_function_name=names.function_name(config.stack, DEADLINE.guardrail),
             spokes=spokes_document(organisation, config.stack),
             tags=tags,
+            member_account_roles=[
+                names.function_name(config.stack, function.guardrail)
+                for function in LEARN_MEMBER_ACCOUNTS
+                if function is not METER and config.database is not None
+            ],
         ),
         opts=pulumi.ResourceOptions(depends_on=[guardrails]),
     )

@@ -286,16 +286,17 @@ def hub_environment(config: StackConfig) -> dict[str, str]:
         environment[settings.SPOKES_PARAMETER] = spokes_parameter(config.stack)
     if organisation.spokes == "stacks":
         # The meter takes the listed accounts' events; a StackSet's accounts join their OU later and
-        # are not known here: the meter learns them from the spokes parameter (hub_meter_environment).
+        # are not known here: the meter, budget and reconciler learn them from the spokes parameter
+        # (hub_member_accounts_environment).
         members = sorted({placement.account_id for placement in organisation.placements()})
         environment[settings.MEMBER_ACCOUNTS] = ",".join(members)
     return environment
 
 
-def hub_meter_environment(config: StackConfig) -> dict[str, str]:
-    """The hub's meter learns its member accounts from the spokes parameter, in either form: with
-    ``spokes: stackset`` that is the only way, as accounts join the OUs after the deploy
-    (lambdas/aws/spoke_list.py)."""
+def hub_member_accounts_environment(config: StackConfig) -> dict[str, str]:
+    """The hub's meter, budget and reconciler learn their member accounts from the spokes parameter,
+    in either form: with ``spokes: stackset`` that is the only way, as accounts join the OUs after
+    the deploy (lambdas/aws/spoke_list.py)."""
     if config.organisation is None:
         return {}
     return {settings.SPOKES_PARAMETER: spokes_parameter(config.stack)}
@@ -323,7 +324,7 @@ def _guardrails(
             pool_caps={name: pool.max_runtime for name, pool in config.pools.items()},
             tenants=sorted(config.tenants),
             hub_environment=hub_environment(config),
-            meter_environment=hub_meter_environment(config),
+            member_accounts_environment=hub_member_accounts_environment(config),
             nightly=(
                 NightlyStart(
                     pool=nightly.pool,

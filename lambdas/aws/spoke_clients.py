@@ -1,12 +1,13 @@
 """The hub's reach into the organisation's accounts: the clients of one place (account, region).
 
 A stack's own guardrails act in their own account. The organisation's hub (``PARKBRAKE_MEMBER_ACCOUNTS``
-set, docs/organisation.md) also acts in each member account, through the spoke role that account's
+set, or learned from its spokes parameter: lambdas/aws/spoke_list.py; docs/organisation.md) also acts in each member account, through the spoke role that account's
 spoke stack made for the region (``guardrails.names.spoke_role_arn``), assumed from the hub once per
 account and region and kept for the run (``lambdas.aws.assumed.AccountSessions``: one shared rate,
 credentials that refresh themselves). The meter reads a member account's hosts this way
-(``lambdas.engines.metering``), and a budget stop lists and stops a tenant's hosts in every account
-(``lambdas.engines.budgeting``): one injected function, :data:`PlaceClients`, serves both.
+(``lambdas.engines.metering``), a budget stop lists and stops a tenant's hosts in every account
+(``lambdas.engines.budgeting``) and the reconciler lists every account's hosts
+(``lambdas.engines.reconciling``): one injected function, :data:`PlaceClients`, serves them all.
 """
 
 from __future__ import annotations
@@ -57,12 +58,17 @@ def place_clients_for(settings: Settings, clients: ClientFactory, *, own_account
     return hub_place_clients(clients, stack=settings.require_stack(), own_account=own_account)
 
 
-def guarded_places(settings: Settings, *, own_account: str | None) -> list[tuple[str, str]]:
-    """Every (account, region) the guardrails act in: the own account ('' when it is not known)
-    and each member account, in each of ``settings.regions``."""
+def guarded_places(
+    settings: Settings, *, own_account: str | None, spoke_places: Sequence[tuple[str, str]] = ()
+) -> list[tuple[str, str]]:
+    """Every (account, region) the guardrails act in, once each: the own account ('' when it is not
+    known) and each member account, in each of ``settings.regions``, then every spoke's own place
+    (``lambdas.aws.spoke_list``: a spoke's region need not be the hub's)."""
     own = own_account or OWN_ACCOUNT
     accounts: Sequence[str] = [own, *sorted((settings.member_accounts or frozenset()) - {own})]
-    return [(account, region) for account in accounts for region in settings.regions]
+    places = [(account, region) for account in accounts for region in settings.regions]
+    places += [(own if account == own_account else account, region) for account, region in spoke_places]
+    return list(dict.fromkeys(places))
 
 
 # What acts on a member account's hosts (lists, stops, reads its stacks): its spoke role's. Everything

@@ -1,7 +1,9 @@
 """The organisation's spokes as the hub reads them: its SSM parameter (``PARKBRAKE_SPOKES_PARAMETER``,
 written by components/org_hub.py from stacks/org_program.py's ``spokes_document``), for the central
-sweep (lambdas/engines/org_sweeping.py) and for the hub's meter, which takes the events of the
-spokes' accounts (lambdas/engines/metering.py). One reading serves both.
+sweep (lambdas/engines/org_sweeping.py), for the hub's meter, which takes the events of the
+spokes' accounts (lambdas/engines/metering.py), and for the hub's budget and reconciler, which list
+and stop hosts in them (lambdas/engines/budgeting.py, lambdas/engines/reconciling.py). One reading
+serves them all.
 
 With ``spokes: stacks`` the document lists the role ARN of every account and region,
 ``arn:aws:iam::<account>:role/parkbrake-<stack>-spoke-<region>`` (guardrails/names.py); with
@@ -20,7 +22,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -153,6 +155,40 @@ class SpokeList:
 
     def forget(self) -> None:
         self._places = None
+
+    def known_places(self) -> tuple[tuple[str, str], ...]:
+        """``(account, region)`` of every spoke as last read, without reading (none before the first)."""
+        return tuple((place.account_id, place.region) for place in self._places or ())
+
+
+@dataclass(frozen=True)
+class MemberReach:
+    """What a hub guardrail's own run reaches (the budget's, the reconciler's): ``settings`` with the
+    spokes' accounts among its member accounts, every spoke's ``(account, region)``, and ``error``,
+    one line, when the list could not be read."""
+
+    settings: Settings
+    spoke_places: tuple[tuple[str, str], ...] = ()
+    error: str | None = None
+
+
+def member_reach(settings: Settings, clients: ClientFactory, spokes: SpokeList) -> MemberReach:
+    """The member accounts for a run that no account's event started: with a spokes parameter, its
+    spokes besides the listed ``PARKBRAKE_MEMBER_ACCOUNTS``. A list that cannot be read is the run's
+    error (logged, and the caller withholds its heartbeat); the run goes on with the listed accounts,
+    so the hub's own account and the others are judged all the same."""
+    if settings.spokes_parameter is None:
+        return MemberReach(settings)
+    try:
+        places = spokes.places(settings, clients)
+    except SpokeListError as error:
+        log.error("cannot read the member accounts: %s", error)
+        return MemberReach(settings, error=f"cannot read the member accounts: {error}")
+    learned = frozenset(place.account_id for place in places)
+    return MemberReach(
+        replace(settings, member_accounts=(settings.member_accounts or frozenset()) | learned),
+        tuple((place.account_id, place.region) for place in places),
+    )
 
 
 def with_spoke_accounts(

@@ -59,6 +59,7 @@ from lambdas.aws.spoke_clients import (
     own_place_clients,
     place_clients_for,
 )
+from lambdas.aws.spoke_list import SpokeList, member_reach
 from lambdas.aws.stop_path import SpotAction, stop_hosts
 from lambdas.ledger.store import LedgerStore, container_store
 
@@ -122,10 +123,16 @@ class AwsEnforcer:
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, clients: ClientFactory, *, invoked_function_arn: str | None = None
+        cls,
+        settings: Settings,
+        clients: ClientFactory,
+        *,
+        invoked_function_arn: str | None = None,
+        spoke_places: Sequence[tuple[str, str]] = (),
     ) -> AwsEnforcer:
         """``invoked_function_arn`` (the running Lambda's) locates the budget Lambda the crossing
-        checks invoke; without it (the CLI) no crossing is armed and the one-minute rule decides."""
+        checks invoke; without it (the CLI) no crossing is armed and the one-minute rule decides.
+        ``spoke_places``: a hub's spokes (lambdas.aws.spoke_list), each looked in too."""
         spot_action: SpotAction = "stop" if settings.spot_action == "stop" else "terminate"
         crossing = None
         if invoked_function_arn and settings.stack and settings.scheduler_role_arn:
@@ -141,9 +148,22 @@ class AwsEnforcer:
             topic_arn=settings.sns_topic_arn,
             spot_action=spot_action,
             crossing=crossing,
-            places=guarded_places(settings, own_account=own_account),
+            places=guarded_places(settings, own_account=own_account, spoke_places=spoke_places),
             place_clients=place_clients_for(settings, clients, own_account=own_account),
         )
+
+    def any_managed_host_running(self) -> bool:
+        """Whether a managed accelerator host runs in any place; a failed listing counts as yes, so
+        an EC2 error (or a spoke role denied) never skips the budget check."""
+        try:
+            return any(
+                host.managed
+                for account, region in self._places
+                for host in list_hosts(self._place_clients(account, region)("ec2", region), region)
+            )
+        except Exception:
+            log.exception("could not list the running hosts; checking the budgets anyway")
+            return True
 
     @property
     def arms_crossings(self) -> bool:
@@ -461,16 +481,6 @@ def gate_from_environment(
     )
 
 
-def any_managed_host_running(regions: Sequence[str], clients: ClientFactory) -> bool:
-    """Whether a managed accelerator host runs in any guarded region; a failed listing counts as yes,
-    so an EC2 error never skips the budget check."""
-    try:
-        return any(host.managed for region in regions for host in list_hosts(clients("ec2", region), region))
-    except Exception:
-        log.exception("could not list the running hosts; checking the budgets anyway")
-        return True
-
-
 def check_budgets(
     *,
     settings: Settings,
@@ -481,11 +491,19 @@ def check_budgets(
     dry_run: bool = False,
     clock: bool = False,
     invoked_function_arn: str | None = None,
+    spokes: SpokeList | None = None,
 ) -> BudgetRun | None:
     """The budget Lambda's run over every tenant (or ``tenants``); ``store`` is opened only when the
     budgets are checked. With ``clock`` (the one-minute rule's own event) and no managed accelerator
-    host running, nothing is checked: None. The heartbeat is recorded after a run without errors."""
-    if clock and not any_managed_host_running(settings.regions, clients):
+    host running, nothing is checked: None. The heartbeat is recorded after a run without errors.
+    A hub's (``settings.spokes_parameter``) looks in its spokes' accounts too, learned as the meter
+    learns them (``spokes``: the container's list, a fresh one by default); a list it cannot read is
+    an error of the run, which still judges the hub's own account and the listed ones."""
+    reach = member_reach(settings, clients, spokes or SpokeList())
+    enforcer = AwsEnforcer.from_settings(
+        reach.settings, clients, invoked_function_arn=invoked_function_arn, spoke_places=reach.spoke_places
+    )
+    if clock and reach.error is None and not enforcer.any_managed_host_running():
         log.info("no managed accelerator host runs: the budgets cannot move, the database is left to sleep")
         heartbeat.record_success(
             GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
@@ -493,12 +511,14 @@ def check_budgets(
         return None
     run = enforce_budgets(
         store(),
-        AwsEnforcer.from_settings(settings, clients, invoked_function_arn=invoked_function_arn),
+        enforcer,
         now=now,
         default_cap=settings.default_max_runtime,
         tenants=tenants,
         dry_run=dry_run,
     )
+    if reach.error is not None:
+        run.errors.append({"action": "list-spokes", "error": reach.error})
     if run.errors:
         log.error("budget run finished with errors: %s", run.errors)
     else:

@@ -506,9 +506,8 @@ def meter_event(
     their list: ``spokes`` is the container's, a fresh one by default) reads member accounts' hosts
     through their spoke roles (``lambdas.aws.spoke_clients``), unless ``place_clients`` is given."""
     own_account = account_of_arn(invoked_function_arn)
-    settings = with_spoke_accounts(
-        settings, clients, spokes or SpokeList(), account=change.account, own_account=own_account
-    )
+    spokes = spokes or SpokeList()
+    settings = with_spoke_accounts(settings, clients, spokes, account=change.account, own_account=own_account)
     if (refused := refusal_of(change, settings=settings, own_account=own_account)) is not None:
         log.error("refused: %s", refused)
         return {"refused": refused}
@@ -531,7 +530,12 @@ def meter_event(
     if result.tenants:
         run = budgeting.enforce_budgets(
             store,
-            budgeting.AwsEnforcer.from_settings(settings, clients, invoked_function_arn=invoked_function_arn),
+            budgeting.AwsEnforcer.from_settings(
+                settings,
+                clients,
+                invoked_function_arn=invoked_function_arn,
+                spoke_places=spokes.known_places(),
+            ),
             now=now,
             default_cap=settings.default_max_runtime,
             tenants=sorted(result.tenants),

@@ -19,6 +19,7 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -30,7 +31,18 @@ from guardrails.pricing import PriceTable, load_price_table
 from guardrails.settings import Settings
 from guardrails.spot_prices import SpotPrice, history_start_ms, spot_changes
 from lambdas.aws import heartbeat
+from lambdas.aws.assumed import AssumeFailed
 from lambdas.aws.environment import ClientFactory
+from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.aws.spoke_clients import (
+    OWN_ACCOUNT,
+    PlaceClients,
+    account_of_arn,
+    guarded_places,
+    own_place_clients,
+    place_clients_for,
+)
+from lambdas.aws.spoke_list import SpokeList, member_reach
 from lambdas.engines import metering
 from lambdas.ledger.attributions import waiting_stops, waiting_stops_line
 from lambdas.ledger.closes import close_after_grace
@@ -43,37 +55,93 @@ GUARDRAIL = "reconciler"
 WATCHED_STATES = ["running", "stopping", "stopped", "shutting-down", "terminated"]
 
 
-def accelerator_hosts(clients: ClientFactory, *, settings: Settings, prices: PriceTable) -> list[Ec2Host]:
-    """Every accelerator host EC2 describes in the guarded regions (terminated ones stay about an
-    hour), attributed as the meter attributes it."""
+def accelerator_hosts(
+    clients: ClientFactory, *, settings: Settings, prices: PriceTable, reach: Reach | None = None
+) -> list[Ec2Host]:
+    """Every accelerator host EC2 describes in the guarded places (terminated ones stay about an
+    hour), attributed as the meter attributes it. Without ``reach``, the own account's regions; with
+    it, each of its places through its clients, and a member account's place that cannot be listed
+    (its spoke role missing or denied) is in ``reach.failed``, the others listed all the same."""
+    reach = reach or Reach.own(settings, clients)
     hosts = []
-    for region in settings.regions:
-        ec2 = clients("ec2", region)
-        pages = ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": "instance-state-name", "Values": WATCHED_STATES}]
-        )
-        instances = [
-            instance
-            for page in pages
-            for reservation in page["Reservations"]
-            for instance in reservation["Instances"]
-            if is_accelerator(instance["InstanceType"])
-        ]
-        attributions = metering.attribute_instances(
-            instances, region=region, prices=prices, settings=settings, ec2=ec2
-        )
-        hosts += [
-            Ec2Host(
-                instance["InstanceId"],
-                region,
-                instance["State"]["Name"],
-                to_ms(instance["LaunchTime"]),
-                transition_ms(instance.get("StateTransitionReason", "")),
-                attributions.get(instance["InstanceId"]),
-            )
-            for instance in instances
-        ]
+    for account, region in reach.places:
+        try:
+            hosts += _hosts_in(reach.place_clients(account, region)("ec2", region), account, region,
+                               settings=settings, prices=prices)  # fmt: skip
+        except (AssumeFailed, *AWS_ERRORS) as error:
+            if account in (OWN_ACCOUNT, reach.own_account):
+                raise  # the hub's own EC2 failing fails the run, as it always has
+            why = str(error) if isinstance(error, AssumeFailed) else describe_error(error)
+            log.error("cannot list the hosts of %s/%s: %s", account, region, why)
+            reach.failed[(account, region)] = why
     return hosts
+
+
+def _hosts_in(
+    ec2: Any, account: str, region: str, *, settings: Settings, prices: PriceTable
+) -> list[Ec2Host]:
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": WATCHED_STATES}]
+    )
+    instances = [
+        instance
+        for page in pages
+        for reservation in page["Reservations"]
+        for instance in reservation["Instances"]
+        if is_accelerator(instance["InstanceType"])
+    ]
+    attributions = metering.attribute_instances(
+        instances, region=region, prices=prices, settings=settings, ec2=ec2
+    )
+    return [
+        Ec2Host(
+            instance["InstanceId"],
+            region,
+            instance["State"]["Name"],
+            to_ms(instance["LaunchTime"]),
+            transition_ms(instance.get("StateTransitionReason", "")),
+            attributions.get(instance["InstanceId"]),
+            account,
+        )
+        for instance in instances
+    ]
+
+
+@dataclass
+class Reach:
+    """Where the reconciler lists hosts: every (account, region) it guards, the clients of each, and
+    the places that could not be listed this run (place: why)."""
+
+    settings: Settings
+    places: list[tuple[str, str]]
+    place_clients: PlaceClients
+    own_account: str | None = None
+    error: str | None = None  # the spokes list could not be read
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @classmethod
+    def own(cls, settings: Settings, clients: ClientFactory) -> Reach:
+        return cls(
+            settings, [(OWN_ACCOUNT, region) for region in settings.regions], own_place_clients(clients)
+        )
+
+    @classmethod
+    def of(
+        cls, settings: Settings, clients: ClientFactory, spokes: SpokeList, *, own_account: str | None
+    ) -> Reach:
+        """A hub's: its listed member accounts and its spokes (lambdas.aws.spoke_list), else its own."""
+        members = member_reach(settings, clients, spokes)
+        known = members.settings
+        places = guarded_places(known, own_account=own_account, spoke_places=members.spoke_places)
+        reach = place_clients_for(known, clients, own_account=own_account)
+        return cls(known, places, reach, own_account, members.error)
+
+    def errors(self) -> list[dict[str, str]]:
+        listing = [{"action": "list-spokes", "error": self.error}] if self.error else []
+        return listing + [
+            {"action": "list", "place": f"{account}/{region}", "error": why}
+            for (account, region), why in sorted(self.failed.items())
+        ]
 
 
 def load_spot_prices(store: LedgerStore, clients: ClientFactory, hosts: Sequence[Ec2Host]) -> int:
@@ -120,14 +188,22 @@ def load_spot_prices(store: LedgerStore, clients: ClientFactory, hosts: Sequence
 
 
 def run_reconciler(
-    *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    now: datetime,
+    reach: Reach | None = None,
 ) -> dict[str, Any]:
     prices = load_price_table()
-    hosts = accelerator_hosts(clients, settings=settings, prices=prices)
+    reach = reach or Reach.own(settings, clients)
+    hosts = accelerator_hosts(clients, settings=settings, prices=prices, reach=reach)
     latest = store.latest_intervals([host.instance_id for host in hosts])
-    repairs = reconcile(hosts, latest, now_ms=to_ms(now), home_region=settings.regions[0])
+    repairs = reconcile(
+        hosts, latest, now_ms=to_ms(now), home_region=settings.regions[0], unlisted=reach.failed
+    )
     result = metering.meter(repairs, store=store, clients=clients, settings=settings, received_at=now,
-                         source=GUARDRAIL, prices=prices)  # fmt: skip
+                         source=GUARDRAIL, prices=prices, place_clients=reach.place_clients)  # fmt: skip
     for note in result.unattributed + result.skipped:
         log.warning("reconciler could not repair: %s", note)
     heartbeat.count_action(GUARDRAIL, "repair", "missing-event", result.inserted)
@@ -164,12 +240,24 @@ def stack_budgets_step(
 
 
 def reconcile_ledger(
-    *, store: LedgerStore, clients: ClientFactory, settings: Settings, now: datetime
+    *,
+    store: LedgerStore,
+    clients: ClientFactory,
+    settings: Settings,
+    now: datetime,
+    invoked_function_arn: str | None = None,
+    spokes: SpokeList | None = None,
 ) -> dict[str, Any]:
     """The reconciler Lambda's run: :func:`run_reconciler`, then alerts about hosts that started with
     no price and about usage metered for no tenant, then the heartbeat (a failure before it raises,
-    and the heartbeat's alarm pages)."""
-    outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now)
+    and the heartbeat's alarm pages). A hub's reconciler lists its member accounts' hosts too, the
+    accounts learned as the meter learns them (``spokes``: the container's list); a list it cannot
+    read, or a member account it cannot list, is an error of the run and withholds the heartbeat."""
+    reach = Reach.of(
+        settings, clients, spokes or SpokeList(), own_account=account_of_arn(invoked_function_arn)
+    )
+    settings = reach.settings
+    outcome = run_reconciler(store=store, clients=clients, settings=settings, now=now, reach=reach)
     outcome["stack_budgets"], budget_errors = stack_budgets_step(store, stack=settings.stack or "", now=now)
     outcome["errors"] = [
         *outcome.get("errors", []),
@@ -185,5 +273,9 @@ def reconcile_ledger(
         outcome["errors"] += metering.alert(
             "stops waiting for their start", waiting_stops_line(stops), settings=settings, clients=clients
         )
-    heartbeat.record_success(GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now)
+    outcome["errors"] += reach.errors()
+    if reach.error is None and not reach.failed:
+        heartbeat.record_success(
+            GUARDRAIL, stack=settings.stack, cloudwatch=clients("cloudwatch", None), now=now
+        )
     return outcome

@@ -86,7 +86,14 @@ def test_what_each_guardrail_may_do_beyond_the_basics() -> None:
     assert sids(GUARDRAIL_POLICIES["budget"](GRANTS)) - basics == stop_path | deadlines | ledger
     assert sids(GUARDRAIL_POLICIES["reconciler"](GRANTS)) - basics == {"DescribeHosts", "ReadDatabaseSecret"}
     # An admission re-arms the tenant's budget crossing check.
-    launcher = {"ReadParkStateAndClosedDays", "DescribePool", "StartNightlyPool", "ReadDatabaseSecret"}
+    # An organisation's park switches in the account: listed under /parkbrake (lambdas.engines.launching).
+    launcher = {
+        "ReadParkStateAndClosedDays",
+        "ReadOrganisationParkSwitches",
+        "DescribePool",
+        "StartNightlyPool",
+        "ReadDatabaseSecret",
+    }
     assert sids(GUARDRAIL_POLICIES["launcher"](GRANTS)) - basics == launcher | deadlines
 
 

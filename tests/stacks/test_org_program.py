@@ -125,34 +125,37 @@ def test_the_hubs_reaper_reads_the_spokes_only_when_it_sweeps_them(sweep: str, e
 
 
 @pytest.mark.parametrize(("spokes", "sweep"), [("stacks", "central"), ("stackset", "spoke")])
-def test_the_hubs_meter_learns_its_accounts_from_the_spokes_and_may_read_and_assume_them(
+def test_the_hubs_meter_budget_and_reconciler_learn_their_accounts_from_the_spokes_and_may_reach_them(
     spokes: str, sweep: str
 ) -> None:
     from tests.components.guardrails_build import environment_of
 
     run = org_run_of(spokes=spokes, sweep=sweep)
-    meter = environment_of(run, "meter")
-    assert meter["PARKBRAKE_SPOKES_PARAMETER"] == "/parkbrake/org/spokes"  # in either form, either sweep
-    members = meter.get("PARKBRAKE_MEMBER_ACCOUNTS")
-    assert members == ("111111111111,222222222222,333333333333" if spokes == "stacks" else None)
     central = "PARKBRAKE_SPOKES_PARAMETER" in environment_of(run, "reaper")
     assert central == (sweep == "central")  # the meter's variable does not make the reaper sweep
-    (grant,) = [
-        r
-        for r in run.resources
-        if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == "meter-reads-spokes"
-    ]
-    statements = {s["Sid"]: s for s in json.loads(grant.inputs["policy"])["Statement"]}
-    assert statements["AssumeSpokeRoles"]["Action"] == ["sts:AssumeRole"]
-    assert statements["AssumeSpokeRoles"]["Resource"] == "arn:aws:iam::*:role/parkbrake-org-spoke-*"
-    assert statements["ReadSpokes"]["Resource"].endswith(":parameter/parkbrake/org/spokes")
-    listing = statements.get("ListSpokeAccounts", {}).get("Action")
-    assert listing == (
-        [
-            "organizations:DescribeOrganization",
-            "organizations:ListAccountsForParent",
-            "organizations:ListOrganizationalUnitsForParent",
+    for guardrail in ("meter", "budget", "reconciler"):
+        environment = environment_of(run, guardrail)
+        # in either form, either sweep
+        assert environment["PARKBRAKE_SPOKES_PARAMETER"] == "/parkbrake/org/spokes", guardrail
+        members = environment.get("PARKBRAKE_MEMBER_ACCOUNTS")
+        assert members == ("111111111111,222222222222,333333333333" if spokes == "stacks" else None)
+        (grant,) = [
+            r
+            for r in run.resources
+            if r.type == "aws:iam/rolePolicy:RolePolicy" and r.name == f"{guardrail}-reads-spokes"
         ]
-        if spokes == "stackset"
-        else None
-    )
+        assert grant.inputs["role"] == f"parkbrake-org-{guardrail}"
+        statements = {s["Sid"]: s for s in json.loads(grant.inputs["policy"])["Statement"]}
+        assert statements["AssumeSpokeRoles"]["Action"] == ["sts:AssumeRole"]
+        assert statements["AssumeSpokeRoles"]["Resource"] == "arn:aws:iam::*:role/parkbrake-org-spoke-*"
+        assert statements["ReadSpokes"]["Resource"].endswith(":parameter/parkbrake/org/spokes")
+        listing = statements.get("ListSpokeAccounts", {}).get("Action")
+        assert listing == (
+            [
+                "organizations:DescribeOrganization",
+                "organizations:ListAccountsForParent",
+                "organizations:ListOrganizationalUnitsForParent",
+            ]
+            if spokes == "stackset"
+            else None
+        )
