@@ -20,6 +20,17 @@ import pulumi_aws as aws
 from components import guardrail_schedules as schedules
 from components.common import child_of, named_child_of, type_token
 from components.guardrail_alerting import GuardrailAlerting, GuardrailAlertingArgs
+from components.guardrail_lambdas import (
+    BUDGET,
+    DEADLINE,
+    FUNCTIONS,
+    LAUNCHER,
+    LEARN_MEMBER_ACCOUNTS,
+    METER,
+    REAPER,
+    RECONCILER,
+    Function,
+)
 from components.guardrail_schedules import NightlyStart
 from components.iam_policies import GUARDRAIL_POLICIES, Grants, decision_bus_policy, trust_policy
 from components.lambda_archive import (
@@ -106,35 +117,6 @@ class DatabaseAccess:
 
     secret_arn: pulumi.Input[str]
     security_group_id: pulumi.Output[str]
-
-
-@dataclass(frozen=True)
-class Function:
-    """One guardrail Lambda, ``lambdas.<guardrail>.handler``, and what its code does with AWS."""
-
-    guardrail: str
-    timeout_s: int
-    stops_hosts: bool = False  # through lambdas.aws.stop_path (the sweep, a deadline already due, budgets)
-    arms_deadlines: bool = False  # creates, moves and deletes per-host deadline schedules
-    starts_pool: bool = False  # sets the nightly pool's desired capacity
-    uses_database: bool = False  # the ledger: runs in the VPC with the database secret
-    # Its clock skips the database while no accelerator host runs, so a parked database can pause.
-    database_while_hosts_run: bool = False
-
-
-# Lambda's maximum: 1.9 times the sweep over 10,000 due hosts in groups measured against moto (465 s:
-# listing 371 s, removals 94 s; docs/guardrails.md, "Removing 10,000 hosts from their groups").
-REAPER = Function("reaper", timeout_s=900, stops_hosts=True, arms_deadlines=True)
-DEADLINE = Function("deadline", timeout_s=60, stops_hosts=True, arms_deadlines=True)
-LAUNCHER = Function("launcher", timeout_s=60, starts_pool=True, uses_database=True)
-METER = Function("meter", timeout_s=60, stops_hosts=True, uses_database=True)
-BUDGET = Function(
-    "budget", timeout_s=120, stops_hosts=True, uses_database=True, database_while_hosts_run=True
-)
-RECONCILER = Function("reconciler", timeout_s=300, uses_database=True)
-FUNCTIONS = (REAPER, DEADLINE, LAUNCHER, METER, BUDGET, RECONCILER)
-# A hub's guardrails that act in the member accounts whatever the sweep (lambdas/aws/spoke_list.py).
-LEARN_MEMBER_ACCOUNTS = (METER, BUDGET, RECONCILER)
 
 
 def deployed_functions(args: GuardrailsArgs) -> list[Function]:

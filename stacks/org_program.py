@@ -14,7 +14,8 @@ import pulumi
 import pulumi_aws as aws
 
 from components.common import base_tags
-from components.guardrail_functions import DEADLINE, LEARN_MEMBER_ACCOUNTS, METER, REAPER, Guardrails
+from components.guardrail_functions import Guardrails
+from components.guardrail_lambdas import DEADLINE, LEARN_MEMBER_ACCOUNTS, METER, REAPER
 from components.lambda_archive import CODE_ARCHIVE, DEPENDENCY_LAYER, package_dir
 from components.org_code_buckets import OrgCodeBuckets, OrgCodeBucketsArgs
 from components.org_hub import OrgHub, OrgHubArgs, spoke_roles

@@ -247,13 +247,9 @@ def launch(
         if gate is not None and decision.reservation_id is not None:
             gate.release(decision.reservation_id, now)
         raise
+    checked = "budget checked" if decision.budget_checked else "budget not checked"
     log.info(
-        "started pool %s: %s desired %d -> %d (%s)",
-        pool,
-        state.group_name,
-        state.desired,
-        target,
-        "budget checked" if decision.budget_checked else "budget not checked",
+        "started pool %s: %s desired %d -> %d (%s)", pool, state.group_name, state.desired, target, checked
     )
     heartbeat.count_action(heartbeat.LAUNCHER, "start", "nightly", decision.start)
     got = await_report(autoscaling, state.group_name, wanted=target, since=since, wait_s=event.report_wait_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from datetime import timedelta
 
-from components.guardrail_functions import FUNCTIONS
+from components.guardrail_lambdas import FUNCTIONS
 from guardrails.settings import settings_from_environment
 from guardrails.settings_table import DATABASE_SECRET_ARN, TUNING, WIRED
 from stacks.config import parse_stack_config

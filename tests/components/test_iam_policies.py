@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from components.guardrail_functions import FUNCTIONS
+from components.guardrail_lambdas import FUNCTIONS
 from components.iam_policies import (
     GUARDRAIL_POLICIES,
     Grants,

@@ -9,7 +9,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from components.guardrail_functions import FUNCTIONS
+from components.guardrail_lambdas import FUNCTIONS
 from components.org_spoke_parts import (
     STATE_CHANGE_DETAIL_TYPE,
     TAG_CHANGE_DETAIL_TYPE,
