@@ -136,7 +136,7 @@ def apply(
         target = schedule_target(settings, extension.actor, host.region)
         arm_deadline(
             clients("scheduler", host.region),
-            stack=settings.require_stack(),
+            group=settings.deadline_schedule_group(),
             instance_id=host.instance_id,
             at=extension.until,
             target_arn=target[0],
