@@ -182,3 +182,19 @@ def _delete(scheduler: Any, group: str, name: str) -> bool:
             raise
         return False
     return True
+
+
+def armed_place(scheduler: Any, *, group: str, instance_id: str) -> HostPlace | None:
+    """The place a host's armed deadline names (a member account's host, armed by the hub), or None:
+    no deadline schedule in ``group``, or one for a host of the group's own account."""
+    try:
+        schedule = scheduler.get_schedule(Name=names.deadline_schedule(instance_id), GroupName=group)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        return None
+    payload = json.loads(schedule.get("Target", {}).get("Input") or "{}")
+    account, region = payload.get("account"), payload.get("region")
+    if isinstance(account, str) and isinstance(region, str) and account and region:
+        return HostPlace(account, region)
+    return None
