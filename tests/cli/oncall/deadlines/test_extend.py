@@ -154,7 +154,10 @@ def test_beyond_the_runtime_ceiling_is_refused_naming_it(clients: ClientFactory)
 def test_an_unknown_instance_is_refused(clients: ClientFactory) -> None:
     result = extend("i-0000000000000dead", "--by", "1h", "--reason", "why not", "--yes")
     assert result.exit_code == 1
-    assert f"i-0000000000000dead: no such instance in {REGION}; check the id and --region (a member account's host: --account)" in result.output
+    assert (
+        f"i-0000000000000dead: no such instance in {REGION}; check the id and --region (a member account's host: --account)"
+        in result.output
+    )
 
 
 def test_an_unmanaged_instance_is_refused(clients: ClientFactory) -> None:
@@ -256,9 +259,12 @@ def test_a_member_hosts_extension_keeps_its_place_in_the_hubs_schedules(clients:
     assert deadline["ScheduleExpression"] == schedule_expression(new_deadline)
     assert json.loads(deadline["Target"]["Input"]) == {"instance_ids": [host], "account": B, "region": REGION}
     assert json.loads(warning["Target"]["Input"]) == {"warn": [host], "account": B, "region": REGION}
-    assert clients("ec2", REGION).describe_instances(Filters=[{"Name": "instance-id", "Values": [host]}])[
-        "Reservations"
-    ] == []  # never the hub's own host
+    assert (
+        clients("ec2", REGION).describe_instances(Filters=[{"Name": "instance-id", "Values": [host]}])[
+            "Reservations"
+        ]
+        == []
+    )  # never the hub's own host
 
 
 def test_account_names_a_member_host_with_no_deadline_armed_yet(clients: ClientFactory) -> None:
@@ -267,6 +273,8 @@ def test_account_names_a_member_host_with_no_deadline_armed_yet(clients: ClientF
     assert result.exit_code == 0, result.output
     payload = json.loads(deadline_schedules(clients)[names.deadline_schedule(host)]["Target"]["Input"])
     assert payload == {"instance_ids": [host], "account": B, "region": REGION}
+    described = ec2.describe_instances(InstanceIds=[host])["Reservations"][0]["Instances"][0]
+    assert tags.EXTENSION_REASON in {t["Key"] for t in described["Tags"]}  # tagged in B
 
 
 @pytest.mark.parametrize("account", ["12345", "12345678901x", "1234567890123"])
