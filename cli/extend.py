@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 
+from cli.oncall.organisation import DEFAULT_ORG_ROLE, member_role_arn
 from cli.options import DURATION, confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
 from guardrails.errors import ParkbrakeError
 from guardrails.settings import REGIONS, STACK
+from lambdas.aws.environment import ClientFactory
 
 
 @click.command()
@@ -30,6 +33,18 @@ from guardrails.settings import REGIONS, STACK
     help="Region(s) to look for the host in [default: PARKBRAKE_REGIONS, else aws:region of "
     "Pulumi.<stack>.yaml here, else AWS_REGION].",
 )
+@click.option(
+    "--account",
+    help="A member account's host with no deadline armed yet: its 12-digit account id (run from the "
+    "hub; the account of an armed deadline is read from it).",
+)
+@click.option(
+    "--org-role",
+    default=DEFAULT_ORG_ROLE,
+    show_default=True,
+    help="A member account's host: the role assumed there to read and tag it (a name, or an ARN "
+    "with {account_id}).",
+)
 @dry_run_option
 @yes_option
 @output_option
@@ -40,6 +55,8 @@ def extend(
     reason: str,
     stack: str,
     regions: str | None,
+    account: str | None,
+    org_role: str,
     dry_run: bool,
     yes: bool,
     output: str,
@@ -63,34 +80,48 @@ def extend(
     chosen = choose_regions(regions, "--region", stack=stack)
     now = datetime.now(UTC)
     environ = {**os.environ, STACK: stack, REGIONS: ",".join(chosen)}
-    extension, host, settings = engine.plan(
+    planned = engine.plan(
         instance_id,
         by=by,
         reason=reason,
         environ=environ,
         clients=default_clients,
         now=now,
+        account=account,
+        member_clients=lambda member, caller: member_account_clients(member, org_role, caller),
     )
+    extension, place = planned.extension, planned.place
     if output == "text":
-        click.echo("\n".join(engine.describe(extension, host, settings)))
+        click.echo("\n".join(engine.describe(extension, planned.host, planned.settings)))
     if dry_run:
-        outcome = engine.ExtendOutcome(extension, host, True, None)
+        outcome = engine.ExtendOutcome(extension, planned.host, True, None, place.account if place else None)
         click.echo(
             json.dumps(outcome.as_dict(), indent=2) if output == "json" else "Dry run: nothing changed."
         )
         return
     confirm_or_abort(f"Extend {instance_id} to {extension.as_dict()['deadline']}?", assume_yes=yes)
-    outcome = engine.apply(extension, host, settings, environ=environ, clients=default_clients, now=now)
-    if output == "json":
-        click.echo(json.dumps(outcome.as_dict(), indent=2))
-    else:
-        warned = outcome.as_dict()["warning_at"]
-        click.echo(
-            f"Extended {instance_id} to {outcome.as_dict()['deadline']}"
-            + (f"; its owner is warned at {warned}." if warned else ".")
-        )
+    outcome = engine.apply(planned, environ=environ, clients=default_clients, now=now)
+    _echo_outcome(outcome.as_dict(), output)
     if outcome.errors:
         raise ParkbrakeError(
             "the extension is recorded on the host, but: "
             + "; ".join(f"{error['action']}: {error['error']}" for error in outcome.errors)
         )
+
+
+def _echo_outcome(outcome: dict[str, Any], output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(outcome, indent=2))
+        return
+    warned = outcome["warning_at"]
+    click.echo(
+        f"Extended {outcome['instance_id']} to {outcome['deadline']}"
+        + (f"; its owner is warned at {warned}." if warned else ".")
+    )
+
+
+def member_account_clients(account: str, role: str, caller_arn: str) -> ClientFactory:
+    """Clients acting in a member account through ``--org-role`` (as ``status --org`` enters one)."""
+    from lambdas.aws.assumed import AccountAccess, AccountSessions
+
+    return AccountSessions().clients(AccountAccess(account, (member_role_arn(role, account, caller_arn),)))

@@ -25,8 +25,9 @@ The parts (docs/organisation.md, "Hub and spokes"):
   the hub (central deadlines, lambdas/engines/deadlines.py). With ``sweep: spoke``, the deadline
   handler on the account's own state and tag changes (a service target in another account, such as
   the hub's Lambda, must be in the rule's region: ``eb-service-cross-account.html``), with what its
-  schedules need: the deadline schedule group, the Scheduler role that invokes the spoke's reaper,
-  and the grants to arm them;
+  schedules need: the spoke's own deadline schedule group (``PARKBRAKE_DEADLINE_GROUP`` in its
+  functions' environment), the Scheduler role that invokes the spoke's reaper, and the grants to arm
+  them in that group only;
 - the launcher's guard: the spoke's park parameter (``/parkbrake/<stack>/spoke-<region>/parked``),
   set from the hub stack's ``parked``, so the organisation's park switch reaches every spoke;
 - the spoke role the hub assumes, trusted by the hub account's ``parkbrake-<stack>-*`` roles only:
@@ -303,8 +304,7 @@ def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -
         statement(
             "DeadlineSchedulesOnly",
             ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"],
-            f"arn:{args.partition}:scheduler:{args.region}:{args.account}:schedule/"
-            f"{names.deadline_schedule_group(args.stack)}/*",
+            f"arn:{args.partition}:scheduler:{args.region}:{args.account}:schedule/{deadline_group(args)}/*",
         ),
         statement(
             "PassSchedulerRole",
@@ -336,6 +336,13 @@ def reaper_arn(args: SpokeArgs) -> str:
     return f"arn:{args.partition}:lambda:{args.region}:{args.account}:function:{spoke_name(args, 'reaper')}"
 
 
+def deadline_group(args: SpokeArgs) -> str:
+    """The spoke's own deadline schedule group (``sweep: spoke``), ``parkbrake-<stack>-spoke-<region>-deadlines``:
+    not the hub's ``parkbrake-<stack>-deadlines``, which the hub account already holds in the hub's region
+    when it is in the OU. Its functions arm there because ``PARKBRAKE_DEADLINE_GROUP`` names it."""
+    return spoke_name(args, "deadlines")
+
+
 def scheduler_role_arn(args: SpokeArgs) -> str:
     return f"arn:{args.partition}:iam::{args.account}:role/{spoke_name(args, 'scheduler')}"
 
@@ -355,13 +362,14 @@ def _function(args: SpokeArgs, logical: str, guardrail: str, timeout_s: int) -> 
             settings.REGIONS: args.region,
             settings.DEADLINE_TARGET_ARN: reaper_arn(args),
             settings.SCHEDULER_ROLE_ARN: scheduler_role_arn(args),
+            settings.DEADLINE_GROUP: deadline_group(args),
         },
     )
 
 
 def _deadline(args: SpokeArgs) -> list[Part]:
-    """``sweep: spoke``'s own deadlines: the handler on the account's state and tag changes, its
-    schedule group (the name the deadline engine arms in, guardrails/names.py), and the role
+    """``sweep: spoke``'s own deadlines: the handler on the account's state and tag changes, its own
+    schedule group (:func:`deadline_group`, which its functions' environment names), and the role
     Scheduler invokes the spoke's reaper as."""
     invoke_reaper = document([statement("InvokeReaper", ["lambda:InvokeFunction"], reaper_arn(args))])
     return [
@@ -372,7 +380,7 @@ def _deadline(args: SpokeArgs) -> list[Part]:
             trust_policy("scheduler.amazonaws.com"),
             invoke_reaper,
         ),
-        ScheduleGroupPart("DeadlineSchedules", names.deadline_schedule_group(args.stack)),
+        ScheduleGroupPart("DeadlineSchedules", deadline_group(args)),
         _function_role(args, "DeadlineRole", "deadline", stops=True),
         _function(args, "Deadline", "deadline", timeout_s=60),
         RulePart(

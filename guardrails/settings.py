@@ -9,11 +9,13 @@ is read (a convention test holds every other module to it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from guardrails import names
 from guardrails import settings_table as table
 from guardrails.durations import DurationError, format_duration, parse_duration
 from guardrails.errors import InputError
@@ -21,6 +23,7 @@ from guardrails.settings_table import (
     DATABASE_SECRET_ARN,
     DATABASE_URL,
     DEADLINE_DEAD_LETTER_ARN,
+    DEADLINE_GROUP,
     DEADLINE_TARGET_ARN,
     DECISION_BUS,
     MEMBER_ACCOUNTS,
@@ -41,6 +44,7 @@ from guardrails.settings_table import (
 )
 from guardrails.tenants import tenant_problem
 
+SCHEDULE_GROUP_NAME = re.compile(r"[0-9a-zA-Z_.-]{1,64}")
 _ROWS = {row.name: row for row in TUNING}
 DEFAULT_MAX_RUNTIME = _ROWS["default_max_runtime"].variable
 MAX_EXEMPTION = _ROWS["max_exemption"].variable
@@ -55,7 +59,7 @@ DEFAULT_SPOT_ACTION = SPOT_ACTIONS[0]
 
 __all__ = [
     "CHAT_WEBHOOK_SECRET_ARN", "DATABASE_SECRET_ARN", "DATABASE_URL", "DEADLINE_DEAD_LETTER_ARN",
-    "DEADLINE_TARGET_ARN", "DECISION_BUS", "DECISION_RETENTION", "DEFAULT_MAX_RUNTIME", "MAX_EXEMPTION",
+    "DEADLINE_GROUP", "DEADLINE_TARGET_ARN", "DECISION_BUS", "DECISION_RETENTION", "DEFAULT_MAX_RUNTIME", "MAX_EXEMPTION",
     "MAX_RUNTIME_CEILING", "MEMBER_ACCOUNTS", "NOTICES_TABLE", "POOL_MAX_RUNTIMES", "REAP_UNTAGGED", "REGIONS",
     "SCHEDULER_ROLE_ARN", "SNS_TOPIC_ARN", "SPOKES_PARAMETER", "SPOT_ACTION", "STACK", "STOPPED_RETENTION", "TENANTS", "TERMINATE_STOPPED",
     "WARN_BEFORE", "Settings", "SettingsError", "Tuning", "aws_region", "configured_regions",
@@ -84,6 +88,9 @@ class Settings(Tuning):
     deadline_target_arn: str | None = None
     scheduler_role_arn: str | None = None
     deadline_dead_letter_arn: str | None = None
+    # The Scheduler group the deadline, warning and crossing schedules live in (None: the stack's own,
+    # names.deadline_schedule_group); a spoke with sweep: spoke names its own (components/org_spoke_parts.py).
+    deadline_group: str | None = None
     notices_table: str | None = None
     decision_bus: str | None = None
     # The stack's declared tenants (None: not told, so any valid tenant name): guardrails/tenants.py.
@@ -98,6 +105,11 @@ class Settings(Tuning):
         if not self.stack:
             raise SettingsError([f"{STACK}: not set; name the Pulumi stack whose guardrails these are"])
         return self.stack
+
+    def deadline_schedule_group(self) -> str:
+        """Where this guardrail arms, moves and deletes its one-time schedules: ``PARKBRAKE_DEADLINE_GROUP``,
+        else the stack's own group (which needs the stack)."""
+        return self.deadline_group or names.deadline_schedule_group(self.require_stack())
 
 
 def settings_from_environment(environ: Mapping[str, str]) -> Settings:
@@ -139,6 +151,7 @@ def settings_from_environment(environ: Mapping[str, str]) -> Settings:
         deadline_target_arn=arn(DEADLINE_TARGET_ARN),
         scheduler_role_arn=arn(SCHEDULER_ROLE_ARN),
         deadline_dead_letter_arn=arn(DEADLINE_DEAD_LETTER_ARN),
+        deadline_group=_schedule_group(text(DEADLINE_GROUP), problems),
         notices_table=text(NOTICES_TABLE),
         decision_bus=text(DECISION_BUS),
         tenants=_tenants(text(TENANTS), problems),
@@ -230,6 +243,16 @@ def _parameter_name(value: str | None, problems: list[str]) -> str | None:
     if value is not None and not value.startswith("/"):
         problems.append(
             f"{SPOKES_PARAMETER}: {value!r} is not an SSM parameter path (/parkbrake/<stack>/spokes)"
+        )
+    return value
+
+
+def _schedule_group(value: str | None, problems: list[str]) -> str | None:
+    """A Scheduler group's name as Scheduler takes it: 1 to 64 of ``[0-9a-zA-Z-_.]`` (botocore
+    ``scheduler/2021-06-30/service-2.json``, shape ``ScheduleGroupName``)."""
+    if value is not None and SCHEDULE_GROUP_NAME.fullmatch(value) is None:
+        problems.append(
+            f"{DEADLINE_GROUP}: {value!r} is not a schedule group name (1-64 of letters, digits, '-', '_', '.')"
         )
     return value
 

@@ -217,6 +217,7 @@ SNS_TOPIC_ARN = "PARKBRAKE_SNS_TOPIC_ARN"
 DEADLINE_TARGET_ARN = "PARKBRAKE_DEADLINE_TARGET_ARN"
 SCHEDULER_ROLE_ARN = "PARKBRAKE_SCHEDULER_ROLE_ARN"
 DEADLINE_DEAD_LETTER_ARN = "PARKBRAKE_DEADLINE_DEAD_LETTER_ARN"
+DEADLINE_GROUP = "PARKBRAKE_DEADLINE_GROUP"
 NOTICES_TABLE = "PARKBRAKE_NOTICES_TABLE"
 DECISION_BUS = "PARKBRAKE_DECISION_BUS"
 TENANTS = "PARKBRAKE_TENANTS"
@@ -250,6 +251,15 @@ WIRED: tuple[Variable, ...] = (
     Variable(SCHEDULER_ROLE_ARN, "the Guardrails component", "the role a deadline schedule invokes it as"),
     Variable(
         DEADLINE_DEAD_LETTER_ARN, "the Guardrails component", "the SQS queue a deadline schedule's failed delivery goes to"
+    ),
+    Variable(
+        DEADLINE_GROUP,
+        "a spoke with `sweep: spoke` (`components/org_spoke_parts.py`)",
+        "the Scheduler group a guardrail arms, moves and deletes deadline, warning and budget crossing "
+        "schedules in: a spoke's own `parkbrake-<stack>-spoke-<region>-deadlines`, so a spoke in the hub's "
+        "account and region never shares the hub's group ([organisation.md](organisation.md#central-deadlines))",
+        "`parkbrake-<stack>-deadlines`",
+        in_lambda_environment=False,  # a spoke's only: the stack's own functions use the default
     ),
     Variable(
         NOTICES_TABLE,

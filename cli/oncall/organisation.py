@@ -151,14 +151,16 @@ def organisation_accounts(caller: ClientFactory, role: str) -> tuple[Account, ..
         Account(
             account_id=account["Id"],
             name=account.get("Name") or account["Id"],
-            role_chain=(_role_arn(role, account["Id"], account.get("Arn", "")),),
+            role_chain=(member_role_arn(role, account["Id"], account.get("Arn", "")),),
             email=account.get("Email"),
         )
         for account in active
     )
 
 
-def _role_arn(role: str, account_id: str, account_arn: str) -> str:
+def member_role_arn(role: str, account_id: str, account_arn: str) -> str:
+    """``--org-role`` in one account: a name in that account (its partition from ``account_arn``, any
+    ARN of the organisation), or an ARN with ``{account_id}`` filled in."""
     if role.startswith("arn:"):
         return role.replace("{account_id}", account_id)
     partition = account_arn.split(":")[1] if account_arn.count(":") >= 2 else "aws"

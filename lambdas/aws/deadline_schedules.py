@@ -51,7 +51,7 @@ def schedule_expression(at: datetime) -> str:
 def arm_deadline(
     scheduler: Any,
     *,
-    stack: str,
+    group: str,
     instance_id: str,
     at: datetime,
     target_arn: str,
@@ -65,6 +65,7 @@ def arm_deadline(
 
     With ``warn_before`` (and ``now``), the warning schedule moves with it, unless its time has
     passed: a warning armed earlier for a later deadline then finds the host judged and says nothing.
+    ``group``: the Scheduler group (``Settings.deadline_schedule_group``: the stack's, or a spoke's own).
     ``place``: the member account and region of a host whose deadline the hub arms (its payloads name them).
     """
     target = (target_arn, role_arn, dead_letter_arn)
@@ -73,7 +74,7 @@ def arm_deadline(
         scheduler,
         _one_time(
             names.deadline_schedule(instance_id),
-            stack,
+            group,
             at,
             f"parkbrake deadline of {instance_id}",
             _target(*target, {"instance_ids": [instance_id], **named}),
@@ -84,7 +85,7 @@ def arm_deadline(
             scheduler,
             _one_time(
                 names.warning_schedule(instance_id),
-                stack,
+                group,
                 at - warn_before,
                 f"parkbrake warning to the owner of {instance_id}, {int(warn_before.total_seconds())}s "
                 "before its deadline",
@@ -95,11 +96,11 @@ def arm_deadline(
 
 
 def _one_time(
-    name: str, stack: str, at: datetime, description: str, target: dict[str, Any]
+    name: str, group: str, at: datetime, description: str, target: dict[str, Any]
 ) -> dict[str, Any]:
     return {
         "Name": name,
-        "GroupName": names.deadline_schedule_group(stack),
+        "GroupName": group,
         "ScheduleExpression": schedule_expression(at),
         "ScheduleExpressionTimezone": "UTC",
         "FlexibleTimeWindow": {"Mode": "OFF"},
@@ -135,7 +136,7 @@ def _create_or_update(scheduler: Any, request: dict[str, Any]) -> Literal["creat
 
 
 def arm_budget_crossing(
-    scheduler: Any, *, stack: str, tenant: str, at: datetime, target_arn: str, role_arn: str
+    scheduler: Any, *, group: str, tenant: str, at: datetime, target_arn: str, role_arn: str
 ) -> Literal["created", "updated"]:
     """A one-time check of ``tenant``'s budget at the instant its spend reaches the limit (the budget
     Lambda with ``{"tenants": [tenant]}``), in the deadlines' group; moved as the burn changes."""
@@ -143,7 +144,7 @@ def arm_budget_crossing(
         scheduler,
         {
             "Name": names.budget_crossing_schedule(tenant),
-            "GroupName": names.deadline_schedule_group(stack),
+            "GroupName": group,
             "ScheduleExpression": schedule_expression(at),
             "ScheduleExpressionTimezone": "UTC",
             "FlexibleTimeWindow": {"Mode": "OFF"},
@@ -154,30 +155,46 @@ def arm_budget_crossing(
     )
 
 
-def disarm_deadline(scheduler: Any, *, stack: str, instance_id: str) -> bool:
+def disarm_deadline(scheduler: Any, *, group: str, instance_id: str) -> bool:
     """Delete the host's deadline and warning schedules; False when there was no deadline (already fired,
     or a duplicate event)."""
-    if _delete(scheduler, stack, names.warning_schedule(instance_id)):
+    if _delete(scheduler, group, names.warning_schedule(instance_id)):
         log.info("disarmed the warning of %s", instance_id)
-    if not _delete(scheduler, stack, names.deadline_schedule(instance_id)):
+    if not _delete(scheduler, group, names.deadline_schedule(instance_id)):
         return False
     log.info("disarmed the deadline of %s", instance_id)
     return True
 
 
-def disarm_budget_crossing(scheduler: Any, *, stack: str, tenant: str) -> bool:
+def disarm_budget_crossing(scheduler: Any, *, group: str, tenant: str) -> bool:
     """Delete ``tenant``'s budget crossing check; False when there was none."""
-    if not _delete(scheduler, stack, names.budget_crossing_schedule(tenant)):
+    if not _delete(scheduler, group, names.budget_crossing_schedule(tenant)):
         return False
     log.info("disarmed the budget crossing of tenant %s", tenant)
     return True
 
 
-def _delete(scheduler: Any, stack: str, name: str) -> bool:
+def _delete(scheduler: Any, group: str, name: str) -> bool:
     try:
-        scheduler.delete_schedule(Name=name, GroupName=names.deadline_schedule_group(stack))
+        scheduler.delete_schedule(Name=name, GroupName=group)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
             raise
         return False
     return True
+
+
+def armed_place(scheduler: Any, *, group: str, instance_id: str) -> HostPlace | None:
+    """The place a host's armed deadline names (a member account's host, armed by the hub), or None:
+    no deadline schedule in ``group``, or one for a host of the group's own account."""
+    try:
+        schedule = scheduler.get_schedule(Name=names.deadline_schedule(instance_id), GroupName=group)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+            raise
+        return None
+    payload = json.loads(schedule.get("Target", {}).get("Input") or "{}")
+    account, region = payload.get("account"), payload.get("region")
+    if isinstance(account, str) and isinstance(region, str) and account and region:
+        return HostPlace(account, region)
+    return None

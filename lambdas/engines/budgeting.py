@@ -73,7 +73,7 @@ DEFAULT_LEASE = timedelta(minutes=30)
 class CrossingTarget:
     """Where a budget crossing schedule lives and what it invokes, as whom."""
 
-    stack: str
+    group: str  # the Scheduler group (Settings.deadline_schedule_group)
     target_arn: str  # the budget Lambda
     role_arn: str  # the Scheduler role
 
@@ -89,7 +89,7 @@ def crossing_target_of_caller(stack: str, *, caller_arn: str, region: str) -> Cr
     caller's account (``sts get-caller-identity``): how the CLI arms a crossing after a change."""
     partition, account = caller_arn.split(":")[1], caller_arn.split(":")[4]
     return CrossingTarget(
-        stack,
+        names.deadline_schedule_group(stack),
         f"arn:{partition}:lambda:{region}:{account}:function:{names.function_name(stack, GUARDRAIL)}",
         f"arn:{partition}:iam::{account}:role/{names.scheduler_role(stack)}",
     )
@@ -137,7 +137,7 @@ class AwsEnforcer:
         crossing = None
         if invoked_function_arn and settings.stack and settings.scheduler_role_arn:
             crossing = CrossingTarget(
-                settings.stack,
+                settings.deadline_schedule_group(),
                 budget_function_arn(invoked_function_arn, settings.stack),
                 settings.scheduler_role_arn,
             )
@@ -175,11 +175,11 @@ class AwsEnforcer:
             return
         scheduler = self._clients("scheduler", self._regions[0])
         if at is None:
-            disarm_budget_crossing(scheduler, stack=self._crossing.stack, tenant=tenant)
+            disarm_budget_crossing(scheduler, group=self._crossing.group, tenant=tenant)
             return
         arm_budget_crossing(
             scheduler,
-            stack=self._crossing.stack,
+            group=self._crossing.group,
             tenant=tenant,
             at=at,
             target_arn=self._crossing.target_arn,

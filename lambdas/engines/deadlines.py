@@ -234,6 +234,7 @@ def on_state_change(
     ``place``: a member account's host, which the hub reads through the place's spoke role and whose
     schedules it arms in its own group (``clients`` are the hub's)."""
     stack, target_arn, role_arn = require_targets(settings)
+    group = settings.deadline_schedule_group()
     hosts = clients
     if place is not None:
         hosts = clients_in_place(
@@ -254,7 +255,7 @@ def on_state_change(
         if host is not None and host.state in ("pending", "running") and host.launch_time > change.time:
             return result("ignored", f"stale event: the host started again at {instant(host.launch_time)}")
         if disarm_deadline(
-            clients("scheduler", scheduler_region), stack=stack, instance_id=change.instance_id
+            clients("scheduler", scheduler_region), group=group, instance_id=change.instance_id
         ):
             return result("disarmed", "the host stopped; its deadline schedule is deleted")
         return result("ignored", "no deadline schedule to delete (a duplicate event, or it already fired)")
@@ -272,7 +273,7 @@ def on_state_change(
         )
     armed = arm_deadline(
         clients("scheduler", scheduler_region),
-        stack=stack,
+        group=group,
         instance_id=host.instance_id,
         at=deadline.enforce_at,
         target_arn=target_arn,

@@ -129,7 +129,7 @@ def _rearm(
     try:
         arm_deadline(
             clients("scheduler", region if place is None else None),  # a member's: the hub's own group
-            stack=settings.stack,
+            group=settings.deadline_schedule_group(),
             instance_id=instance_id,
             at=at,
             target_arn=settings.deadline_target_arn,

@@ -509,7 +509,7 @@ def rearm_not_due(
         try:
             arm_deadline(
                 clients("scheduler", verdict.host.region if place is None else None),
-                stack=settings.stack,
+                group=settings.deadline_schedule_group(),
                 instance_id=verdict.host.instance_id,
                 at=deadline.enforce_at,
                 target_arn=settings.deadline_target_arn,

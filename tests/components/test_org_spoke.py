@@ -14,10 +14,12 @@ from components.org_spoke_parts import (
     STATE_CHANGE_DETAIL_TYPE,
     TAG_CHANGE_DETAIL_TYPE,
     RolePart,
+    ScheduleGroupPart,
     SpokeArgs,
     spoke_parts,
 )
 from guardrails import names
+from guardrails.settings import settings_from_environment
 from tests.components.org_build import (
     FUNCTION,
     HUB_ACCOUNT,
@@ -109,14 +111,20 @@ def test_central_spokes_leave_deadlines_to_the_hub_and_spoke_mode_arms_its_own()
         "PARKBRAKE_REGIONS": "us-west-2",
         "PARKBRAKE_DEADLINE_TARGET_ARN": reaper,
         "PARKBRAKE_SCHEDULER_ROLE_ARN": scheduler,
+        "PARKBRAKE_DEADLINE_GROUP": f"{PREFIX}-deadlines",
     }
     (group,) = spoke.of_type(SCHEDULE_GROUP)
-    assert group.inputs["name"] == names.deadline_schedule_group("org")  # where the engine arms
+    assert group.inputs["name"] == f"{PREFIX}-deadlines"  # its own, not the hub's parkbrake-org-deadlines
+    # What its functions read is where they arm: the group the spoke made.
+    read = settings_from_environment(deadline.inputs["environment"]["variables"])
+    assert read.deadline_schedule_group() == group.inputs["name"]
     invoke = policy_of("deadline-scheduler-role", "spoke")
     assert decide(Request("lambda:InvokeFunction", reaper), [invoke]) == "Allow"
     arms = policy_of("deadline-role", "spoke")
-    schedule = f"arn:aws:scheduler:us-west-2:{MEMBER}:schedule/parkbrake-org-deadlines/parkbrake-i-0abc"
+    schedule = f"arn:aws:scheduler:us-west-2:{MEMBER}:schedule/{PREFIX}-deadlines/parkbrake-i-0abc"
     assert decide(Request("scheduler:CreateSchedule", schedule), [arms]) == "Allow"
+    hubs = f"arn:aws:scheduler:us-west-2:{MEMBER}:schedule/parkbrake-org-deadlines/parkbrake-i-0abc"
+    assert decide(Request("scheduler:UpdateSchedule", hubs), [arms]) == "ImplicitDeny"  # its group only
     passed = {"iam:PassedToService": "scheduler.amazonaws.com"}
     assert decide(Request("iam:PassRole", scheduler, context=passed), [arms]) == "Allow"
     rules = {t.inputs["rule"] for t in spoke.of_type(TARGET) if t.inputs["targetId"] == "deadline"}
@@ -135,13 +143,7 @@ def test_every_child_is_the_spokes_and_named_for_its_account_and_region() -> Non
     assert children
     assert all(child.parent == component.urn for child in children)
     assert all(child.name.startswith(f"{NAME}-") for child in children)
-    # The schedule group keeps the name the deadline engine arms in (guardrails/names.py); a spoke
-    # in the hub's own account and region would share it (docs/organisation.md).
-    physical = [
-        c.inputs.get("name") or c.inputs.get("layerName")
-        for c in children
-        if c.type not in (TARGET, SCHEDULE_GROUP)
-    ]
+    physical = [c.inputs.get("name") or c.inputs.get("layerName") for c in children if c.type != TARGET]
     named = [name for name in physical if name]
     assert all(
         name.startswith((PREFIX, "/aws/lambda/" + PREFIX, "/parkbrake/org/spoke-us-west-2/"))
@@ -157,18 +159,25 @@ REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1", "ap-southeast-2",
     stack=st.from_regex(r"[a-z][a-z0-9-]{0,14}", fullmatch=True),
     regions=st.lists(st.sampled_from(REGIONS), min_size=2, max_size=2, unique=True),
 )
-def test_no_two_regions_of_an_account_nor_the_hub_share_a_role_name(stack: str, regions: list[str]) -> None:
-    """IAM's names are the account's: a spoke per region and the hub's own roles, in the hub account
-    (which may be in the OU), never take the same one."""
+def test_no_two_regions_of_an_account_nor_the_hub_share_a_role_or_deadline_group_name(
+    stack: str, regions: list[str]
+) -> None:
+    """IAM's names are the account's, a Scheduler group's the account's and region's: a spoke per
+    region and the hub's own roles and deadline group, in the hub account (which may be in the OU, in
+    the hub's region too), never take the same one, with either sweep."""
     hub_roles = {names.function_name(stack, f.guardrail) for f in FUNCTIONS} | {names.scheduler_role(stack)}
-    spoke_roles = [
-        {
-            part.name
-            for part in spoke_parts(SpokeArgs(stack, HUB_ACCOUNT, "us-east-1", HUB_ACCOUNT, region))
-            if isinstance(part, RolePart)
-        }
+    spokes = [
+        spoke_parts(SpokeArgs(stack, HUB_ACCOUNT, "us-east-1", HUB_ACCOUNT, region, sweep="spoke"))
         for region in regions
     ]
+    spoke_roles = [{part.name for part in parts if isinstance(part, RolePart)} for parts in spokes]
     assert spoke_roles[0].isdisjoint(spoke_roles[1])
     assert all(roles.isdisjoint(hub_roles) for roles in spoke_roles)
     assert all(len(name) <= 64 for roles in spoke_roles for name in roles)  # IAM's role name limit
+    groups = [[part.name for part in parts if isinstance(part, ScheduleGroupPart)] for parts in spokes]
+    assert all(len(group) == 1 for group in groups)
+    assert groups[0] != groups[1]
+    assert names.deadline_schedule_group(stack) not in groups[0] + groups[1]
+    assert names.schedule_group(stack) not in groups[0] + groups[1]
+    # Scheduler's group name limit (botocore scheduler/2021-06-30/service-2.json, ScheduleGroupName)
+    assert all(len(group) <= 64 for (group,) in groups)

@@ -134,3 +134,18 @@ def test_the_hubs_spokes_parameter_is_an_ssm_path_or_unset() -> None:
     assert refused.value.problems == [
         "PARKBRAKE_SPOKES_PARAMETER: 'parkbrake/org/spokes' is not an SSM parameter path (/parkbrake/<stack>/spokes)"
     ]
+
+
+def test_the_deadline_group_is_the_stacks_unless_a_spoke_names_its_own() -> None:
+    base = {"AWS_REGION": "us-east-1", "PARKBRAKE_STACK": "org"}
+    assert settings_from_environment(base).deadline_schedule_group() == "parkbrake-org-deadlines"
+    spoke = {**base, "PARKBRAKE_DEADLINE_GROUP": "parkbrake-org-spoke-us-east-1-deadlines"}
+    assert settings_from_environment(spoke).deadline_schedule_group() == spoke["PARKBRAKE_DEADLINE_GROUP"]
+    with pytest.raises(SettingsError) as refused:
+        settings_from_environment({**base, "PARKBRAKE_DEADLINE_GROUP": "parkbrake/org/deadlines"})
+    assert refused.value.problems == [
+        "PARKBRAKE_DEADLINE_GROUP: 'parkbrake/org/deadlines' is not a schedule group name "
+        "(1-64 of letters, digits, '-', '_', '.')"
+    ]
+    with pytest.raises(SettingsError, match="PARKBRAKE_STACK: not set"):  # no group without a stack
+        settings_from_environment({"AWS_REGION": "us-east-1"}).deadline_schedule_group()

@@ -71,6 +71,30 @@ def test_running_arms_a_one_time_schedule_at_the_deadline(clients: ClientFactory
     ]
 
 
+def test_a_spokes_deadline_arms_and_disarms_in_its_own_group_only(clients: ClientFactory) -> None:
+    """A spoke with sweep: spoke names its group (PARKBRAKE_DEADLINE_GROUP): the hub's group, in the
+    same account and region when the hub account is in the OU, is never touched."""
+    own = "parkbrake-org-spoke-us-east-1-deadlines"
+    clients("scheduler", REGION).create_schedule_group(Name=own)
+    spoke = guardrail_settings(deadline_group=own)
+    [host] = launch(clients("ec2", REGION), "g5.xlarge", managed_tags(max_runtime="90m"))
+    started = launch_time(clients("ec2", REGION), host)
+    scheduler = clients("scheduler", REGION)
+
+    def armed(group: str) -> list[str]:
+        return sorted(s["Name"] for s in scheduler.list_schedules(GroupName=group)["Schedules"])
+
+    running = state_change(host, "running", started + timedelta(seconds=20))
+    result = deadline.handle(running, settings=spoke, clients=clients, now=started + minutes(1))
+    assert result["action"] == "armed"
+    assert armed(own) == sorted([names.deadline_schedule(host), names.warning_schedule(host)])
+    assert armed(names.deadline_schedule_group(STACK)) == []
+    stopped = state_change(host, "stopped", started + minutes(2))
+    result = deadline.handle(stopped, settings=spoke, clients=clients, now=started + minutes(2))
+    assert result["action"] == "disarmed"
+    assert armed(own) == []
+
+
 def test_the_schedule_payload_stops_the_host_through_the_reaper(clients: ClientFactory) -> None:
     ec2, autoscaling = clients("ec2", REGION), clients("autoscaling", REGION)
     group = create_pool(

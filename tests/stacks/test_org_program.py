@@ -62,8 +62,9 @@ def physical_names(resources: list[RegisteredResource]) -> list[tuple[str, str, 
     return found
 
 
-def test_the_hub_account_in_the_ou_holds_its_spoke_without_a_name_collision() -> None:
-    names = physical_names(org_run_of().resources)
+@pytest.mark.parametrize("sweep", ["central", "spoke"])
+def test_the_hub_account_in_the_ou_holds_its_spoke_without_a_name_collision(sweep: str) -> None:
+    names = physical_names(org_run_of(sweep=sweep).resources)
     assert any(
         account == HUB_ACCOUNT and name.startswith("parkbrake-org-spoke-") for account, _, _, name in names
     )
@@ -100,10 +101,12 @@ def test_the_stack_sets_instance_in_the_hub_account_and_region_collides_with_not
         spoke_names.add((kind, text.replace(REGION_PSEUDO, HUB_REGION).replace(ACCOUNT_PSEUDO, HUB_ACCOUNT)))
     # central: forwarding, the spoke role, the park switch (the hub keeps the deadlines)
     assert len(spoke_names) >= (5 if sweep == "central" else 8)
-    # sweep: spoke's own deadline group has the name the deadline engine arms in, the hub's own: a
-    # known collision when the hub account is in the OU (docs/organisation.md, what is still lacking).
-    shared = {("aws:scheduler/scheduleGroup:ScheduleGroup", "parkbrake-org-deadlines")}
-    assert spoke_names & hub_names == (set() if sweep == "central" else shared)
+    # sweep: spoke's deadline group is the spoke's own (parkbrake-org-spoke-<region>-deadlines), not
+    # the hub's parkbrake-org-deadlines: nothing is shared in the hub's account and region either way.
+    assert spoke_names & hub_names == set()
+    group = ("aws:scheduler/scheduleGroup:ScheduleGroup", f"parkbrake-org-spoke-{HUB_REGION}-deadlines")
+    assert (group in spoke_names) is (sweep == "spoke")
+    assert ("aws:scheduler/scheduleGroup:ScheduleGroup", "parkbrake-org-deadlines") in hub_names
 
 
 @pytest.mark.parametrize(("sweep", "expected"), [("central", "/parkbrake/org/spokes"), ("spoke", None)])

@@ -69,7 +69,7 @@ def test_the_crossing_is_checked_within_60_seconds_and_the_hosts_are_stopped(
     store.append([step("r1", host, "running", ms(0), p4d)], source="meter", received_at=T0)
     enforcer = budgeting.AwsEnforcer(
         clients=clients, regions=["us-east-1"], topic_arn=None, spot_action="terminate",
-        crossing=budgeting.CrossingTarget(STACK, BUDGET_ARN, ROLE_ARN),
+        crossing=budgeting.CrossingTarget(names.deadline_schedule_group(STACK), BUDGET_ARN, ROLE_ARN),
     )  # fmt: skip
     run = budgeting.enforce_budgets(store, enforcer, now=at(1), default_cap=CAP)
     assert run.errors == []
@@ -100,7 +100,7 @@ def test_the_crossing_is_checked_within_60_seconds_and_the_hosts_are_stopped(
 def crossing_enforcer(clients: ClientFactory) -> budgeting.AwsEnforcer:
     return budgeting.AwsEnforcer(
         clients=clients, regions=[REGION], topic_arn=None, spot_action="terminate",
-        crossing=budgeting.CrossingTarget(STACK, BUDGET_ARN, ROLE_ARN),
+        crossing=budgeting.CrossingTarget(names.deadline_schedule_group(STACK), BUDGET_ARN, ROLE_ARN),
     )  # fmt: skip
 
 

@@ -31,8 +31,9 @@ from cli.main import parkbrake
 from guardrails import names, tags
 from guardrails.rules.base import instant
 from lambdas import reaper
-from lambdas.aws.deadline_schedules import schedule_expression
+from lambdas.aws.deadline_schedules import HostPlace, arm_deadline, schedule_expression
 from lambdas.aws.environment import ClientFactory
+from tests.lambdas.test_org_sweep import B, spoke_ec2
 
 OWNER = "ana@example.com"
 
@@ -153,7 +154,10 @@ def test_beyond_the_runtime_ceiling_is_refused_naming_it(clients: ClientFactory)
 def test_an_unknown_instance_is_refused(clients: ClientFactory) -> None:
     result = extend("i-0000000000000dead", "--by", "1h", "--reason", "why not", "--yes")
     assert result.exit_code == 1
-    assert f"i-0000000000000dead: no such instance in {REGION}; check the id and --region" in result.output
+    assert (
+        f"i-0000000000000dead: no such instance in {REGION}; check the id and --region (a member account's host: --account)"
+        in result.output
+    )
 
 
 def test_an_unmanaged_instance_is_refused(clients: ClientFactory) -> None:
@@ -224,3 +228,73 @@ def test_denied_tagging_is_one_line_and_changes_nothing(
     assert "Traceback" not in result.output
     assert host_tags(clients, host) == before
     assert deadline_schedules(clients) == {}
+
+
+def member_host(at_region: str = REGION) -> tuple[str, Any]:
+    """A managed GPU host in member account B (through a session of B's own), and B's EC2 client."""
+    ec2 = spoke_ec2(B, at_region)
+    return launch(ec2, "g5.xlarge", managed_tags(max_runtime="90m"))[0], ec2
+
+
+def test_a_member_hosts_extension_keeps_its_place_in_the_hubs_schedules(clients: ClientFactory) -> None:
+    """Central deadlines: the hub armed B's host's deadline with B's place; extending it from the hub
+    tags the host in B and moves both schedules in the hub, the place still in their payloads."""
+    host, ec2 = member_host()
+    started = launch_time(ec2, host)
+    place = HostPlace(B, REGION)
+    arm_deadline(
+        clients("scheduler", REGION), group=names.deadline_schedule_group(STACK), instance_id=host,
+        at=started + minutes(90), target_arn=TARGET_ARN, role_arn=ROLE_ARN, dead_letter_arn=None, place=place,
+    )  # fmt: skip
+
+    result = extend(host, "--by", "1h", "--reason", "eval finishing", "--yes", "--output", "json")
+
+    assert result.exit_code == 0, result.output
+    new_deadline = started + minutes(150)
+    assert json.loads(result.output)["account"] == B
+    described = ec2.describe_instances(InstanceIds=[host])["Reservations"][0]["Instances"][0]
+    assert {t["Key"]: t["Value"] for t in described["Tags"]}[tags.EXEMPT_UNTIL] == instant(new_deadline)
+    schedules = deadline_schedules(clients)
+    deadline, warning = schedules[names.deadline_schedule(host)], schedules[names.warning_schedule(host)]
+    assert deadline["ScheduleExpression"] == schedule_expression(new_deadline)
+    assert json.loads(deadline["Target"]["Input"]) == {"instance_ids": [host], "account": B, "region": REGION}
+    assert json.loads(warning["Target"]["Input"]) == {"warn": [host], "account": B, "region": REGION}
+    assert (
+        clients("ec2", REGION).describe_instances(Filters=[{"Name": "instance-id", "Values": [host]}])[
+            "Reservations"
+        ]
+        == []
+    )  # never the hub's own host
+
+
+def test_account_names_a_member_host_with_no_deadline_armed_yet(clients: ClientFactory) -> None:
+    host, ec2 = member_host()
+    result = extend(host, "--by", "30m", "--reason", "checkpointing", "--account", B, "--yes")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(deadline_schedules(clients)[names.deadline_schedule(host)]["Target"]["Input"])
+    assert payload == {"instance_ids": [host], "account": B, "region": REGION}
+    described = ec2.describe_instances(InstanceIds=[host])["Reservations"][0]["Instances"][0]
+    assert tags.EXTENSION_REASON in {t["Key"] for t in described["Tags"]}  # tagged in B
+
+
+@pytest.mark.parametrize("account", ["12345", "12345678901x", "1234567890123"])
+def test_a_bad_account_is_one_line_and_exit_2(clients: ClientFactory, account: str) -> None:
+    host = gpu_host(clients)
+    result = extend(host, "--by", "30m", "--reason", "checkpointing", "--account", account, "--yes")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"Error: --account: {account!r} is not a 12-digit AWS account id; give the host's account"
+    ]
+    assert tags.EXEMPT_UNTIL not in host_tags(clients, host)
+
+
+def test_an_account_other_than_the_armed_deadlines_is_refused(clients: ClientFactory) -> None:
+    host, ec2 = member_host()
+    arm_deadline(
+        clients("scheduler", REGION), group=names.deadline_schedule_group(STACK), instance_id=host,
+        at=launch_time(ec2, host) + minutes(90), target_arn=TARGET_ARN, role_arn=ROLE_ARN,
+        dead_letter_arn=None, place=HostPlace(B, REGION),
+    )  # fmt: skip
+    result = extend(host, "--by", "30m", "--reason", "x", "--account", "444444444444", "--yes")
+    assert result.exit_code == 2
+    assert f"--account: the deadline of {host} names account {B}, not 444444444444" in result.output
