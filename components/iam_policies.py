@@ -27,10 +27,12 @@ from guardrails.settings_table import DEFAULTS
 VERSION = "2012-10-17"
 # The one condition every stop, terminate and shrink grant carries (the no-unconditional-stop policy).
 MANAGED_ONLY = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
-# Sids of the grants that cannot name the stack: no resource-level permissions, or (ListStacks) the
-# read of which stacks exist, which is what tells this stack's sweep another stack's host from an orphan.
+# Sids of the grants that cannot name the stack: no resource-level permissions, (ListStacks) the read
+# of which stacks exist, which is what tells this stack's sweep another stack's host from an orphan,
+# or (ReadOrganisationParkSwitches) the launcher's read of an organisation's park switches in its
+# account, whose hub stack it is never told (lambdas/engines/launching.py, organisation_parked).
 UNSCOPED = frozenset({"Describe", "DescribeHosts", "DescribePool", "DescribeGroups", "Heartbeat",
-                      "DescribeVolumesAndSnapshots", "ListStacks"})  # fmt: skip
+                      "DescribeVolumesAndSnapshots", "ListStacks", "ReadOrganisationParkSwitches"})  # fmt: skip
 Statement = dict[str, Any]
 PolicyDocument = dict[str, Any]
 

@@ -225,7 +225,7 @@ def test_without_a_database_there_is_no_meter_or_budget_and_nothing_runs_in_the_
     functions = {function.name: function.inputs for function in run.of_type(FUNCTION)}
     assert set(functions) == {"reaper", "deadline", "launcher"}
     assert all("vpcConfig" not in inputs for inputs in functions.values())
-    assert [target.name for target in run.of_type(EVENT_TARGET)] == [
+    assert sorted(target.name for target in run.of_type(EVENT_TARGET)) == [
         "deadline-from-state-change",
         "deadline-from-tag-change",
     ]
