@@ -108,41 +108,33 @@ def build_stack_set(
     """With ``sweep: spoke``, the code buckets in every spoke region, filled with the hub's archives,
     then the StackSet reading them: its instances wait for the code (a function cannot be created
     without it). A central spoke runs no function, so it reads no code and no bucket is made."""
-    template = TemplateArgs(spoke_args(config, organisation), organisation.code_bucket_prefix, tags)
-    if organisation.sweep != "spoke":
-        return OrgSpokeStackSet(
-            "spokes",
-            OrgSpokeStackSetArgs(
-                template=template,
-                organizational_units=organisation.organizational_units,
+    code = (
+        OrgCodeBuckets(
+            "spoke-code",
+            OrgCodeBucketsArgs(
+                stack=config.stack,
+                hub_account=organisation.hub_account,
+                org_id=organisation.org_id,
+                bucket_prefix=organisation.code_bucket_prefix,
                 regions=organisation.regions,
+                artifacts=package_dir(config.stack),
                 tags=tags,
             ),
-            opts=pulumi.ResourceOptions(depends_on=[hub]),
         )
-    code = OrgCodeBuckets(
-        "spoke-code",
-        OrgCodeBucketsArgs(
-            stack=config.stack,
-            hub_account=organisation.hub_account,
-            org_id=organisation.org_id,
-            bucket_prefix=organisation.code_bucket_prefix,
-            regions=organisation.regions,
-            artifacts=package_dir(config.stack),
-            tags=tags,
-        ),
+        if organisation.sweep == "spoke"
+        else None
     )
     return OrgSpokeStackSet(
         "spokes",
         OrgSpokeStackSetArgs(
-            template=template,
+            template=TemplateArgs(spoke_args(config, organisation), organisation.code_bucket_prefix, tags),
             organizational_units=organisation.organizational_units,
             regions=organisation.regions,
             tags=tags,
-            code_versions=code.versions,
-            code_objects=code.objects,
+            code_versions=code.versions if code is not None else None,
+            code_objects=code.objects if code is not None else (),
         ),
-        opts=pulumi.ResourceOptions(depends_on=[hub, code]),
+        opts=pulumi.ResourceOptions(depends_on=[hub] if code is None else [hub, code]),
     )
 
 
