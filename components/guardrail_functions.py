@@ -41,7 +41,7 @@ from components.lambda_archive import (
     lambda_functions,
     package_dir,
 )
-from components.org_spoke_parts import TAG_CHANGE_FORWARD
+from components.org_spoke_parts import STATE_CHANGE_ACTED_ON, TAG_CHANGE_FORWARD
 from components.rds_ca import LAYER_PATH as RDS_CA_LAYER_PATH
 from guardrails import names, settings, tags
 from guardrails.decisions import RELAY_DETAIL_TYPE, RELAY_SOURCE
@@ -59,13 +59,7 @@ DATABASE_TLS = {"PGSSLMODE": "verify-full", "PGSSLROOTCERT": f"/opt/{RDS_CA_LAYE
 # The states the deadline and the ledger act on (``pending`` changes nothing). The event carries only the
 # instance id and state, not its type, so EventBridge cannot filter on accelerator types: the handlers
 # drop other hosts after one DescribeInstances.
-STATE_CHANGE_PATTERN = json.dumps(
-    {
-        "source": ["aws.ec2"],
-        "detail-type": ["EC2 Instance State-change Notification"],
-        "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
-    }
-)
+STATE_CHANGE_PATTERN = json.dumps(STATE_CHANGE_ACTED_ON)
 # A host's tag change, as the spokes forward it: one pattern for both (components/org_spoke_parts.py).
 TAG_CHANGE_PATTERN = json.dumps(TAG_CHANGE_FORWARD, sort_keys=True)
 # The reaper's and the deadlines' decisions, relayed to the meter for the decision log (lambdas.aws.decision_log):

@@ -25,7 +25,7 @@ import pulumi_aws as aws
 
 from components.common import child_of, named_child_of
 from components.iam_policies import document, statement
-from components.org_spoke_parts import STATE_CHANGE_DETAIL_TYPE, STATE_CHANGE_FORWARD, TAG_CHANGE_DETAIL_TYPE
+from components.org_spoke_parts import STATE_CHANGE_ACTED_ON, STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE
 from guardrails import names
 
 HUB_TOKEN = "parkbrake:org:Hub"
@@ -220,7 +220,7 @@ class OrgHub(pulumi.ComponentResource):
         self._to_function(
             "hub-state-changes",
             "the spokes' EC2 state changes, onto the one ledger",
-            STATE_CHANGE_FORWARD,
+            STATE_CHANGE_ACTED_ON,
             ("meter-from-hub", meter),
             (stack, bus, partition, tags),
         )

@@ -65,6 +65,14 @@ TAG_CHANGE_FORWARD: dict[str, Any] = {
     "detail": {"service": ["ec2"], "resource-type": ["instance"]},
 }
 FORWARDED_DETAIL_TYPES = (STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE)
+# The states the guardrails act on (``pending`` changes nothing): the filter of the stack's own
+# state-change rule (components/guardrail_functions.py) and of the hub's rules on what the spokes
+# forward (components/org_hub.py). The spokes forward every state: a filter there is one more thing
+# a member account could change.
+STATE_CHANGE_ACTED_ON: dict[str, Any] = {
+    **STATE_CHANGE_FORWARD,
+    "detail": {"state": ["running", "stopping", "stopped", "shutting-down", "terminated"]},
+}
 ACCOUNT_PSEUDO = "${AWS::AccountId}"
 REGION_PSEUDO = "${AWS::Region}"
 PARTITION_PSEUDO = "${AWS::Partition}"
