@@ -32,6 +32,7 @@ from components.guardrail_functions import DATABASE_TLS
 from components.lambda_archive import CODE_ARCHIVE, DEPENDENCY_LAYER, RUNTIME, default_wheel_cache
 from guardrails import names
 from guardrails.pricing import load_price_table
+from lambdas.aws.assumed import AccountAccess, AccountSessions
 from lambdas.ledger.store import LedgerStore
 from tests.conftest import REPO_ROOT, TEST_REGION
 
@@ -282,3 +283,39 @@ def test_the_artifacts_run_every_handler_in_a_clean_runtime(
     assert "errors" not in results["budget"] or not results["budget"]["errors"]
     assert results["reconciler"]["hosts"] == 2
     assert len(results["reconciler"]["repairs"]) == 1
+    # The same artifacts as an organisation's hub: the reaper sweeps a member account through its
+    # spoke role (moto's AssumeRole into another account acts in that account: moto/sts/models.py).
+    assert central_sweep_in_artifacts(task, layer, lambda_environment, environment, tmp_path) == {
+        "places": [{"account_id": MEMBER, "account_name": MEMBER, "region": TEST_REGION, "failure": None}],
+        "checked": 1,
+    }
+
+
+MEMBER = "222233334444"
+
+
+def central_sweep_in_artifacts(
+    task: Path, layer: Path, runtime: Path, environment: dict[str, str], tmp_path: Path
+) -> dict[str, Any]:
+    """The hub's reaper from the unpacked artifacts, with a spokes parameter naming one member
+    account's spoke role: what it swept, per place, and how many hosts it checked."""
+    member_ec2 = AccountSessions().clients(
+        AccountAccess(MEMBER, (names.spoke_role_arn(STACK, MEMBER, TEST_REGION),))
+    )
+    launch(member_ec2("ec2", TEST_REGION), "g5.xlarge", managed_tags())
+    parameter = f"/parkbrake/{STACK}/spokes"
+    document = {"form": "stacks", "sweep": "central", "regions": [TEST_REGION],
+                "roles": [names.spoke_role_arn(STACK, MEMBER, TEST_REGION)]}  # fmt: skip
+    client_factory(environment["AWS_ENDPOINT_URL"])("ssm", TEST_REGION).put_parameter(
+        Name=parameter, Value=json.dumps(document), Type="String", Overwrite=True
+    )
+    (tmp_path / "hub-events.json").write_text(json.dumps([("reaper", {"dry_run": True})]))
+    result = subprocess.run(
+        [str(runtime / "bin" / "python"), "-I", "-c", "import sys; sys.path[:0] = sys.argv[4].split(':'); "
+         "exec(sys.argv[5])", str(task), str(layer), str(tmp_path / "hub-events.json"), environment["PYTHONPATH"], INVOKE],
+        env=environment | {"PARKBRAKE_SPOKES_PARAMETER": parameter}, capture_output=True, text=True, check=False,
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-4000:]
+    swept = json.loads(result.stdout.splitlines()[-1])["reaper"]
+    return {"places": swept["places"], "checked": swept["checked"]}
