@@ -49,20 +49,34 @@ def spoke_places(document: object, stack: str, organizations: Any = None) -> lis
     """Every account and region of the hub's spokes document (see the module's text)."""
     if not isinstance(document, Mapping):
         raise SpokeListError("the spokes parameter is not a JSON object")
-    roles = document.get("roles") or []
+    roles = _listed(document, "roles")
     if roles:
-        return [_place_of_role(arn, stack) for arn in roles]
-    units, regions = document.get("organizational_units") or [], document.get("regions") or []
+        # A role listed twice is one place: swept, counted and reported once.
+        return list(dict.fromkeys(_place_of_role(arn, stack) for arn in roles))
+    units, regions = _listed(document, "organizational_units"), _listed(document, "regions")
     if not units:
         raise SpokeListError("the spokes parameter lists neither roles nor organizational_units")
+    bad = [region for region in regions if not isinstance(region, str) or not REGION_NAME.fullmatch(region)]
+    if bad or not regions:
+        # No region would sweep no place at all, and the heartbeat would still say all is well.
+        shown = repr(bad[0])[:40] if bad else "none"
+        raise SpokeListError(f"the spokes parameter's regions must be AWS region names, not {shown}")
     if organizations is None:
         raise SpokeListError("spokes: stackset needs Organizations to list the OUs' accounts")
     partition = str(document.get("partition", "aws"))
     return [
         Place(account_id, name, region, _access(names.spoke_role_arn(stack, account_id, region, partition)))
-        for account_id, name in accounts_in_units(organizations, units)
-        for region in regions
+        for account_id, name in accounts_in_units(organizations, [str(unit) for unit in units])
+        for region in dict.fromkeys(regions)
     ]
+
+
+def _listed(document: Mapping[Any, Any], key: str) -> list[Any]:
+    """The document's list under ``key`` ([] when absent or empty); anything else is refused."""
+    value = document.get(key) or []
+    if not isinstance(value, list):
+        raise SpokeListError(f"the spokes parameter's {key} must be a list, not {type(value).__name__}")
+    return value
 
 
 def _place_of_role(arn: object, stack: str) -> Place:

@@ -27,6 +27,8 @@ from guardrail_fleet import (
     metric_value,
     minutes,
 )
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from guardrails import names
 from guardrails.decisions import Decision
@@ -278,3 +280,41 @@ def test_a_stacksets_spokes_are_the_accounts_of_its_units_and_the_units_below(aw
     assert places[0].access.role_chain == (spoke_role(research, "us-east-1"),)
     with pytest.raises(SpokeListError, match="needs Organizations"):
         spoke_places(document, STACK)
+
+
+def test_a_spoke_listed_twice_is_one_place_and_a_region_twice_one_region() -> None:
+    twice = {"roles": [spoke_role(A, "eu-west-1"), spoke_role(B, "us-east-1"), spoke_role(A, "eu-west-1")]}
+    places = spoke_places(twice, STACK)
+    assert [(p.account_id, p.region) for p in places] == [(A, "eu-west-1"), (B, "us-east-1")]
+
+
+def test_a_stackset_document_without_regions_is_refused_not_an_empty_sweep() -> None:
+    for regions in ([], ["us-east-1", "nowhere"], "us-east-1"):
+        document = {"regions": regions, "organizational_units": ["ou-ab12-cdef3456"]}
+        with pytest.raises(SpokeListError, match="regions must be"):
+            spoke_places(document, STACK, organizations=object())
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+DOCUMENT_KEYS = st.sampled_from(["roles", "organizational_units", "regions", "partition", "form"])
+
+
+@settings(max_examples=200, deadline=None)
+@example({"roles": 5})
+@example({"regions": ["us-east-1"], "organizational_units": "ou-ab12-cdef3456"})
+@given(st.one_of(JSON_VALUES, st.dictionaries(DOCUMENT_KEYS, JSON_VALUES, max_size=4)))
+def test_a_garbage_spokes_document_raises_only_the_spoke_list_error(document: object) -> None:
+    failure: SpokeListError | None = None
+    try:
+        places = spoke_places(document, STACK)
+    except SpokeListError as error:
+        failure, places = error, []
+    if failure is not None:
+        assert "\n" not in str(failure)
+    else:
+        assert places
+        assert all(p.access.role_chain for p in places)
