@@ -24,6 +24,7 @@ from typing import Any, Literal
 from botocore.exceptions import ClientError
 
 from guardrails import names
+from guardrails.errors import ParkbrakeError
 
 log = logging.getLogger(__name__)
 # A deadline invocation that Scheduler could not deliver is retried for an hour, then dead-lettered.
@@ -193,7 +194,16 @@ def armed_place(scheduler: Any, *, group: str, instance_id: str) -> HostPlace | 
         if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
             raise
         return None
-    payload = json.loads(schedule.get("Target", {}).get("Input") or "{}")
+    text = schedule.get("Target", {}).get("Input") or "{}"
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        payload = None
+    if not isinstance(payload, dict):
+        raise ParkbrakeError(
+            f"the deadline schedule {names.deadline_schedule(instance_id)} in {group} holds no JSON object "
+            f"as its input ({text[:60]!r}); delete it, then give the host's --account"
+        )
     account, region = payload.get("account"), payload.get("region")
     if isinstance(account, str) and isinstance(region, str) and account and region:
         return HostPlace(account, region)

@@ -298,3 +298,24 @@ def test_an_account_other_than_the_armed_deadlines_is_refused(clients: ClientFac
     result = extend(host, "--by", "30m", "--reason", "x", "--account", "444444444444", "--yes")
     assert result.exit_code == 2
     assert f"--account: the deadline of {host} names account {B}, not 444444444444" in result.output
+
+
+@pytest.mark.parametrize("garbage", ["not json", "[1, 2]", '"text"'])
+def test_an_armed_deadline_whose_input_is_garbage_is_one_line_and_changes_nothing(
+    clients: ClientFactory, garbage: str
+) -> None:
+    """The hub reads a member host's place from its armed deadline: an input edited into something
+    else is said, never a traceback, and never read as "the hub's own host"."""
+    host, ec2 = member_host()
+    clients("scheduler", REGION).create_schedule(
+        Name=names.deadline_schedule(host), GroupName=names.deadline_schedule_group(STACK),
+        ScheduleExpression="at(2036-05-05T10:00:00)", FlexibleTimeWindow={"Mode": "OFF"},
+        Target={"Arn": TARGET_ARN, "RoleArn": ROLE_ARN, "Input": garbage},
+    )  # fmt: skip
+    result = extend(host, "--by", "30m", "--reason", "checkpointing", "--yes")
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert f"the deadline schedule {names.deadline_schedule(host)}" in line
+    assert "holds no JSON object" in line
+    described = ec2.describe_instances(InstanceIds=[host])["Reservations"][0]["Instances"][0]
+    assert tags.EXEMPT_UNTIL not in {t["Key"] for t in described.get("Tags", [])}
