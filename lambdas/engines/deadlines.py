@@ -50,7 +50,7 @@ from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.spoke_clients import clients_in_place
-from lambdas.aws.spoke_list import SpokeList, SpokeListError
+from lambdas.aws.spoke_list import SpokeList
 from lambdas.engines import sweeping
 
 log = logging.getLogger(__name__)
@@ -377,18 +377,19 @@ def central_place(
     spokes: SpokeList,
 ) -> HostPlace | None:
     """Where a hub's deadline of ``change`` acts: None for the stack's own account (or a stack that
-    is no hub), the place for one of the hub's spokes; :class:`RefusedPlace` for any other account."""
+    is no hub), the place for one of the hub's spokes; :class:`RefusedPlace` for any other account,
+    ``SpokeListError`` when the spokes cannot be read."""
     if settings.spokes_parameter is None or change.account in ("", own_account):
         return None
     if own_account is None:  # the handler knows it from its own ARN; a caller without one asks STS
         own_account = str(clients("sts", None).get_caller_identity()["Account"])
         if change.account == own_account:
             return None
-    try:  # an account the list does not hold has it read again first (one that just joined an OU)
-        spokes.accounts(settings, clients, expecting=change.account)
-        places = spokes.places(settings, clients)
-    except SpokeListError as error:
-        raise RefusedPlace(f"cannot tell whether {change.account} is a spoke: {error}") from None
+    # An account the list does not hold has it read again first (one that just joined an OU). A list
+    # that cannot be read is the hub's failure, not the event's: SpokeListError propagates, so Lambda
+    # delivers the event again and the deadline's errors alarm pages, as the meter does.
+    spokes.accounts(settings, clients, expecting=change.account)
+    places = spokes.places(settings, clients)
     if any((p.account_id, p.region) == (change.account, change.region) for p in places):
         return HostPlace(change.account, change.region)
     raise RefusedPlace(

@@ -42,7 +42,7 @@ from guardrails.settings import Settings
 from lambdas import deadline, reaper
 from lambdas.aws.deadline_schedules import schedule_expression
 from lambdas.aws.environment import ClientFactory
-from lambdas.aws.spoke_list import SpokeList
+from lambdas.aws.spoke_list import SpokeList, SpokeListError
 from tests.lambdas.test_org_sweep import (  # denied_c: the fixture, used by name
     HUB,
     PARAMETER,
@@ -314,3 +314,15 @@ def test_malformed_tag_changes_and_accounts_are_refused(event: dict[str, Any]) -
     )
     assert result["action"] == "refused"
     assert "malformed" in result["reason"]
+
+
+def test_an_unreadable_spokes_list_fails_the_delivery_so_it_is_retried_and_pages(hub: ClientFactory) -> None:
+    """Not a refusal of the event (nothing would retry it): the hub's own failure, raised, as the
+    meter raises it, so Lambda delivers the event again and the deadline's errors alarm counts it."""
+    [host] = launch(spoke_ec2(B, REGION), "g5.xlarge", managed_tags(max_runtime="90m"))
+    started = launch_time(spoke_ec2(B, REGION), host)
+    hub("ssm", None).put_parameter(Name=PARAMETER, Value="{not json", Type="String", Overwrite=True)
+
+    with pytest.raises(SpokeListError, match=PARAMETER):
+        on(state_change(host, "running", started, account=B), hub, started + minutes(1))
+    assert deadline_schedules(hub) == {}
