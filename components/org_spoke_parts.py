@@ -254,11 +254,9 @@ def _spoke_role(args: SpokeArgs) -> RolePart:
     )
     policy = document(
         [
-            statement(
-                "ReadHosts",
-                ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeTags"],
-                "*",
-            ),
+            # What the sweep, the meter, the budget and the reconciler read (lambdas/aws/ec2_hosts.py):
+            # DescribeInstances, tags included; no other read (tests/components/test_org_spoke.py).
+            statement("ReadHosts", ["ec2:DescribeInstances"], "*"),
             statement(
                 "StopManagedHosts",
                 ["ec2:StopInstances"],
@@ -320,7 +318,7 @@ def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -
             scheduler_role_arn(args),
             {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
         ),
-        statement("ReadHosts", ["ec2:DescribeInstances", "ec2:DescribeTags"], "*"),
+        statement("ReadHosts", ["ec2:DescribeInstances"], "*"),  # tags come with the hosts
         statement(
             "ParkSwitch",
             ["ssm:GetParameter"],
