@@ -43,7 +43,7 @@ the OU, never collide (instance-scheduler #561, #608).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -179,6 +179,31 @@ class SpokeArgs:
     sweep: SweepMode = "central"
     sweep_every: timedelta = SWEEP_EVERY
     parked: bool = False
+
+
+# The longest name AWS takes for each kind of part that names a resource (botocore's service models
+# in the venv: iam/2010-05-08 ``roleNameType``, events/2015-10-07 ``RuleName`` and scheduler/2021-06-30
+# ``ScheduleGroupName``, max 64; lambda/2015-03-31 ``FunctionName``: "If you specify only the function
+# name, it is limited to 64 characters", and ``LayerName``, max 140).
+NAME_LIMITS: dict[type, int] = {
+    RolePart: 64,
+    RulePart: 64,
+    FunctionPart: 64,
+    ScheduleGroupPart: 64,
+    LayerPart: 140,
+}
+
+
+def overlong_names(args: SpokeArgs) -> list[tuple[str, int]]:
+    """Every name the spoke would give (with ``sweep: spoke``, which names the most) that AWS would
+    refuse, with its limit: the stack's and the region's names are in every one."""
+    overlong = []
+    for part in spoke_parts(replace(args, sweep="spoke")):
+        if isinstance(part, (RolePart, RulePart, FunctionPart, ScheduleGroupPart, LayerPart)):
+            limit = NAME_LIMITS[type(part)]
+            if len(part.name) > limit:
+                overlong.append((part.name, limit))
+    return overlong
 
 
 def hub_bus_arn(args: SpokeArgs) -> str:
