@@ -279,9 +279,11 @@ def _spoke_role(args: SpokeArgs) -> RolePart:
     )
     policy = document(
         [
-            # What the sweep, the meter, the budget and the reconciler read (lambdas/aws/ec2_hosts.py):
-            # DescribeInstances, tags included; no other read (tests/components/test_org_spoke.py).
-            statement("ReadHosts", ["ec2:DescribeInstances"], "*"),
+            # What the sweep, the meter, the budget and the reconciler read in the account: the hosts,
+            # tags included (lambdas/aws/ec2_hosts.py), and the accelerator count of a type the price
+            # table lacks (lambdas/engines/metering.py, accelerator_counts); no other read
+            # (tests/components/test_org_spoke.py).
+            statement("ReadHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"),
             statement(
                 "StopManagedHosts",
                 ["ec2:StopInstances"],

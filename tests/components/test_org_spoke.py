@@ -94,6 +94,9 @@ def test_the_spoke_role_is_named_for_its_region_trusted_by_the_hubs_roles_and_st
     assert decide(Request("ec2:StopInstances", host), [policy]) == "ImplicitDeny"
     assert decide(Request("ec2:TerminateInstances", host, context=managed), [policy]) == "ImplicitDeny"
     assert decide(Request("ec2:DescribeInstances", "*"), [policy]) == "Allow"
+    # The meter's and the reconciler's attribution of a type the price table lacks (lambdas/engines/
+    # metering.py, accelerator_counts) asks EC2 in the host's account, through this role.
+    assert decide(Request("ec2:DescribeInstanceTypes", "*"), [policy]) == "Allow"
 
 
 def test_the_spoke_roles_grant_no_ec2_action_the_guardrails_never_call() -> None:
