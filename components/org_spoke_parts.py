@@ -136,6 +136,10 @@ class FunctionPart:
     timeout_s: int
     layer: Ref
     environment: dict[str, str] = field(default_factory=dict)
+    # What both forms give the function and its log group (the stack's own functions' figures,
+    # components/guardrail_functions.py).
+    memory_mb: int = 256
+    log_retention_days: int = 30
 
 
 @dataclass(frozen=True)
