@@ -32,7 +32,6 @@ from components.org_spoke_parts import (
 )
 
 SPOKE_TOKEN = "parkbrake:org:Spoke"
-LOG_RETENTION_DAYS = 30
 
 
 @dataclass
@@ -170,7 +169,7 @@ class OrgSpoke(pulumi.ComponentResource):
         log_group = aws.cloudwatch.LogGroup(
             self._child(part.logical),
             name=f"/aws/lambda/{part.name}",
-            retention_in_days=LOG_RETENTION_DAYS,
+            retention_in_days=part.log_retention_days,
             tags=dict(self._args.tags),
             opts=named_child_of(self),
         )
@@ -183,7 +182,7 @@ class OrgSpoke(pulumi.ComponentResource):
             architectures=[spec.architecture],
             code=self._args.code,
             timeout=part.timeout_s,
-            memory_size=256,
+            memory_size=part.memory_mb,
             layers=[self._resolve(part.layer)],
             environment={"variables": part.environment},
             tags=dict(self._args.tags),

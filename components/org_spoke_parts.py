@@ -43,7 +43,7 @@ the OU, never collide (instance-scheduler #561, #608).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -136,6 +136,10 @@ class FunctionPart:
     timeout_s: int
     layer: Ref
     environment: dict[str, str] = field(default_factory=dict)
+    # What both forms give the function and its log group (the stack's own functions' figures,
+    # components/guardrail_functions.py).
+    memory_mb: int = 256
+    log_retention_days: int = 30
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,31 @@ class SpokeArgs:
     sweep: SweepMode = "central"
     sweep_every: timedelta = SWEEP_EVERY
     parked: bool = False
+
+
+# The longest name AWS takes for each kind of part that names a resource (botocore's service models
+# in the venv: iam/2010-05-08 ``roleNameType``, events/2015-10-07 ``RuleName`` and scheduler/2021-06-30
+# ``ScheduleGroupName``, max 64; lambda/2015-03-31 ``FunctionName``: "If you specify only the function
+# name, it is limited to 64 characters", and ``LayerName``, max 140).
+NAME_LIMITS: dict[type, int] = {
+    RolePart: 64,
+    RulePart: 64,
+    FunctionPart: 64,
+    ScheduleGroupPart: 64,
+    LayerPart: 140,
+}
+
+
+def overlong_names(args: SpokeArgs) -> list[tuple[str, int]]:
+    """Every name the spoke would give (with ``sweep: spoke``, which names the most) that AWS would
+    refuse, with its limit: the stack's and the region's names are in every one."""
+    overlong = []
+    for part in spoke_parts(replace(args, sweep="spoke")):
+        if isinstance(part, (RolePart, RulePart, FunctionPart, ScheduleGroupPart, LayerPart)):
+            limit = NAME_LIMITS[type(part)]
+            if len(part.name) > limit:
+                overlong.append((part.name, limit))
+    return overlong
 
 
 def hub_bus_arn(args: SpokeArgs) -> str:
@@ -254,11 +283,11 @@ def _spoke_role(args: SpokeArgs) -> RolePart:
     )
     policy = document(
         [
-            statement(
-                "ReadHosts",
-                ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus", "ec2:DescribeTags"],
-                "*",
-            ),
+            # What the sweep, the meter, the budget and the reconciler read in the account: the hosts,
+            # tags included (lambdas/aws/ec2_hosts.py), and the accelerator count of a type the price
+            # table lacks (lambdas/engines/metering.py, accelerator_counts); no other read
+            # (tests/components/test_org_spoke.py).
+            statement("ReadHosts", ["ec2:DescribeInstances", "ec2:DescribeInstanceTypes"], "*"),
             statement(
                 "StopManagedHosts",
                 ["ec2:StopInstances"],
@@ -320,7 +349,7 @@ def _function_role(args: SpokeArgs, logical: str, guardrail: str, stops: bool) -
             scheduler_role_arn(args),
             {"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
         ),
-        statement("ReadHosts", ["ec2:DescribeInstances", "ec2:DescribeTags"], "*"),
+        statement("ReadHosts", ["ec2:DescribeInstances"], "*"),  # tags come with the hosts
         statement(
             "ParkSwitch",
             ["ssm:GetParameter"],

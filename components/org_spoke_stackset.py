@@ -54,7 +54,6 @@ from guardrails import names
 
 STACKSET_TOKEN = "parkbrake:org:SpokeStackSet"
 TEMPLATE_VERSION = "2010-09-09"
-LOG_RETENTION_DAYS = 30
 # The hub deploys as the organisation's delegated administrator for StackSets, not from the
 # management account (``call_as``, CloudFormation's CallAs).
 CALL_AS = "DELEGATED_ADMIN"
@@ -216,7 +215,7 @@ def _function(part: FunctionPart, args: TemplateArgs, kinds: Mapping[str, Part])
         "Architectures": [spec.architecture],
         "Code": _code(args, "Code"),
         "Timeout": part.timeout_s,
-        "MemorySize": 256,
+        "MemorySize": part.memory_mb,
         "Layers": [_ref(part.layer, kinds)],
         "Environment": {"Variables": part.environment},
         "Tags": _tag_list(args.tags),
@@ -224,7 +223,10 @@ def _function(part: FunctionPart, args: TemplateArgs, kinds: Mapping[str, Part])
     return {
         logs: {
             "Type": "AWS::Logs::LogGroup",
-            "Properties": {"LogGroupName": f"/aws/lambda/{part.name}", "RetentionInDays": LOG_RETENTION_DAYS},
+            "Properties": {
+                "LogGroupName": f"/aws/lambda/{part.name}",
+                "RetentionInDays": part.log_retention_days,
+            },
         },
         part.logical: {"Type": "AWS::Lambda::Function", "DependsOn": [logs], "Properties": properties},
     }

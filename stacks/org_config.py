@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from components.org_spoke_parts import SpokeArgs, overlong_names
 from guardrails.accounts import ALL_REGIONS, REGION_NAME, Account, load_accounts
 from guardrails.errors import InputError, ProblemsError
 from stacks.validation import Section
@@ -115,7 +116,7 @@ def parse_organisation(root: Section, stack: str, project_dir: Path) -> Organisa
             "is required with spokes: stackset (the OUs the StackSet deploys to automatically)",
         )
     accounts = _accounts(section, project_dir, required=spokes == "stacks")
-    return OrganisationConfig(
+    organisation = OrganisationConfig(
         hub_account=hub_account,
         org_id=section.string("org_id", pattern=ORG_ID, hint="an organisation id such as o-a1b2c3d4e5"),
         regions=tuple(regions),
@@ -130,6 +131,24 @@ def parse_organisation(root: Section, stack: str, project_dir: Path) -> Organisa
             hint="an S3 bucket name prefix (lowercase, at most 46 characters)",
         ),
     )
+    _spoke_names_fit(section, stack, organisation)
+    return organisation
+
+
+def _spoke_names_fit(section: Section, stack: str, organisation: OrganisationConfig) -> None:
+    """Every spoke name holds the stack's and the region's names; AWS would refuse one over its limit
+    only at deploy, in a member account, so it is reported here with the stack name that fits."""
+    regions = sorted({*organisation.regions, *(place.region for place in organisation.placements())})
+    for region in regions:
+        overlong = overlong_names(SpokeArgs(stack, organisation.hub_account, region, region=region))
+        if overlong:
+            name, limit = max(overlong, key=lambda found: len(found[0]) - found[1])
+            section.problems.add(
+                section.path,
+                f"the spoke's name {name} ({region}) is {len(name)} characters, over AWS's {limit}; "
+                f"use a stack name of at most {len(stack) - (len(name) - limit)} characters",
+            )
+            return
 
 
 def _accounts(section: Section, project_dir: Path, *, required: bool) -> tuple[Account, ...]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 
+from botocore import xform_name
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.guardrail_lambdas import FUNCTIONS
+from components.lambda_archive import code_files
 from components.org_spoke_parts import (
     STATE_CHANGE_DETAIL_TYPE,
     TAG_CHANGE_DETAIL_TYPE,
@@ -92,6 +94,32 @@ def test_the_spoke_role_is_named_for_its_region_trusted_by_the_hubs_roles_and_st
     assert decide(Request("ec2:StopInstances", host), [policy]) == "ImplicitDeny"
     assert decide(Request("ec2:TerminateInstances", host, context=managed), [policy]) == "ImplicitDeny"
     assert decide(Request("ec2:DescribeInstances", "*"), [policy]) == "Allow"
+    # The meter's and the reconciler's attribution of a type the price table lacks (lambdas/engines/
+    # metering.py, accelerator_counts) asks EC2 in the host's account, through this role.
+    assert decide(Request("ec2:DescribeInstanceTypes", "*"), [policy]) == "Allow"
+
+
+def test_the_spoke_roles_grant_no_ec2_action_the_guardrails_never_call() -> None:
+    """Least privilege in a member account: every EC2 action a spoke's roles grant is one the code the
+    hub and the spoke run (the Lambda code archive) calls, boto3's method being botocore's
+    ``xform_name`` of the action."""
+    code = "\n".join(text.decode() for path, text in code_files().items() if path.endswith(".py"))
+    parts = spoke_parts(SpokeArgs("org", HUB_ACCOUNT, "us-east-1", MEMBER, "us-west-2", sweep="spoke"))
+    granted = {
+        action
+        for part in parts
+        if isinstance(part, RolePart)
+        for grant in part.policy["Statement"]
+        for action in grant["Action"]
+        if action.startswith("ec2:")
+    }
+    assert "ec2:StopInstances" in granted
+    uncalled = {
+        action
+        for action in granted
+        if f".{xform_name(action[4:])}(" not in code and f'"{xform_name(action[4:])}"' not in code
+    }
+    assert uncalled == set()
 
 
 def test_central_spokes_leave_deadlines_to_the_hub_and_spoke_mode_arms_its_own() -> None:

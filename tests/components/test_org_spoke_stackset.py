@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cfnlint.api import ManualArgs, lint
 
-from components.org_spoke_parts import SpokeArgs
+from components.org_spoke_parts import FunctionPart, SpokeArgs, spoke_parts
 from components.org_spoke_stackset import TemplateArgs, spoke_template
 from tests.components.org_build import (
     FUNCTION,
@@ -26,6 +26,7 @@ from tests.components.org_build import (
 
 STACK_SET = "aws:cloudformation/stackSet:StackSet"
 INSTANCE = "aws:cloudformation/stackSetInstance:StackSetInstance"
+LOG_GROUP = "aws:cloudwatch/logGroup:LogGroup"
 
 
 def template(sweep: str = "central") -> dict[str, Any]:
@@ -82,6 +83,24 @@ def test_the_template_names_what_the_pulumi_spoke_names_one_source_for_both(swee
         if resource.type in pulumi_types
     )
     assert from_template == from_pulumi
+
+
+def test_both_forms_give_each_function_its_parts_memory_and_log_retention() -> None:
+    """The spoke's parts say what a function holds; neither form keeps a figure of its own."""
+    functions = [part for part in spoke_parts(SpokeArgs("org", HUB_ACCOUNT, HUB_REGION, sweep="spoke"))
+                 if isinstance(part, FunctionPart)]  # fmt: skip
+    assert functions
+    resources = template("spoke")["Resources"]
+    run = spoke_run("spoke")
+    for part in functions:
+        assert resources[part.logical]["Properties"]["MemorySize"] == part.memory_mb
+        assert resources[f"{part.logical}Logs"]["Properties"]["RetentionInDays"] == part.log_retention_days
+        (declared,) = [f for f in run.of_type(FUNCTION) if f.inputs["name"].endswith(f"-{part.guardrail}")]
+        assert declared.inputs["memorySize"] == part.memory_mb
+        (logs,) = [
+            g for g in run.of_type(LOG_GROUP) if g.inputs["name"] == f"/aws/lambda/{declared.inputs['name']}"
+        ]
+        assert logs.inputs["retentionInDays"] == part.log_retention_days
 
 
 def test_the_stack_set_is_service_managed_and_deploys_itself_to_each_ou_and_region() -> None:

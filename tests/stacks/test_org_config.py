@@ -108,6 +108,26 @@ def test_the_account_lists_own_problems_are_reported_under_the_key_that_names_it
     }
 
 
+def test_a_stack_name_too_long_for_a_spokes_names_is_reported_before_any_deploy() -> None:
+    """A spoke's rule is ``parkbrake-<stack>-spoke-<region>-deadline-tags``: EventBridge takes 64
+    characters (botocore events/2015-10-07 RuleName), so the longest region decides."""
+    config = org_example()
+    config[ORG]["regions"] = ["us-east-1", "ap-southeast-2"]
+    fits = "s" * 19  # 10 + 19 + 7 + 14 + 14 = 64
+    parsed = parse_stack_config(fits, config, f"Pulumi.{fits}.yaml", project_dir=REPO_ROOT)
+    assert parsed.organisation is not None
+    too_long = "s" * 20
+    with pytest.raises(ConfigError) as raised:
+        parse_stack_config(too_long, config, f"Pulumi.{too_long}.yaml", project_dir=REPO_ROOT)
+    (problem,) = raised.value.problems
+    assert problem.path == "organisation"
+    # forward-state and deadline-tags are both 14 characters: either may be named
+    assert problem.message.startswith(f"the spoke's name parkbrake-{too_long}-spoke-ap-southeast-2-")
+    assert problem.message.endswith(
+        "(ap-southeast-2) is 65 characters, over AWS's 64; use a stack name of at most 19 characters"
+    )
+
+
 def test_a_hub_without_pools_needs_no_host_tools_but_a_stack_with_pools_still_does() -> None:
     assert "hosts" not in org_example()
     config = org_example()
