@@ -24,20 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from guardrails.accounts import ALL_REGIONS, Account, accounts_selected, load_accounts
 from guardrails.errors import InputError, ParkbrakeError
-from lambdas.aws.assumed import (
-    DEFAULT_CONCURRENCY,
-    AccountSessions,
-    ClientFactory,
-    Place,
-    PlaceOutcome,
-    access_of,
-    across_places,
-    places_of,
-)
+
+if TYPE_CHECKING:  # lambdas.aws.assumed loads botocore: imported where a run starts, not by --help
+    from lambdas.aws.assumed import AccountSessions, ClientFactory, Place, PlaceOutcome
 
 T = TypeVar("T")
 
@@ -59,7 +52,14 @@ class OrganisationScope:
     names: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
-    concurrency: int = DEFAULT_CONCURRENCY
+    concurrency: int | None = None  # None: lambdas.aws.assumed's DEFAULT_CONCURRENCY
+
+    @property
+    def workers(self) -> int:
+        """How many accounts and regions are read at once."""
+        from lambdas.aws.assumed import DEFAULT_CONCURRENCY
+
+        return DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency
 
     @property
     def spans_accounts(self) -> bool:
@@ -76,7 +76,7 @@ class OrganisationScope:
             )
         if self.org and self.tags:
             raise InputError("--tag selects by the account list's tags: use --accounts FILE for it")
-        if self.concurrency < 1:
+        if self.concurrency is not None and self.concurrency < 1:
             raise InputError(f"--concurrency {self.concurrency}: give 1 or more")
         return self
 
@@ -92,6 +92,8 @@ class OrganisationRun:
     failures: list[str]  # accounts whose regions could not even be listed (``all``)
 
     def across(self, work: Callable[[Place, ClientFactory], T]) -> list[PlaceOutcome[T]]:
+        from lambdas.aws.assumed import across_places
+
         return across_places(self.places, work, sessions=self.sessions, concurrency=self.concurrency)
 
 
@@ -99,11 +101,13 @@ def organisation_run(
     scope: OrganisationScope, default_regions: Sequence[str], caller: ClientFactory
 ) -> OrganisationRun:
     """The accounts of ``scope`` (``caller``'s clients read Organizations), each in its regions."""
+    from lambdas.aws.assumed import AccountSessions, places_of
+
     accounts = scope_accounts(scope, caller)
     sessions = AccountSessions()
-    expanded, failures = _expand_all_regions(accounts, default_regions, sessions, scope.concurrency)
+    expanded, failures = _expand_all_regions(accounts, default_regions, sessions, scope.workers)
     return OrganisationRun(
-        places_of(expanded, default_regions), sessions, scope.concurrency, len(accounts), failures
+        places_of(expanded, default_regions), sessions, scope.workers, len(accounts), failures
     )
 
 
@@ -172,6 +176,8 @@ def _expand_all_regions(
 ) -> tuple[list[Account], list[str]]:
     """Accounts whose regions are ``all`` get the regions they have enabled; one that cannot say is
     a failure line and is left out."""
+    from lambdas.aws.assumed import Place, access_of, across_places
+
     expanding = [account for account in accounts if ALL_REGIONS in (account.regions or default_regions)]
     if not expanding:
         return list(accounts), []
