@@ -244,8 +244,3 @@ def account_failures(outcomes: Sequence[PlaceOutcome[Any]]) -> list[str]:
         else:
             lines.extend(f"{account_label(o.place)} {o.place.region}: {o.failure}" for o in failed)
     return lines
-
-
-def shown_account(place: Place) -> str:
-    """The account beside a host: its name as the list gives it (the id when it has none)."""
-    return place.account_name
