@@ -164,9 +164,17 @@ def organisation_accounts(caller: ClientFactory, role: str) -> tuple[Account, ..
 
 def member_role_arn(role: str, account_id: str, account_arn: str) -> str:
     """``--org-role`` in one account: a name in that account (its partition from ``account_arn``, any
-    ARN of the organisation), or an ARN with ``{account_id}`` filled in."""
+    ARN of the organisation), or an ARN with ``{account_id}`` filled in. An ARN of another account is
+    refused: every member would be entered as that one account and answered as if it were each."""
     if role.startswith("arn:"):
-        return role.replace("{account_id}", account_id)
+        arn = role.replace("{account_id}", account_id)
+        parts = arn.split(":")
+        if len(parts) != 6 or parts[4] != account_id:
+            raise InputError(
+                f"--org-role {role}: not a role in account {account_id}; give the role's name, or its ARN "
+                "with {account_id} (arn:aws:iam::{account_id}:role/NAME)"
+            )
+        return arn
     partition = account_arn.split(":")[1] if account_arn.count(":") >= 2 else "aws"
     return f"arn:{partition}:iam::{account_id}:role/{role}"
 
