@@ -316,7 +316,7 @@ def _print_across(outcomes: list[Any], output: str, unlisted: list[str]) -> bool
     """Each place's result (text or one JSON document), the failure lines last: ``unlisted`` (the
     accounts whose regions could not be listed) and the places that could not be read. True when
     anything failed."""
-    from cli.oncall.organisation import account_failures, account_label, echo_failures
+    from cli.oncall.organisation import account_failures, account_label, echo_failures, echo_wrapped
 
     answered = [outcome.value for outcome in outcomes if outcome.value is not None]
     errors = unlisted + account_failures(outcomes)
@@ -334,11 +334,13 @@ def _print_across(outcomes: list[Any], output: str, unlisted: list[str]) -> bool
         for parking in answered:
             if parking.result is not None:
                 _print_emergency(parking.result, account=account_label(parking.place))
-        for parking in answered:
-            if parking.result is None:
-                click.echo(
-                    f"{account_label(parking.place)} {parking.place.region}: not parked here: {parking.absent}"
-                )
+        echo_wrapped(
+            [
+                f"{account_label(parking.place)} {parking.place.region}: not parked here: {parking.absent}"
+                for parking in answered
+                if parking.result is None
+            ]
+        )
         echo_failures(errors)
     return bool(errors) or any(parking.result is not None and parking.result.failed for parking in answered)
 

@@ -221,8 +221,13 @@ def account_label(place: Place) -> str:
 
 
 def echo_failures(lines: Sequence[str]) -> None:
-    """Each ``error: <line>``, wrapped at the terminal's width at spaces only, so that an ARN or an
-    account id is moved whole to the next line, never cut by the terminal."""
+    """Each ``error: <line>``, wrapped as :func:`echo_wrapped` wraps."""
+    echo_wrapped([f"error: {line}" for line in lines])
+
+
+def echo_wrapped(lines: Sequence[str]) -> None:
+    """Each line wrapped at the terminal's width at spaces only, so that an ARN, an account id or a
+    parameter's name is moved whole to the next line, never cut by the terminal."""
     import textwrap
 
     import click
@@ -232,7 +237,7 @@ def echo_failures(lines: Sequence[str]) -> None:
     width = console().width
     for line in lines:
         wrapped = textwrap.wrap(
-            f"error: {line}", width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+            line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
         click.echo("\n".join(wrapped))
 

@@ -112,3 +112,19 @@ def test_an_account_whose_regions_cannot_be_listed_is_a_failure_line(
     assert isinstance(only.exception, SystemExit)
     (line,) = json.loads(only.output)["errors"]
     assert line.startswith(f"team-02 ({denied.account_id}): cannot list its regions: cannot assume ")
+
+
+def test_an_account_without_the_stack_fits_80_columns(two_stacks: tuple[list[Member], Path]) -> None:
+    """The "not parked here" line names the park parameter looked for: wrapped at spaces, never cut."""
+    _, path = two_stacks
+    runner = CliRunner(env={"COLUMNS": "80"})
+    result = runner.invoke(
+        parkbrake, ["park", "--stack", STACK, "--now", "--accounts", str(path), "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line for line in lines if len(line) > 80] == []
+    start = next(i for i, line in enumerate(lines) if line.startswith("team-03 (100000000003) us-east-1: "))
+    said = " ".join(line.strip() for line in lines[start:])
+    assert f"not parked here: found nothing of stack '{STACK}' in {REGION}: no park parameter " in said
+    assert f" {names.park_parameter(STACK)}," in said
