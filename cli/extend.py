@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,7 +13,9 @@ from cli.oncall.organisation import DEFAULT_ORG_ROLE, member_role_arn
 from cli.options import DURATION, confirm_or_abort, dry_run_option, output_option, stack_option, yes_option
 from guardrails.errors import ParkbrakeError
 from guardrails.settings import REGIONS, STACK
-from lambdas.aws.environment import ClientFactory
+
+if TYPE_CHECKING:
+    from lambdas.aws.environment import ClientFactory
 
 
 @click.command()

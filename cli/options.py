@@ -330,7 +330,6 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
     import functools
 
     from cli.oncall.organisation import DEFAULT_ORG_ROLE, OrganisationScope
-    from lambdas.aws.assumed import DEFAULT_CONCURRENCY
 
     @functools.wraps(command)  # inspect.unwrap finds the command's own function (tests/cli/table_printers.py)
     def scoped(**kwargs: Any) -> Any:
@@ -345,12 +344,17 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
         )
         return command(scope=scope.checked(), **kwargs)
 
-    for option in reversed(_organisation_option_list(DEFAULT_ORG_ROLE, DEFAULT_CONCURRENCY)):
+    for option in reversed(_organisation_option_list(DEFAULT_ORG_ROLE)):
         scoped = option(scoped)
     return scoped
 
 
-def _organisation_option_list(default_role: str, default_concurrency: int) -> list[Callable[..., Any]]:
+# lambdas.aws.assumed's DEFAULT_CONCURRENCY, written out: importing it loads botocore into every
+# command's --help (tests/cli/test_conventions.py holds the two equal).
+CONCURRENCY_SHOWN = 16
+
+
+def _organisation_option_list(default_role: str) -> list[Callable[..., Any]]:
     return [
         click.option(
             "--accounts",
@@ -394,8 +398,7 @@ def _organisation_option_list(default_role: str, default_concurrency: int) -> li
         click.option(
             "--concurrency",
             type=int,
-            default=default_concurrency,
-            show_default=True,
-            help="Accounts and regions read at once (one shared rate limit for all).",
+            help="Accounts and regions read at once (one shared rate limit for all).  "
+            f"[default: {CONCURRENCY_SHOWN}]",
         ),
     ]

@@ -294,32 +294,32 @@ def _run_across(
 ) -> None:  # fmt: skip
     """``--now`` in every account and region of ``scope``: the preview, one question, then the acts;
     each place's table, then the places without the stack, then the failures; exit 1 on any."""
-    from cli.oncall.organisation import account_failures, echo_failures, organisation_run
+    from cli.oncall.organisation import organisation_run
     from cli.oncall.park.across import park_across
     from cli.oncall.park.switch import config_parked, stack_region
     from lambdas.clients import one_session_clients
 
-    run = organisation_run(scope, [stack_region(stack, project_dir, region)], one_session_clients())
+    home = stack_region(stack, project_dir, region)
+    run = organisation_run(scope, [home], one_session_clients())
     act = partial(park_across, run, stack, parked=parked, config_parked=config_parked(stack, project_dir),
-                  parked_by=_parked_by(run.places[0].region) if parked else None, force=force)  # fmt: skip
+                  parked_by=_parked_by(home) if parked else None, force=force)  # fmt: skip
     if not (dry_run or yes):
-        _print_across(act(dry_run=True), "text")
+        _print_across(act(dry_run=True), "text", run.failures)
         confirm_or_abort(
             f"{'Park' if parked else 'Unpark'} stack {stack} in every account above now?", assume_yes=False
         )
-    outcomes = act(dry_run=dry_run)
-    failed = _print_across(outcomes, output) or bool(account_failures(outcomes))
-    if output == "text":
-        echo_failures(account_failures(outcomes))
-    if failed:
+    if _print_across(act(dry_run=dry_run), output, run.failures):
         sys.exit(1)
 
 
-def _print_across(outcomes: list[Any], output: str) -> bool:
-    """Each place's result (text or one JSON document); True when any action failed."""
-    from cli.oncall.organisation import account_failures, account_label
+def _print_across(outcomes: list[Any], output: str, unlisted: list[str]) -> bool:
+    """Each place's result (text or one JSON document), the failure lines last: ``unlisted`` (the
+    accounts whose regions could not be listed) and the places that could not be read. True when
+    anything failed."""
+    from cli.oncall.organisation import account_failures, account_label, echo_failures, echo_wrapped
 
     answered = [outcome.value for outcome in outcomes if outcome.value is not None]
+    errors = unlisted + account_failures(outcomes)
     if output == "json":
         document = {
             "places": [
@@ -327,19 +327,22 @@ def _print_across(outcomes: list[Any], output: str) -> bool:
                  **(p.result.as_dict() if p.result else {"absent": p.absent})}
                 for p in answered
             ],
-            "errors": account_failures(outcomes),
+            "errors": errors,
         }  # fmt: skip
         click.echo(json.dumps(document, indent=2))
     else:
         for parking in answered:
             if parking.result is not None:
                 _print_emergency(parking.result, account=account_label(parking.place))
-        for parking in answered:
-            if parking.result is None:
-                click.echo(
-                    f"{account_label(parking.place)} {parking.place.region}: not parked here: {parking.absent}"
-                )
-    return any(parking.result is not None and parking.result.failed for parking in answered)
+        echo_wrapped(
+            [
+                f"{account_label(parking.place)} {parking.place.region}: not parked here: {parking.absent}"
+                for parking in answered
+                if parking.result is None
+            ]
+        )
+        echo_failures(errors)
+    return bool(errors) or any(parking.result is not None and parking.result.failed for parking in answered)
 
 
 def _cluster(

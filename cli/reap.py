@@ -107,11 +107,16 @@ def _reap_across(scope: OrganisationScope, stack: str, regions: list[str], outpu
         click.echo(json.dumps(judged.as_dict(), indent=2))
     else:
         print_plan(SweepPlan(judged.verdicts, []), dry_run=True, now=now, accounts=judged.account_of)
+        import textwrap
+
+        from cli.console import console
+
         result = judged.as_dict()
-        click.echo(
+        answer = (
             f"Dry run: would stop {len(result['would_stop'])} and retire {len(result['would_retire'])} of "
             f"{counted(result['checked'], 'host')} in {counted(judged.accounts, 'account')}; nothing changed."
-        )
+        )  # three-digit counts make it wider than 80 columns: wrapped at spaces, never cut by the terminal
+        click.echo("\n".join(textwrap.wrap(answer, console().width, break_long_words=False)))
         echo_failures(judged.errors)
     if judged.errors:
         sys.exit(1)

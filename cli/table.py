@@ -107,7 +107,14 @@ def render(table: Table, width: int | None) -> Rendered:
     natural = _natural_widths(table)
     widths = {index: natural[index] for index in shown}
     text = Text(no_wrap=True, overflow="ignore")
-    text.append(table.title + "\n", style="italic")
+    title = (
+        [table.title]
+        if width is None
+        else textwrap.wrap(
+            table.title, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+    )  # an account and a region in the title can pass 80 columns: wrapped at spaces, never cut
+    text.append("\n".join(title) + "\n", style="italic")
     _append_line(text, [table.columns[i].header for i in shown], [table.columns[i] for i in shown],
                  [widths[i] for i in shown], "bold")  # fmt: skip
     text.append("─" * (sum(widths.values()) + len(GAP) * (len(shown) - 1)) + "\n")

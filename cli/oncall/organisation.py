@@ -24,20 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from guardrails.accounts import ALL_REGIONS, Account, accounts_selected, load_accounts
 from guardrails.errors import InputError, ParkbrakeError
-from lambdas.aws.assumed import (
-    DEFAULT_CONCURRENCY,
-    AccountSessions,
-    ClientFactory,
-    Place,
-    PlaceOutcome,
-    access_of,
-    across_places,
-    places_of,
-)
+
+if TYPE_CHECKING:  # lambdas.aws.assumed loads botocore: imported where a run starts, not by --help
+    from lambdas.aws.assumed import AccountSessions, ClientFactory, Place, PlaceOutcome
 
 T = TypeVar("T")
 
@@ -59,7 +52,14 @@ class OrganisationScope:
     names: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
-    concurrency: int = DEFAULT_CONCURRENCY
+    concurrency: int | None = None  # None: lambdas.aws.assumed's DEFAULT_CONCURRENCY
+
+    @property
+    def workers(self) -> int:
+        """How many accounts and regions are read at once."""
+        from lambdas.aws.assumed import DEFAULT_CONCURRENCY
+
+        return DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency
 
     @property
     def spans_accounts(self) -> bool:
@@ -76,7 +76,7 @@ class OrganisationScope:
             )
         if self.org and self.tags:
             raise InputError("--tag selects by the account list's tags: use --accounts FILE for it")
-        if self.concurrency < 1:
+        if self.concurrency is not None and self.concurrency < 1:
             raise InputError(f"--concurrency {self.concurrency}: give 1 or more")
         return self
 
@@ -92,6 +92,8 @@ class OrganisationRun:
     failures: list[str]  # accounts whose regions could not even be listed (``all``)
 
     def across(self, work: Callable[[Place, ClientFactory], T]) -> list[PlaceOutcome[T]]:
+        from lambdas.aws.assumed import across_places
+
         return across_places(self.places, work, sessions=self.sessions, concurrency=self.concurrency)
 
 
@@ -99,11 +101,13 @@ def organisation_run(
     scope: OrganisationScope, default_regions: Sequence[str], caller: ClientFactory
 ) -> OrganisationRun:
     """The accounts of ``scope`` (``caller``'s clients read Organizations), each in its regions."""
+    from lambdas.aws.assumed import AccountSessions, places_of
+
     accounts = scope_accounts(scope, caller)
     sessions = AccountSessions()
-    expanded, failures = _expand_all_regions(accounts, default_regions, sessions, scope.concurrency)
+    expanded, failures = _expand_all_regions(accounts, default_regions, sessions, scope.workers)
     return OrganisationRun(
-        places_of(expanded, default_regions), sessions, scope.concurrency, len(accounts), failures
+        places_of(expanded, default_regions), sessions, scope.workers, len(accounts), failures
     )
 
 
@@ -160,9 +164,17 @@ def organisation_accounts(caller: ClientFactory, role: str) -> tuple[Account, ..
 
 def member_role_arn(role: str, account_id: str, account_arn: str) -> str:
     """``--org-role`` in one account: a name in that account (its partition from ``account_arn``, any
-    ARN of the organisation), or an ARN with ``{account_id}`` filled in."""
+    ARN of the organisation), or an ARN with ``{account_id}`` filled in. An ARN of another account is
+    refused: every member would be entered as that one account and answered as if it were each."""
     if role.startswith("arn:"):
-        return role.replace("{account_id}", account_id)
+        arn = role.replace("{account_id}", account_id)
+        parts = arn.split(":")
+        if len(parts) != 6 or parts[4] != account_id:
+            raise InputError(
+                f"--org-role {role}: not a role in account {account_id}; give the role's name, or its ARN "
+                "with {account_id} (arn:aws:iam::{account_id}:role/NAME)"
+            )
+        return arn
     partition = account_arn.split(":")[1] if account_arn.count(":") >= 2 else "aws"
     return f"arn:{partition}:iam::{account_id}:role/{role}"
 
@@ -172,6 +184,8 @@ def _expand_all_regions(
 ) -> tuple[list[Account], list[str]]:
     """Accounts whose regions are ``all`` get the regions they have enabled; one that cannot say is
     a failure line and is left out."""
+    from lambdas.aws.assumed import Place, access_of, across_places
+
     expanding = [account for account in accounts if ALL_REGIONS in (account.regions or default_regions)]
     if not expanding:
         return list(accounts), []
@@ -207,8 +221,13 @@ def account_label(place: Place) -> str:
 
 
 def echo_failures(lines: Sequence[str]) -> None:
-    """Each ``error: <line>``, wrapped at the terminal's width at spaces only, so that an ARN or an
-    account id is moved whole to the next line, never cut by the terminal."""
+    """Each ``error: <line>``, wrapped as :func:`echo_wrapped` wraps."""
+    echo_wrapped([f"error: {line}" for line in lines])
+
+
+def echo_wrapped(lines: Sequence[str]) -> None:
+    """Each line wrapped at the terminal's width at spaces only, so that an ARN, an account id or a
+    parameter's name is moved whole to the next line, never cut by the terminal."""
     import textwrap
 
     import click
@@ -218,7 +237,7 @@ def echo_failures(lines: Sequence[str]) -> None:
     width = console().width
     for line in lines:
         wrapped = textwrap.wrap(
-            f"error: {line}", width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+            line, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
         )
         click.echo("\n".join(wrapped))
 
@@ -238,8 +257,3 @@ def account_failures(outcomes: Sequence[PlaceOutcome[Any]]) -> list[str]:
         else:
             lines.extend(f"{account_label(o.place)} {o.place.region}: {o.failure}" for o in failed)
     return lines
-
-
-def shown_account(place: Place) -> str:
-    """The account beside a host: its name as the list gives it (the id when it has none)."""
-    return place.account_name

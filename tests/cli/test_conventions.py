@@ -84,6 +84,37 @@ def test_top_level_help_lists_every_command_without_importing_any() -> None:
         assert f"{name} {entry.short_help.split()[0]}" in listed
 
 
+def test_no_command_module_loads_the_aws_sdk_or_pulumi_when_imported() -> None:
+    """A command's own ``--help`` (and shell completion) imports its module: boto3, botocore and
+    Pulumi load only when the command runs. (The organisation options once pulled botocore into
+    every command that has them: ``status --help`` took the SDK's import time.)"""
+    heavy = ("boto3", "botocore", "pulumi")
+    modules = sorted({entry.target.split(":")[0] for entry in COMMANDS.values()})
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"    found = [m for m in {heavy!r} if m in sys.modules]\n"
+        "    if found:\n"
+        "        print(name, *found)\n"
+        "        break\n"
+    )
+    output = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert output == ""
+
+
+def test_the_concurrency_shown_in_help_is_the_one_used() -> None:
+    from cli.options import CONCURRENCY_SHOWN
+    from lambdas.aws.assumed import DEFAULT_CONCURRENCY
+
+    assert CONCURRENCY_SHOWN == DEFAULT_CONCURRENCY
+    shown = " ".join(CliRunner().invoke(parkbrake, ["status", "--help"]).output.split())
+    assert (
+        f"--concurrency INTEGER Accounts and regions read at once (one shared rate limit for all). [default: {DEFAULT_CONCURRENCY}]"
+        in shown
+    )
+
+
 def test_unknown_command_is_a_usage_error() -> None:
     result = CliRunner().invoke(parkbrake, ["frobnicate"])
     assert result.exit_code == 2

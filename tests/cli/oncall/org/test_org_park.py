@@ -17,7 +17,7 @@ from guardrails import names
 from lambdas.aws.assumed import AccountAccess, AccountSessions
 from tests.cli.oncall.ops_fleet import REGION, STACK, demo_fleet, project_copy
 from tests.cli.oncall.org_fleet import Member, accounts_file, members
-from tests.moto_iam_auth import role_arn
+from tests.moto_iam_auth import enforced_iam, role_arn
 
 
 @pytest.fixture
@@ -85,3 +85,46 @@ def test_accounts_without_now_is_refused(project: Path) -> None:
     assert result.exit_code == 2
     assert "--accounts and --org go with --now" in result.output
     assert len(result.output.splitlines()) == 1
+
+
+def test_an_account_whose_regions_cannot_be_listed_is_a_failure_line(
+    aws: str, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``regions: [all]`` through a denied role: the account's regions cannot be listed, so it is
+    the last line and exit 1 (it was dropped, and alone it was an IndexError traceback)."""
+    reachable = Member(members(1)[0].account_id, "team-01", regions=(REGION,))
+    denied = Member("100000000002", "team-02", regions=("all",))
+    demo_fleet.seed_fleet(clients_of(reachable), stack=STACK, region=REGION, now=datetime.now(UTC))
+    alone = accounts_file(project, [denied]).rename(project / "alone.yml")
+    both = accounts_file(project, [reachable, denied])
+    ids = [reachable.account_id, denied.account_id]
+    with enforced_iam(aws, ids, ids[:1]) as credentials:
+        for variable, value in credentials.items():
+            monkeypatch.setenv(variable, value)
+        mixed = park("--accounts", str(both), "--dry-run")
+        only = park("--accounts", str(alone), "--dry-run", "--output", "json")
+    assert mixed.exit_code == 1, mixed.output
+    assert "park --now dev (team-01 (" in mixed.output
+    assert mixed.output.splitlines()[-1].startswith(
+        f"error: team-02 ({denied.account_id}): cannot list its regions: "
+    )
+    assert only.exit_code == 1, only.output
+    assert isinstance(only.exception, SystemExit)
+    (line,) = json.loads(only.output)["errors"]
+    assert line.startswith(f"team-02 ({denied.account_id}): cannot list its regions: cannot assume ")
+
+
+def test_an_account_without_the_stack_fits_80_columns(two_stacks: tuple[list[Member], Path]) -> None:
+    """The "not parked here" line names the park parameter looked for: wrapped at spaces, never cut."""
+    _, path = two_stacks
+    runner = CliRunner(env={"COLUMNS": "80"})
+    result = runner.invoke(
+        parkbrake, ["park", "--stack", STACK, "--now", "--accounts", str(path), "--dry-run"]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line for line in lines if len(line) > 80] == []
+    start = next(i for i, line in enumerate(lines) if line.startswith("team-03 (100000000003) us-east-1: "))
+    said = " ".join(line.strip() for line in lines[start:])
+    assert f"not parked here: found nothing of stack '{STACK}' in {REGION}: no park parameter " in said
+    assert f" {names.park_parameter(STACK)}," in said

@@ -80,3 +80,17 @@ def test_a_denied_account_is_its_line_and_the_others_are_judged(
     assert [host["instance_id"] for host in judged["would_stop"]] == made[ids[0]]
     (line,) = judged["errors"]
     assert line.startswith(f"team-02 ({ids[1]}): cannot assume {role_arn(ids[1])}: AccessDenied")
+
+
+def test_the_answer_fits_80_columns_with_three_digit_counts(aws: str, folder: Path) -> None:
+    organisation = members(10)
+    seed_hosts(organisation, hosts=10)
+    path = accounts_file(folder, organisation)
+    text = CliRunner(env={"COLUMNS": "80"}).invoke(parkbrake, ["reap", "--stack", "dev", "--dry-run",
+                                                                "--accounts", str(path)])  # fmt: skip
+    assert text.exit_code == 0, text.output
+    lines = text.output.splitlines()
+    assert [line for line in lines if len(line) > 80] == []
+    assert " ".join(lines[-2:]) == (
+        "Dry run: would stop 100 and retire 0 of 100 hosts in 10 accounts; nothing changed."
+    )

@@ -141,3 +141,20 @@ def test_flags_that_cannot_go_together_are_one_line_exit_2(
     assert result.exit_code == 2
     assert result.output.startswith(f"Error: {named}")
     assert len(result.output.splitlines()) == 1
+
+
+def test_an_org_role_arn_of_one_account_is_one_line_exit_2(aws: str, folder: Path) -> None:
+    """An ARN without {account_id} would enter every member as that one account (each answered with
+    its hosts); it is refused, naming the option and the fix."""
+    organizations = boto3.client("organizations")
+    organizations.create_organization(FeatureSet="ALL")
+    organizations.create_account(Email="research@example.com", AccountName="research")
+    fixed = "arn:aws:iam::100000000001:role/parkbrake-oncall"
+    result = status("--org", "--org-role", fixed, "--regions", "us-east-1")
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith(f"Error: --org-role {fixed}: not a role in account ")
+    assert "{account_id}" in result.output
+    assert len(result.output.splitlines()) == 1
+    templated = status("--org", "--org-role", "arn:aws:iam::{account_id}:role/parkbrake-oncall",
+                       "--regions", "us-east-1", "--output", "json")  # fmt: skip
+    assert templated.exit_code == 0, templated.output
