@@ -10,7 +10,9 @@ HTTPS, list/watch, server-side apply), as a cluster's API server never shares th
 interpreter, and decides against a real ledger (``PARKBRAKE_DATABASE_URL``, else a throwaway pgserver;
 every tenant with a budget). Kueue's part is played by the benchmark (the Kueue fake's whole-store
 step is too slow for 1,000 objects): 1,000 Workloads wait in their tenants' queues and have their quota
-reserved, each reserved object built before the clock starts.
+reserved, each reserved object built before the clock starts; reserved at once (burst, outage), they
+are written one after another in the fake's process (``put_all``), as Kueue's own process would, not
+in the controller's interpreter.
 
 Measured in ``--rounds`` rounds (default 3), in turn (benchmarks.rounds), each figure the median of
 its rounds with their min–max and the one-minute load average beside it:
@@ -34,8 +36,10 @@ Then once, each with the load average beside it:
 
 After the burst, the CPU each part used per decision, by process — the controller's (this process,
 the benchmark's loops included), the fake API server's and the ledger's backends (where the ledger
-runs on this machine) — beside the CPU per admit of one more floor run: on a machine whose cores the
-floor keeps busy, the ratio of the two totals bounds the burst's ratio.
+runs on this machine) — and how many cores they kept busy on average (their CPU over the burst's
+wall time), beside the CPU per admit of one more floor run: on a machine whose cores the floor keeps
+busy, the ratio of the two totals bounds the burst's ratio, and the cores left idle say how far the
+burst is from that bound.
 
 Also asserted: never more ledger connections than ``--workers`` + 1 (the workers' connections, which the
 controller's worker threads borrow for each ledger call, and one for the sweeps), sampled from
@@ -143,9 +147,9 @@ def writes_after(
     while len(written) < len(names):
         if time.monotonic() > deadline:
             raise AssertionError(f"only {len(written)} of {len(names)} Workloads decided")
-        patches = fake.patches_after(seen)
+        patches = fake.patched_after(seen)
         seen += len(patches)
-        for at, path, _ in patches:
+        for at, path in patches:
             name = path.split("/workloads/", 1)[-1].split("/", 1)[0]
             if name in names:
                 written.setdefault(name, at)
@@ -153,18 +157,21 @@ def writes_after(
     return written
 
 
-def run_phase(fake: Any, pending: list[dict[str, Any]], rate: float | None) -> tuple[list[float], float]:
-    """Reserve every pending Workload (``rate`` a second, None: at once); each one's seconds from its
+def run_phase(fake: Any, reserved: list[dict[str, Any]], rate: float | None) -> tuple[list[float], float]:
+    """Write every ``reserved`` Workload (Kueue's objects, built by the caller before the clock and
+    the CPU meter: ``reserve``), ``rate`` a second (None: at once); each one's seconds from its
     reservation to its write, and the seconds from the first reservation to the last write."""
     start = fake.patch_count()
-    reserved = [reserve(document) for document in pending]  # Kueue's objects, built before the clock
     reserved_at: dict[str, float] = {}
-    for document in reserved:
-        reserved_at[document["metadata"]["name"]] = time.monotonic()
-        fake.put("workloads", document)
-        if rate:
+    if rate:
+        for document in reserved:
+            reserved_at[document["metadata"]["name"]] = time.monotonic()
+            fake.put("workloads", document)
             time.sleep(1 / rate)
-    written = writes_after(fake, start, pending)
+    else:  # at once: written one after another in the fake's process, as Kueue's own would
+        names = [document["metadata"]["name"] for document in reserved]
+        reserved_at = dict(zip(names, fake.put_all("workloads", reserved), strict=True))
+    written = writes_after(fake, start, reserved)
     first = min(reserved_at.values())
     return [written[name] - reserved_at[name] for name in written], max(written.values()) - first
 
@@ -216,10 +223,15 @@ class CpuMeter:
         }  # fmt: skip
 
 
-def cpu_line(label: str, per_item: dict[str, float | None]) -> str:
+def cpu_line(label: str, per_item: dict[str, float | None], busy: str = "") -> str:
     shown = [f"{name} {'?' if ms is None else f'{ms:.2f}'}" for name, ms in per_item.items()]
     known = [ms for ms in per_item.values() if ms is not None]
-    return f"{label}: {', '.join(shown)} = {sum(known):.2f} ms of CPU each ({load()})"
+    return f"{label}: {', '.join(shown)} = {sum(known):.2f} ms of CPU each{busy} ({load()})"
+
+
+def cores_busy(per_item: dict[str, float | None], count: int, seconds: float) -> float:
+    """How many of the machine's cores the parts kept busy on average: their CPU over the wall time."""
+    return sum(ms for ms in per_item.values() if ms is not None) * count / 1000 / seconds
 
 
 def floor(
@@ -289,7 +301,7 @@ def steady_rounds(
         return 0.0
 
     def steady_round(number: int) -> float:
-        times, elapsed = run_phase(fake, batches[number], options.rate)
+        times, elapsed = run_phase(fake, [reserve(document) for document in batches[number]], options.rate)
         p99_ms["steady"].add(percentile(times, 0.99) * 1000)
         return len(times) / elapsed
 
@@ -334,10 +346,9 @@ def outage(fake: Any, admin_url: str, pending: list[dict[str, Any]], down_s: flo
             (APPLICATION,),
         )
         start = fake.patch_count()
-        for document in pending:
-            fake.put("workloads", reserve(document))
+        fake.put_all("workloads", [reserve(document) for document in pending])
         time.sleep(down_s)
-        assert not fake.patches_after(start), "a Workload was decided while the ledger was down"
+        assert not fake.patched_after(start), "a Workload was decided while the ledger was down"
         admin.execute(f"ALTER DATABASE {BENCH_DATABASE} ALLOW_CONNECTIONS true")
         back = time.monotonic()
     written = writes_after(fake, start, pending)
@@ -417,15 +428,22 @@ def run(options: argparse.Namespace) -> None:
             steady_p99s = measured["steady_p99_ms"].values
             # CPU by process: the controller's (this one, the benchmark's loops included), the fake
             # API server's, and the ledger's backends (on a 2-core machine, what bounds both rates).
+            reserved = [reserve(document) for document in batches[-2]]
             meter = CpuMeter({"controller": [os.getpid()], "API server fake": [fake.pid()],
                               "ledger": ledger_backends(stores)})  # fmt: skip
-            burst, burst_s = run_phase(fake, batches[-2], None)
+            burst, burst_s = run_phase(fake, reserved, None)
             burst_rate = len(burst) / burst_s
             burst_cpu = meter.per(len(burst))
             floor_cpu: dict[str, float | None] = {}
             floor(url, options, now, cpu=floor_cpu)
-            figures["cpu_ms_each"] = {"burst_decision": burst_cpu, "admit_alone": floor_cpu}
-            print(cpu_line("CPU per burst decision", burst_cpu))
+            busy = cores_busy(burst_cpu, len(burst), burst_s)
+            figures["cpu_ms_each"] = {
+                "burst_decision": burst_cpu, "admit_alone": floor_cpu,
+                "burst_cores_busy": {"busy": round(busy, 2), "cores": os.cpu_count()},
+            }  # fmt: skip
+            print(
+                cpu_line("CPU per burst decision", burst_cpu, f"; {busy:.2f} of {os.cpu_count()} cores busy")
+            )
             print(cpu_line("CPU per admit alone (once more)", floor_cpu))
             figures["burst_all_at_once"] = {
                 "decisions_per_s": round(burst_rate, 1), "of_floor_median": round(burst_rate / floor_rate, 2),

@@ -4,7 +4,8 @@ controller's interpreter, as a cluster's API server never does.
 
 :func:`fake_api_process` starts a ``multiprocessing`` manager (spawned: a fresh interpreter, not a
 fork of one with threads) that holds one :class:`FakeApiServer` and forwards the methods a driver
-needs — ``put``, ``get``, ``pid``, ``patch_count``, ``patches_after``, ``drop_watches``, ``address`` — over a local socket.
+needs (``EXPOSED``) over a local socket; ``put_all`` writes a batch in one call, as Kueue's own
+process would, so that none of Kueue's part runs in the driver's interpreter.
 ``time.monotonic`` is the system's CLOCK_MONOTONIC on Linux, so the times ``patches_after`` returns
 compare with the caller's own.
 """
@@ -21,7 +22,9 @@ from typing import Any
 
 from tests.cli.k8s.fake_api_server import FakeApiServer
 
-EXPOSED = ("put", "get", "pid", "patch_count", "patches_after", "drop_watches", "address")
+EXPOSED = (
+    "put", "put_all", "get", "pid", "patch_count", "patches_after", "patched_after", "drop_watches", "address",
+)  # fmt: skip
 
 
 def _served(directory: str) -> FakeApiServer:

@@ -195,6 +195,12 @@ class FakeApiServer:
         with self.lock:
             return list(self.patches[start:])
 
+    def patched_after(self, start: int) -> list[tuple[float, str]]:
+        """The patches received since the first ``start``, without their bodies: (monotonic time, path)
+        each (a benchmark's watcher, which copies them out of this process every 50 ms)."""
+        with self.lock:
+            return [(at, path) for at, path, _ in self.patches[start:]]
+
     def close(self) -> None:
         self.drop_watches()
         self.server.shutdown()
@@ -213,6 +219,15 @@ class FakeApiServer:
             )
             self._store(resource, key, stored, kind or ("MODIFIED" if key in self.objects else "ADDED"))
             return json_copy(stored)
+
+    def put_all(self, resource: str, documents: list[dict[str, Any]]) -> list[float]:
+        """:meth:`put` each of ``documents`` in turn, as Kueue reserving a queue's quota writes one
+        Workload after another; the monotonic time each was written at."""
+        written = []
+        for document in documents:
+            written.append(time.monotonic())
+            self.put(resource, document)
+        return written
 
     def remove(self, resource: str, namespace: str, name: str) -> None:
         with self.lock:
