@@ -333,10 +333,19 @@ def organisation_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(command)  # inspect.unwrap finds the command's own function (tests/cli/table_printers.py)
     def scoped(**kwargs: Any) -> Any:
+        from click.core import ParameterSource
+
+        role = kwargs.pop("org_role")
+        context = click.get_current_context(silent=True)
+        given = (
+            context.get_parameter_source("org_role") != ParameterSource.DEFAULT
+            if context is not None
+            else role != DEFAULT_ORG_ROLE
+        )
         scope = OrganisationScope(
             accounts_file=kwargs.pop("accounts_file"),
             org=kwargs.pop("org"),
-            org_role=kwargs.pop("org_role"),
+            org_role=role if given else None,  # one given without --org is refused (checked)
             names=kwargs.pop("account_names"),
             tags=kwargs.pop("account_tags"),
             excluded=kwargs.pop("not_accounts"),

@@ -48,7 +48,7 @@ class OrganisationScope:
 
     accounts_file: Path | None = None
     org: bool = False
-    org_role: str = DEFAULT_ORG_ROLE
+    org_role: str | None = None  # --org-role as given (None: not given, DEFAULT_ORG_ROLE with --org)
     names: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
@@ -73,6 +73,10 @@ class OrganisationScope:
         if selecting and not self.spans_accounts:
             raise InputError(
                 "--account, --tag and --not-account select from --accounts FILE or --org: add one"
+            )
+        if self.org_role is not None and not self.org:  # an --accounts list names each account's role
+            raise InputError(
+                f"--org-role {self.org_role}: the role --org assumes in each member account; add --org"
             )
         if self.org and self.tags:
             raise InputError("--tag selects by the account list's tags: use --accounts FILE for it")
@@ -126,7 +130,7 @@ def _accounts_of(scope: OrganisationScope, caller: ClientFactory) -> tuple[Accou
             reason = getattr(error, "strerror", None) or str(error)
             raise InputError(f"--accounts {scope.accounts_file}: cannot read it ({reason})") from None
         return load_accounts(text, str(scope.accounts_file))
-    return organisation_accounts(caller, scope.org_role)
+    return organisation_accounts(caller, scope.org_role or DEFAULT_ORG_ROLE)
 
 
 def organisation_accounts(caller: ClientFactory, role: str) -> tuple[Account, ...]:

@@ -132,6 +132,8 @@ def test_a_bad_accounts_file_is_one_line_exit_2(folder: Path, content: str | Non
         (["-a", "team-01"], "--account, --tag and --not-account"),
         (["--org", "-t", "type:prod"], "--tag selects"),
         (["--org", "--concurrency", "0"], "--concurrency 0"),
+        (["--org-role", "reader"], "--org-role reader"),  # it was ignored without --org
+        (["--accounts", "a.yml", "--org-role", "reader"], "--org-role reader"),  # the list names roles
     ],
 )
 def test_flags_that_cannot_go_together_are_one_line_exit_2(
@@ -158,3 +160,24 @@ def test_an_org_role_arn_of_one_account_is_one_line_exit_2(aws: str, folder: Pat
     templated = status("--org", "--org-role", "arn:aws:iam::{account_id}:role/parkbrake-oncall",
                        "--regions", "us-east-1", "--output", "json")  # fmt: skip
     assert templated.exit_code == 0, templated.output
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status"],
+        ["reap", "--dry-run"],
+        ["schedule", "list"],
+        ["park", "--now", "--dry-run"],
+        ["unpark", "--now", "--dry-run"],
+    ],
+    ids=lambda command: command[0],
+)
+def test_every_command_across_accounts_refuses_org_role_without_org(folder: Path, command: list[str]) -> None:
+    """--org-role is the role --org assumes; given alone it would be ignored, so it is refused."""
+    result = CliRunner().invoke(parkbrake, [*command, "--org-role", "reader"])
+    assert result.exit_code == 2, result.output
+    assert (
+        result.output
+        == "Error: --org-role reader: the role --org assumes in each member account; add --org\n"
+    )
