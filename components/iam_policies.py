@@ -30,7 +30,7 @@ MANAGED_ONLY = {"StringEquals": {f"aws:ResourceTag/{tags.MANAGED}": "true"}}
 # Sids of the grants that cannot name the stack: no resource-level permissions, (ListStacks) the read
 # of which stacks exist, which is what tells this stack's sweep another stack's host from an orphan,
 # or (ReadOrganisationParkSwitches) the launcher's read of an organisation's park switches in its
-# account, whose hub stack it is never told (lambdas/engines/launching.py, organisation_parked).
+# account, whose hub stack it is never told (lambdas/aws/park_switches.py, organisation_parked).
 UNSCOPED = frozenset({"Describe", "DescribeHosts", "DescribePool", "DescribeGroups", "Heartbeat",
                       "DescribeVolumesAndSnapshots", "ListStacks", "ReadOrganisationParkSwitches"})  # fmt: skip
 Statement = dict[str, Any]

@@ -45,6 +45,7 @@ from lambdas.aws import heartbeat, notices
 from lambdas.aws.decision_log import DecisionLog
 from lambdas.aws.environment import ClientFactory, container_settings, ledger_configured
 from lambdas.aws.errors import AWS_ERRORS, describe_error
+from lambdas.aws.park_switches import organisation_parked
 from lambdas.aws.pool_capacity import await_report
 
 log = logging.getLogger(__name__)
@@ -67,45 +68,6 @@ def is_parked(ssm: Any, stack: str) -> bool:
     if normalized not in ("true", "false"):
         raise ParkbrakeError(f"SSM parameter {name} is {value!r}, neither 'true' nor 'false'")
     return normalized == "true"
-
-
-# Every organisation's park switch as its spoke names it (guardrails.names.spoke_park_parameter).
-SPOKE_PARK_SWITCH = re.compile(r"/parkbrake/(?P<stack>[^/]+)/spoke-(?P<region>[^/]+)/parked")
-
-
-def organisation_parked(ssm: Any, region: str) -> str | None:
-    """Why an organisation's park switch in this account and region refuses the start, or None.
-
-    Every hub whose spoke is deployed here wrote ``/parkbrake/<hub stack>/spoke-<region>/parked``
-    (components/org_spoke_parts.py). A member account's own stacks are not told which organisation
-    deploys to them (a StackSet deploys when the account joins the OU), so the switches are found,
-    not configured: one ``GetParametersByPath`` on ``/parkbrake``, recursive, paginated (botocore's
-    ``ssm/2014-11-06/service-2.json``: ``Recursive`` returns every level below the path). None found
-    is "no organisation"; a switch that is neither true nor false, or a read that fails
-    (AccessDenied, throttling), is an error, never "unparked", as for the stack's own switch."""
-    switches: dict[str, tuple[str, str]] = {}  # parameter -> (its hub stack, its value)
-    try:
-        for page in ssm.get_paginator("get_parameters_by_path").paginate(Path="/parkbrake", Recursive=True):
-            for parameter in page["Parameters"]:
-                found = SPOKE_PARK_SWITCH.fullmatch(parameter["Name"])
-                if found is not None and found["region"] == region:
-                    switches[parameter["Name"]] = (found["stack"], parameter["Value"])
-    except AWS_ERRORS as error:
-        raise ParkbrakeError(
-            f"cannot read the organisation's park switches under /parkbrake: {describe_error(error)}"
-        ) from None
-    on = []
-    for name, (hub, value) in sorted(switches.items()):
-        if value.strip().lower() not in ("true", "false"):
-            raise ParkbrakeError(f"SSM parameter {name} is {value!r}, neither 'true' nor 'false'")
-        if value.strip().lower() == "true":
-            on.append((name, hub))
-    if not on:
-        return None
-    return (
-        f"the organisation parked this account: {', '.join(name for name, _ in on)} is true; "
-        f"unpark the organisation's hub stack ({', '.join(hub for _, hub in on)}) to run the nightly pools"
-    )
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from guardrails.sweep import host_deadline, policy_from_settings
 from lambdas.aws.ec2_hosts import list_hosts, live_stacks
 from lambdas.aws.environment import ClientFactory
 from lambdas.aws.errors import describe_error
+from lambdas.aws.park_switches import OrganisationSwitch, organisation_switches_on
 
 if TYPE_CHECKING:
     from guardrails.runway import TenantRunway
@@ -170,6 +171,8 @@ class StackStatus:
     calendars: dict[str, ClosedDays] = field(default_factory=dict)
     alarms: AlarmTopic | None = None  # the alarm topic and who it reaches
     account: str | None = None  # across the organisation: the account's name
+    # The organisation's park switches on in its account and region: its launcher refuses every start.
+    organisation: tuple[OrganisationSwitch, ...] = ()
 
     @property
     def parked(self) -> bool | None:
@@ -203,6 +206,7 @@ class StackStatus:
                 for schedule in self.schedules
             ],
             "alarms": self.alarms.as_dict() if self.alarms else None,
+            "organisation_parked": [{"parameter": on.parameter, "hub": on.hub} for on in self.organisation],
         }
 
 
@@ -238,6 +242,10 @@ class FleetStatus:
             "bad_tags": states["bad-tags"],
             "exempt": states["exempt"],
             "parked_stacks": sorted(stack.stack for stack in self.stacks if stack.parked),
+            # Stacks whose launcher an organisation's park switch refuses (their own switch aside).
+            "organisation_parked_stacks": sorted(
+                {stack.stack for stack in self.stacks if stack.organisation}
+            ),
             "stacks": len(self.stacks),
             "stopped_too_long": len(self.stopped),
             "stopped_monthly_usd": _number(sum((h.storage.monthly_usd for h in self.stopped), Decimal(0))),
@@ -382,11 +390,13 @@ def read_region(
     part = RegionPart()
     alarm_topics = RegionAlarmTopics(partial(clients, "sns"), region, Path("."))
     deployed: list[str] = []
+    organisation: list[OrganisationSwitch] = []
 
     def read_stacks() -> None:
+        organisation.extend(_organisation_switches(part, clients("ssm", region), region))
         deployed.extend([stack] if stack else _deployed_stacks(clients("ssm", region), region, part.errors))
         for name in deployed:
-            _read_stack(part, name, region, clients, alarm_topics)
+            _read_stack(part, name, region, clients, alarm_topics, organisation=organisation)
 
     listing: tuple[list[HostStatus], list[str]]
     stopped: tuple[list[StoppedHost], list[str]]
@@ -416,8 +426,17 @@ def read_region(
         if host.host.managed and tags.STACK in host.host.tags
     }
     for name in sorted(named - set(deployed)) if not stack else []:
-        _read_stack(part, name, region, clients, alarm_topics)
+        _read_stack(part, name, region, clients, alarm_topics, organisation=organisation)
     return part
+
+
+def _organisation_switches(part: RegionPart, ssm: Any, region: str) -> list[OrganisationSwitch]:
+    """A listing that fails or a switch neither true nor false is an error line (exit 1), never "off"."""
+    try:
+        return organisation_switches_on(ssm, region)
+    except ParkbrakeError as error:
+        part.errors.append(f"{region}: {error}")
+        return []
 
 
 def _hosts_of(
@@ -432,7 +451,13 @@ def _hosts_of(
 
 
 def _read_stack(
-    part: RegionPart, name: str, region: str, clients: ClientFactory, alarm_topics: RegionAlarmTopics
+    part: RegionPart,
+    name: str,
+    region: str,
+    clients: ClientFactory,
+    alarm_topics: RegionAlarmTopics,
+    *,
+    organisation: Sequence[OrganisationSwitch] = (),
 ) -> None:
     try:
         part.services += services_of(clients("ecs", region), clients("elbv2", region), region, name)
@@ -446,6 +471,7 @@ def _read_stack(
                 schedules,
                 _calendars(part, schedules, clients("ssm", region), f"{region} stack {name}"),
                 _alarm_topic(part, name, region, alarm_topics),
+                organisation=tuple(organisation),
             )
         )
     except ClientError as error:

@@ -21,6 +21,7 @@ from guardrails import names, tags
 from guardrails.durations import format_duration
 from guardrails.errors import InputError
 from guardrails.owners import owner_of
+from guardrails.plurals import counted
 
 HOST_STATES = ("overdue", "unmanaged", "bad-tags", "running", "exempt")  # in the order they need action
 FILTERS: dict[str, Callable[[HostStatus], str | None]] = {
@@ -219,7 +220,29 @@ def _summary_lines(report: FleetStatus) -> list[str]:
             f"  [yellow]unmanaged hosts burn ${_money(summary['unmanaged_usd_per_hour'])}/h: "
             "no guardrail may stop them[/]"
         )
+    organisation = _organisation_line(report)
+    if organisation:
+        lines.append(f"  [yellow]{escape(organisation)}[/]")
     return lines
+
+
+def _organisation_line(report: FleetStatus) -> str | None:
+    """Which stacks' nightly starts an organisation's park switch refuses, and whose switch it is:
+    their own switches may say "no" while every start is refused."""
+    parked = [stack for stack in report.stacks if stack.organisation]
+    if not parked:
+        return None
+    hubs = sorted({switch.hub for stack in parked for switch in stack.organisation})
+    places = sorted({(stack.account or "", stack.region) for stack in parked})
+    where = (
+        ", ".join(sorted({region for _, region in places}))
+        if report.accounts is None
+        else counted(len(places), "account-region")
+    )
+    return (
+        f"organisation parked (hub {', '.join(hubs)}): nightly starts refused for "
+        f"{counted(len(parked), 'stack')} in {where}"
+    )
 
 
 def _alarms_line(stack: StackStatus, *, several_regions: bool) -> str:
@@ -417,6 +440,8 @@ def _print_stacks(console: Console, report: FleetStatus) -> bool:
     for stack in report.stacks:
         start = stack.next_start(report.now)
         parked = {True: "yes", False: "no", None: f"unknown ({stack.park_value})"}[stack.parked]
+        if stack.organisation and stack.parked is False:
+            parked = "organisation"  # its launcher refuses every start (the summary names the hub)
         when = (
             f"{start[0].pool} at {start[1]:{TIMESTAMP}} (in {_span(start[1] - report.now)})"
             if start

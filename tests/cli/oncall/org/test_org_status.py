@@ -12,6 +12,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import parkbrake
+from guardrails import names
+from lambdas.aws.assumed import AccountAccess, AccountSessions
 from tests.cli.oncall.org_fleet import REGIONS, Member, accounts_file, members, seed_hosts
 from tests.moto_iam_auth import enforced_iam, role_arn
 
@@ -181,3 +183,31 @@ def test_every_command_across_accounts_refuses_org_role_without_org(folder: Path
         result.output
         == "Error: --org-role reader: the role --org assumes in each member account; add --org\n"
     )
+
+
+def test_an_organisation_switch_in_one_member_is_named_beside_its_stacks(aws: str, folder: Path) -> None:
+    """The hub's spoke parks the member accounts: their own stacks' switches still say "no" while
+    every start there is refused; the answer names the stack, its account and the hub."""
+    organisation = members(2)
+    parked, free = organisation
+    sessions = AccountSessions()
+    for member, value in ((parked, "true"), (free, "false")):
+        ssm = sessions.clients(AccountAccess(member.account_id, (role_arn(member.account_id, member.role),)))(
+            "ssm", "us-east-1"
+        )
+        ssm.put_parameter(Name=names.park_parameter("dev"), Value="false", Type="String")
+        ssm.put_parameter(Name=names.spoke_park_parameter("org", "us-east-1"), Value=value, Type="String")
+    path = str(accounts_file(folder, organisation))
+
+    report = json.loads(status("--accounts", path, "--regions", "us-east-1", "--output", "json").output)
+    text = status("--accounts", path, "--regions", "us-east-1")
+
+    switches = {stack["account"]: stack["organisation_parked"] for stack in report["stacks"]}
+    assert switches == {
+        parked.name: [{"parameter": "/parkbrake/org/spoke-us-east-1/parked", "hub": "org"}],
+        free.name: [],
+    }
+    assert report["summary"]["organisation_parked_stacks"] == ["dev"]
+    assert text.exit_code == 0, text.output
+    line = "  organisation parked (hub org): nightly starts refused for 1 stack in 1 account-region"
+    assert text.output.splitlines().count(line) == 2
