@@ -25,18 +25,22 @@ import pulumi_aws as aws
 
 from components.common import child_of, named_child_of
 from components.iam_policies import document, statement
-from components.org_spoke_parts import STATE_CHANGE_ACTED_ON, STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE
+from components.org_spoke_parts import STATE_CHANGE_ACTED_ON, TAG_CHANGE_FORWARD
 from guardrails import names
 
 HUB_TOKEN = "parkbrake:org:Hub"
 # Long enough to replay a month into the ledger, which changes nothing for an event it already holds.
 ARCHIVE_RETENTION = timedelta(days=35)
-# What the hub's deadline takes from the hub bus: both kinds the spokes forward (only EC2 instances'
-# tag changes are forwarded, components/org_spoke_parts.py); the handler refuses anything else.
-CENTRAL_DEADLINE_PATTERN: dict[str, Any] = {
-    "source": ["aws.ec2", "aws.tag"],
-    "detail-type": [STATE_CHANGE_DETAIL_TYPE, TAG_CHANGE_DETAIL_TYPE],
-}
+# What the hub's deadline takes from the hub bus, the two rules of the stack's own deadline
+# (components/guardrail_functions.py): the state changes it acts on (a ``pending`` costs no
+# invocation), and EC2 instances' tag changes (a lowered cap, an exemption: the host judged again).
+# Each: (the rule, its invoke permission, its description, its pattern).
+CENTRAL_DEADLINE_RULES: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
+    ("hub-deadline-events", "deadline-from-hub",
+     "the spokes' EC2 state changes: per-host deadlines, armed in the hub", STATE_CHANGE_ACTED_ON),
+    ("hub-deadline-tag-changes", "deadline-tags-from-hub",
+     "the spokes' EC2 tag changes: a host's deadline judged again", TAG_CHANGE_FORWARD),
+)  # fmt: skip
 
 
 @dataclass
@@ -201,13 +205,14 @@ class OrgHub(pulumi.ComponentResource):
         aws.iam.RolePolicy(
             "central-deadlines", role=args.deadline_function_name, policy=spokes_reader, opts=child_of(self)
         )
-        self._to_function(
-            "hub-deadline-events",
-            "the spokes' EC2 state and tag changes: per-host deadlines, armed in the hub",
-            CENTRAL_DEADLINE_PATTERN,
-            ("deadline-from-hub", args.deadline_function_name),
-            (args.stack, bus, partition, tags),
-        )
+        for rule_name, invoke, description, pattern in CENTRAL_DEADLINE_RULES:
+            self._to_function(
+                rule_name,
+                description,
+                pattern,
+                (invoke, args.deadline_function_name),
+                (args.stack, bus, partition, tags),
+            )
 
     def _meter_rule(
         self,

@@ -50,6 +50,19 @@ def forwarded_state_change(state: str) -> dict[str, object]:
             "region": "us-west-2", "resources": [], "detail": {"instance-id": "i-0abc", "state": state}}  # fmt: skip
 
 
+def forwarded_tag_change(resource_type: str) -> dict[str, object]:
+    """A member account's tag change as its spoke forwards it (EventBridge events reference,
+    events-ref-tag.html: ``detail.service`` and ``detail.resource-type``)."""
+    return {
+        "source": "aws.tag",
+        "detail-type": "Tag Change on Resource",
+        "account": "222222222222",
+        "region": "us-west-2",
+        "resources": [f"arn:aws:ec2:us-west-2:222222222222:{resource_type}/i-0abc"],
+        "detail": {"service": "ec2", "resource-type": resource_type, "changed-tag-keys": ["parkbrake:cap"]},
+    }
+
+
 def test_forwarded_state_changes_on_the_hub_bus_reach_the_meter_pending_aside() -> None:
     """The meter takes what the stack's own state-change rule takes: ``pending`` changes nothing, so
     it costs no invocation. The pattern is matched by moto's implementation of EventBridge's
@@ -94,10 +107,27 @@ def test_central_deadlines_take_the_forwarded_events_from_the_hub_bus_without_a_
     made with or without a ledger's meter), may be invoked by that rule only, and may assume the spoke
     roles and read the spokes parameter; with sweep: spoke the spokes keep their own deadlines."""
     central, spoke = org_run_of(), org_run_of(sweep="spoke")
+    from moto.events.models import EventPattern
+
     rule = central.named(RULE, "hub-deadline-events")
     assert rule.inputs["eventBusName"] == "parkbrake-org-hub"
-    pattern = json.loads(rule.inputs["eventPattern"])
-    assert pattern["detail-type"] == ["EC2 Instance State-change Notification", "Tag Change on Resource"]
+    states = EventPattern.load(rule.inputs["eventPattern"])
+    matched = {
+        state: states.matches_event(forwarded_state_change(state))
+        for state in ("pending", "running", "stopping", "stopped", "shutting-down", "terminated")
+    }
+    assert matched == {"pending": False} | dict.fromkeys(list(matched)[1:], True)  # a pending costs nothing
+    tagged = central.named(RULE, "hub-deadline-tag-changes")
+    changes = EventPattern.load(tagged.inputs["eventPattern"])
+    assert changes.matches_event(forwarded_tag_change("instance"))
+    assert not changes.matches_event(forwarded_tag_change("volume"))
+    assert not states.matches_event(forwarded_tag_change("instance"))
+    assert central.named(TARGET, "deadline-tags-from-hub").inputs["eventBusName"] == "parkbrake-org-hub"
+    assert (
+        central.named(PERMISSION, "deadline-tags-from-hub")
+        .inputs["sourceArn"]
+        .endswith(":hub-deadline-tag-changes")
+    )
     target = central.named(TARGET, "deadline-from-hub")
     assert target.inputs["arn"] == "arn:aws:lambda:us-east-1:123456789012:function:parkbrake-org-deadline"
     assert target.inputs["eventBusName"] == "parkbrake-org-hub"
@@ -118,5 +148,5 @@ def test_central_deadlines_take_the_forwarded_events_from_the_hub_bus_without_a_
     without_ledger = org_run(replace(org_config(), database=None))
     assert without_ledger.named(TARGET, "deadline-from-hub").inputs["arn"] == target.inputs["arn"]
     assert [r for r in without_ledger.of_type(RULE) if r.name == "hub-state-changes"] == []  # no meter
-    assert [r for r in spoke.of_type(RULE) if r.name == "hub-deadline-events"] == []
+    assert [r for r in spoke.of_type(RULE) if r.name.startswith("hub-deadline")] == []
     assert [r for r in spoke.of_type(ROLE_POLICY) if r.name == "central-deadlines"] == []
