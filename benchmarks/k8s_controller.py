@@ -45,9 +45,11 @@ Also asserted: never more ledger connections than ``--workers`` + 1 (the workers
 controller's worker threads borrow for each ledger call, and one for the sweeps), sampled from
 pg_stat_activity throughout.
 
-The floor is the admit the controller makes, one a decision: the same ``LedgerStore.admit``, in its
-own transaction (the controller's decision adds the lookup of an earlier reservation and the
-decision's log entry to that transaction; no admits are batched).
+The floor is the ledger's admit one request a transaction: ``LedgerStore.admit``, in its own
+transaction. The controller's decision adds the lookup of an earlier reservation and the decision's
+log entry to that transaction, and decides the Workloads waiting for a connection together
+(``LedgerStore.admit_together``: one statement a step for the batch, one commit), which the floor does
+not: under a burst a decision can cost the ledger less than an admit alone.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ decision is logged with the Workload's namespace/name as its subject.
 from __future__ import annotations
 
 import json
-import queue
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -55,6 +55,9 @@ KIND_OF_STATE: dict[State, str] = {
 RELEASED = "workload-released"
 UNREACHABLE_RETRY = timedelta(minutes=1)
 DEFAULT_LEASE = timedelta(minutes=30)
+# At most this many Workloads decided in one ledger transaction: enough to empty the queue of waiting
+# workers (two a connection), few enough that one failure retried alone costs little.
+DECIDED_TOGETHER = 16
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,18 @@ class CheckDecision:
             "workload": {"namespace": request.namespace, "name": request.name, "uid": request.uid},
             "repeated": self.repeated,
         }
+
+
+UNREACHABLE = (LedgerUnavailable, psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def unreachable(request: WorkloadRequest, error: Exception) -> CheckDecision:
+    """Nothing decided: the ledger could not be asked (fail closed, the check stays Pending)."""
+    message = f"ledger unreachable, nothing admitted (fail closed): {str(error).strip().splitlines()[0]}"
+    decision = CheckDecision("Retry", message, request, requeue_after=UNREACHABLE_RETRY, undecided=True)
+    # The decision log is in the ledger that cannot be reached: the decision goes to stderr.
+    print(json.dumps({"decision": decision.as_dict(), "logged": False}), file=sys.stderr)
+    return decision
 
 
 def check_state(
@@ -179,78 +194,120 @@ class BudgetCheck:
     ) -> CheckDecision:
         """Admit ``request`` (or find this admission's reservation) and log the decision, in one
         transaction (on the store's single connection: the reservation and its decision commit
-        together, one commit a decision). ``version``: the Workload's resourceVersion, so that a Retry
-        or Rejected decided again later is logged again; ``admission``: what tells this quota
-        reservation from the Workload's earlier ones."""
+        together). ``version``: the Workload's resourceVersion, so that a Retry or Rejected decided
+        again later is logged again; ``admission``: what tells this quota reservation from the
+        Workload's earlier ones."""
+        one = Asked(request, now, version, admission)
+        (one.answer,) = self.decide_together([one])
+        return one.outcome()
+
+    def decide_together(self, asked: Sequence[Asked]) -> list[CheckDecision | Exception]:
+        """Decide ``asked`` (one Workload a tenant) in one transaction, each step one statement for
+        them all (the lookup, the ledger's admission, the log: :meth:`LedgerStore.admit_together`),
+        and one commit: under a burst, the work a decision costs the ledger and this process shrinks
+        with the batch. Each answer is what deciding it alone would give. When one of them fails,
+        nothing of the batch is kept and each is decided again alone, so that the failure is that
+        Workload's only (raised in its worker, tried again after its own backoff); a ledger that
+        cannot be reached leaves each undecided."""
         try:
             with self.store.connections.connection() as connection, connection.transaction():
-                return self._decide(request, now=now, version=version, admission=admission)
-        except (LedgerUnavailable, psycopg.OperationalError, psycopg.InterfaceError) as error:
-            message = (
-                f"ledger unreachable, nothing admitted (fail closed): {str(error).strip().splitlines()[0]}"
-            )
-            decision = CheckDecision(
-                "Retry", message, request, requeue_after=UNREACHABLE_RETRY, undecided=True
-            )
-            # The decision log is in the ledger that cannot be reached: the decision goes to stderr.
-            print(json.dumps({"decision": decision.as_dict(), "logged": False}), file=sys.stderr)
-            return decision
+                return list(self._decide_all(asked))
+        except UNREACHABLE as error:
+            if len(asked) == 1:
+                return [unreachable(asked[0].request, error)]
+        except Exception as error:  # one Workload's failure, or a deadlock: each alone below
+            if len(asked) == 1:
+                return [error]
+        return [answer for one in asked for answer in self.decide_together([one])]
 
-    def _decide(
-        self, request: WorkloadRequest, *, now: datetime, version: str, admission: str
-    ) -> CheckDecision:
-        prior, prior_admission = self.held_by(request)
-        if prior is not None and prior_admission == admission:
-            message = f"budget admitted this Workload before: reservation {prior} (uid {request.uid})"
-            return CheckDecision("Ready", message, request, reservation=prior, repeated=True)
-        if prior is not None:  # an earlier admission whose end was not seen: its money goes back
-            self.release(request, now=now, why="admitted again")
-        granted = self.store.admit(
-            AdmissionRequest(
-                request.tenant,
-                request.instance_type,
-                request.hosts,
-                request.cap,
-                region=self.region,
-                pricing_model=request.pricing_model,
-            ),
-            now=now,
-            default_cap=self.default_cap,
-            lease=self.lease,
+    def _decide_all(self, asked: Sequence[Asked]) -> list[CheckDecision]:
+        held = self.held_by_each([one.request for one in asked])
+        decided: dict[int, CheckDecision] = {}
+        admitting: list[int] = []
+        for n, one in enumerate(asked):
+            prior, prior_admission = held[n]
+            if prior is not None and prior_admission == one.admission:
+                message = f"budget admitted this Workload before: reservation {prior} (uid {one.request.uid})"
+                decided[n] = CheckDecision("Ready", message, one.request, reservation=prior, repeated=True)
+                continue
+            if prior is not None:  # an earlier admission whose end was not seen: its money goes back
+                self._release(one.request, prior, now=one.now, why="admitted again")
+            admitting.append(n)
+        if admitting:
+            # One moment for the batch's ledger reads, the latest asked: their clocks differ by the
+            # time they waited for a connection.
+            now = max(asked[n].now for n in admitting)
+            granted = self.store.admit_together(
+                [self._ledger_request(asked[n].request) for n in admitting],
+                now=now,
+                default_cap=self.default_cap,
+                lease=self.lease,
+            )
+            short = [
+                asked[n].request.tenant for n, g in zip(admitting, granted, strict=True) if not g.granted
+            ]
+            runways = {
+                runway.tenant: runway
+                for runway in (
+                    self.store.runways(now=now, default_cap=self.default_cap, tenants=short) if short else []
+                )
+            }
+            for n, admission in zip(admitting, granted, strict=True):
+                request = asked[n].request
+                decided[n] = check_state(
+                    request,
+                    admission,
+                    runways.get(request.tenant),
+                    lease=self.lease,
+                    default_cap=self.default_cap,
+                )
+            self._log_all([(decided[n], asked[n]) for n in admitting])
+        return [decided[n] for n in range(len(asked))]
+
+    def _ledger_request(self, request: WorkloadRequest) -> AdmissionRequest:
+        return AdmissionRequest(
+            request.tenant,
+            request.instance_type,
+            request.hosts,
+            request.cap,
+            region=self.region,
+            pricing_model=request.pricing_model,
         )
-        runway = None
-        if not granted.granted:
-            runways = self.store.runways(now=now, default_cap=self.default_cap, tenants=[request.tenant])
-            runway = runways[0] if runways else None
-        decision = check_state(request, granted, runway, lease=self.lease, default_cap=self.default_cap)
-        self._log(decision, now=now, version=version, admission=admission)
-        return decision
 
     def reservation_of(self, request: WorkloadRequest) -> int | None:
         """The reservation a Ready decision made for this uid and no release gave back (None: none)."""
-        return self.held_by(request)[0]
+        return self.held_by_each([request])[0][0]
 
-    def held_by(self, request: WorkloadRequest) -> tuple[int | None, str | None]:
-        """The reservation a Ready decision made for this uid that no release gave back, and the
-        admission it was made for ((None, None): none)."""
-        held: tuple[int | None, str | None] = (None, None)
-        for logged in self.decisions.read(
-            instance_id=request.subject, kinds=[KIND_OF_STATE["Ready"], RELEASED], limit=50
-        ):
-            details = logged.decision.details
-            if details.get("uid") != request.uid:
-                continue
-            if logged.decision.kind == KIND_OF_STATE["Ready"]:
-                held = (details.get("reservation"), str(details.get("admission", "")))
-            elif details.get("reservation") == held[0]:
-                held = (None, None)
-        return held
+    def held_by_each(self, requests: Sequence[WorkloadRequest]) -> list[tuple[int | None, str | None]]:
+        """For each request, the reservation a Ready decision made for its uid that no release gave
+        back, and the admission it was made for ((None, None): none); one read for them all."""
+        logged = self.decisions.read_each(
+            sorted({request.subject for request in requests}),
+            kinds=[KIND_OF_STATE["Ready"], RELEASED],
+            limit=50,
+        )
+        found: list[tuple[int | None, str | None]] = []
+        for request in requests:
+            held: tuple[int | None, str | None] = (None, None)
+            for entry in logged[request.subject]:
+                details = entry.decision.details
+                if details.get("uid") != request.uid:
+                    continue
+                if entry.decision.kind == KIND_OF_STATE["Ready"]:
+                    held = (details.get("reservation"), str(details.get("admission", "")))
+                elif details.get("reservation") == held[0]:
+                    held = (None, None)
+            found.append(held)
+        return found
 
     def release(self, request: WorkloadRequest, *, now: datetime, why: str) -> int | None:
         """Give back the Workload's reservation (finished, evicted or deleted); which one, or None."""
         reservation = self.reservation_of(request)
         if reservation is None:
             return None
+        return self._release(request, reservation, now=now, why=why)
+
+    def _release(self, request: WorkloadRequest, reservation: int, *, now: datetime, why: str) -> int:
         released = self.store.release(reservation, now=now)
         reason = f"{request.namespace}/{request.name} {why}: reservation {reservation} " + (
             "released" if released else "already claimed or released"
@@ -262,56 +319,128 @@ class BudgetCheck:
         )
         return reservation
 
-    def _log(self, decision: CheckDecision, *, now: datetime, version: str, admission: str = "") -> None:
-        request = decision.request
-        details = {
-            key: value
-            for key, value in decision.as_dict().items()
-            if key not in {"message", "tenant", "workload"}
-        } | {"uid": request.uid, "namespace": request.namespace, "name": request.name, "admission": admission}
-        origin = (
-            f"k8s:{request.uid}:{admission}" if decision.state == "Ready" else f"k8s:{request.uid}:{version}"
-        )
-        self.decisions.append(
-            [
-                Decision(
-                    KIND_OF_STATE[decision.state],
-                    ACTOR,
-                    decision.message,
-                    now,
-                    request.subject,
-                    request.tenant,
-                    details,
+    def log(self, decision: CheckDecision, *, now: datetime, version: str, admission: str = "") -> None:
+        """``decision`` in the log, made at ``now`` (a decision made outside :meth:`decide`: a stop)."""
+        self._log_all([(decision, Asked(decision.request, now, version, admission))])
+
+    def _log_all(self, decided: Sequence[tuple[CheckDecision, Asked]]) -> None:
+        """Each decision in the log, keyed by its admission (Ready) or the Workload's version (Retry,
+        Rejected: decided again later, logged again); one append for them all."""
+        made: list[tuple[Decision, str]] = []
+        for decision, asked in decided:
+            request = decision.request
+            details = {
+                key: value
+                for key, value in decision.as_dict().items()
+                if key not in {"message", "tenant", "workload"}
+            } | {
+                "uid": request.uid,
+                "namespace": request.namespace,
+                "name": request.name,
+                "admission": asked.admission,
+            }
+            origin = (
+                f"k8s:{request.uid}:{asked.admission}"
+                if decision.state == "Ready"
+                else f"k8s:{request.uid}:{asked.version}"
+            )
+            kind = KIND_OF_STATE[decision.state]
+            made.append(
+                (
+                    Decision(
+                        kind, ACTOR, decision.message, asked.now, request.subject, request.tenant, details
+                    ),
+                    origin,
                 )
-            ],
-            origin=origin,
-        )
+            )
+        self.decisions.append_each(made)
+
+
+@dataclass(eq=False)
+class Asked:
+    """One Workload's decision, waiting for a ledger connection; ``answer`` once decided."""
+
+    request: WorkloadRequest
+    now: datetime
+    version: str
+    admission: str
+    answer: CheckDecision | Exception | None = None
+
+    def outcome(self) -> CheckDecision:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        if self.answer is None:
+            raise RuntimeError("read before it was decided")
+        return self.answer
 
 
 class CheckPool:
     """The workers' BudgetChecks, each lent for one ledger call: a worker holds a ledger connection
     only while it asks the ledger, not while it writes the Workload's entry to the API server, so
     the controller runs more workers than connections (``WORKERS_PER_CONNECTION``) and a connection
-    is not left idle through each write. Never more connections than checks."""
+    is not left idle through each write. Never more connections than checks.
 
-    def __init__(self, checks: Sequence[BudgetCheck]) -> None:
-        self.idle: queue.Queue[BudgetCheck] = queue.Queue()
-        for check in checks:
-            self.idle.put(check)
+    Decisions waiting for a connection are decided together (``BudgetCheck.decide_together``): the
+    worker that gets a connection takes the decisions waiting then, the oldest first, one a tenant
+    and up to ``together`` (its own among them, unless a worker before it took it), decides them
+    and hands each worker its answer. Under a burst the ledger's statements and commits serve
+    several Workloads at once; a Workload alone is decided in a transaction of its own."""
+
+    def __init__(self, checks: Sequence[BudgetCheck], *, together: int = DECIDED_TOGETHER) -> None:
+        self.changed = threading.Condition()
+        self.free = list(checks)
+        self.asked: list[Asked] = []
+        self.together = together
 
     @contextmanager
     def lent(self) -> Iterator[BudgetCheck]:
-        check = self.idle.get()
+        with self.changed:
+            self.changed.wait_for(lambda: bool(self.free))
+            check = self.free.pop()
         try:
             yield check
         finally:
-            self.idle.put(check)
+            with self.changed:
+                self.free.append(check)
+                self.changed.notify_all()
 
     def decide(
         self, request: WorkloadRequest, *, now: datetime, version: str = "", admission: str = ""
     ) -> CheckDecision:
-        with self.lent() as check:
-            return check.decide(request, now=now, version=version, admission=admission)
+        mine = Asked(request, now, version, admission)
+        with self.changed:
+            self.asked.append(mine)
+        while (taken := self._take(mine)) is not None:
+            self._answer(*taken)
+        return mine.outcome()
+
+    def _take(self, mine: Asked) -> tuple[BudgetCheck, list[Asked]] | None:
+        """A connection and the decisions waiting (up to ``together``, the oldest first), once one is
+        free; None once ``mine`` is answered (by this worker or another)."""
+        with self.changed:
+            self.changed.wait_for(lambda: mine.answer is not None or bool(self.free and self.asked))
+            if mine.answer is not None:
+                return None
+            taken: dict[str, Asked] = {}  # one a tenant: the ledger admits a batch tenant by tenant
+            for waiting in self.asked:
+                if len(taken) < self.together:
+                    taken.setdefault(waiting.request.tenant, waiting)
+            chosen = {id(waiting) for waiting in taken.values()}
+            self.asked = [waiting for waiting in self.asked if id(waiting) not in chosen]
+            return self.free.pop(), list(taken.values())
+
+    def _answer(self, check: BudgetCheck, taken: list[Asked]) -> None:
+        answers: list[CheckDecision | Exception] = []
+        try:
+            answers = check.decide_together(taken)
+        finally:
+            with self.changed:
+                self.free.append(check)
+                for asked, answer in zip(taken, answers, strict=False):
+                    asked.answer = answer
+                for asked in taken[len(answers) :]:  # decide_together itself failed (interrupted)
+                    asked.answer = RuntimeError("the ledger call was interrupted; decided again later")
+                self.changed.notify_all()
 
     def release(self, request: WorkloadRequest, *, now: datetime, why: str) -> int | None:
         with self.lent() as check:

@@ -8,9 +8,10 @@ Informers (cli/k8s/informer.py) list and watch Workloads and AdmissionChecks, re
 watch ends; each change queues the object's key on a work queue (cli/k8s/workqueue.py) that hands a
 key to one worker at a time, retries every failure after a per-key backoff, and is refilled with every
 Workload each ``resync`` so none waits on an unrelated event. The workers share one ledger connection
-per ``--workers`` (a BudgetCheck each, lent for each ledger call: cli/k8s/admission.py CheckPool), twice
-as many workers as connections so that a connection is not idle while its worker writes to the API
-server; one more connection runs the budget stops and NodeClaim reclaim every ``sweep_every``.
+per ``--workers`` (a BudgetCheck each, lent for each ledger call: cli/k8s/admission.py CheckPool), four
+workers a connection: a connection is not idle while its worker writes to the API server, and under
+a burst the decisions that wait for a connection are decided together, one statement a step for the
+batch; one more connection runs the budget stops and NodeClaim reclaim every ``sweep_every``.
 /healthz (cli/k8s/metrics.py) fails once any of these loops has died.
 """
 
@@ -49,7 +50,8 @@ if TYPE_CHECKING:
     from stacks.config import StackConfig
 
 Clock = Callable[[], datetime]
-WORKERS_PER_CONNECTION = 2  # a worker deciding on the ledger while another writes its entry
+# Workers deciding on the ledger while others write their entries; those waiting are one batch next.
+WORKERS_PER_CONNECTION = 4
 __all__ = ["Controller", "stamp"]
 
 
@@ -247,7 +249,7 @@ def run_forever(controller: Controller, *, output: str = "text") -> None:
 @with_server_options
 @click.option(
     "--workers", default=4, show_default=True, type=click.IntRange(1, 64),
-    help="Ledger connections deciding Workloads, two worker threads sharing each (one more for the budget sweep).",
+    help="Ledger connections deciding Workloads, four worker threads sharing each (one more for the budget sweep).",
 )  # fmt: skip
 @click.option(
     "--stop-every", type=DURATION, default="1m", show_default=True,

@@ -99,5 +99,5 @@ class StopReconciler:
         request = subject_of(workload)
         if request is not None:
             decision = CheckDecision("Retry", message, request, requeue_after=STOP_RETRY)
-            check._log(decision, now=now, version=f"stop:{period.isoformat()}:{admission_key(workload)}")
+            check.log(decision, now=now, version=f"stop:{period.isoformat()}:{admission_key(workload)}")
         self.metrics.decisions.labels(state="Retry").inc()

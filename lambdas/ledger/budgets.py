@@ -29,35 +29,71 @@ def admit(
     lease: timedelta,
 ) -> Admission:
     """Reserve what ``request``'s hosts can cost, in the caller's transaction (see LedgerStore.admit)."""
-    connection.execute(sql.LOCK_TENANT, (request.tenant,))
-    if request.instance_id is not None:
-        (running,) = connection.execute(sql.IS_RUNNING, (request.instance_id,)).fetchone() or (False,)
-        if running:  # already committed in the runway: never counted twice
-            request = replace(request, hosts=0)
+    return admit_together(connection, [request], now=now, default_cap=default_cap, lease=lease)[0]
+
+
+def admit_together(
+    connection: psycopg.Connection[Any],
+    requests: Sequence[AdmissionRequest],
+    *,
+    now: datetime,
+    default_cap: timedelta,
+    lease: timedelta,
+) -> list[Admission]:
+    """Each of ``requests`` decided and reserved as :func:`admit` would, in the caller's transaction,
+    with a statement for each step instead of one per request: one tenant each (their locks taken
+    in the tenants' order, so that two such batches never wait on each other in a cycle), so that
+    no request's runway changes with another's reservation."""
+    tenants = [request.tenant for request in requests]
+    if len(set(tenants)) != len(tenants):
+        raise ValueError(f"admitted together: one request per tenant, got {sorted(tenants)}")
+    connection.execute(sql.LOCK_TENANTS, (sorted(tenants),))
+    asked_hosts = [request.instance_id for request in requests if request.instance_id is not None]
+    if asked_hosts:  # a host already running is committed in the runway: never counted twice
+        running = {row[0] for row in connection.execute(sql.RUNNING_OF, (asked_hosts,)).fetchall()}
+        requests = [replace(r, hosts=0) if r.instance_id in running else r for r in requests]
+    keys = [request.price_key for request in requests]
+    prices = [
+        price for price, _, _ in connection.execute(sql.PRICES_AT, sql.price_key_parameters(keys, to_ms(now)))
+    ]
+    statuses = {
+        status.tenant: status
+        for status in runways(connection, now=now, default_cap=default_cap, tenants=tenants)
+    }
+    table = load_price_table()
+    admissions = [
+        decide_admission(
+            request, statuses.get(request.tenant), price, table.accelerators(request.instance_type)
+        )
+        for request, price in zip(requests, prices, strict=True)
+    ]
+    reserving = [
+        n
+        for n, (request, admission, price) in enumerate(zip(requests, admissions, prices, strict=True))
+        if admission.granted and price is not None and request.hosts > 0
+    ]
+    if not reserving:
+        return admissions
+    columns = list(zip(*(_reserve_row(requests[n], now, lease) for n in reserving), strict=True))
+    reserved = connection.execute(sql.RESERVE_EACH, [list(column) for column in columns]).fetchall()
+    for n, (reservation,) in zip(reserving, reserved, strict=True):
+        admissions[n] = replace(admissions[n], reservation_id=reservation)
+    return admissions
+
+
+def _reserve_row(request: AdmissionRequest, now: datetime, lease: timedelta) -> tuple[Any, ...]:
     key = request.price_key
-    ((price, _, _),) = connection.execute(
-        sql.PRICES_AT, sql.price_key_parameters([key], to_ms(now))
-    ).fetchall()
-    statuses = runways(connection, now=now, default_cap=default_cap, tenants=[request.tenant])
-    accelerators = load_price_table().accelerators(request.instance_type)
-    admission = decide_admission(request, statuses[0] if statuses else None, price, accelerators)
-    if not admission.granted or price is None or request.hosts == 0:
-        return admission
-    reserved = connection.execute(
-        sql.RESERVE,
-        (
-            request.tenant,
-            key.instance_type,
-            key.region,
-            key.pricing_model,
-            key.zone,
-            request.hosts,
-            request.cap // timedelta(milliseconds=1),
-            to_ms(now),
-            lease // timedelta(milliseconds=1),
-        ),
-    ).fetchone()
-    return replace(admission, reservation_id=reserved[0] if reserved else None)
+    return (
+        request.tenant,
+        key.instance_type,
+        key.region,
+        key.pricing_model,
+        key.zone,
+        request.hosts,
+        request.cap // timedelta(milliseconds=1),
+        to_ms(now),
+        lease // timedelta(milliseconds=1),
+    )
 
 
 def runways(

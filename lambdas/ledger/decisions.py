@@ -49,6 +49,19 @@ SELECT * FROM (
 ORDER BY at, id
 """
 
+# The newest ``limit`` decisions of the given kinds about each subject, oldest first.
+SELECT_EACH = """
+SELECT d.id, d.decision_key, d.at, d.kind, d.actor, d.instance_id, d.tenant, d.reason, d.details
+FROM unnest(%(instance_ids)s::text[]) AS s (instance_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM decisions
+    WHERE decisions.instance_id = s.instance_id AND kind = ANY(%(kinds)s::text[])
+    ORDER BY at DESC, id DESC
+    LIMIT %(limit)s
+) AS d
+ORDER BY d.at, d.id
+"""
+
 PRUNE = "SELECT ledger_prune_decisions(%(retention)s, %(batch_size)s)"
 # One batch is one short transaction (5,000 rows: well under a second); a run stops after at most
 # PRUNE_BATCHES of them, so a backlog is caught up over a few runs instead of holding one run long.
@@ -75,7 +88,11 @@ class DecisionLedger:
 
     def append(self, decisions: Sequence[Decision], *, origin: str) -> dict[str, str]:
         """Append ``decisions`` made by ``origin``; each key → ``appended`` or ``duplicate``."""
-        unique = {decision.key(origin): decision for decision in decisions}
+        return self.append_each([(decision, origin) for decision in decisions])
+
+    def append_each(self, made: Sequence[tuple[Decision, str]]) -> dict[str, str]:
+        """Append each decision with the origin that made it, in one statement (see :meth:`append`)."""
+        unique = {decision.key(origin): decision for decision, origin in made}
         if not unique:
             return {}
         parameters = {
@@ -145,6 +162,22 @@ class DecisionLedger:
             )
             for row_id, key, at, kind, actor, instance, owner_tenant, reason, details in rows
         ]
+
+    def read_each(
+        self, instance_ids: Sequence[str], *, kinds: Sequence[str], limit: int = 500
+    ) -> dict[str, list[LoggedDecision]]:
+        """For each subject, its newest ``limit`` decisions of ``kinds``, oldest first, in one read."""
+        parameters = {"instance_ids": list(instance_ids), "kinds": list(kinds), "limit": limit}
+        with self._connections.connection() as connection:
+            rows = connection.execute(SELECT_EACH, parameters).fetchall()
+        found: dict[str, list[LoggedDecision]] = {instance_id: [] for instance_id in instance_ids}
+        for row_id, key, at, kind, actor, instance, owner_tenant, reason, details in rows:
+            found[instance].append(
+                LoggedDecision(
+                    row_id, key, Decision(kind, actor, reason, at, instance, owner_tenant, details or {})
+                )
+            )
+        return found
 
 
 class EnvironmentLedger:

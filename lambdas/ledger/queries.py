@@ -453,11 +453,22 @@ GROUP BY instance_type
 
 REMOVE_BUDGET = "SELECT ledger_remove_budget(%s)"
 
-LOCK_TENANT = "SELECT ledger_lock_tenant(%s)"
+# The tenants' admission locks, in the order given (the caller sorts them: one order for every batch).
+LOCK_TENANTS = "SELECT count(ledger_lock_tenant(t)) FROM unnest(%s::text[]) AS t"
 
-IS_RUNNING = "SELECT EXISTS (SELECT 1 FROM intervals WHERE instance_id = %s AND ended_ms IS NULL)"
+# Which of these hosts are running (an open interval).
+RUNNING_OF = (
+    "SELECT DISTINCT instance_id FROM intervals WHERE instance_id = ANY(%s::text[]) AND ended_ms IS NULL"
+)
 
-RESERVE = "SELECT ledger_reserve(%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+# One reservation a row of the arrays, their ids in the arrays' order.
+RESERVE_EACH = """
+SELECT ledger_reserve(r.who, r.kind, r.place, r.model, r.spot_zone, r.hosts, r.cap_ms, r.now_ms, r.lease_ms)
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], %s::integer[], %s::bigint[],
+            %s::bigint[], %s::bigint[])
+     WITH ORDINALITY AS r (who, kind, place, model, spot_zone, hosts, cap_ms, now_ms, lease_ms, n)
+ORDER BY r.n
+"""
 
 RELEASE = "SELECT ledger_release(%s, %s)"
 

@@ -416,6 +416,22 @@ class LedgerStore:
         with self._connections.connection() as connection, joined_transaction(connection):
             return budgets.admit(connection, request, now=now, default_cap=default_cap, lease=lease)
 
+    def admit_together(
+        self,
+        requests: Sequence[AdmissionRequest],
+        *,
+        now: datetime,
+        default_cap: timedelta,
+        lease: timedelta,
+    ) -> list[Admission]:
+        """:meth:`admit` for several tenants' requests (one each) in one transaction, a statement for
+        each step rather than one per request (budgets.admit_together); in the caller's transaction
+        when it holds one."""
+        with self._settled():
+            pass
+        with self._connections.connection() as connection, joined_transaction(connection):
+            return budgets.admit_together(connection, requests, now=now, default_cap=default_cap, lease=lease)
+
     def release(self, reservation_id: int, *, now: datetime) -> bool:
         """Give back what a reservation still holds; False when it was unknown or already released."""
         with self._transaction() as connection:

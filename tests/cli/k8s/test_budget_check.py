@@ -155,4 +155,4 @@ def test_workers_sharing_one_ledger_connection_each_decide_alone(
     assert len({decision.reservation for decision in decisions}) == 8
     (runway,) = store.runways(now=NOW, default_cap=timedelta(hours=1), tenants=["research"])
     assert runway.reserved_usd == 8 * Decimal("5.672")
-    assert lender.idle.qsize() == 1  # the one check back, lent to no one
+    assert lender.free == [check]  # the one check back, lent to no one
