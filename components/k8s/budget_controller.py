@@ -3,7 +3,7 @@
 It is Kueue's external admission-check controller for ``parkbrake.dev/budget``: it watches Workloads, asks
 the ledger, and patches each Workload's admission-check state. Its ClusterRole grants exactly what it
 requests (tests/cli/k8s/test_rbac.py runs those requests against the fake API server with the role
-enforced): Workloads get/list/watch and ``workloads/status`` patch; AdmissionChecks get/list/watch and
+enforced): Workloads get/list/watch and ``workloads/status`` patch; AdmissionChecks list/watch and
 ``admissionchecks/status`` patch (to keep its check ``Active``); NodeClaims list/delete (a node past its
 cap); Events create (core group). The park brake's grants are another role's (components/k8s/park_role.py).
 It is never parked: parked queues are held, and the controller still releases reservations as admitted
@@ -34,7 +34,7 @@ CONTROLLER = "parkbrake-budget-controller"
 RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("kueue.x-k8s.io", ("workloads",), ("get", "list", "watch")),
     ("kueue.x-k8s.io", ("workloads/status",), ("patch",)),
-    ("kueue.x-k8s.io", ("admissionchecks",), ("get", "list", "watch")),
+    ("kueue.x-k8s.io", ("admissionchecks",), ("list", "watch")),  # its informer; never one by name
     ("kueue.x-k8s.io", ("admissionchecks/status",), ("patch",)),
     ("karpenter.sh", ("nodeclaims",), ("list", "delete")),
     ("", ("events",), ("create",)),

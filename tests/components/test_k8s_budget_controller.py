@@ -28,7 +28,7 @@ def test_the_cluster_role_grants_exactly_what_the_controller_needs() -> None:
     assert grants == {
         ("kueue.x-k8s.io", "workloads"): {"get", "list", "watch"},
         ("kueue.x-k8s.io", "workloads/status"): {"patch"},
-        ("kueue.x-k8s.io", "admissionchecks"): {"get", "list", "watch"},
+        ("kueue.x-k8s.io", "admissionchecks"): {"list", "watch"},
         ("kueue.x-k8s.io", "admissionchecks/status"): {"patch"},
         ("karpenter.sh", "nodeclaims"): {"list", "delete"},
         ("", "events"): {"create"},

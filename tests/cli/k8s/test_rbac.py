@@ -5,21 +5,30 @@ budget controller make: none may be forbidden (a 403 on a real API server) and n
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from lightkube import Client
 
-from cli.k8s.api import NODE_CLAIMS, WORKLOADS, ApiError, KubernetesApi, workload_path
+from cli.k8s.admission import BudgetCheck
+from cli.k8s.api import NODE_CLAIMS, ApiError, KubernetesApi, workload_path
+from cli.k8s.controller import Controller
 from cli.k8s.park import park_now
 from cli.k8s.window import apply_window
+from cli.k8s.workload_reconciler import Undecided
 from guardrails.pricing import PriceTable
+from lambdas.ledger.store import LedgerStore
 from stacks.config import NightlyConfig, StackConfig
 from stacks.kubernetes_objects import kubernetes_objects
+from tests.cli.k8s.conftest import admission_check, set_budget, wait_for
 from tests.cli.k8s.fake_api_server import FakeApiServer, fake_api_server
 from tests.cli.k8s.rbac import Authorizer, Grant, bound_grants, grants_of, request_attributes
+from tests.cli.k8s.test_controller import claim, entry
 from tests.cli.k8s.test_k8s_park import put_cluster
+from tests.cli.k8s.workloads import workload
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
 NAMESPACE = "parkbrake"  # Pulumi.eks.yaml's kubernetes.namespace
@@ -68,53 +77,46 @@ def test_park_unpark_and_the_window_ask_for_exactly_what_the_brakes_roles_grant(
     assert fake.get("nodepools", "", "research-training")["spec"]["limits"] == {"nvidia.com/gpu": "0"}
 
 
-# The budget controller's requests, read from its code (cli/k8s/controller.py, cli/k8s/api.py) ...
-CONTROLLER_REQUESTS = [
-    ("GET", WORKLOADS),  # Controller.watch: api.list(WORKLOADS)
-    ("GET", f"{WORKLOADS}?watch=1&resourceVersion=0"),  # Controller.watch: api.watch(WORKLOADS, …)
-    ("GET", workload_path("research", "job-a")),  # Controller._patch: re-read after a 409
-    ("PATCH", workload_path("research", "job-a", status=True)),  # Controller._patch: its check's state
-    ("GET", NODE_CLAIMS),  # Controller.reclaim_nodes: api.list(NODE_CLAIMS)
-    ("DELETE", f"{NODE_CLAIMS}/research-training-x7k2p"),  # Controller.reclaim_nodes: past its cap
-]
-# ... and those the controller is expected to make once it keeps its AdmissionCheck Active and reports
-# (issue 33): kept in its role, held to it here.
-EXPECTED_BY_CONTROLLER = [
-    ("GET", f"{KUEUE}/admissionchecks"),
-    ("GET", f"{KUEUE}/admissionchecks?watch=1&resourceVersion=0"),
-    ("GET", f"{KUEUE}/admissionchecks/parkbrake-budget"),
-    ("PATCH", f"{KUEUE}/admissionchecks/parkbrake-budget/status"),
-    ("POST", "/api/v1/namespaces/research/events"),  # an event on a Workload
-]
-
-
-def status_of(api: KubernetesApi, method: str, path: str) -> int:
-    try:
-        api.merge_patch(path, {}) if method == "PATCH" else api.request(method, path)
-    except ApiError as error:
-        return error.status
-    return 200
-
-
-def test_the_controllers_requests_are_all_granted_and_use_every_grant(
-    fake: FakeApiServer, rendered: list[dict[str, Any]]
+def test_the_running_controller_asks_for_exactly_what_its_role_grants(
+    fake: FakeApiServer,
+    *,
+    rendered: list[dict[str, Any]],
+    controller: Controller,
+    client: Client,
+    store: LedgerStore,
+    eks: StackConfig,
+    prices: PriceTable,
 ) -> None:
+    """The controller's own code, its loops running, under its rendered role ENFORCED: its
+    AdmissionCheck found and kept Active, its watches, a Workload decided, a 409 read again and decided
+    again, a NodeClaim past its cap deleted, and a decision the ledger cannot make reported as an
+    Event. Every request is allowed (no 403), and every grant is used by one of them."""
     rbac = enforce(fake, rendered, "parkbrake-budget-controller")
-    api = api_of(fake)
-
-    answers = {}
-    for method, path in CONTROLLER_REQUESTS + EXPECTED_BY_CONTROLLER:
-        if "watch=1" in path or method == "POST":
-            # a stream, or a create the fake does not serve: authorised as the server would, not sent
-            answers[method, path] = 200 if rbac.authorize(method, path) else 403
-        else:
-            answers[method, path] = status_of(api, method, path)
-
-    # 404: the fake holds no such object (or serves no such kind), which it says only once authorised
-    assert set(answers.values()) <= {200, 404}, answers
-
-    assert [str(request) for request in rbac.forbidden] == []
-    assert rbac.unused() == []
+    set_budget(store, "research", "1000")
+    fake.put("admissionchecks", admission_check())
+    for name in ("train", "conflicted"):
+        fake.put("workloads", workload(name))
+    fake.put("nodeclaims", claim("research-training-0001", "research-training", "2036-05-05T01:29:00Z"))
+    fake.fail("PATCH", "/workloads/conflicted/status", 409)  # the controller reads it again
+    stop = threading.Event()
+    controller.start(stop)
+    try:
+        wait_for(lambda: all(entry(fake, name)["state"] == "Ready" for name in ("train", "conflicted")))
+        wait_for(lambda: fake.get("admissionchecks", "", "parkbrake-budget").get("status"))
+        assert controller.nodeclaim_reconciler.reconcile(controller.sweeper) == ["research-training-0001"]
+    finally:
+        stop.set()
+        fake.drop_watches()
+    down = LedgerStore.connect("postgresql://parkbrake@127.0.0.1:1/ledger?connect_timeout=1")
+    check = BudgetCheck(down, default_cap=timedelta(minutes=90), region=eks.region)
+    reporting = Controller(client, eks, prices, [check, check], undecided_after=timedelta(0))
+    fake.put("workloads", workload("undecided"))
+    reporting.sync()
+    with pytest.raises(Undecided):
+        reporting.handle(check, ("research", "undecided"))
+    assert [event["reason"] for event in fake.events] == ["BudgetCheckUndecided"]
+    assert [str(request) for request in rbac.forbidden] == []  # no 403
+    assert rbac.unused() == []  # no grant the controller does not use
 
 
 def test_neither_account_may_do_the_others_work(fake: FakeApiServer, rendered: list[dict[str, Any]]) -> None:
