@@ -55,8 +55,8 @@ KIND_OF_STATE: dict[State, str] = {
 RELEASED = "workload-released"
 UNREACHABLE_RETRY = timedelta(minutes=1)
 DEFAULT_LEASE = timedelta(minutes=30)
-# At most this many Workloads decided in one ledger transaction: enough to empty the queue of waiting
-# workers (two a connection), few enough that one failure retried alone costs little.
+# At most this many Workloads decided in one ledger transaction: as many as the default controller's
+# workers (4 connections, four workers each), few enough that one failure retried alone costs little.
 DECIDED_TOGETHER = 16
 
 

@@ -20,18 +20,6 @@ from lambdas.ledger import queries as sql
 from lambdas.ledger.connections import joined_transaction
 
 
-def admit(
-    connection: psycopg.Connection[Any],
-    request: AdmissionRequest,
-    *,
-    now: datetime,
-    default_cap: timedelta,
-    lease: timedelta,
-) -> Admission:
-    """Reserve what ``request``'s hosts can cost, in the caller's transaction (see LedgerStore.admit)."""
-    return admit_together(connection, [request], now=now, default_cap=default_cap, lease=lease)[0]
-
-
 def admit_together(
     connection: psycopg.Connection[Any],
     requests: Sequence[AdmissionRequest],
@@ -40,10 +28,12 @@ def admit_together(
     default_cap: timedelta,
     lease: timedelta,
 ) -> list[Admission]:
-    """Each of ``requests`` decided and reserved as :func:`admit` would, in the caller's transaction,
-    with a statement for each step instead of one per request: one tenant each (their locks taken
-    in the tenants' order, so that two such batches never wait on each other in a cycle), so that
-    no request's runway changes with another's reservation."""
+    """Reserve what each of ``requests``' hosts can cost, if its tenant's remaining budget covers it
+    (LedgerStore.admit), in the caller's transaction, with a statement for each step instead of one
+    per request. One request a tenant, so that no request's runway changes with another's
+    reservation; the tenants' locks are taken in sorted order, so that two batches never wait on
+    each other in a cycle (``pg_advisory_xact_lock`` waits and is held to the commit: PostgreSQL's
+    manual, "Advisory Locks", explicit-locking.html)."""
     tenants = [request.tenant for request in requests]
     if len(set(tenants)) != len(tenants):
         raise ValueError(f"admitted together: one request per tenant, got {sorted(tenants)}")

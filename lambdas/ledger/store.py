@@ -411,10 +411,7 @@ class LedgerStore:
         a budget that covers k grant exactly k. A reservation lapses after ``lease`` unless hosts'
         `running` events claim it first.
         """
-        with self._settled():  # a reader's settle: what is pending, one slice of a backfill at most
-            pass
-        with self._connections.connection() as connection, joined_transaction(connection):
-            return budgets.admit(connection, request, now=now, default_cap=default_cap, lease=lease)
+        return self.admit_together([request], now=now, default_cap=default_cap, lease=lease)[0]
 
     def admit_together(
         self,
@@ -427,7 +424,7 @@ class LedgerStore:
         """:meth:`admit` for several tenants' requests (one each) in one transaction, a statement for
         each step rather than one per request (budgets.admit_together); in the caller's transaction
         when it holds one."""
-        with self._settled():
+        with self._settled():  # a reader's settle: what is pending, one slice of a backfill at most
             pass
         with self._connections.connection() as connection, joined_transaction(connection):
             return budgets.admit_together(connection, requests, now=now, default_cap=default_cap, lease=lease)

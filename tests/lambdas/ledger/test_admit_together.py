@@ -113,7 +113,7 @@ def test_two_requests_of_one_tenant_are_refused_naming_them(store: LedgerStore) 
 def test_batches_taking_the_same_tenants_in_opposite_orders_never_deadlock(
     ledger_url: str, store: LedgerStore
 ) -> None:
-    covered = 6  # each tenant's budget covers six p4d hours and a half: 24 asks each, 6 granted
+    covered = 6  # each tenant's budget covers six p4d hours and a half: 80 asks each (40 rounds of two threads), 6 granted
     for tenant in ("alpha", "beta"):
         store.set_budget(Budget(tenant, Decimal("49.1589") * covered + Decimal("0.01"), "month"))
     granted: list[int] = []
@@ -123,7 +123,7 @@ def test_batches_taking_the_same_tenants_in_opposite_orders_never_deadlock(
     def ask(order: tuple[str, str]) -> None:
         mine = LedgerStore.connect(ledger_url)
         try:
-            for _ in range(12):
+            for _ in range(40):
                 barrier.wait()
                 admissions = mine.admit_together(
                     [AdmissionRequest(tenant, "p4d.24xlarge", 1, CAP) for tenant in order],
